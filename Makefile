@@ -1,0 +1,44 @@
+# The two set-up commands (README): `make demo` and `make test`. Both create the environment if
+# missing and are quick when it is already installed.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+QUESTION ?= $(shell head -n1 examples/questions.txt)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: demo test test-unit check lint bench clean
+
+$(STAMP): pyproject.toml scripts/install.sh
+	PY=$(PY) VENV=$(VENV) bash scripts/install.sh
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	ADRAP_STATE_DIR=.adrap/demo $(BIN)/adrap build examples/sample
+	ADRAP_STATE_DIR=.adrap/demo $(BIN)/adrap query "$(QUESTION)" --max-tokens 600
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -m "not slow" -q
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python bench/build.py
+	$(BIN)/python bench/query.py
+	$(BIN)/python bench/quality.py
+
+clean:
+	rm -rf .adrap .pytest_cache .mypy_cache .ruff_cache

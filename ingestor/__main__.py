@@ -1,0 +1,3 @@
+from ingestor.cli import main
+
+main()

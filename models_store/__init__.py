@@ -1,0 +1,14 @@
+"""Persistence of everything needed to continue a tree without refitting (no Qdrant, no files)."""
+
+from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
+from models_store.manifest import Manifest
+from models_store.store import ModelStore, write_atomic
+
+__all__ = [
+    "CorruptModelError",
+    "IncompatibleModelError",
+    "Manifest",
+    "ModelStore",
+    "ModelStoreError",
+    "write_atomic",
+]

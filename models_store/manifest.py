@@ -1,0 +1,69 @@
+"""The manifest written beside every stored object: what wrote it, with which libraries."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+FORMAT_VERSION = 1
+
+#: Libraries whose pickles must come from the same major.minor release to be loaded safely.
+PINNED_LIBRARIES = ("numpy", "scikit-learn", "umap-learn", "joblib")
+
+
+def library_versions() -> dict[str, str]:
+    """Return the installed versions of the pinned libraries (absent ones are left out)."""
+    out = {"python": platform.python_version()}
+    for dist in PINNED_LIBRARIES:
+        try:
+            out[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def major_minor(version: str) -> str:
+    """Return ``"1.5"`` for ``"1.5.2"``."""
+    return ".".join(version.split(".")[:2])
+
+
+class Manifest(BaseModel):
+    """manifest.json of one stored version."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = FORMAT_VERSION
+    name: str
+    version: int
+    created_at: float
+    sha256: str
+    size: int
+    libraries: dict[str, str]
+    extra: dict[str, Any] = {}
+
+    @classmethod
+    def new(cls, name: str, version: int, sha256: str, size: int, extra: dict[str, Any]) -> Manifest:
+        return cls(
+            name=name,
+            version=version,
+            created_at=time.time(),
+            sha256=sha256,
+            size=size,
+            libraries=library_versions(),
+            extra=extra,
+        )
+
+    def incompatibilities(self) -> list[str]:
+        """Return one line per library whose major.minor differs from the running one."""
+        now = library_versions()
+        out = []
+        for lib, was in self.libraries.items():
+            if lib == "python":
+                continue
+            if lib in now and major_minor(now[lib]) != major_minor(was):
+                out.append(f"{lib} {was} (stored) vs {now[lib]} (installed)")
+        return out

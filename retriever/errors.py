@@ -1,0 +1,23 @@
+"""Errors raised by the retriever package.
+
+    RetrieverError
+    ├── SchemaMismatchError   a point, collection or meta point does not match this contract
+    ├── StoreError            the Qdrant engine (embedded or server) failed or is unreachable
+    └── EmbeddingError        the query/document embedder failed to load or run
+"""
+
+
+class RetrieverError(Exception):
+    """Base of every retriever error."""
+
+
+class SchemaMismatchError(RetrieverError):
+    """Stored data was written by another schema version, embedding model or dimension."""
+
+
+class StoreError(RetrieverError):
+    """The node store failed; the message names the store and the fix."""
+
+
+class EmbeddingError(RetrieverError):
+    """The embedding model could not be loaded or run."""

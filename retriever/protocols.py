@@ -1,0 +1,72 @@
+"""The pluggable parts the retriever needs: an embedder and a node store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retriever.schema import NodePayload, ScoredNode, SearchFilter
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 vectors."""
+
+    model_id: str
+    dim: int
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """Return an ``(n, dim)`` array, rows L2-normalised."""
+        ...
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        """Return a ``(dim,)`` L2-normalised vector."""
+        ...
+
+
+class NodeStore(Protocol):
+    """A Qdrant collection holding adrap nodes (embedded qdrant-edge or a Qdrant server)."""
+
+    def ensure_collection(self, dim: int, embed_model: str) -> None:
+        """Create the collection, its payload indexes and meta point if missing.
+
+        Raises:
+            SchemaMismatchError: it exists with another embedding model or dimension.
+        """
+        ...
+
+    def upsert(self, nodes: Sequence[NodePayload], vectors: NDArray[np.float32]) -> None:
+        """Write nodes (idempotent: point id = node_id)."""
+        ...
+
+    def delete(self, node_ids: Sequence[str]) -> None:
+        """Delete points by node id; unknown ids are ignored."""
+        ...
+
+    def search(
+        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int
+    ) -> list[ScoredNode]:
+        """Return up to ``limit`` nodes matching ``flt``, best cosine score first."""
+        ...
+
+    def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
+        """Return the nodes with these ids that exist, in the given order."""
+        ...
+
+    def retrieve_vectors(self, node_ids: Sequence[str]) -> NDArray[np.float32]:
+        """Return an ``(n, dim)`` array of the vectors of these ids (all must exist)."""
+        ...
+
+    def iter_ids(self, tree: str) -> Iterator[str]:
+        """Yield the node id of every point of ``tree``."""
+        ...
+
+    def count(self, flt: SearchFilter) -> int:
+        """Return the exact number of points matching ``flt``."""
+        ...
+
+    def close(self) -> None:
+        """Flush and release the store (embedded: the folder lock)."""
+        ...

@@ -1,0 +1,216 @@
+"""THE point contract: every adrap node is one Qdrant point shaped as described here.
+
+Payload keys are written out only in this module. Writers call ``node.to_payload()``; readers call
+``NodePayload.from_payload(point.payload)``, so any drift fails fast with a clear error.
+
+Other clients (curl, the JS client, ...) can run RAPTOR's collapsed-tree search themselves: embed
+the query with the model named in the meta point, query the named vector ``dense`` of the collection
+with a filter ``tree == T`` (optionally ``layer`` range and ``sources``/``source_dirs``), then take
+hits in score order while the running sum of ``n_tokens`` stays within the budget.
+"""
+
+from __future__ import annotations
+
+import enum
+import posixpath
+import uuid
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from retriever.errors import SchemaMismatchError
+
+SCHEMA_VERSION: Final = 1
+VECTOR_NAME: Final = "dense"
+DEFAULT_COLLECTION: Final = "adrap"
+DISTANCE: Final = "cosine"
+
+# uuid5 namespace of every adrap point id (fixed forever: changing it re-keys every store).
+_NAMESPACE: Final = uuid.UUID("6f1c5a52-4c1e-4a8e-9a55-2f3d8f0b7a01")
+
+
+class Kind(enum.StrEnum):
+    """What a node holds."""
+
+    CHUNK = "chunk"
+    SUMMARY = "summary"
+    META = "meta"
+
+
+class F:
+    """Payload field names. Use these constants, never the string literals."""
+
+    SCHEMA_VERSION: Final = "schema_version"
+    NODE_ID: Final = "node_id"
+    TREE: Final = "tree"
+    LAYER: Final = "layer"
+    KIND: Final = "kind"
+    TEXT: Final = "text"
+    N_TOKENS: Final = "n_tokens"
+    CONTENT_HASH: Final = "content_hash"
+    SOURCE: Final = "source"
+    SOURCES: Final = "sources"
+    SOURCE_DIRS: Final = "source_dirs"
+    CHUNK_INDEX: Final = "chunk_index"
+    CHAR_START: Final = "char_start"
+    CHAR_END: Final = "char_end"
+    PARENTS: Final = "parents"
+    CHILDREN: Final = "children"
+    SUMMARIZER: Final = "summarizer"
+    EMBED_MODEL: Final = "embed_model"
+    EMBED_DIM: Final = "embed_dim"
+    UPDATED_AT: Final = "updated_at"
+
+
+class IndexType(enum.StrEnum):
+    """Payload index types, mapped to each engine's own enum by its adapter."""
+
+    KEYWORD = "keyword"
+    INTEGER = "integer"
+
+
+#: Payload indexes every adrap collection carries. ``tree`` is the tenant field.
+PAYLOAD_INDEXES: Final[dict[str, IndexType]] = {
+    F.TREE: IndexType.KEYWORD,
+    F.LAYER: IndexType.INTEGER,
+    F.KIND: IndexType.KEYWORD,
+    F.SOURCE: IndexType.KEYWORD,
+    F.SOURCES: IndexType.KEYWORD,
+    F.SOURCE_DIRS: IndexType.KEYWORD,
+    F.PARENTS: IndexType.KEYWORD,
+}
+TENANT_FIELD: Final = F.TREE
+
+#: The reserved point recording which embedding model and dimension the collection was built with.
+META_TREE: Final = "__adrap_meta__"
+
+
+def point_id(key: str) -> str:
+    """Return the deterministic point id (uuid5) of a node key, so every write is idempotent."""
+    return str(uuid.uuid5(_NAMESPACE, key))
+
+
+META_POINT_ID: Final = point_id(META_TREE)
+
+
+def source_dirs(source: str) -> tuple[str, ...]:
+    """Return every directory prefix of a relative source path, each ending in ``/``.
+
+    ``"reports/2024/q1.md"`` → ``("reports/", "reports/2024/")``. Stored on every node so that
+    "only documents under reports/" is one exact keyword match, in any Qdrant client.
+    """
+    parts = posixpath.dirname(source).split("/")
+    return tuple("/".join(parts[: i + 1]) + "/" for i in range(len(parts)) if parts[0])
+
+
+class NodePayload(BaseModel):
+    """The payload of one node point (leaf chunk or summary)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    node_id: str
+    tree: str = Field(min_length=1)
+    layer: int = Field(ge=0)
+    kind: Literal[Kind.CHUNK, Kind.SUMMARY]
+    text: str
+    n_tokens: int = Field(ge=0)
+    content_hash: str
+    source: str | None = None
+    sources: tuple[str, ...] = ()
+    source_dirs: tuple[str, ...] = ()
+    chunk_index: int | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+    parents: tuple[str, ...] = ()
+    children: tuple[str, ...] = ()
+    summarizer: str | None = None
+    embed_model: str
+    updated_at: float
+
+    def to_payload(self) -> dict[str, Any]:
+        """Return the JSON payload written to Qdrant."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any] | None) -> NodePayload:
+        """Validate a payload read from Qdrant.
+
+        Raises:
+            SchemaMismatchError: the point was not written by this schema version.
+        """
+        try:
+            return cls.model_validate(payload or {})
+        except ValidationError as exc:
+            version = (payload or {}).get(F.SCHEMA_VERSION)
+            raise SchemaMismatchError(
+                f"point payload does not match adrap schema v{SCHEMA_VERSION} "
+                f"(point says schema_version={version!r}): {exc.errors()[0]['msg']}; "
+                "re-index with `adrap rebuild`"
+            ) from exc
+
+
+class MetaPayload(BaseModel):
+    """Payload of the reserved meta point (id ``META_POINT_ID``, tree ``META_TREE``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tree: Literal["__adrap_meta__"] = META_TREE
+    kind: Literal[Kind.META] = Kind.META
+    embed_model: str
+    embed_dim: int = Field(ge=1)
+
+    def to_payload(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, where: str) -> None:
+    """Refuse a collection built with another embedding model or dimension.
+
+    Raises:
+        SchemaMismatchError: with the fix in the message.
+    """
+    if found is None:
+        return
+    model, found_dim = found.get(F.EMBED_MODEL), found.get(F.EMBED_DIM)
+    if model != embed_model or found_dim != dim:
+        raise SchemaMismatchError(
+            f"{where} was built with embedding model {model!r} ({found_dim}-d) but the embedder "
+            f"is {embed_model!r} ({dim}-d); set ADRAP_EMBED__MODEL={model} or rebuild the tree "
+            "into a new collection (ADRAP_QDRANT__COLLECTION=...) / a fresh state dir"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """The small filter language of a node search; each adapter translates it once.
+
+    ``source_prefix`` ending in ``/`` matches every node with a source under that folder
+    (summaries included); otherwise it matches nodes with exactly that source among their sources.
+    """
+
+    tree: str
+    min_layer: int | None = None
+    max_layer: int | None = None
+    source_prefix: str | None = None
+    ids: tuple[str, ...] | None = None
+    kind: Kind | None = None
+
+    def source_condition(self) -> tuple[str, str] | None:
+        """Return ``(field, value)`` of the exact keyword match that implements source_prefix."""
+        if self.source_prefix is None:
+            return None
+        prefix = self.source_prefix.strip().lstrip("./")
+        if prefix.endswith("/"):
+            return (F.SOURCE_DIRS, prefix)
+        return (F.SOURCES, prefix)
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredNode:
+    """One search hit: the node's payload and its cosine similarity to the query."""
+
+    node: NodePayload
+    score: float

@@ -1,0 +1,93 @@
+"""RAPTOR retrieval over a node store: collapsed tree (one filtered ANN query) and tree traversal.
+
+Collapsed tree [RAPTOR §3; adRAP App. A]: nearest nodes of every layer to the query, filtered by
+``tree`` (and optionally a layer range and a source folder/file), then taken in score order while
+the running token total stays within ``max_tokens`` — stopping at the first node that does not fit,
+as the papers' reference implementation does.
+
+Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
+those, layer by layer down to the leaves; the selected nodes are concatenated in selection order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retriever.protocols import NodeStore
+from retriever.schema import ScoredNode, SearchFilter
+
+DEFAULT_MAX_TOKENS = 2000
+MAX_LAYERS = 8
+
+
+def candidate_limit(max_tokens: int) -> int:
+    """Return how many hits one query fetches so the budget can be filled even by short nodes."""
+    return max(50, max_tokens // 20)
+
+
+def fill_budget(hits: Sequence[ScoredNode], max_tokens: int) -> list[ScoredNode]:
+    """Take hits in the given order while the running ``n_tokens`` total stays ≤ ``max_tokens``."""
+    out: list[ScoredNode] = []
+    total = 0
+    for hit in hits:
+        if total + hit.node.n_tokens > max_tokens:
+            break
+        total += hit.node.n_tokens
+        out.append(hit)
+    return out
+
+
+def collapsed_tree(
+    store: NodeStore,
+    query_vector: NDArray[np.float32],
+    flt: SearchFilter,
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> list[ScoredNode]:
+    """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill."""
+    if max_tokens < 1:
+        raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
+    hits = store.search(query_vector, flt, candidate_limit(max_tokens))
+    return fill_budget(hits, max_tokens)
+
+
+def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:
+    """Return the highest layer holding a node that matches ``flt``, or None for an empty tree."""
+    for layer in range(MAX_LAYERS, -1, -1):
+        if store.count(replace(flt, min_layer=layer, max_layer=layer)) > 0:
+            return layer
+    return None
+
+
+def tree_traversal(
+    store: NodeStore,
+    query_vector: NDArray[np.float32],
+    flt: SearchFilter,
+    *,
+    top_k: int = 5,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> list[ScoredNode]:
+    """Return the nodes selected by top-k traversal from the top layer down, within the budget."""
+    if top_k < 1:
+        raise ValueError(f"top_k must be ≥ 1, got {top_k}")
+    layer = top_layer(store, flt)
+    if layer is None:
+        return []
+    selected: list[ScoredNode] = []
+    hits = store.search(query_vector, replace(flt, min_layer=layer, max_layer=layer), top_k)
+    while hits:
+        selected.extend(hits)
+        children = tuple(dict.fromkeys(c for h in hits for c in h.node.children))
+        if not children:
+            break
+        hits = store.search(query_vector, replace(flt, ids=children, min_layer=None), top_k)
+    return fill_budget(selected, max_tokens)
+
+
+def format_context(hits: Sequence[ScoredNode]) -> str:
+    """Join the texts of hits into one context string, paragraphs separated by a blank line."""
+    return "\n\n".join(h.node.text for h in hits)
