@@ -1,0 +1,77 @@
+"""Turn ../shared/data into folders of documents (written to a temp dir, never into the repo)."""
+
+from __future__ import annotations
+
+import json
+import re
+import resource
+from dataclasses import dataclass
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+SQUAD = SHARED / "squad" / "squad-v1.1-dev-part-a.json"
+HOTPOT = SHARED / "hotpotqa" / "hotpot-dev-distractor-part-a.json"
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    answers: tuple[str, ...]
+    gold_sources: tuple[str, ...] = ()
+
+
+def _slug(title: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", title).strip("_")[:80] or "untitled"
+
+
+def squad_folder(dest: Path, titles: list[str] | None = None) -> tuple[list[Path], list[Question]]:
+    """Write one text file per SQuAD article; return the files and every question with answers."""
+    data = json.loads(SQUAD.read_text())["data"]
+    dest.mkdir(parents=True, exist_ok=True)
+    files, questions = [], []
+    for article in data:
+        if titles is not None and article["title"] not in titles:
+            continue
+        path = dest / f"{_slug(article['title'])}.txt"
+        path.write_text("\n\n".join(p["context"] for p in article["paragraphs"]) + "\n")
+        files.append(path)
+        for p in article["paragraphs"]:
+            for qa in p["qas"]:
+                answers = tuple(dict.fromkeys(a["text"] for a in qa["answers"]))
+                questions.append(Question(qa["question"], answers, (path.name,)))
+    return files, questions
+
+
+def squad_titles() -> list[str]:
+    return [a["title"] for a in json.loads(SQUAD.read_text())["data"]]
+
+
+def hotpot_folder(dest: Path) -> tuple[list[Path], list[Question]]:
+    """Write one file per distinct HotpotQA paragraph (gold and distractor) of the 50 items."""
+    items = json.loads(HOTPOT.read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+
+    def put(title: str, sentences: list[str]) -> str:
+        name = f"{_slug(title)}.txt"
+        if name not in written:
+            path = dest / name
+            path.write_text(f"{title}\n\n{''.join(sentences).strip()}\n")
+            written[name] = path
+        return name
+
+    questions = []
+    for item in items:
+        gold = (put(item["title_a"], item["para_a"]), put(item["title_b"], item["para_b"]))
+        for d in item.get("distractors", []):
+            if isinstance(d, dict):
+                put(d.get("title", "distractor"), d.get("sentences", d.get("paragraph", [])))
+            else:
+                put(d[0], d[1])
+        questions.append(Question(item["question"], (item["answer"],), gold))
+    return list(written.values()), questions
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
