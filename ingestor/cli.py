@@ -137,6 +137,8 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             min_top_nodes=c.min_top_nodes,
             summary_max_tokens=summary.max_tokens,
             max_input_tokens=limit,
+            tau_c=settings.adrap.tau_c,
+            greedy=settings.adrap.greedy,
         ),
     )
     return Pipeline(
@@ -149,6 +151,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
         chunk_overlap=settings.chunk.overlap,
         max_file_bytes=settings.read.max_file_bytes,
         ignore=settings.read.ignore,
+        drift_threshold=settings.adrap.drift_threshold,
     )
 
 
@@ -226,6 +229,76 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
         )
         for path, reason in report.skipped:
             click.echo(f"skipped {path}: {reason}", err=True)
+
+    run(ctx, body)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.pass_obj
+def add(ctx: Ctx, paths: tuple[Path, ...]) -> None:
+    """Add or update files/folders under the tree's root in place (adRAP, no rebuild).
+
+    New files are inserted, edited files re-chunked (unchanged chunks keep their nodes), files
+    that vanished from a given folder are removed.
+
+    \b
+    Example:
+      adrap add docs/new-report.md docs/minutes/
+    """
+    _update(ctx, list(paths), remove=False)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.pass_obj
+def remove(ctx: Ctx, paths: tuple[Path, ...]) -> None:
+    """Remove files/folders from the tree in place (the files themselves are not touched).
+
+    \b
+    Example:
+      adrap remove docs/old-report.md
+    """
+    _update(ctx, list(paths), remove=True)
+
+
+def _update(ctx: Ctx, paths: list[Path], *, remove: bool) -> None:
+    def body() -> None:
+        settings = ctx.settings
+        embedder = make_embedder(settings)
+        with opened_store(settings) as store:
+            report = make_pipeline(settings, store, embedder).update(paths, remove=remove)
+        click.echo(report.summary())
+        for path, reason in report.skipped:
+            click.echo(f"skipped {path}: {reason}", err=True)
+
+    run(ctx, body)
+
+
+@main.command()
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.pass_obj
+def rebuild(ctx: Ctx, progress: bool | None) -> None:
+    """Rebuild every summary layer over the current leaves (cached summaries are reused).
+
+    \b
+    Example:
+      adrap rebuild
+    """
+    from ingestor.pipeline import make_progress_printer
+
+    def body() -> None:
+        settings = ctx.settings
+        show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
+        embedder = make_embedder(settings)
+        with opened_store(settings) as store:
+            report = make_pipeline(settings, store, embedder).rebuild(show)
+        layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
+        click.echo(
+            f"rebuilt tree {settings.tree!r}: {report.leaves} leaves; nodes per layer {layers}; "
+            f"{report.stats.summary_calls} summaries ({report.stats.cache_hits} from cache); "
+            f"{report.seconds:.1f}s"
+        )
 
     run(ctx, body)
 

@@ -93,6 +93,14 @@ class SummarySettings(_Section):
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
 
 
+class AdrapSettings(_Section):
+    """In-place updates [adRAP §4]: online GMM thresholds, drift before a full rebuild."""
+
+    tau_c: int = Field(default=11, ge=2)
+    drift_threshold: float = Field(default=0.3, gt=0)
+    greedy: bool = False
+
+
 class QuerySettings(_Section):
     """Retrieval defaults."""
 
@@ -120,6 +128,7 @@ class Settings(BaseSettings):
     chunk: ChunkSettings = Field(default_factory=ChunkSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     summary: SummarySettings = Field(default_factory=SummarySettings)
+    adrap: AdrapSettings = Field(default_factory=AdrapSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
 
     @property

@@ -11,12 +11,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ingestor.adrap import TreeUpdater, UpdateStats
 from ingestor.chunking import chunk_text
 from ingestor.errors import SourceError, TreeError
-from ingestor.reading import Document, iter_documents
+from ingestor.reading import Document, iter_documents, read_document
 from ingestor.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from ingestor.tokens import Tokenizer, default_tokenizer
 from ingestor.tree import BuildStats, Progress, TreeBuilder, _noop
@@ -87,6 +88,7 @@ class Pipeline:
         max_file_bytes: int = 50_000_000,
         ignore: list[str] | None = None,
         tokenizer: Tokenizer | None = None,
+        drift_threshold: float = 0.3,
     ) -> None:
         self.tree = tree
         self.embedder = embedder
@@ -98,6 +100,7 @@ class Pipeline:
         self.max_file_bytes = max_file_bytes
         self.ignore = ignore
         self.tokenizer = tokenizer or default_tokenizer()
+        self.drift_threshold = drift_threshold
 
     def read(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
         """Read every supported file under ``root``; log and record each skipped one."""
@@ -191,6 +194,176 @@ class Pipeline:
         report.seconds = time.perf_counter() - t_start
         return report
 
+    def require_state(self) -> TreeState:
+        """Return the committed state, or explain that the tree must be built first."""
+        state = load_state(self.models, self.tree, self.embedder)
+        if state is None:
+            raise TreeError(
+                f"tree {self.tree!r} has not been built in {self.models.root.parent}; "
+                "run `adrap build DIR` first"
+            )
+        return state
+
+    def collect(
+        self, state: TreeState, paths: list[Path], report: UpdateReport
+    ) -> tuple[list[Document], list[str]]:
+        """Read ``paths`` (files or folders under the tree's root): changed docs and vanished sources."""
+        root = Path(state.root)
+        docs: list[Document] = []
+        gone: list[str] = []
+        kwargs = {} if self.ignore is None else {"ignore": self.ignore}
+        for path in paths:
+            path = path.resolve()
+            try:
+                rel = path.relative_to(root).as_posix()
+            except ValueError:
+                raise TreeError(
+                    f"{str(path)!r} is outside the tree's root {state.root!r}; add files under it "
+                    "or build another tree (ADRAP_TREE=...)"
+                ) from None
+            prefix = "" if rel == "." else rel + "/"
+            if not path.exists():
+                gone.extend(s for s in state.sources if s == rel or s.startswith(prefix))
+                continue
+            if path.is_file():
+                found: list[tuple[Path, Document | SourceError]] = []
+                try:
+                    found.append((path, read_document(path, root, max_bytes=self.max_file_bytes)))
+                except SourceError as exc:
+                    found.append((path, exc))
+            else:
+                found = list(iter_documents(path, max_bytes=self.max_file_bytes, **kwargs))
+            seen = set()
+            for p, item in found:
+                if isinstance(item, SourceError):
+                    log.warning("skipped %s: %s", p, item)
+                    report.skipped.append((str(p), str(item)))
+                    continue
+                if path.is_dir():
+                    item = replace(item, source=prefix + item.source)
+                seen.add(item.source)
+                docs.append(item)
+            if path.is_dir():
+                gone.extend(s for s in state.sources if s.startswith(prefix) and s not in seen)
+        return docs, gone
+
+    def update(self, paths: list[Path], *, remove: bool = False) -> UpdateReport:
+        """Bring the tree up to date with ``paths`` (``remove``: drop those sources) using adRAP."""
+        t0 = time.perf_counter()
+        report = UpdateReport()
+        state = self.require_state()
+        if remove:
+            docs, gone = [], self.sources_under(state, paths)
+        else:
+            docs, gone = self.collect(state, paths, report)
+        self.apply(state, docs, gone, report)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def sources_under(self, state: TreeState, paths: list[Path]) -> list[str]:
+        """Return the sources of the tree named by ``paths`` (files or folders, existing or not)."""
+        root = Path(state.root)
+        out: list[str] = []
+        for path in paths:
+            try:
+                rel = path.resolve().relative_to(root).as_posix()
+            except ValueError:
+                raise TreeError(f"{str(path)!r} is outside the tree's root {state.root!r}") from None
+            prefix = "" if rel == "." else rel + "/"
+            out.extend(s for s in state.sources if s == rel or s.startswith(prefix))
+        return out
+
+    def apply(self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport) -> None:
+        """Apply changed documents and removed sources as one adRAP batch, then store it."""
+        added: list[Node] = []
+        removed: list[str] = []
+        touched: list[str] = []
+        for doc in docs:
+            old = state.sources.get(doc.source)
+            if old is not None and old.content_hash == doc.content_hash:
+                report.files_unchanged += 1
+                continue
+            leaves = self.leaves_of(doc)
+            new_ids = {n.node_id for n in leaves}
+            old_ids = set(old.node_ids) if old else set()
+            if old is not None:
+                removed.extend(i for i in old.node_ids if i not in new_ids)
+            for n in leaves:
+                if n.node_id in old_ids:  # unchanged chunk: keep the node, refresh provenance
+                    kept = state.nodes[n.node_id]
+                    kept.chunk_index, kept.char_start, kept.char_end = n.chunk_index, n.char_start, n.char_end
+                    touched.append(n.node_id)
+                else:
+                    added.append(n)
+            state.sources[doc.source] = SourceEntry(doc.content_hash, doc.size, doc.mtime, [n.node_id for n in leaves])
+            report.files_changed += old is not None
+            report.files_added += old is None
+        for source in dict.fromkeys(gone):
+            entry = state.sources.pop(source, None)
+            if entry is not None:
+                removed.extend(entry.node_ids)
+                report.files_removed += 1
+        if not added and not removed and not touched:
+            return
+        vecs = self.embedder.embed_documents([n.text for n in added])
+        for node, vec in zip(added, vecs, strict=True):
+            state.nodes[node.node_id] = node
+            state.vectors[node.node_id] = vec
+        n_leaves = len(state.ids_in_layer(0)) - len(removed)
+        drift = (state.added_since_build + state.removed_since_build + len(added) + len(removed)) / max(
+            1, state.leaves_at_build
+        )
+        needs_layers = not state.layers and n_leaves > self.builder.params.min_top_nodes
+        if drift > self.drift_threshold or needs_layers:
+            for node_id in removed:
+                state.nodes.pop(node_id, None)
+                state.vectors.pop(node_id, None)
+            stats = self.builder.build(state)
+            report.rebuilt = True
+            report.stats = UpdateStats(
+                leaves_added=len(added),
+                leaves_removed=len(removed),
+                summaries_regenerated=stats.summary_calls,
+                summary_cache_hits=stats.cache_hits,
+            )
+            self.store_state(state)
+            return
+        report.stats = TreeUpdater(self.builder).apply(state, [n.node_id for n in added], removed)
+        report.stats.upserted.update(touched)
+        self.store_changes(state, report.stats.upserted, report.stats.deleted)
+
+    def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
+        """Upsert changed nodes, commit the state, then delete the points of removed nodes."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        ids = sorted(i for i in upserted if i in state.nodes)
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+        self._commit(state)
+        gone = sorted(i for i in deleted if i not in state.nodes)
+        if gone:
+            self.store.delete(gone)
+
+    def rebuild(self, progress: Progress = _noop) -> BuildReport:
+        """Rebuild every summary layer over the current leaves (summary cache reused)."""
+        t0 = time.perf_counter()
+        state = self.require_state()
+        report = BuildReport(files=len(state.sources), leaves=len(state.ids_in_layer(0)))
+        report.stats = self.builder.build(state, progress)
+        self.store_state(state, progress)
+        report.layers = state.layer_counts()
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _commit(self, state: TreeState) -> None:
+        try:
+            commit_state(self.models, state)
+        except (OSError, ModelStoreError) as exc:
+            raise TreeError(
+                f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "
+                "permissions of ADRAP_STATE_DIR, then run the command again"
+            ) from exc
+
     def store_state(self, state: TreeState, progress: Progress = _noop) -> None:
         """Upsert every node, commit the state, then delete points the state no longer has."""
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
@@ -199,17 +372,37 @@ class Pipeline:
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
             progress("store", start + len(batch), len(ids))
-        try:
-            commit_state(self.models, state)
-        except (OSError, ModelStoreError) as exc:
-            raise TreeError(
-                f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "
-                "permissions of ADRAP_STATE_DIR, then run the build again"
-            ) from exc
+        self._commit(state)
         orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
         if orphans:
             self.store.delete(orphans)
             log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
+
+
+@dataclass
+class UpdateReport:
+    """What ``update`` did."""
+
+    files_added: int = 0
+    files_changed: int = 0
+    files_removed: int = 0
+    files_unchanged: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    stats: UpdateStats = field(default_factory=UpdateStats)
+    rebuilt: bool = False
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """Return the one-line account printed by the CLI and logged by the daemon."""
+        s = self.stats
+        return (
+            f"files +{self.files_added} ~{self.files_changed} -{self.files_removed} "
+            f"(={self.files_unchanged}); leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
+            f"changed {s.clusters_changed}, created {s.clusters_created}, split {s.clusters_split}, "
+            f"removed {s.clusters_removed}; summaries regenerated {s.summaries_regenerated} "
+            f"(cache hits {s.summary_cache_hits}); {'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"{self.seconds:.2f}s"
+        )
 
 
 def make_progress_printer(enabled: bool) -> Callable[[str, int, int], None]:

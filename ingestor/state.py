@@ -95,16 +95,6 @@ class SourceEntry:
 
 
 @dataclass
-class LayerModel:
-    """The fitted clustering of one layer's nodes into the summaries of the layer above."""
-
-    layer: int
-    clusterer: Any
-    member_ids: list[str]
-    cluster_node_ids: list[str]
-
-
-@dataclass
 class TreeState:
     """Everything adrap knows about one tree."""
 
@@ -118,7 +108,7 @@ class TreeState:
     nodes: dict[str, Node] = field(default_factory=dict)
     vectors: dict[str, NDArray[np.float32]] = field(default_factory=dict)
     sources: dict[str, SourceEntry] = field(default_factory=dict)
-    layers: list[LayerModel] = field(default_factory=list)
+    layers: list[Any] = field(default_factory=list)  # AdaptiveLayer per clustered layer
     summary_cache: dict[str, str] = field(default_factory=dict)
     leaves_at_build: int = 0
     added_since_build: int = 0

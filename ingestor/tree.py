@@ -19,7 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.protocols import Summarizer
-from ingestor.state import LayerModel, Node, TreeState, sha256_text, summary_id
+from ingestor.adaptive import AdaptiveLayer
+from ingestor.state import Node, TreeState, sha256_text, summary_id
 from ingestor.tokens import Tokenizer, default_tokenizer
 from retriever import Embedder
 
@@ -30,7 +31,11 @@ Progress = Callable[[str, int, int], None]
 
 
 class Clusterer(Protocol):
-    """What the tree needs of a clustering estimator (``ingestor.clustering.TreeClusterer``)."""
+    """What the tree needs of a clustering estimator (``ingestor.clustering.TreeClusterer``).
+
+    Besides ``clusters_``, adRAP reads ``n_clusters_``, ``local_models_``, ``threshold``,
+    ``random_state``, ``predict_global`` and ``transform_local`` (see ``ingestor.adaptive``).
+    """
 
     clusters_: list[tuple[int, ...]]
 
@@ -45,6 +50,8 @@ class TreeParams:
     min_top_nodes: int = 10
     summary_max_tokens: int = 150
     max_input_tokens: int | None = None
+    tau_c: int = 11
+    greedy: bool = False
 
 
 @dataclass
@@ -136,29 +143,57 @@ class TreeBuilder:
         t0 = time.perf_counter()
         X = state.matrix(ids)
         clusterer = self.make_clusterer().fit(X)
-        groups = self._fit_input_limit(state, ids, X, [list(c) for c in clusterer.clusters_])
-        # Soft clustering can yield two clusters with one membership: summarise it once.
-        groups = list({tuple(sorted(g)): g for g in groups if g}.values())
+        # Each final cluster becomes one summary node, or several when its texts exceed the
+        # summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
+        # membership: that membership is summarised once (node ids are content-addressed).
+        parts = {
+            fid: [[ids[i] for i in part] for part in self._fit_input_limit(state, ids, X, [list(rows)])]
+            for fid, rows in enumerate(clusterer.clusters_)
+        }
+        groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
         stats.add_time("cluster", time.perf_counter() - t0)
         stats.clusters_per_layer[layer + 1] = len(groups)
         stats.mean_cluster_size[layer + 1] = float(np.mean([len(g) for g in groups]))
 
-        t0 = time.perf_counter()
-        member_ids = [[ids[i] for i in g] for g in groups]
-        texts = self.summarize_groups(state, member_ids, stats, progress, layer + 1)
-        stats.add_time("summarize", time.perf_counter() - t0)
+        made = self.add_summaries(state, layer + 1, groups, stats, progress)
+        by_members = {tuple(sorted(g)): node_id for g, node_id in zip(groups, made, strict=True)}
+        cluster_nodes = {
+            fid: list(dict.fromkeys(by_members[tuple(sorted(g))] for g in ps)) for fid, ps in parts.items()
+        }
+        state.layers.append(
+            AdaptiveLayer.from_fit(
+                layer, clusterer, list(ids), cluster_nodes, tau_c=self.params.tau_c, greedy=self.params.greedy
+            )
+        )
+        log.info("layer %d: %d nodes from %d clusters of %d", layer + 1, len(made), len(groups), len(ids))
+        return made
 
+    def add_summaries(
+        self,
+        state: TreeState,
+        layer: int,
+        groups: list[list[str]],
+        stats: BuildStats,
+        progress: Progress = _noop,
+    ) -> list[str]:
+        """Summarise and embed each group of node ids into a node of ``layer``; link parents.
+
+        A group whose node already exists (same children) is reused as it is.
+        """
+        ids = [summary_id(state.tree, layer, g) for g in groups]
+        todo = [i for i, node_id in enumerate(ids) if node_id not in state.nodes]
+        t0 = time.perf_counter()
+        texts = self.summarize_groups(state, [groups[i] for i in todo], stats, progress, layer)
+        stats.add_time("summarize", time.perf_counter() - t0)
         t0 = time.perf_counter()
         vectors = self.embedder.embed_documents(texts)
         stats.add_time("embed_summaries", time.perf_counter() - t0)
-
-        made: list[str] = []
         now = time.time()
-        for members, text, vec in zip(member_ids, texts, vectors, strict=True):
-            node_id = summary_id(state.tree, layer + 1, members)
-            state.nodes[node_id] = Node(
-                node_id=node_id,
-                layer=layer + 1,
+        for i, text, vec in zip(todo, texts, vectors, strict=True):
+            members = groups[i]
+            state.nodes[ids[i]] = Node(
+                node_id=ids[i],
+                layer=layer,
                 text=text,
                 n_tokens=len(self.tokenizer.encode(text)),
                 content_hash=sha256_text(text),
@@ -167,13 +202,11 @@ class TreeBuilder:
                 summarizer=self.summarizer.id,
                 updated_at=now,
             )
-            state.vectors[node_id] = vec
+            state.vectors[ids[i]] = vec
             for c in members:
-                state.nodes[c].parents.append(node_id)
-            made.append(node_id)
-        state.layers.append(LayerModel(layer, clusterer, list(ids), made))
-        log.info("layer %d: %d nodes from %d clusters of %d", layer + 1, len(made), len(groups), len(ids))
-        return made
+                if ids[i] not in state.nodes[c].parents:
+                    state.nodes[c].parents.append(ids[i])
+        return ids
 
     def summarize_groups(
         self,

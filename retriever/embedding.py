@@ -52,6 +52,8 @@ class SentenceTransformerEmbedder:
         # with our message instead of hanging on a download that cannot happen here.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bars
         from sentence_transformers import SentenceTransformer
 
         path = resolve_model_path(model)
@@ -64,7 +66,11 @@ class SentenceTransformerEmbedder:
                 f"ADRAP_EMBED__MODEL to a local sentence-transformers directory or {DEFAULT_MODEL!r}"
             ) from exc
         self.model_id = model
-        dim = self._model.get_sentence_embedding_dimension()
+        # sentence-transformers ≥ 5.2 renamed the method; keep both working.
+        get_dim = getattr(self._model, "get_embedding_dimension", None) or getattr(
+            self._model, "get_sentence_embedding_dimension"
+        )
+        dim = get_dim()
         if dim is None:
             raise EmbeddingError(f"embedding model {model!r} does not declare its dimension")
         self.dim: int = int(dim)

@@ -8,13 +8,21 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
+from ingestor.clustering import LocalModel
 from ingestor.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from ingestor.tree import TreeBuilder, TreeParams
 from tests.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 
 
 class ConsecutiveClusterer:
-    """Groups rows in runs of ``size`` (plus one soft overlap), standing in for UMAP + GMM."""
+    """Groups rows in runs of ``size`` (plus one soft overlap), standing in for UMAP + GMM.
+
+    Each run is a "guarded" global cluster (no local GMM), the shape TreeClusterer gives tiny
+    groups, so the adaptive layer built over it is well formed.
+    """
+
+    threshold = 0.1
+    random_state = 0
 
     def __init__(self, size: int = 4, overlap: bool = False) -> None:
         self.size = size
@@ -24,8 +32,13 @@ class ConsecutiveClusterer:
     def fit(self, X: NDArray[np.float32]) -> Self:
         n = len(X)
         self.clusters_ = [tuple(range(i, min(i + self.size, n))) for i in range(0, n, self.size)]
+        self.local_models_ = [
+            LocalModel(np.array(c, dtype=np.intp), None, None, None, (fid,))
+            for fid, c in enumerate(self.clusters_)
+        ]
         if self.overlap and len(self.clusters_) > 1:
             self.clusters_[1] = (self.clusters_[0][-1], *self.clusters_[1])
+        self.n_clusters_ = len(self.clusters_)
         return self
 
 

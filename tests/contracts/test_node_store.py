@@ -1,0 +1,615 @@
+"""Every NodeStore implementation passes the same tests: qdrant-edge on disk, qdrant-client local.
+
+The congruence test runs the same searches through both adapters and exact numpy brute force.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import qdrant_edge
+from numpy.typing import NDArray
+from qdrant_client import QdrantClient, models
+
+from retriever import edge_store, qdrant_store
+from retriever.edge_store import EdgeNodeStore
+from retriever.errors import SchemaMismatchError, StoreError
+from retriever.protocols import NodeStore
+from retriever.qdrant_store import QdrantNodeStore
+from retriever.schema import (
+    META_POINT_ID,
+    META_TREE,
+    Kind,
+    NodePayload,
+    SearchFilter,
+    point_id,
+    source_dirs,
+)
+from retriever.search import fill_budget
+
+DIM = 16
+MODEL = "test-model"
+
+
+# -- builders ------------------------------------------------------------------------------------
+
+
+def make_node(
+    key: str,
+    *,
+    tree: str = "t1",
+    layer: int = 0,
+    source: str | None = "docs/a.md",
+    sources: Sequence[str] | None = None,
+    n_tokens: int = 10,
+    text: str | None = None,
+) -> NodePayload:
+    """Return a valid NodePayload: chunk at layer 0, summary above, sources/source_dirs set."""
+    leaf = layer == 0
+    srcs = tuple(sources) if sources is not None else ((source,) if source else ())
+    dirs = tuple(sorted({d for s in srcs for d in source_dirs(s)}))
+    return NodePayload(
+        node_id=point_id(f"{tree}/{key}"),
+        tree=tree,
+        layer=layer,
+        kind=Kind.CHUNK if leaf else Kind.SUMMARY,
+        text=text if text is not None else f"text of {key}",
+        n_tokens=n_tokens,
+        content_hash=f"h-{key}",
+        source=source if leaf else None,
+        sources=srcs,
+        source_dirs=dirs,
+        chunk_index=0 if leaf else None,
+        char_start=0 if leaf else None,
+        char_end=10 if leaf else None,
+        summarizer=None if leaf else "extractive",
+        embed_model=MODEL,
+        updated_at=1.5,
+    )
+
+
+def unit_vectors(n: int, dim: int = DIM, seed: int = 0) -> NDArray[np.float32]:
+    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    out: NDArray[np.float32] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def ids_of(nodes: Sequence[NodePayload]) -> list[str]:
+    return [n.node_id for n in nodes]
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+
+class Backend:
+    """Opens stores on one storage (edge folder or in-memory client), as a restart would."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        self.path = tmp_path / "qdrant"
+        self.client = QdrantClient(":memory:") if kind == "server" else None
+        self.opened: list[Any] = []
+
+    def open(self) -> Any:
+        for opened in self.opened:
+            opened.close()  # the edge folder is locked by its opener
+        store: Any
+        if self.client is not None:
+            store = QdrantNodeStore(self.client, "adrap")
+        else:
+            store = EdgeNodeStore(self.path)
+        self.opened.append(store)
+        return store
+
+    def close(self) -> None:
+        for store in self.opened:
+            store.close()
+        if self.client is not None:
+            self.client.close()
+
+
+@pytest.fixture(params=["edge", "server"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    b = Backend(request.param, tmp_path)
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def store(backend: Backend) -> Any:
+    s = backend.open()
+    s.ensure_collection(DIM, MODEL)
+    return s
+
+
+@pytest.fixture
+def module(backend: Backend) -> Any:
+    return edge_store if backend.kind == "edge" else qdrant_store
+
+
+def test_both_adapters_satisfy_the_node_store_protocol(tmp_path: Path) -> None:
+    """Structural check by mypy: these assignments fail type-checking if a signature drifts."""
+    with EdgeNodeStore(tmp_path / "e") as edge:
+        a: NodeStore = edge
+    b: NodeStore = QdrantNodeStore(QdrantClient(":memory:"), "adrap", owns_client=True)
+    b.close()
+    assert a is edge
+
+
+# -- round trips ---------------------------------------------------------------------------------
+
+
+def test_upsert_then_count_retrieve_and_search_round_trip(store: Any) -> None:
+    nodes = [make_node(f"n{i}", layer=i % 3) for i in range(6)]
+    vectors = unit_vectors(6)
+    store.upsert(nodes, vectors)
+
+    assert store.count(SearchFilter(tree="t1")) == 6
+    assert store.retrieve(ids_of(nodes)) == nodes
+    hits = store.search(vectors[2], SearchFilter(tree="t1"), limit=3)
+    assert hits[0].node == nodes[2]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+    assert len(hits) == 3
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_reupsert_is_idempotent_and_overwrites_payload(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(4)]
+    store.upsert(nodes, unit_vectors(4))
+    store.upsert(nodes, unit_vectors(4))
+    changed = nodes[1].model_copy(update={"text": "new text", "n_tokens": 99})
+    store.upsert([changed], unit_vectors(1, seed=5))
+
+    assert store.count(SearchFilter(tree="t1")) == 4
+    assert store.retrieve([changed.node_id]) == [changed]
+
+
+def test_delete_removes_points_and_ignores_unknown_ids(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(5)]
+    store.upsert(nodes, unit_vectors(5))
+    store.delete([nodes[0].node_id, nodes[3].node_id, point_id("never-written")])
+    store.delete([])
+
+    assert store.count(SearchFilter(tree="t1")) == 3
+    assert ids_of(store.retrieve(ids_of(nodes))) == ids_of([nodes[1], nodes[2], nodes[4]])
+
+
+def test_search_budget_equals_the_fill_of_a_full_search(store: Any) -> None:
+    """The two-step search_budget returns exactly fill_budget(search(...)) with fewer payloads."""
+    rng = np.random.default_rng(7)
+    nodes = [make_node(f"n{i}", layer=i % 3, n_tokens=int(rng.integers(5, 120))) for i in range(40)]
+    store.upsert(nodes, unit_vectors(40))
+    for seed, budget in [(1, 1), (2, 100), (3, 500), (4, 100_000)]:
+        query = unit_vectors(1, seed=seed)[0]
+        flt = SearchFilter(tree="t1", min_layer=0 if seed % 2 else 1)
+        want = fill_budget(store.search(query, flt, 30), budget)
+        got = store.search_budget(query, flt, 30, budget)
+        assert [h.node for h in got] == [h.node for h in want]
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
+    with pytest.raises(ValueError, match="max_tokens"):
+        store.search_budget(query, flt, 30, 0)
+
+
+def test_retrieve_keeps_given_order_and_skips_missing_ids(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(4)]
+    store.upsert(nodes, unit_vectors(4))
+    wanted = [nodes[3].node_id, point_id("missing"), nodes[0].node_id, nodes[2].node_id]
+
+    assert store.retrieve(wanted) == [nodes[3], nodes[0], nodes[2]]
+    assert store.retrieve([]) == []
+
+
+def test_retrieve_vectors_returns_stored_normalised_vectors(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    vectors = unit_vectors(3)
+    store.upsert(nodes, vectors * np.float32(3.0))
+
+    got = store.retrieve_vectors([nodes[2].node_id, nodes[0].node_id])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, vectors[[2, 0]], atol=1e-6)
+    assert store.retrieve_vectors([]).shape == (0, DIM)
+
+
+def test_retrieve_vectors_names_missing_ids(store: Any) -> None:
+    store.upsert([make_node("n0")], unit_vectors(1))
+    missing = point_id("missing")
+    with pytest.raises(StoreError, match=missing):
+        store.retrieve_vectors([make_node("n0").node_id, missing])
+
+
+def test_upsert_rejects_mismatched_shapes_and_bad_vectors(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    with pytest.raises(ValueError, match="shape"):
+        store.upsert(nodes, unit_vectors(2))
+    with pytest.raises(ValueError, match="dimensions"):
+        store.upsert(nodes, unit_vectors(3, dim=DIM + 1))
+    with pytest.raises(ValueError, match="shape"):
+        store.upsert(nodes[:1], unit_vectors(1)[0])
+    bad = unit_vectors(3)
+    bad[1, 0] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        store.upsert(nodes, bad)
+    with pytest.raises(ValueError, match="query vector"):
+        store.search(unit_vectors(1, dim=DIM + 1)[0], SearchFilter(tree="t1"), limit=3)
+    assert store.count(SearchFilter(tree="t1")) == 0
+
+
+# -- filters -------------------------------------------------------------------------------------
+
+
+def test_two_trees_do_not_see_each_other(store: Any) -> None:
+    one = [make_node(f"a{i}", tree="t1") for i in range(3)]
+    two = [make_node(f"b{i}", tree="t2") for i in range(4)]
+    store.upsert(one + two, unit_vectors(7))
+    query = unit_vectors(1, seed=9)[0]
+
+    assert {h.node.tree for h in store.search(query, SearchFilter(tree="t1"), 10)} == {"t1"}
+    assert len(store.search(query, SearchFilter(tree="t2"), 10)) == 4
+    assert store.count(SearchFilter(tree="t1")) == 3
+    assert set(store.iter_ids("t2")) == set(ids_of(two))
+    assert store.search(query, SearchFilter(tree="nope"), 10) == []
+
+
+def test_layer_range_filters_search_and_count(store: Any) -> None:
+    nodes = [make_node(f"n{i}", layer=i % 4) for i in range(12)]
+    store.upsert(nodes, unit_vectors(12))
+    query = unit_vectors(1, seed=3)[0]
+
+    mid = store.search(query, SearchFilter(tree="t1", min_layer=1, max_layer=2), 20)
+    assert sorted({h.node.layer for h in mid}) == [1, 2]
+    assert len(mid) == 6
+    assert store.count(SearchFilter(tree="t1", min_layer=2)) == 6
+    assert store.count(SearchFilter(tree="t1", max_layer=0)) == 3
+
+
+def test_source_folder_prefix_matches_leaves_and_summaries(store: Any) -> None:
+    leaf_r = make_node("r", source="reports/2024/q1.md")
+    leaf_d = make_node("d", source="docs/x.md")
+    summary = make_node("s", layer=1, sources=["reports/2024/q1.md", "docs/x.md"])
+    other = make_node("o", layer=1, sources=["docs/y.md"])
+    store.upsert([leaf_r, leaf_d, summary, other], unit_vectors(4))
+    query = unit_vectors(1, seed=4)[0]
+
+    def found(prefix: str) -> set[str]:
+        hits = store.search(query, SearchFilter(tree="t1", source_prefix=prefix), 10)
+        assert store.count(SearchFilter(tree="t1", source_prefix=prefix)) == len(hits)
+        return {h.node.node_id for h in hits}
+
+    assert found("reports/") == {leaf_r.node_id, summary.node_id}
+    assert found("./reports/2024/") == {leaf_r.node_id, summary.node_id}
+    assert found("docs/x.md") == {leaf_d.node_id, summary.node_id}
+    assert found("docs/") == {leaf_d.node_id, summary.node_id, other.node_id}
+    assert found("reports") == set()  # neither a folder (no "/") nor an exact file
+
+
+def test_ids_filter_restricts_search_and_count(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(6)]
+    store.upsert(nodes, unit_vectors(6))
+    wanted = (nodes[1].node_id, nodes[4].node_id)
+    flt = SearchFilter(tree="t1", ids=wanted)
+
+    assert {h.node.node_id for h in store.search(unit_vectors(1)[0], flt, 10)} == set(wanted)
+    assert store.count(flt) == 2
+    assert store.search(unit_vectors(1)[0], SearchFilter(tree="t1", ids=()), 10) == []
+    assert store.count(SearchFilter(tree="t1", ids=())) == 0
+
+
+def test_kind_filter_separates_chunks_and_summaries(store: Any) -> None:
+    nodes = [make_node(f"n{i}", layer=i % 2) for i in range(6)]
+    store.upsert(nodes, unit_vectors(6))
+    query = unit_vectors(1, seed=2)[0]
+
+    chunks = store.search(query, SearchFilter(tree="t1", kind=Kind.CHUNK), 10)
+    assert {h.node.kind for h in chunks} == {Kind.CHUNK}
+    assert store.count(SearchFilter(tree="t1", kind=Kind.SUMMARY)) == 3
+
+
+def test_meta_point_is_never_returned_nor_counted(store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    store.upsert(nodes, unit_vectors(3))
+    e0 = np.zeros(DIM, dtype=np.float32)
+    e0[0] = 1.0  # the meta point's own vector
+
+    hits = store.search(e0, SearchFilter(tree="t1"), 10)
+    assert META_POINT_ID not in {h.node.node_id for h in hits}
+    assert len(hits) == 3
+    assert store.count(SearchFilter(tree="t1")) == 3
+    assert store.retrieve([META_POINT_ID]) == []
+    with pytest.raises(ValueError, match="reserved"):
+        store.search(e0, SearchFilter(tree=META_TREE), 10)
+    with pytest.raises(ValueError, match="reserved"):
+        store.count(SearchFilter(tree=META_TREE))
+    with pytest.raises(ValueError, match="reserved"):
+        store.iter_ids(META_TREE)
+    with pytest.raises(ValueError, match="reserved"):
+        store.upsert([make_node("m", tree=META_TREE)], unit_vectors(1))
+
+
+def test_malformed_ids_are_rejected(store: Any) -> None:
+    with pytest.raises(ValueError, match="not a uuid"):
+        store.retrieve(["not-a-uuid"])
+    with pytest.raises(ValueError, match="not a uuid"):
+        store.delete(["nope"])
+    with pytest.raises(ValueError, match="sequence of ids"):
+        store.retrieve(point_id("x"))
+
+
+def test_iter_ids_pages_through_every_point_of_a_tree(
+    store: Any, module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(module, "SCROLL_PAGE", 7)
+    nodes = [make_node(f"n{i}") for i in range(30)] + [make_node("x", tree="t2")]
+    store.upsert(nodes, unit_vectors(31))
+
+    got = list(store.iter_ids("t1"))
+    assert sorted(got) == sorted(ids_of(nodes[:30]))
+    assert list(store.iter_ids("empty")) == []
+
+
+def test_upsert_batches_and_large_limits(
+    store: Any, module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(module, "UPSERT_BATCH", 4)
+    nodes = [make_node(f"n{i}") for i in range(11)]
+    store.upsert(nodes, unit_vectors(11))
+
+    assert store.count(SearchFilter(tree="t1")) == 11
+    assert len(store.search(unit_vectors(1)[0], SearchFilter(tree="t1"), 1000)) == 11
+    assert store.search(unit_vectors(1)[0], SearchFilter(tree="t1"), 0) == []
+
+
+# -- schema guard --------------------------------------------------------------------------------
+
+
+def test_reopen_with_same_model_is_accepted(backend: Backend, store: Any) -> None:
+    nodes = [make_node(f"n{i}") for i in range(3)]
+    store.upsert(nodes, unit_vectors(3))
+    again = backend.open()
+    again.ensure_collection(DIM, MODEL)
+
+    assert again.retrieve(ids_of(nodes)) == nodes
+    assert again.count(SearchFilter(tree="t1")) == 3
+
+
+@pytest.mark.parametrize(
+    ("dim", "model", "expected"),
+    [(DIM, "other-model", "other-model"), (DIM * 2, MODEL, f"{DIM * 2}-d")],
+)
+def test_other_embedding_model_or_dim_is_refused_with_the_fix(
+    backend: Backend, store: Any, dim: int, model: str, expected: str
+) -> None:
+    store.upsert([make_node("n0")], unit_vectors(1))
+    again = backend.open()
+    with pytest.raises(SchemaMismatchError, match=expected) as info:
+        again.ensure_collection(dim, model)
+    message = str(info.value)
+    assert MODEL in message
+    assert "ADRAP_EMBED__MODEL" in message
+
+
+# -- adapter specifics ---------------------------------------------------------------------------
+
+
+def test_edge_reopen_from_disk_keeps_data(tmp_path: Path) -> None:
+    nodes = [make_node(f"n{i}", layer=i % 2) for i in range(5)]
+    vectors = unit_vectors(5)
+    with EdgeNodeStore(tmp_path / "s") as first:
+        first.ensure_collection(DIM, MODEL)
+        first.upsert(nodes, vectors)
+
+    with EdgeNodeStore(tmp_path / "s") as second:
+        assert second.dim == DIM
+        assert second.retrieve(ids_of(nodes)) == nodes
+        hits = second.search(vectors[4], SearchFilter(tree="t1"), 1)
+        assert hits[0].node == nodes[4]
+        np.testing.assert_allclose(second.retrieve_vectors(ids_of(nodes)), vectors, atol=1e-6)
+        second.ensure_collection(DIM, MODEL)
+
+
+def test_edge_folder_in_use_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with EdgeNodeStore(tmp_path / "s") as first:
+        first.ensure_collection(DIM, MODEL)
+        with pytest.raises(StoreError, match="in use by another adrap process") as info:
+            EdgeNodeStore(tmp_path / "s")
+        assert "ADRAP_QDRANT__URL" in str(info.value)
+
+
+def test_edge_store_needs_ensure_collection_and_refuses_use_after_close(tmp_path: Path) -> None:
+    store = EdgeNodeStore(tmp_path / "s")
+    with pytest.raises(StoreError, match="adrap build"):
+        store.count(SearchFilter(tree="t1"))
+    store.ensure_collection(DIM, MODEL)
+    store.close()
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.count(SearchFilter(tree="t1"))
+
+
+def test_edge_refuses_a_shard_with_another_vector_size_even_without_meta(tmp_path: Path) -> None:
+    with EdgeNodeStore(tmp_path / "s") as first:
+        first.ensure_collection(DIM, MODEL)
+        first._shard.update(  # type: ignore[union-attr]  # simulate a shard without meta point
+            qdrant_edge.UpdateOperation.delete_points([META_POINT_ID])
+        )
+    with EdgeNodeStore(tmp_path / "s") as second, pytest.raises(SchemaMismatchError, match="8-d"):
+        second.ensure_collection(8, MODEL)
+
+
+def test_edge_optimize_keeps_results_and_auto_optimizes(tmp_path: Path) -> None:
+    nodes = [make_node(f"n{i}") for i in range(40)]
+    vectors = unit_vectors(40)
+    with EdgeNodeStore(tmp_path / "s", auto_optimize_points=10, hnsw_ef=64) as store:
+        store.ensure_collection(DIM, MODEL)
+        store.upsert(nodes, vectors)
+        before = store.search(vectors[7], SearchFilter(tree="t1"), 5)
+        store.optimize()
+        assert store.search(vectors[7], SearchFilter(tree="t1"), 5) == before
+
+
+def test_server_name_is_an_alias_of_a_versioned_collection() -> None:
+    client = QdrantClient(":memory:")
+    store = QdrantNodeStore(client, "adrap", owns_client=True)
+    store.ensure_collection(DIM, MODEL)
+
+    aliases = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
+    assert aliases == {"adrap": "adrap_v1"}
+    store.close()
+
+
+def test_server_rebuild_writes_next_generation_and_promote_switches_alias() -> None:
+    client = QdrantClient(":memory:")
+    live = QdrantNodeStore(client, "adrap", owns_client=True)
+    live.ensure_collection(DIM, MODEL)
+    old = make_node("old")
+    live.upsert([old], unit_vectors(1))
+
+    nxt = live.create_next_generation(DIM, MODEL)
+    new = make_node("new")
+    nxt.upsert([new], unit_vectors(1, seed=1))
+    assert nxt.collection == "adrap_v2"
+    assert live.retrieve([new.node_id]) == []  # readers see the old generation until promote
+    nxt.promote()
+
+    assert live.retrieve([new.node_id, old.node_id]) == [new]
+    names = {c.name for c in client.get_collections().collections}
+    assert names == {"adrap_v2"}
+    third = live.create_next_generation(DIM, MODEL)
+    assert third.collection == "adrap_v3"
+    with pytest.raises(ValueError, match="create_next_generation"):
+        live.promote()
+    live.close()
+
+
+def test_server_uses_a_hand_made_collection_with_the_bare_name() -> None:
+    client = QdrantClient(":memory:")
+    client.create_collection(
+        "adrap",
+        vectors_config={"dense": models.VectorParams(size=DIM, distance=models.Distance.COSINE)},
+    )
+    store = QdrantNodeStore(client, "adrap", owns_client=True)
+    store.ensure_collection(DIM, MODEL)
+    store.upsert([make_node("n")], unit_vectors(1))
+
+    assert client.get_aliases().aliases == []
+    assert store.count(SearchFilter(tree="t1")) == 1
+    nxt = store.create_next_generation(DIM, MODEL)
+    nxt.promote()  # the hand-made collection gives its name to the alias
+    assert {a.alias_name: a.collection_name for a in client.get_aliases().aliases} == {
+        "adrap": "adrap_v1"
+    }
+    assert store.count(SearchFilter(tree="t1")) == 0
+    store.close()
+
+
+def test_server_errors_name_the_collection_and_the_fix() -> None:
+    client = QdrantClient(":memory:")
+    store = QdrantNodeStore(client, "absent", owns_client=True)
+    with pytest.raises(StoreError, match=r"'absent'.*adrap build"):
+        store.count(SearchFilter(tree="t1"))
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.count(SearchFilter(tree="t1"))
+
+
+def test_connect_rejects_a_malformed_url() -> None:
+    with pytest.raises(StoreError, match="ADRAP_QDRANT__URL"):
+        qdrant_store.connect("ftp://example:6333", timeout=1.0)
+
+
+# -- congruence ----------------------------------------------------------------------------------
+
+
+def _random_corpus(n: int, dim: int, seed: int) -> tuple[list[NodePayload], NDArray[np.float32]]:
+    rng = np.random.default_rng(seed)
+    files = ["reports/2024/q1.md", "reports/2024/q2.md", "reports/a.md", "docs/x.md", "docs/y/z.md"]
+    nodes = []
+    for i in range(n):
+        tree = "t1" if rng.random() < 0.6 else "t2"
+        layer = int(rng.choice(4, p=[0.7, 0.2, 0.07, 0.03]))
+        if layer == 0:
+            nodes.append(make_node(f"n{i}", tree=tree, source=str(rng.choice(files))))
+        else:
+            k = int(rng.integers(1, 4))
+            picked = [str(s) for s in rng.choice(files, size=k, replace=False)]
+            nodes.append(make_node(f"n{i}", tree=tree, layer=layer, sources=picked))
+    return nodes, unit_vectors(n, dim, seed)
+
+
+def _brute_force(
+    nodes: Sequence[NodePayload],
+    vectors: NDArray[np.float32],
+    query: NDArray[np.float32],
+    flt: SearchFilter,
+    limit: int,
+) -> tuple[list[str], NDArray[np.float64]]:
+    source = flt.source_condition()
+
+    def keep(n: NodePayload) -> bool:
+        return (
+            n.tree == flt.tree
+            and (flt.min_layer is None or n.layer >= flt.min_layer)
+            and (flt.max_layer is None or n.layer <= flt.max_layer)
+            and (flt.kind is None or n.kind == flt.kind)
+            and (flt.ids is None or n.node_id in flt.ids)
+            and (source is None or source[1] in getattr(n, source[0]))
+        )
+
+    mask = np.array([keep(n) for n in nodes])
+    idx = np.nonzero(mask)[0]
+    scores = vectors[idx].astype(np.float64) @ (query / np.linalg.norm(query)).astype(np.float64)
+    order = np.argsort(-scores, kind="stable")[:limit]
+    return [nodes[i].node_id for i in idx[order]], scores[order]
+
+
+def _filters(nodes: Sequence[NodePayload], rng: np.random.Generator) -> list[SearchFilter]:
+    some = tuple(str(i) for i in rng.choice(ids_of(nodes), size=40, replace=False))
+    return [
+        SearchFilter(tree="t1"),
+        SearchFilter(tree="t2"),
+        SearchFilter(tree="t1", min_layer=1),
+        SearchFilter(tree="t1", max_layer=0),
+        SearchFilter(tree="t2", min_layer=1, max_layer=2),
+        SearchFilter(tree="t1", source_prefix="reports/"),
+        SearchFilter(tree="t1", source_prefix="reports/2024/"),
+        SearchFilter(tree="t2", source_prefix="docs/x.md"),
+        SearchFilter(tree="t1", kind=Kind.SUMMARY),
+        SearchFilter(tree="t1", ids=some),
+        SearchFilter(tree="t1", ids=some, min_layer=0, max_layer=1, source_prefix="docs/"),
+        SearchFilter(tree="t2", kind=Kind.CHUNK, source_prefix="reports/a.md"),
+    ]
+
+
+def test_both_adapters_and_brute_force_agree_on_filtered_searches(tmp_path: Path) -> None:
+    """Same corpus, same 36 searches: identical ids, scores within 1e-5, equal to numpy exact."""
+    dim = 32
+    nodes, vectors = _random_corpus(300, dim, seed=11)
+    rng = np.random.default_rng(12)
+    client = QdrantClient(":memory:")
+    with (
+        EdgeNodeStore(tmp_path / "edge") as edge,
+        QdrantNodeStore(client, "adrap", owns_client=True) as server,
+    ):
+        stores: list[Callable[..., Any]] = []
+        for s in (edge, server):
+            s.ensure_collection(dim, MODEL)
+            s.upsert(nodes, vectors)
+            stores.append(s.search)
+        assert edge.count(SearchFilter(tree="t1")) == server.count(SearchFilter(tree="t1"))
+
+        checked = 0
+        for flt in _filters(nodes, rng):
+            for limit in (1, 10, 50):
+                query = unit_vectors(1, dim, seed=int(rng.integers(1 << 30)))[0]
+                want_ids, want_scores = _brute_force(nodes, vectors, query, flt, limit)
+                for search in stores:
+                    hits = search(query, flt, limit)
+                    assert [h.node.node_id for h in hits] == want_ids, flt
+                    np.testing.assert_allclose([h.score for h in hits], want_scores, atol=1e-5)
+                filled = [s.search_budget(query, flt, limit, 60) for s in (edge, server)]
+                assert [h.node for h in filled[0]] == [h.node for h in filled[1]]
+                checked += 1
+        assert checked == 36
