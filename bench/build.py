@@ -3,7 +3,7 @@ ratio of the build to its floor (raw embedding of the same chunks with the same 
 
     python bench/build.py [--articles N] [--summarizer extractive|openai]
 
-Target (DESIGN §7): build time ≤ 1.33 × raw embedding time.
+Target (DESIGN §7): build time ≤ 1.33 x raw embedding time.
 """
 
 from __future__ import annotations
@@ -66,20 +66,30 @@ def main() -> None:
         floor_s = time.perf_counter() - t0
 
     s = report.stats
-    print(f"corpus: {len(files)} SQuAD articles, {sum(len(n) for n in leaves) / 1e6:.2f} M chars of leaves")
-    print(f"model load {load_s:.1f}s; UMAP/numba JIT warm-up {warm_s:.1f}s (once per process, not counted)")
+    print(
+        f"corpus: {len(files)} SQuAD articles, {sum(len(n) for n in leaves) / 1e6:.2f} M chars of leaves"
+    )
+    print(
+        f"model load {load_s:.1f}s; UMAP/numba JIT warm-up {warm_s:.1f}s (once per process, not counted)"
+    )
     print("stage seconds:")
     for stage, sec in s.seconds.items():
         print(f"  {stage:<16} {sec:8.2f}")
     print(f"  {'total build':<16} {report.seconds:8.2f}")
     print(f"leaves {report.leaves}; nodes per layer {report.layers}")
-    print(f"clusters per layer {s.clusters_per_layer}; mean cluster size "
-          f"{ {k: round(v, 2) for k, v in s.mean_cluster_size.items()} }")
+    print(
+        f"clusters per layer {s.clusters_per_layer}; mean cluster size "
+        f"{ {k: round(v, 2) for k, v in s.mean_cluster_size.items()} }"
+    )
     print(f"summary calls {s.summary_calls} (cache hits {s.cache_hits})")
-    print(f"raw embedding of the same {len(leaves)} chunks: {floor_s:.2f}s "
-          f"({len(leaves) / floor_s:.1f} chunks/s)")
+    print(
+        f"raw embedding of the same {len(leaves)} chunks: {floor_s:.2f}s "
+        f"({len(leaves) / floor_s:.1f} chunks/s)"
+    )
     ratio = report.seconds / floor_s
-    print(f"RATIO build / raw embedding = {ratio:.2f}  (target ≤ 1.33: {'met' if ratio <= 1.33 else 'MISSED'})")
+    print(
+        f"RATIO build / raw embedding = {ratio:.2f}  (target ≤ 1.33: {'met' if ratio <= 1.33 else 'MISSED'})"
+    )
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

@@ -38,13 +38,17 @@ def _contains_answer(hits: list[ScoredNode], answers: tuple[str, ...]) -> bool:
     return any(a.lower() in text for a in answers)
 
 
-def evaluate(name: str, corpus: Path, questions: list[Question], tmp: Path, max_tokens: int) -> None:
+def evaluate(
+    name: str, corpus: Path, questions: list[Question], tmp: Path, max_tokens: int
+) -> None:
     settings = Settings(_env_file=None, state_dir=tmp / f"state-{name}")  # type: ignore[call-arg]
     embedder = make_embedder(settings)
     store = EdgeNodeStore(settings.state_dir / "qdrant")
     t0 = time.perf_counter()
     report = make_pipeline(settings, store, embedder).build(corpus)
-    print(f"[{name}] built {report.leaves} leaves, layers {report.layers} in {time.perf_counter() - t0:.0f}s")
+    print(
+        f"[{name}] built {report.leaves} leaves, layers {report.layers} in {time.perf_counter() - t0:.0f}s"
+    )
     qvecs = embedder.embed_documents([q.text for q in questions])
     flt = SearchFilter(tree=settings.tree)
     modes: dict[str, Callable[[object], list[ScoredNode]]] = {
@@ -55,7 +59,9 @@ def evaluate(name: str, corpus: Path, questions: list[Question], tmp: Path, max_
         ),
     }
     print(f"[{name}] {len(questions)} questions, context budget {max_tokens} tokens")
-    print(f"  {'mode':<16} {'answer in ctx':>13} {'both gold rep.':>14} {'both gold leaves':>16} {'ms/query':>9}")
+    print(
+        f"  {'mode':<16} {'answer in ctx':>13} {'both gold rep.':>14} {'both gold leaves':>16} {'ms/query':>9}"
+    )
     for mode, fn in modes.items():
         hit = both = both_leaves = 0
         t0 = time.perf_counter()
@@ -69,7 +75,11 @@ def evaluate(name: str, corpus: Path, questions: list[Question], tmp: Path, max_
                 both_leaves += all(g in leaves for g in q.gold_sources)
         ms = (time.perf_counter() - t0) * 1000 / len(questions)
         n = len(questions)
-        gold = f"{both / n:14.1%} {both_leaves / n:16.1%}" if name == "hotpotqa" else f"{'-':>14} {'-':>16}"
+        gold = (
+            f"{both / n:14.1%} {both_leaves / n:16.1%}"
+            if name == "hotpotqa"
+            else f"{'-':>14} {'-':>16}"
+        )
         print(f"  {mode:<16} {hit / n:13.1%} {gold} {ms:9.1f}")
     store.close()
 

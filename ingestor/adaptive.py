@@ -33,7 +33,13 @@ class LayerDelta:
     split: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)
 
-    def absorb(self, dirty: Iterable[int], created: Iterable[int], split: Iterable[int], removed: Iterable[int]) -> None:
+    def absorb(
+        self,
+        dirty: Iterable[int],
+        created: Iterable[int],
+        split: Iterable[int],
+        removed: Iterable[int],
+    ) -> None:
         self.created |= set(created)
         self.removed |= set(removed)
         self.created -= self.removed
@@ -121,7 +127,7 @@ class AdaptiveLayer:
 
     def members(self, cid: int) -> list[str]:
         """Return the node ids of cluster ``cid`` (sorted; empty if it does not exist)."""
-        for g, (gcid, nodes) in self.guarded.items():
+        for gcid, nodes in self.guarded.values():
             if gcid == cid:
                 return sorted(nodes)
         for g, gmm in enumerate(self.gmms):
@@ -152,10 +158,7 @@ class AdaptiveLayer:
             delta.absorb([cid], [], [], [])
             return
         local = self.clusterer.transform_local(g, X)[0]
-        if self.greedy:
-            result = gmm.add_greedy(local)
-        else:
-            result = gmm.add(local)
+        result = gmm.add_greedy(local) if self.greedy else gmm.add(local)
         self.point_of[node_id] = (g, result.point)
         self.node_at[(g, result.point)] = node_id
         delta.absorb(result.dirty, result.created, result.split, result.removed)
@@ -179,7 +182,7 @@ class AdaptiveLayer:
         g, pid = self.point_of.pop(old_id)
         self.point_of[new_id] = (g, pid)
         if pid == GUARDED:
-            cid, nodes = self.guarded[g]
+            _cid, nodes = self.guarded[g]
             nodes.discard(old_id)
             nodes.add(new_id)
         else:

@@ -112,7 +112,8 @@ class TreeUpdater:
         stats.clusters_removed += len(delta.removed)
         # cluster_nodes still holds the summaries as they were before this batch.
         old_nodes = {
-            cid: list(al.cluster_nodes.get(cid, [])) for cid in delta.dirty | delta.created | delta.removed
+            cid: list(al.cluster_nodes.get(cid, []))
+            for cid in delta.dirty | delta.created | delta.removed
         }
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
@@ -159,7 +160,9 @@ class TreeUpdater:
             if node is None:
                 continue
             parents = [
-                p for cid in sorted(al.clusters_of(node_id)) for p in al.cluster_nodes.get(cid, [])
+                p
+                for cid in sorted(al.clusters_of(node_id))
+                for p in al.cluster_nodes.get(cid, [])
                 if p in state.nodes and node_id in state.nodes[p].children
             ]
             if parents != node.parents:

@@ -44,7 +44,9 @@ def configure_logging(level: str, verbose: bool) -> None:
     """Log JSON to stderr when it is not a terminal, plain lines otherwise."""
     handler = logging.StreamHandler(sys.stderr)
     if sys.stderr.isatty():
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S"))
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
+        )
     else:
         handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
@@ -323,9 +325,15 @@ def _hit_json(hit: ScoredNode) -> dict[str, Any]:
 @click.argument("question")
 @click.option("--mode", type=click.Choice(["collapsed", "traversal"]), default=None)
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Context budget.")
-@click.option("--top-k", type=click.IntRange(min=1), default=None, help="Traversal: nodes per layer.")
-@click.option("--source", "source_prefix", default=None, help="Only sources under this folder/ or this file.")
-@click.option("--layers", default=None, help="Layer range, e.g. 0-0 for leaves only, 1- for summaries.")
+@click.option(
+    "--top-k", type=click.IntRange(min=1), default=None, help="Traversal: nodes per layer."
+)
+@click.option(
+    "--source", "source_prefix", default=None, help="Only sources under this folder/ or this file."
+)
+@click.option(
+    "--layers", default=None, help="Layer range, e.g. 0-0 for leaves only, 1- for summaries."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: hits with provenance + context.")
 @click.pass_obj
 def query(
@@ -362,7 +370,9 @@ def query(
                 )
             vec = embedder.embed_query(question)
             if chosen == "traversal":
-                hits = tree_traversal(store, vec, flt, top_k=top_k or s.query.top_k, max_tokens=budget)
+                hits = tree_traversal(
+                    store, vec, flt, top_k=top_k or s.query.top_k, max_tokens=budget
+                )
             else:
                 hits = collapsed_tree(store, vec, flt, max_tokens=budget)
         seconds = time.perf_counter() - t0
@@ -381,11 +391,20 @@ def query(
             return
         for h in hits:
             n = h.node
-            where = f"{n.source}:{n.char_start}-{n.char_end}" if n.layer == 0 else ", ".join(n.sources)
-            click.echo(click.style(f"[{h.score:.3f}] layer {n.layer} · {n.n_tokens} tok · {where}", bold=True))
+            where = (
+                f"{n.source}:{n.char_start}-{n.char_end}" if n.layer == 0 else ", ".join(n.sources)
+            )
+            click.echo(
+                click.style(
+                    f"[{h.score:.3f}] layer {n.layer} · {n.n_tokens} tok · {where}", bold=True
+                )
+            )
             click.echo(n.text + "\n")
         total = sum(h.node.n_tokens for h in hits)
-        click.echo(f"{len(hits)} nodes, {total}/{budget} tokens, {chosen}, {seconds * 1000:.0f} ms", err=True)
+        click.echo(
+            f"{len(hits)} nodes, {total}/{budget} tokens, {chosen}, {seconds * 1000:.0f} ms",
+            err=True,
+        )
 
     run(ctx, body)
 

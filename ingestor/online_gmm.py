@@ -319,6 +319,25 @@ class OnlineGMM:
         }
         return self._result(pid, old_ids, before, split=split)
 
+    def add_greedy(self, x: NDArray[np.floating]) -> UpdateResult:
+        """Insert one point the way the paper's greedy baseline does [A §6.4].
+
+        The point joins its most probable cluster; the mixture parameters are not updated and no
+        cluster is split or created.
+        """
+        if self.params.k == 0:
+            return self.add(x)
+        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        pid = self._next_point
+        self._next_point += 1
+        old_ids = frozenset(self.members)
+        _, post = responsibilities(x[None, :], self.params)
+        cid = self.cluster_ids[int(np.argmax(post[0]))]
+        before = {cid: frozenset(self.members[cid])}
+        self._points.append(pid, x)
+        self.members[cid].add(pid)
+        return self._result(pid, old_ids, before)
+
     def remove(self, point: int) -> UpdateResult:
         """Delete a point: drop it from its clusters and remove the clusters left empty.
 

@@ -120,7 +120,10 @@ class Pipeline:
         seen: Counter[str] = Counter()
         out = []
         chunks = chunk_text(
-            doc.text, max_tokens=self.chunk_tokens, overlap=self.chunk_overlap, tokenizer=self.tokenizer
+            doc.text,
+            max_tokens=self.chunk_tokens,
+            overlap=self.chunk_overlap,
+            tokenizer=self.tokenizer,
         )
         for chunk in chunks:
             digest = sha256_text(chunk.text)
@@ -149,11 +152,16 @@ class Pipeline:
         stats = report.stats
         root = root.resolve()
         state = TreeState(
-            tree=self.tree, root=str(root), embed_model=self.embedder.model_id, dim=self.embedder.dim
+            tree=self.tree,
+            root=str(root),
+            embed_model=self.embedder.model_id,
+            dim=self.embedder.dim,
         )
         previous = load_state(self.models, self.tree, self.embedder)
         if previous is not None:
-            state.summary_cache = previous.summary_cache  # a rebuild re-summarises only what changed
+            state.summary_cache = (
+                previous.summary_cache
+            )  # a rebuild re-summarises only what changed
             state.generation = previous.generation
 
         t0 = time.perf_counter()
@@ -268,12 +276,16 @@ class Pipeline:
             try:
                 rel = path.resolve().relative_to(root).as_posix()
             except ValueError:
-                raise TreeError(f"{str(path)!r} is outside the tree's root {state.root!r}") from None
+                raise TreeError(
+                    f"{str(path)!r} is outside the tree's root {state.root!r}"
+                ) from None
             prefix = "" if rel == "." else rel + "/"
             out.extend(s for s in state.sources if s == rel or s.startswith(prefix))
         return out
 
-    def apply(self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport) -> None:
+    def apply(
+        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+    ) -> None:
         """Apply changed documents and removed sources as one adRAP batch, then store it."""
         added: list[Node] = []
         removed: list[str] = []
@@ -291,11 +303,17 @@ class Pipeline:
             for n in leaves:
                 if n.node_id in old_ids:  # unchanged chunk: keep the node, refresh provenance
                     kept = state.nodes[n.node_id]
-                    kept.chunk_index, kept.char_start, kept.char_end = n.chunk_index, n.char_start, n.char_end
+                    kept.chunk_index, kept.char_start, kept.char_end = (
+                        n.chunk_index,
+                        n.char_start,
+                        n.char_end,
+                    )
                     touched.append(n.node_id)
                 else:
                     added.append(n)
-            state.sources[doc.source] = SourceEntry(doc.content_hash, doc.size, doc.mtime, [n.node_id for n in leaves])
+            state.sources[doc.source] = SourceEntry(
+                doc.content_hash, doc.size, doc.mtime, [n.node_id for n in leaves]
+            )
             report.files_changed += old is not None
             report.files_added += old is None
         for source in dict.fromkeys(gone):
@@ -310,9 +328,9 @@ class Pipeline:
             state.nodes[node.node_id] = node
             state.vectors[node.node_id] = vec
         n_leaves = len(state.ids_in_layer(0)) - len(removed)
-        drift = (state.added_since_build + state.removed_since_build + len(added) + len(removed)) / max(
-            1, state.leaves_at_build
-        )
+        drift = (
+            state.added_since_build + state.removed_since_build + len(added) + len(removed)
+        ) / max(1, state.leaves_at_build)
         needs_layers = not state.layers and n_leaves > self.builder.params.min_top_nodes
         if drift > self.drift_threshold or needs_layers:
             for node_id in removed:

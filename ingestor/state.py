@@ -153,7 +153,9 @@ class TreeState:
             if node.layer > 0:
                 if not node.children:
                     bad.append(f"{nid}: summary without children")
-                union = frozenset().union(*(self.nodes[c].sources for c in node.children if c in self.nodes))
+                union = frozenset().union(
+                    *(self.nodes[c].sources for c in node.children if c in self.nodes)
+                )
                 if union != node.sources:
                     bad.append(f"{nid}: sources differ from the union of its children's")
             elif n_leaves > 10 and not node.parents and self.layers:

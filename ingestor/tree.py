@@ -18,8 +18,8 @@ from typing import Protocol, Self
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.protocols import Summarizer
 from ingestor.adaptive import AdaptiveLayer
+from ingestor.protocols import Summarizer
 from ingestor.state import Node, TreeState, sha256_text, summary_id
 from ingestor.tokens import Tokenizer, default_tokenizer
 from retriever import Embedder
@@ -119,7 +119,9 @@ class TreeBuilder:
         while len(top) > self.params.min_top_nodes and layer + 1 < self.params.max_layers:
             made = self._add_layer(state, layer, top, stats, progress)
             if len(made) >= len(top):
-                log.info("layer %d: clustering did not reduce %d nodes; stopping", layer + 1, len(top))
+                log.info(
+                    "layer %d: clustering did not reduce %d nodes; stopping", layer + 1, len(top)
+                )
                 self._drop_layer(state, layer, made)
                 break
             layer += 1
@@ -147,7 +149,10 @@ class TreeBuilder:
         # summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
         # membership: that membership is summarised once (node ids are content-addressed).
         parts = {
-            fid: [[ids[i] for i in part] for part in self._fit_input_limit(state, ids, X, [list(rows)])]
+            fid: [
+                [ids[i] for i in part]
+                for part in self._fit_input_limit(state, ids, X, [list(rows)])
+            ]
             for fid, rows in enumerate(clusterer.clusters_)
         }
         groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
@@ -158,14 +163,22 @@ class TreeBuilder:
         made = self.add_summaries(state, layer + 1, groups, stats, progress)
         by_members = {tuple(sorted(g)): node_id for g, node_id in zip(groups, made, strict=True)}
         cluster_nodes = {
-            fid: list(dict.fromkeys(by_members[tuple(sorted(g))] for g in ps)) for fid, ps in parts.items()
+            fid: list(dict.fromkeys(by_members[tuple(sorted(g))] for g in ps))
+            for fid, ps in parts.items()
         }
         state.layers.append(
             AdaptiveLayer.from_fit(
-                layer, clusterer, list(ids), cluster_nodes, tau_c=self.params.tau_c, greedy=self.params.greedy
+                layer,
+                clusterer,
+                list(ids),
+                cluster_nodes,
+                tau_c=self.params.tau_c,
+                greedy=self.params.greedy,
             )
         )
-        log.info("layer %d: %d nodes from %d clusters of %d", layer + 1, len(made), len(groups), len(ids))
+        log.info(
+            "layer %d: %d nodes from %d clusters of %d", layer + 1, len(made), len(groups), len(ids)
+        )
         return made
 
     def add_summaries(

@@ -1,8 +1,8 @@
 """Errors raised by models_store.
 
-    ModelStoreError
-    ├── IncompatibleModelError   written by other library versions or for another setup: refit
-    └── CorruptModelError        a file is missing or its checksum does not match
+ModelStoreError
+├── IncompatibleModelError   written by other library versions or for another setup: refit
+└── CorruptModelError        a file is missing or its checksum does not match
 """
 
 

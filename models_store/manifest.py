@@ -46,7 +46,9 @@ class Manifest(BaseModel):
     extra: dict[str, Any] = {}
 
     @classmethod
-    def new(cls, name: str, version: int, sha256: str, size: int, extra: dict[str, Any]) -> Manifest:
+    def new(
+        cls, name: str, version: int, sha256: str, size: int, extra: dict[str, Any]
+    ) -> Manifest:
         return cls(
             name=name,
             version=version,

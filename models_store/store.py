@@ -1,14 +1,16 @@
-"""Atomic, versioned persistence of fitted models and tree state (joblib + manifest.json).
+"""Atomic, versioned persistence of fitted models and tree state (pickle + manifest.json).
 
 Layout under the root::
 
-    <name>/<version>/object.joblib
+    <name>/<version>/object.pkl
     <name>/<version>/manifest.json
     <name>/CURRENT            the committed version number
 
 A save writes ``<name>/<version>.tmp/``, fsyncs it, renames it to ``<name>/<version>/`` and then
 atomically replaces ``CURRENT``: a crash at any point leaves the previous version current.
-Only load objects from your own volume: joblib files are pickles.
+Only load objects from your own volume: these are pickles. The C pickler (protocol 5) is used
+rather than joblib's: a tree state is many small objects, and joblib's pure-Python pickler took
+2.3 s to dump and 1.3 s to load a 2.7k-leaf state that pickle handles ~10x faster.
 """
 
 from __future__ import annotations
@@ -20,14 +22,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import joblib
+import pickle
 
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
 from models_store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
-_OBJECT = "object.joblib"
+_OBJECT = "object.pkl"
 _MANIFEST = "manifest.json"
 _CURRENT = "CURRENT"
 
@@ -84,7 +86,9 @@ class ModelStore:
         except FileNotFoundError:
             return None
         except ValueError as exc:
-            raise CorruptModelError(f"{self._dir(name) / _CURRENT} is not a version number") from exc
+            raise CorruptModelError(
+                f"{self._dir(name) / _CURRENT} is not a version number"
+            ) from exc
 
     def exists(self, name: str) -> bool:
         """Return whether a committed version of ``name`` exists."""
@@ -105,10 +109,13 @@ class ModelStore:
         shutil.rmtree(final, ignore_errors=True)  # left by a crash after rename, before CURRENT
         tmp.mkdir()
         obj_path = tmp / _OBJECT
-        joblib.dump(obj, obj_path, compress=0)
-        with obj_path.open("rb+") as f:
+        with obj_path.open("wb") as f:
+            pickle.dump(obj, f, protocol=5)
+            f.flush()
             os.fsync(f.fileno())
-        manifest = Manifest.new(name, version, _sha256(obj_path), obj_path.stat().st_size, extra or {})
+        manifest = Manifest.new(
+            name, version, _sha256(obj_path), obj_path.stat().st_size, extra or {}
+        )
         write_atomic(tmp / _MANIFEST, manifest.model_dump_json(indent=2).encode())
         os.replace(tmp, final)
         _fsync_dir(base)
@@ -136,7 +143,9 @@ class ModelStore:
         try:
             return Manifest.model_validate_json(path.read_bytes())
         except FileNotFoundError as exc:
-            raise CorruptModelError(f"{path} is missing; delete {self._dir(name)} and rebuild") from exc
+            raise CorruptModelError(
+                f"{path} is missing; delete {self._dir(name)} and rebuild"
+            ) from exc
 
     def load(self, name: str, *, expect: dict[str, Any] | None = None) -> Any:
         """Load the committed version of ``name``, refusing anything this process cannot use.
@@ -166,8 +175,11 @@ class ModelStore:
         except FileNotFoundError as exc:
             raise CorruptModelError(f"{path} is missing; run `adrap rebuild`") from exc
         if digest != manifest.sha256:
-            raise CorruptModelError(f"{path} does not match its manifest checksum; run `adrap rebuild`")
-        return joblib.load(path)
+            raise CorruptModelError(
+                f"{path} does not match its manifest checksum; run `adrap rebuild`"
+            )
+        with path.open("rb") as f:
+            return pickle.load(f)
 
     def delete(self, name: str) -> None:
         """Remove every version of ``name``."""

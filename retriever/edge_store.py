@@ -1,17 +1,21 @@
 """Embedded node store: Qdrant's engine in-process (qdrant-edge), on disk under the state dir.
 
-One edge shard is one collection. The folder is locked by the process that opens it, so one adrap
-process owns an embedded store; other processes query it through that process (daemon ``/query``)
-or use server mode (``ADRAP_QDRANT__URL``).
+One edge shard is one collection. The folder is locked by the process that opens it (a second
+opener, even in the same process, fails), so one adrap process owns an embedded store; others
+query through it (daemon ``/query``) or use server mode (``ADRAP_QDRANT__URL``).
 
 Indexing: qdrant-edge runs no background optimizer. Upserts land in a plain (brute-force)
 appendable segment and stay there until :meth:`EdgeNodeStore.optimize` runs the segment optimizers,
 which build the HNSW graph once a segment exceeds the engine's indexing threshold (10 MB of
-vectors, about 6.7k points at 384-d); below it ``optimize()`` returns at once. Each optimize that
-finds work also merges the segments (default segment count), so it rebuilds the graph of the
-whole store: about 1-3 min per 100k 384-d points on 2 cores. ``upsert`` therefore optimizes only
-once ``auto_optimize_points`` points are unindexed (plain search over that many points costs
-about 1-2 ms); writers call ``optimize()`` once after a full build.
+vectors, about 6.7k points at 384-d); below it ``optimize()`` returns at once (~50 us). An optimize
+that finds work also merges segments, i.e. rebuilds the graph of the whole store (measured on
+2 busy cores: ~2 s per 10k, 45-300 s per 100k 384-d points), and it holds the GIL throughout:
+other Python threads of the process stall meanwhile. ``upsert`` therefore optimizes only once
+``auto_optimize_points`` points are unindexed (plain search over 20k points costs ~1-2 ms);
+a writer calls ``optimize()`` once after a full build.
+
+Payloads: the engine parses a point's whole payload to return any of it (~10-25 us per hit), so
+:meth:`EdgeNodeStore.search_budget` reads payloads only for the hits the token fill can use.
 """
 
 from __future__ import annotations

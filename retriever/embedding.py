@@ -67,8 +67,9 @@ class SentenceTransformerEmbedder:
             ) from exc
         self.model_id = model
         # sentence-transformers ≥ 5.2 renamed the method; keep both working.
-        get_dim = getattr(self._model, "get_embedding_dimension", None) or getattr(
-            self._model, "get_sentence_embedding_dimension"
+        get_dim = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
         )
         dim = get_dim()
         if dim is None:
@@ -90,7 +91,9 @@ class SentenceTransformerEmbedder:
                 show_progress_bar=False,
             )
         except Exception as exc:
-            raise EmbeddingError(f"embedding {len(texts)} texts with {self.model_id!r} failed") from exc
+            raise EmbeddingError(
+                f"embedding {len(texts)} texts with {self.model_id!r} failed"
+            ) from exc
         return np.ascontiguousarray(out, dtype=np.float32)
 
     def embed_query(self, text: str) -> NDArray[np.float32]:

@@ -1,9 +1,9 @@
 """Errors raised by the retriever package.
 
-    RetrieverError
-    ├── SchemaMismatchError   a point, collection or meta point does not match this contract
-    ├── StoreError            the Qdrant engine (embedded or server) failed or is unreachable
-    └── EmbeddingError        the query/document embedder failed to load or run
+RetrieverError
+├── SchemaMismatchError   a point, collection or meta point does not match this contract
+├── StoreError            the Qdrant engine (embedded or server) failed or is unreachable
+└── EmbeddingError        the query/document embedder failed to load or run
 """
 
 

@@ -22,10 +22,15 @@ class HashEmbedder:
         self.model_id = f"hash-{dim}"
         self.dim = dim
         self.n_buckets = n_buckets
-        self._proj = np.random.default_rng(seed).standard_normal((n_buckets, dim)).astype(np.float32)
+        self._proj = (
+            np.random.default_rng(seed).standard_normal((n_buckets, dim)).astype(np.float32)
+        )
 
     def _bucket(self, word: str) -> int:
-        return int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little") % self.n_buckets
+        return (
+            int.from_bytes(hashlib.blake2b(word.encode(), digest_size=4).digest(), "little")
+            % self.n_buckets
+        )
 
     def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self.dim), dtype=np.float32)

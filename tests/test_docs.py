@@ -29,5 +29,6 @@ def test_readme_documents_every_payload_field() -> None:
 
 def test_readme_holds_the_two_setup_commands_and_ci_runs_the_test_one() -> None:
     readme = (ROOT / "README.md").read_text()
-    assert "make demo" in readme and "make test" in readme
+    assert "make demo" in readme
+    assert "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()

@@ -23,7 +23,11 @@ def _imports_from(path: Path, package: str) -> list[tuple[str, str]]:
     tree = ast.parse(path.read_text())
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.split(".")[0] == package
+        ):
             out.extend((node.module, a.name) for a in node.names)
     return out
 
@@ -47,7 +51,10 @@ def test_payload_keys_are_written_only_in_the_schema() -> None:
             if p.name == "schema.py":
                 continue
             for node in ast.walk(ast.parse(p.read_text())):
-                if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
-                    if node.slice.value in keys:
-                        offenders.append(f"{p.relative_to(ROOT)}:{node.lineno}")
+                if (
+                    isinstance(node, ast.Subscript)
+                    and isinstance(node.slice, ast.Constant)
+                    and node.slice.value in keys
+                ):
+                    offenders.append(f"{p.relative_to(ROOT)}:{node.lineno}")
     assert offenders == []

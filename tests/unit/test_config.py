@@ -11,7 +11,9 @@ from ingestor.config import Settings, env_names
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_nested_environment_variables_reach_the_sub_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nested_environment_variables_reach_the_sub_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("ADRAP_QDRANT__URL", "http://qdrant:6333")
     monkeypatch.setenv("ADRAP_QDRANT__API_KEY", "s3cret")
     monkeypatch.setenv("ADRAP_CHUNK__MAX_TOKENS", "300")

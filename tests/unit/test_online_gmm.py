@@ -238,3 +238,18 @@ def test_a_point_added_after_every_point_was_removed_starts_a_new_cluster() -> N
     result = online.add(np.array([1.0, 2.0]))
     assert len(result.created) == 1
     assert result.assigned == result.created
+
+
+def test_greedy_baseline_joins_the_most_probable_cluster_without_refitting() -> None:
+    """The paper's greedy variant [A §6.4]: no parameter update, no split, one cluster."""
+    X, gmm = three_blobs()
+    online = OnlineGMM.from_gmm(gmm, X, tau_n=5, tau_c=11)
+    means = online.params.means.copy()
+    rng = np.random.default_rng(4)
+    for _ in range(6):
+        result = online.add_greedy(np.array([25.0, 25.0]) + 0.3 * rng.normal(size=2))
+        assert len(result.assigned) == 1
+        assert result.changed == result.assigned
+        assert not result.created
+        assert not result.split
+    np.testing.assert_array_equal(online.params.means, means)

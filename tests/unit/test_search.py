@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -14,11 +14,17 @@ from retriever.edge_store import EdgeNodeStore
 from tests.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 from tests.unit.test_tree import ConsecutiveClusterer
 
-TOPICS = ["apples orchard fruit harvest", "rockets orbit launch fuel", "violins music concert strings"]
+TOPICS = [
+    "apples orchard fruit harvest",
+    "rockets orbit launch fuel",
+    "violins music concert strings",
+]
 
 
 @pytest.fixture(scope="module")
-def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EdgeNodeStore, HashEmbedder, TreeState]]:
+def tree(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[EdgeNodeStore, HashEmbedder, TreeState]]:
     emb = HashEmbedder(dim=64)
     state = TreeState(tree="t", root="/r", embed_model=emb.model_id, dim=emb.dim)
     for i in range(36):
@@ -26,10 +32,14 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EdgeNodeSto
         text = f"{topic} note {i} " + " ".join(topic.split() * 3)
         source = f"{topic.split()[0]}/doc{i % 3}.txt"
         nid = leaf_id("t", source, sha256_text(text), 0)
-        state.nodes[nid] = Node(nid, 0, text, 40, sha256_text(text), frozenset({source}), source=source)
+        state.nodes[nid] = Node(
+            nid, 0, text, 40, sha256_text(text), frozenset({source}), source=source
+        )
         state.vectors[nid] = emb.embed_documents([text])[0]
         state.sources.setdefault(source, SourceEntry("h", 1, 0.0, [])).node_ids.append(nid)
-    TreeBuilder(emb, EchoSummarizer(), lambda: ConsecutiveClusterer(4), TreeParams(), ByteTokenizer()).build(state)
+    TreeBuilder(
+        emb, EchoSummarizer(), lambda: ConsecutiveClusterer(4), TreeParams(), ByteTokenizer()
+    ).build(state)
     store = EdgeNodeStore(tmp_path_factory.mktemp("edge"))
     store.ensure_collection(emb.dim, emb.model_id)
     ids = list(state.nodes)
@@ -40,7 +50,9 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EdgeNodeSto
 
 def test_collapsed_tree_stays_within_the_token_budget_in_score_order(tree) -> None:  # type: ignore[no-untyped-def]
     store, emb, _ = tree
-    hits = collapsed_tree(store, emb.embed_query("rockets launch"), SearchFilter(tree="t"), max_tokens=300)
+    hits = collapsed_tree(
+        store, emb.embed_query("rockets launch"), SearchFilter(tree="t"), max_tokens=300
+    )
     assert sum(h.node.n_tokens for h in hits) <= 300
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert "rockets" in hits[0].node.text
@@ -51,24 +63,36 @@ def test_collapsed_tree_mixes_layers_and_honours_a_layer_range(tree) -> None:  #
     v = emb.embed_query("violins concert")
     assert {h.node.layer for h in collapsed_tree(store, v, SearchFilter(tree="t"))} > {0}
     leaves = collapsed_tree(store, v, SearchFilter(tree="t", max_layer=0))
-    assert leaves and all(h.node.layer == 0 for h in leaves)
+    assert leaves
+    assert all(h.node.layer == 0 for h in leaves)
 
 
 def test_a_source_folder_filter_reaches_summaries_too(tree) -> None:  # type: ignore[no-untyped-def]
     store, emb, _ = tree
-    hits = collapsed_tree(store, emb.embed_query("fruit"), SearchFilter(tree="t", source_prefix="apples/"))
-    assert hits and all(all(s.startswith("apples/") for s in h.node.sources) for h in hits)
+    hits = collapsed_tree(
+        store, emb.embed_query("fruit"), SearchFilter(tree="t", source_prefix="apples/")
+    )
+    assert hits
+    assert all(all(s.startswith("apples/") for s in h.node.sources) for h in hits)
     assert any(h.node.layer > 0 for h in hits)
 
 
 def test_traversal_descends_from_the_top_layer_through_children(tree) -> None:  # type: ignore[no-untyped-def]
     store, emb, state = tree
-    hits = tree_traversal(store, emb.embed_query("orbit fuel"), SearchFilter(tree="t"), top_k=2, max_tokens=10_000)
+    hits = tree_traversal(
+        store, emb.embed_query("orbit fuel"), SearchFilter(tree="t"), top_k=2, max_tokens=10_000
+    )
     layers = [h.node.layer for h in hits]
-    assert layers == sorted(layers, reverse=True) and layers[0] == max(state.layer_counts()) and layers[-1] == 0
-    for upper, lower in zip(hits, hits[1:], strict=False):
+    assert layers == sorted(layers, reverse=True)
+    assert layers[0] == max(state.layer_counts())
+    assert layers[-1] == 0
+    for upper, lower in itertools.pairwise(hits):
         if lower.node.layer == upper.node.layer - 1:
-            assert any(lower.node.node_id in h.node.children for h in hits if h.node.layer == upper.node.layer)
+            assert any(
+                lower.node.node_id in h.node.children
+                for h in hits
+                if h.node.layer == upper.node.layer
+            )
 
 
 def test_fill_stops_at_the_first_node_that_does_not_fit(tree) -> None:  # type: ignore[no-untyped-def]

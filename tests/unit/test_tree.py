@@ -45,20 +45,37 @@ class ConsecutiveClusterer:
 def make_state(n_leaves: int, n_docs: int = 3) -> TreeState:
     emb = HashEmbedder()
     state = TreeState(tree="t", root="/r", embed_model=emb.model_id, dim=emb.dim)
-    texts = [f"document {i % n_docs} says fact number {i} about topic {i // 5}" for i in range(n_leaves)]
+    texts = [
+        f"document {i % n_docs} says fact number {i} about topic {i // 5}" for i in range(n_leaves)
+    ]
     vecs = emb.embed_documents(texts)
     for i, (text, vec) in enumerate(zip(texts, vecs, strict=True)):
         source = f"dir{i % n_docs}/doc{i % n_docs}.txt"
         nid = leaf_id("t", source, sha256_text(text), 0)
-        state.nodes[nid] = Node(nid, 0, text, len(text.split()), sha256_text(text), frozenset({source}), source=source, chunk_index=i)
+        state.nodes[nid] = Node(
+            nid,
+            0,
+            text,
+            len(text.split()),
+            sha256_text(text),
+            frozenset({source}),
+            source=source,
+            chunk_index=i,
+        )
         state.vectors[nid] = vec
         state.sources.setdefault(source, SourceEntry("h", 1, 0.0, [])).node_ids.append(nid)
     return state
 
 
-def builder(summarizer: EchoSummarizer, size: int = 4, overlap: bool = False, **params: int) -> TreeBuilder:
+def builder(
+    summarizer: EchoSummarizer, size: int = 4, overlap: bool = False, **params: int
+) -> TreeBuilder:
     return TreeBuilder(
-        HashEmbedder(), summarizer, lambda: ConsecutiveClusterer(size, overlap), TreeParams(**params), ByteTokenizer()
+        HashEmbedder(),
+        summarizer,
+        lambda: ConsecutiveClusterer(size, overlap),
+        TreeParams(**params),
+        ByteTokenizer(),
     )
 
 
@@ -117,10 +134,12 @@ def test_payloads_follow_the_contract() -> None:
     for p in state.payloads():
         assert p.tree == "t"
         if p.layer == 0:
-            assert p.source is not None and p.sources == (p.source,)
+            assert p.source is not None
+            assert p.sources == (p.source,)
             assert p.source_dirs == (p.source.split("/")[0] + "/",)
         else:
-            assert p.summarizer == "echo" and p.children
+            assert p.summarizer == "echo"
+            assert p.children
 
 
 @pytest.mark.parametrize("n", [11, 12, 13])

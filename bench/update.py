@@ -1,0 +1,241 @@
+"""adRAP update benchmark.
+
+Part 1, the paper's protocol on the 24 SQuAD articles: a full tree on the first 70 % of articles,
+then the remaining 30 % added one article at a time with adRAP, against (a) the full tree built on
+100 % and (b) the greedy variant (most probable cluster, no GMM update). For each: wall time (with
+embeddings cached, so the clustering/summary work is what is compared), summary calls, summariser
+input tokens, adjusted Rand index of the leaves' layer-1 memberships against (a), and answer recall
+of the collapsed tree at 2000 tokens. Drift-triggered rebuilds are disabled to measure adRAP itself.
+
+Part 2, per-document cost: one ~5-chunk document added, one removed, one edited, in trees of 2k and
+20k leaves (hashed 384-d embeddings, extractive summaries), against a full rebuild of the layers.
+
+    python bench/update.py [--part 1|2|all] [--sizes 2000 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import resource
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+from datasets import SQUAD, peak_rss_mb, squad_folder, squad_titles
+from numpy.typing import NDArray
+from sklearn.metrics import adjusted_rand_score
+
+from ingestor.clustering import TreeClusterer
+from ingestor.pipeline import Pipeline
+from ingestor.summarize import ExtractiveSummarizer
+from ingestor.tokens import default_tokenizer
+from ingestor.tree import TreeBuilder, TreeParams
+from models_store import ModelStore
+from retriever import SearchFilter, collapsed_tree
+from retriever.edge_store import EdgeNodeStore
+
+
+class CachedEmbedder:
+    """Wraps an embedder so that repeated texts are embedded once across the compared variants."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id  # type: ignore[attr-defined]
+        self.dim = inner.dim  # type: ignore[attr-defined]
+        self.cache: dict[str, NDArray[np.float32]] = {}
+        self.seconds = 0.0
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        missing = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        if missing:
+            t0 = time.perf_counter()
+            for t, v in zip(missing, self.inner.embed_documents(missing), strict=True):  # type: ignore[attr-defined]
+                self.cache[t] = v
+            self.seconds += time.perf_counter() - t0
+        return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.embed_documents([text])[0]
+
+
+class CountingSummarizer:
+    """Extractive summaries, counting calls and input tokens."""
+
+    def __init__(self) -> None:
+        self.inner = ExtractiveSummarizer()
+        self.id = self.inner.id
+        self.prompt_version = self.inner.prompt_version
+        self.calls = 0
+        self.input_tokens = 0
+        self.tok = default_tokenizer()
+
+    def summarize_many(self, groups, *, max_tokens, query=None):  # type: ignore[no-untyped-def]
+        self.calls += len(groups)
+        self.input_tokens += sum(len(self.tok.encode(t)) for g in groups for t in g)
+        return self.inner.summarize_many(groups, max_tokens=max_tokens, query=query)
+
+
+def pipeline(tmp: Path, embedder: object, summarizer: object, *, greedy: bool = False) -> Pipeline:
+    builder = TreeBuilder(
+        embedder,  # type: ignore[arg-type]
+        summarizer,  # type: ignore[arg-type]
+        lambda: TreeClusterer(random_state=0),
+        TreeParams(greedy=greedy),
+    )
+    return Pipeline(
+        tree="default",
+        embedder=embedder,  # type: ignore[arg-type]
+        builder=builder,
+        store=EdgeNodeStore(tmp / "qdrant"),
+        models=ModelStore(tmp / "models"),
+        drift_threshold=1e9,
+    )
+
+
+def layer1_labels(p: Pipeline) -> dict[str, str]:
+    state = p.require_state()
+    return {i: min(n.parents) if n.parents else i for i, n in state.nodes.items() if n.layer == 0}
+
+
+def recall(p: Pipeline, qvecs: NDArray[np.float32], answers: list[tuple[str, ...]]) -> float:
+    hit = 0
+    for v, ans in zip(qvecs, answers, strict=True):
+        text = " ".join(h.node.text for h in collapsed_tree(p.store, v, SearchFilter(tree="default"))).lower()
+        hit += any(a.lower() in text for a in ans)
+    return hit / len(answers)
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def part1(tmp: Path) -> None:
+    from retriever.embedding import SentenceTransformerEmbedder
+
+    emb = CachedEmbedder(SentenceTransformerEmbedder())
+    titles = squad_titles()
+    cut = round(len(titles) * 0.7)
+    corpus = tmp / "squad"
+    files, questions = squad_folder(corpus, titles)
+    late = files[cut:]
+    # Hide the last 30 % while building on the first 70 %.
+    hidden = tmp / "hidden"
+    hidden.mkdir()
+    for f in late:
+        f.rename(hidden / f.name)
+    qvecs = emb.embed_documents([q.text for q in questions])
+    answers = [q.answers for q in questions]
+    print(f"SQuAD: {cut} articles built first, {len(late)} added one at a time; {len(questions)} questions")
+    rows = []
+    for name, greedy in (("adRAP", False), ("greedy", True)):
+        for f in late:
+            if f.exists():
+                f.rename(hidden / f.name)
+        s = CountingSummarizer()
+        p = pipeline(tmp / name, emb, s, greedy=greedy)
+        p.build(corpus)
+        b_calls, b_tok = s.calls, s.input_tokens
+        t0, c0 = time.perf_counter(), cpu()
+        for f in late:
+            (hidden / f.name).rename(f)
+            p.update([f])
+        rows.append((name, time.perf_counter() - t0, cpu() - c0, s.calls - b_calls, s.input_tokens - b_tok, p))
+    s = CountingSummarizer()
+    full = pipeline(tmp / "full", emb, s)
+    t0, c0 = time.perf_counter(), cpu()
+    full.build(corpus)
+    full_row = ("full rebuild on 100 %", time.perf_counter() - t0, cpu() - c0, s.calls, s.input_tokens, full)
+    ref = layer1_labels(full)
+    print(f"  {'variant':<24} {'wall s':>7} {'cpu s':>7} {'summaries':>9} {'sum. in tok':>11} {'ARI vs full':>11} {'recall@2000':>11}")
+    for name, wall, cpu_s, calls, tok, p in [*rows, full_row]:
+        labels = layer1_labels(p)
+        common = sorted(set(ref) & set(labels))
+        ari = adjusted_rand_score([ref[i] for i in common], [labels[i] for i in common])
+        print(f"  {name:<24} {wall:7.1f} {cpu_s:7.1f} {calls:9d} {tok:11d} {ari:11.3f} {recall(p, qvecs, answers):11.1%}")
+        p.store.close()
+    print(f"  (embedding time, cached across variants and not in the wall column: {emb.seconds:.0f}s)")
+
+
+def synthetic_docs(root: Path, n_leaves: int, rng: random.Random) -> list[str]:
+    import json
+
+    sentences = [
+        s.strip() + "."
+        for a in json.loads(SQUAD.read_text())["data"]
+        for p in a["paragraphs"]
+        for s in p["context"].split(". ")
+        if len(s) > 40
+    ]
+    root.mkdir(parents=True, exist_ok=True)
+    n_docs = max(1, n_leaves // 5)
+    for d in range(n_docs):
+        start = rng.randrange(len(sentences) - 40)
+        (root / f"doc{d:05d}.txt").write_text(" ".join(sentences[start : start + 40]))
+    return sentences
+
+
+def part2(tmp: Path, sizes: list[int]) -> None:
+    from tests.fakes import HashEmbedder
+
+    print("per-document update cost (hashed 384-d embeddings, extractive summaries):")
+    print(f"  {'leaves':>7} {'operation':<10} {'wall s':>7} {'cpu s':>7} {'summaries':>9}")
+    for size in sizes:
+        rng = random.Random(0)
+        root = tmp / f"synthetic{size}"
+        sentences = synthetic_docs(root, size, rng)
+        s = CountingSummarizer()
+        p = pipeline(tmp / f"s{size}", HashEmbedder(dim=384), s)
+        t0, c0 = time.perf_counter(), cpu()
+        p.build(root)
+        state = p.require_state()
+        print(f"  {len(state.ids_in_layer(0)):>7} {'build':<10} {time.perf_counter() - t0:7.1f} {cpu() - c0:7.1f} {s.calls:9d}")
+        new = root / "zz-new.txt"
+        victim = sorted(root.glob("doc*.txt"))[0]
+        edited = sorted(root.glob("doc*.txt"))[1]
+        ops = {
+            "add": lambda: (new.write_text(" ".join(rng.sample(sentences, 40))), p.update([new])),
+            "remove": lambda: (victim.unlink(), p.update([victim])),
+            "edit": lambda: (edited.write_text(edited.read_text() + " " + " ".join(rng.sample(sentences, 8))), p.update([edited])),
+        }
+        for name, op in ops.items():
+            before = s.calls
+            t0, c0 = time.perf_counter(), cpu()
+            op()
+            print(f"  {'':>7} {name:<10} {time.perf_counter() - t0:7.2f} {cpu() - c0:7.2f} {s.calls - before:9d}")
+        state = p.require_state()
+        state.summary_cache.clear()
+        before = s.calls
+        t0, c0 = time.perf_counter(), cpu()
+        p.builder.build(state)
+        print(f"  {'':>7} {'rebuild':<10} {time.perf_counter() - t0:7.1f} {cpu() - c0:7.1f} {s.calls - before:9d}  (layers only, no cache)")
+        p.store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--part", choices=["1", "2", "all"], default="all")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000])
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        if args.part in ("1", "all"):
+            part1(tmp)
+        if args.part in ("2", "all"):
+            part2(tmp, args.sizes)
+    print(f"peak RSS {peak_rss_mb():.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
