@@ -62,7 +62,11 @@ class CachedEmbedder:
             for t, v in zip(missing, self.inner.embed_documents(missing), strict=True):  # type: ignore[attr-defined]
                 self.cache[t] = v
             self.seconds += time.perf_counter() - t0
-        return np.stack([self.cache[t] for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+        return (
+            np.stack([self.cache[t] for t in texts])
+            if texts
+            else np.zeros((0, self.dim), np.float32)
+        )
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
         return self.embed_documents([text])[0]
@@ -110,7 +114,9 @@ def layer1_labels(p: Pipeline) -> dict[str, str]:
 def recall(p: Pipeline, qvecs: NDArray[np.float32], answers: list[tuple[str, ...]]) -> float:
     hit = 0
     for v, ans in zip(qvecs, answers, strict=True):
-        text = " ".join(h.node.text for h in collapsed_tree(p.store, v, SearchFilter(tree="default"))).lower()
+        text = " ".join(
+            h.node.text for h in collapsed_tree(p.store, v, SearchFilter(tree="default"))
+        ).lower()
         hit += any(a.lower() in text for a in ans)
     return hit / len(answers)
 
@@ -136,7 +142,9 @@ def part1(tmp: Path) -> None:
         f.rename(hidden / f.name)
     qvecs = emb.embed_documents([q.text for q in questions])
     answers = [q.answers for q in questions]
-    print(f"SQuAD: {cut} articles built first, {len(late)} added one at a time; {len(questions)} questions")
+    print(
+        f"SQuAD: {cut} articles built first, {len(late)} added one at a time; {len(questions)} questions"
+    )
     rows = []
     for name, greedy in (("adRAP", False), ("greedy", True)):
         for f in late:
@@ -150,21 +158,43 @@ def part1(tmp: Path) -> None:
         for f in late:
             (hidden / f.name).rename(f)
             p.update([f])
-        rows.append((name, time.perf_counter() - t0, cpu() - c0, s.calls - b_calls, s.input_tokens - b_tok, p))
+        rows.append(
+            (
+                name,
+                time.perf_counter() - t0,
+                cpu() - c0,
+                s.calls - b_calls,
+                s.input_tokens - b_tok,
+                p,
+            )
+        )
     s = CountingSummarizer()
     full = pipeline(tmp / "full", emb, s)
     t0, c0 = time.perf_counter(), cpu()
     full.build(corpus)
-    full_row = ("full rebuild on 100 %", time.perf_counter() - t0, cpu() - c0, s.calls, s.input_tokens, full)
+    full_row = (
+        "full rebuild on 100 %",
+        time.perf_counter() - t0,
+        cpu() - c0,
+        s.calls,
+        s.input_tokens,
+        full,
+    )
     ref = layer1_labels(full)
-    print(f"  {'variant':<24} {'wall s':>7} {'cpu s':>7} {'summaries':>9} {'sum. in tok':>11} {'ARI vs full':>11} {'recall@2000':>11}")
+    head = ("variant", "wall s", "cpu s", "summaries", "sum. in tok", "ARI vs full", "recall@2000")
+    print(f"  {head[0]:<24} " + " ".join(f"{h:>11}" for h in head[1:]))
     for name, wall, cpu_s, calls, tok, p in [*rows, full_row]:
         labels = layer1_labels(p)
         common = sorted(set(ref) & set(labels))
         ari = adjusted_rand_score([ref[i] for i in common], [labels[i] for i in common])
-        print(f"  {name:<24} {wall:7.1f} {cpu_s:7.1f} {calls:9d} {tok:11d} {ari:11.3f} {recall(p, qvecs, answers):11.1%}")
+        rec = recall(p, qvecs, answers)
+        print(
+            f"  {name:<24} {wall:11.1f} {cpu_s:11.1f} {calls:11d} {tok:11d} {ari:11.3f} {rec:11.1%}"
+        )
         p.store.close()
-    print(f"  (embedding time, cached across variants and not in the wall column: {emb.seconds:.0f}s)")
+    print(
+        f"  (embedding time, cached across variants and not in the wall column: {emb.seconds:.0f}s)"
+    )
 
 
 def synthetic_docs(root: Path, n_leaves: int, rng: random.Random) -> list[str]:
@@ -199,26 +229,36 @@ def part2(tmp: Path, sizes: list[int]) -> None:
         t0, c0 = time.perf_counter(), cpu()
         p.build(root)
         state = p.require_state()
-        print(f"  {len(state.ids_in_layer(0)):>7} {'build':<10} {time.perf_counter() - t0:7.1f} {cpu() - c0:7.1f} {s.calls:9d}")
+        wall, cpu_s = time.perf_counter() - t0, cpu() - c0
+        print(
+            f"  {len(state.ids_in_layer(0)):>7} {'build':<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}"
+        )
         new = root / "zz-new.txt"
-        victim = sorted(root.glob("doc*.txt"))[0]
-        edited = sorted(root.glob("doc*.txt"))[1]
-        ops = {
-            "add": lambda: (new.write_text(" ".join(rng.sample(sentences, 40))), p.update([new])),
-            "remove": lambda: (victim.unlink(), p.update([victim])),
-            "edit": lambda: (edited.write_text(edited.read_text() + " " + " ".join(rng.sample(sentences, 8))), p.update([edited])),
-        }
-        for name, op in ops.items():
+        victim, edited = sorted(root.glob("doc*.txt"))[:2]
+        for name in ("add", "remove", "edit"):
             before = s.calls
             t0, c0 = time.perf_counter(), cpu()
-            op()
-            print(f"  {'':>7} {name:<10} {time.perf_counter() - t0:7.2f} {cpu() - c0:7.2f} {s.calls - before:9d}")
+            if name == "add":
+                new.write_text(" ".join(rng.sample(sentences, 40)))
+                p.update([new])
+            elif name == "remove":
+                victim.unlink()
+                p.update([victim])
+            else:
+                edited.write_text(edited.read_text() + " " + " ".join(rng.sample(sentences, 8)))
+                p.update([edited])
+            wall, cpu_s = time.perf_counter() - t0, cpu() - c0
+            print(f"  {'':>7} {name:<10} {wall:7.2f} {cpu_s:7.2f} {s.calls - before:9d}")
         state = p.require_state()
         state.summary_cache.clear()
         before = s.calls
         t0, c0 = time.perf_counter(), cpu()
         p.builder.build(state)
-        print(f"  {'':>7} {'rebuild':<10} {time.perf_counter() - t0:7.1f} {cpu() - c0:7.1f} {s.calls - before:9d}  (layers only, no cache)")
+        wall, cpu_s = time.perf_counter() - t0, cpu() - c0
+        calls = s.calls - before
+        print(
+            f"  {'':>7} {'rebuild':<10} {wall:7.1f} {cpu_s:7.1f} {calls:9d}  (layers only, no cache)"
+        )
         p.store.close()
 
 

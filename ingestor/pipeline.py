@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
 
 from ingestor.adrap import TreeUpdater, UpdateStats
 from ingestor.chunking import chunk_text
@@ -395,6 +398,134 @@ class Pipeline:
         if orphans:
             self.store.delete(orphans)
             log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
+
+    # --- the daemon's start-up reconciliation and batches ----------------------------------------
+
+    def reconcile(self, root: Path, progress: Progress = _noop) -> UpdateReport:
+        """Bring the stored tree to agree with the folder ``root`` after any crash or downtime.
+
+        First run (no state): a full ``build``. Otherwise the folder is compared with the source
+        index by content hash and the difference applied as one adRAP batch; then the store's
+        points of the tree are compared with the state's nodes (see ``reconcile_store``).
+
+        Raises:
+            TreeError: the state was built over another root folder.
+        """
+        t0 = time.perf_counter()
+        report = UpdateReport()
+        root = root.resolve()
+        state = load_state(self.models, self.tree, self.embedder)
+        if state is None:
+            built = self.build(root, progress)
+            report.files_added = built.files
+            report.skipped = built.skipped
+            report.stats = UpdateStats(
+                leaves_added=built.leaves,
+                summaries_regenerated=built.stats.summary_calls,
+                summary_cache_hits=built.stats.cache_hits,
+            )
+            report.rebuilt = True
+            report.seconds = time.perf_counter() - t0
+            return report
+        if Path(state.root) != root:
+            raise TreeError(
+                f"tree {self.tree!r} in {self.models.root.parent} was built over {state.root!r}, "
+                f"not {str(root)!r}; watch that folder, or use another ADRAP_TREE or ADRAP_STATE_DIR"
+            )
+        docs, gone = self.collect(state, [root], report)
+        self.apply_batch(state, docs, gone, report)
+        self.reconcile_store(state)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def reconcile_store(self, state: TreeState) -> tuple[int, int]:
+        """Make the store's points of the tree equal to the state's nodes, payloads included.
+
+        Deletes points the state does not reference (orphans of an update interrupted before its
+        last step) and upserts nodes whose point is missing or whose payload differs (an update
+        interrupted between its upsert and its commit). Returns ``(deleted, upserted)``.
+        """
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        stored = set(self.store.iter_ids(self.tree))
+        orphans = sorted(stored - state.nodes.keys())
+        stale = [i for i in state.nodes if i not in stored]
+        present = [i for i in state.nodes if i in stored]
+        for start in range(0, len(present), UPSERT_BATCH):
+            batch = present[start : start + UPSERT_BATCH]
+            found = {p.node_id: p for p in self.store.retrieve(batch)}
+            for want in state.payloads(batch):
+                if found.get(want.node_id) != want:
+                    stale.append(want.node_id)
+        for start in range(0, len(stale), UPSERT_BATCH):
+            batch = stale[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+        if orphans:
+            self.store.delete(orphans)
+        if orphans or stale:
+            log.info(
+                "reconciled store of tree %r: deleted %d orphan points, re-stored %d nodes",
+                self.tree,
+                len(orphans),
+                len(stale),
+            )
+        return len(orphans), len(stale)
+
+    def apply_batch(
+        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+    ) -> None:
+        """``apply``, reusing the vectors of removed leaves whose text comes back in ``docs``.
+
+        A renamed or moved file is a removed source plus a new one with the same content; leaf
+        ids include the source path, so its leaves get new ids, but their vectors are taken from
+        the removed leaves instead of being embedded again (summaries come from the summary cache).
+        Removed sources are applied (and committed) before the documents, as two adRAP batches.
+        """
+        known: dict[str, NDArray[np.float32]] = {}
+        for source in gone:
+            entry = state.sources.get(source)
+            for node_id in entry.node_ids if entry else ():
+                node = state.nodes.get(node_id)
+                if node is not None and node_id in state.vectors:
+                    known[node.text] = state.vectors[node_id]
+        inner = self.embedder
+        if known:
+            self.embedder = _ReusingEmbedder(inner, known)
+        try:
+            if docs and any(g in state.sources for g in gone):
+                # Work-around: TreeUpdater leaves the new leaves without parents when one batch both
+                # removes whole sources and inserts leaves; removing first keeps the tree consistent.
+                self.apply(state, [], gone, report)
+                gone = []
+            self.apply(state, docs, gone, report)
+        finally:
+            self.embedder = inner
+
+
+class _ReusingEmbedder:
+    """An embedder that returns known vectors for known texts and embeds only the rest."""
+
+    def __init__(self, inner: Embedder, known: dict[str, NDArray[np.float32]]) -> None:
+        self.inner = inner
+        self.known = known
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.reused = 0
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        todo = [i for i, t in enumerate(texts) if t not in self.known]
+        if todo:
+            out[todo] = self.inner.embed_documents([texts[i] for i in todo])
+        for i, text in enumerate(texts):
+            if text in self.known:
+                out[i] = self.known[text]
+        self.reused += len(texts) - len(todo)
+        if self.reused:
+            log.debug("reused %d leaf vectors of removed sources", len(texts) - len(todo))
+        return out
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)
 
 
 @dataclass

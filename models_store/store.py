@@ -18,11 +18,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
-
-import pickle
 
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
 from models_store.manifest import Manifest
