@@ -263,8 +263,9 @@ class Pipeline:
         t0 = time.perf_counter()
         report = UpdateReport()
         state = self.require_state()
+        docs: list[Document] = []
         if remove:
-            docs, gone = [], self.sources_under(state, paths)
+            gone = self.sources_under(state, paths)
         else:
             docs, gone = self.collect(state, paths, report)
         self.apply(state, docs, gone, report)
@@ -393,6 +394,7 @@ class Pipeline:
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
             progress("store", start + len(batch), len(ids))
+        self.store.optimize()  # embedded: build the HNSW index once, after the bulk write
         self._commit(state)
         orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
         if orphans:

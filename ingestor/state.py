@@ -10,7 +10,7 @@ import hashlib
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,7 +56,7 @@ class Node:
     updated_at: float = field(default_factory=time.time)
 
     @property
-    def kind(self) -> Kind:
+    def kind(self) -> Literal[Kind.CHUNK, Kind.SUMMARY]:
         return Kind.CHUNK if self.layer == 0 else Kind.SUMMARY
 
     def payload(self, tree: str, embed_model: str) -> NodePayload:

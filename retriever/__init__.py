@@ -4,6 +4,8 @@ The bottom layer of adrap: it never imports the ingestor, models_store, umap, sk
 openai, so a query service can install just this.
 """
 
+from typing import TYPE_CHECKING
+
 from retriever.errors import EmbeddingError, RetrieverError, SchemaMismatchError, StoreError
 from retriever.protocols import Embedder, NodeStore
 from retriever.schema import (
@@ -27,9 +29,33 @@ from retriever.search import (
     tree_traversal,
 )
 
+if TYPE_CHECKING:
+    from retriever.edge_store import EdgeNodeStore
+    from retriever.embedding import SentenceTransformerEmbedder
+    from retriever.qdrant_store import QdrantNodeStore, connect
+
+_LAZY = {
+    "EdgeNodeStore": "retriever.edge_store",
+    "QdrantNodeStore": "retriever.qdrant_store",
+    "connect": "retriever.qdrant_store",
+    "SentenceTransformerEmbedder": "retriever.embedding",
+}
+
+
+def __getattr__(name: str) -> object:
+    """Import the store adapters and the embedder on first use (they pull in heavy engines)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'retriever' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "DEFAULT_COLLECTION",
     "DEFAULT_MAX_TOKENS",
+    "EdgeNodeStore",
     "SCHEMA_VERSION",
     "VECTOR_NAME",
     "Embedder",
@@ -39,12 +65,15 @@ __all__ = [
     "MetaPayload",
     "NodePayload",
     "NodeStore",
+    "QdrantNodeStore",
     "RetrieverError",
     "SchemaMismatchError",
+    "SentenceTransformerEmbedder",
     "ScoredNode",
     "SearchFilter",
     "StoreError",
     "collapsed_tree",
+    "connect",
     "fill_budget",
     "format_context",
     "point_id",

@@ -76,7 +76,7 @@ class SentenceTransformerEmbedder:
             raise EmbeddingError(f"embedding model {model!r} does not declare its dimension")
         self.dim: int = int(dim)
         self.batch_size = batch_size
-        self.max_seq_length: int = int(self._model.max_seq_length)
+        self.max_seq_length: int | None = self._model.max_seq_length
 
     def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return an ``(n, dim)`` float32 array, rows L2-normalised."""
@@ -94,8 +94,10 @@ class SentenceTransformerEmbedder:
             raise EmbeddingError(
                 f"embedding {len(texts)} texts with {self.model_id!r} failed"
             ) from exc
-        return np.ascontiguousarray(out, dtype=np.float32)
+        arr: NDArray[np.float32] = np.ascontiguousarray(out, dtype=np.float32)
+        return arr
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
         """Return a ``(dim,)`` L2-normalised vector."""
-        return self.embed_documents([text])[0]
+        row: NDArray[np.float32] = self.embed_documents([text])[0]
+        return row

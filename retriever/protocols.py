@@ -51,6 +51,16 @@ class NodeStore(Protocol):
         """Return up to ``limit`` nodes matching ``flt``, best cosine score first."""
         ...
 
+    def search_budget(
+        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int, max_tokens: int
+    ) -> list[ScoredNode]:
+        """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, reading fewer payloads.
+
+        The collapsed-tree query: one ANN search, then payloads only of the hits the greedy
+        token fill keeps (stopping at the first that does not fit).
+        """
+        ...
+
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
         """Return the nodes with these ids that exist, in the given order."""
         ...
@@ -65,6 +75,10 @@ class NodeStore(Protocol):
 
     def count(self, flt: SearchFilter) -> int:
         """Return the exact number of points matching ``flt``."""
+        ...
+
+    def optimize(self) -> bool:
+        """Build pending vector indexes now (embedded: HNSW; server: a no-op, it indexes itself)."""
         ...
 
     def close(self) -> None:

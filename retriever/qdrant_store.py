@@ -231,6 +231,10 @@ class QdrantNodeStore:
                 self.client.delete_collection(old)
         log.info("alias %s now points at %s (dropped %s)", alias, self.collection, old)
 
+    def optimize(self) -> bool:
+        """Do nothing: a Qdrant server builds its indexes in the background."""
+        return False
+
     def close(self) -> None:
         """Release the store; closes the client only if the store owns it (idempotent)."""
         if not self._closed and self.owns_client:

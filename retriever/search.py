@@ -51,8 +51,7 @@ def collapsed_tree(
     """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
-    hits = store.search(query_vector, flt, candidate_limit(max_tokens))
-    return fill_budget(hits, max_tokens)
+    return store.search_budget(query_vector, flt, candidate_limit(max_tokens), max_tokens)
 
 
 def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:
