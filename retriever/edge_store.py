@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,6 +47,7 @@ from retriever.schema import (
     SearchFilter,
     check_meta,
 )
+from retriever.validation import check_ids, check_node, check_query, check_vectors, dense
 
 log = logging.getLogger(__name__)
 
@@ -196,9 +196,9 @@ class EdgeNodeStore:
             ValueError: shapes, ids or vectors are invalid.
             StoreError: the engine failed.
         """
-        arr = _check_vectors(nodes, vectors, self.dim)
+        arr = check_vectors(nodes, vectors, self.dim)
         for node in nodes:
-            _check_node(node)
+            check_node(node)
         if not nodes:
             return
         shard = self._require()
@@ -218,7 +218,7 @@ class EdgeNodeStore:
 
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored (the meta point is never deleted)."""
-        ids = [i for i in _check_ids(node_ids) if i != META_POINT_ID]
+        ids = [i for i in check_ids(node_ids) if i != META_POINT_ID]
         if not ids:
             return
         shard = self._require()
@@ -279,7 +279,7 @@ class EdgeNodeStore:
         """Return the nodes with these ids that exist, in the given order."""
         found = self._records(node_ids, with_payload=True)
         return [
-            NodePayload.from_payload(found[i].payload) for i in _check_ids(node_ids) if i in found
+            NodePayload.from_payload(found[i].payload) for i in check_ids(node_ids) if i in found
         ]
 
     def retrieve_vectors(self, node_ids: Sequence[str]) -> NDArray[np.float32]:
@@ -288,7 +288,7 @@ class EdgeNodeStore:
         Raises:
             StoreError: some ids have no point (named in the message).
         """
-        ids = _check_ids(node_ids)
+        ids = check_ids(node_ids)
         found = self._records(ids, with_payload=False)
         missing = [i for i in ids if i not in found]
         if missing:
@@ -297,7 +297,7 @@ class EdgeNodeStore:
                 f"{missing[:5]}; the store and the tree state disagree: restart adrap to "
                 "reconcile, or run `adrap rebuild`"
             )
-        rows = [_dense(found[i].vector) for i in ids]
+        rows = [dense(found[i].vector) for i in ids]
         dim = self.dim or 0
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1 if rows else dim)
 
@@ -346,7 +346,7 @@ class EdgeNodeStore:
         *,
         with_payload: bool = False,
     ) -> list[qe.ScoredPoint]:
-        query = _check_query(vector, self.dim)
+        query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         edge_filter = _edge_filter(flt)
@@ -382,7 +382,7 @@ class EdgeNodeStore:
 
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
         ids: list[qe.PointId] = list(
-            dict.fromkeys(i for i in _check_ids(node_ids) if i != META_POINT_ID)
+            dict.fromkeys(i for i in check_ids(node_ids) if i != META_POINT_ID)
         )
         if not ids:
             return {}
@@ -465,62 +465,8 @@ def _edge_filter(flt: SearchFilter) -> qe.Filter | None:
     if flt.kind is not None:
         must.append(qe.FieldCondition(key=F.KIND, match=qe.MatchValue(flt.kind.value)))
     if flt.ids is not None:
-        ids = _check_ids(flt.ids)
+        ids = check_ids(flt.ids)
         if not ids:
             return None
         must.append(qe.HasIdCondition(set(ids)))
     return qe.Filter(must=must)
-
-
-def _dense(vector: Any) -> list[float]:
-    if isinstance(vector, dict):
-        return list(vector[VECTOR_NAME])
-    return list(vector)
-
-
-def _check_ids(node_ids: Sequence[str]) -> list[str]:
-    """Return the ids as canonical uuid strings.
-
-    Raises:
-        ValueError: an id is not a uuid (adrap node ids are point ids, see ``point_id``).
-    """
-    if isinstance(node_ids, str):
-        raise ValueError("node_ids must be a sequence of ids, not one string")
-    out = []
-    for node_id in node_ids:
-        try:
-            out.append(str(uuid.UUID(node_id)))
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise ValueError(f"node id {node_id!r} is not a uuid point id") from exc
-    return out
-
-
-def _check_node(node: NodePayload) -> None:
-    if node.tree == META_TREE or node.node_id == META_POINT_ID:
-        raise ValueError(f"node {node.node_id!r} uses the reserved meta tree/point id")
-    _check_ids([node.node_id])
-
-
-def _check_vectors(
-    nodes: Sequence[NodePayload], vectors: NDArray[np.float32], dim: int | None
-) -> NDArray[np.float32]:
-    arr = np.ascontiguousarray(vectors, dtype=np.float32)
-    if arr.ndim != 2 or arr.shape[0] != len(nodes):
-        raise ValueError(
-            f"vectors must have shape ({len(nodes)}, dim) for {len(nodes)} nodes, "
-            f"got {np.shape(vectors)}"
-        )
-    if dim is not None and len(nodes) and arr.shape[1] != dim:
-        raise ValueError(f"vectors have {arr.shape[1]} dimensions but the store holds {dim}-d")
-    if len(nodes) and not (np.isfinite(arr).all() and (np.abs(arr).max(axis=1) > 0).all()):
-        raise ValueError("vectors must be finite and non-zero (cosine needs a direction)")
-    return arr
-
-
-def _check_query(vector: NDArray[np.float32], dim: int | None) -> list[float]:
-    arr = np.asarray(vector, dtype=np.float32)
-    if arr.ndim != 1 or (dim is not None and arr.shape[0] != dim):
-        raise ValueError(f"query vector must have shape ({dim or 'dim'},), got {arr.shape}")
-    if not np.isfinite(arr).all():
-        raise ValueError("query vector must be finite")
-    return arr.tolist()  # type: ignore[no-any-return]

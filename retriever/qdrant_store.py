@@ -26,13 +26,6 @@ from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from retriever.edge_store import (
-    _check_ids,
-    _check_node,
-    _check_query,
-    _check_vectors,
-    _dense,
-)
 from retriever.errors import SchemaMismatchError, StoreError
 from retriever.schema import (
     META_POINT_ID,
@@ -48,6 +41,7 @@ from retriever.schema import (
     SearchFilter,
     check_meta,
 )
+from retriever.validation import check_ids, check_node, check_query, check_vectors, dense
 
 log = logging.getLogger(__name__)
 
@@ -262,9 +256,9 @@ class QdrantNodeStore:
             ValueError: shapes, ids or vectors are invalid.
             StoreError: the server failed or is unreachable.
         """
-        arr = _check_vectors(nodes, vectors, self.dim)
+        arr = check_vectors(nodes, vectors, self.dim)
         for node in nodes:
-            _check_node(node)
+            check_node(node)
         self._require_open()
         with self._call(f"upsert {len(nodes)} points"):
             for start in range(0, len(nodes), UPSERT_BATCH):
@@ -280,7 +274,7 @@ class QdrantNodeStore:
 
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored (the meta point is never deleted)."""
-        ids = [i for i in _check_ids(node_ids) if i != META_POINT_ID]
+        ids = [i for i in check_ids(node_ids) if i != META_POINT_ID]
         self._require_open()
         with self._call(f"delete {len(ids)} points"):
             for start in range(0, len(ids), SCROLL_PAGE):
@@ -338,7 +332,7 @@ class QdrantNodeStore:
         """Return the nodes with these ids that exist, in the given order."""
         found = self._records(node_ids, with_payload=True)
         return [
-            NodePayload.from_payload(found[i].payload) for i in _check_ids(node_ids) if i in found
+            NodePayload.from_payload(found[i].payload) for i in check_ids(node_ids) if i in found
         ]
 
     def retrieve_vectors(self, node_ids: Sequence[str]) -> NDArray[np.float32]:
@@ -347,7 +341,7 @@ class QdrantNodeStore:
         Raises:
             StoreError: some ids have no point (named in the message).
         """
-        ids = _check_ids(node_ids)
+        ids = check_ids(node_ids)
         found = self._records(ids, with_payload=False)
         missing = [i for i in ids if i not in found]
         if missing:
@@ -356,7 +350,7 @@ class QdrantNodeStore:
                 "the store and the tree state disagree: restart adrap to reconcile, "
                 "or run `adrap rebuild`"
             )
-        rows = [_dense(found[i].vector) for i in ids]
+        rows = [dense(found[i].vector) for i in ids]
         dim = self.dim or 0
         return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1 if rows else dim)
 
@@ -405,7 +399,7 @@ class QdrantNodeStore:
         *,
         with_payload: bool | list[str],
     ) -> list[models.ScoredPoint]:
-        query = _check_query(vector, self.dim)
+        query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
         query_filter = _qdrant_filter(flt)
@@ -445,7 +439,7 @@ class QdrantNodeStore:
 
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, models.Record]:
         ids: list[models.ExtendedPointId] = list(
-            dict.fromkeys(i for i in _check_ids(node_ids) if i != META_POINT_ID)
+            dict.fromkeys(i for i in check_ids(node_ids) if i != META_POINT_ID)
         )
         if not ids:
             return {}
@@ -543,7 +537,7 @@ def _qdrant_filter(flt: SearchFilter) -> models.Filter | None:
             models.FieldCondition(key=F.KIND, match=models.MatchValue(value=flt.kind.value))
         )
     if flt.ids is not None:
-        ids: list[models.ExtendedPointId] = list(_check_ids(flt.ids))
+        ids: list[models.ExtendedPointId] = list(check_ids(flt.ids))
         if not ids:
             return None
         must.append(models.HasIdCondition(has_id=ids))

@@ -1,0 +1,66 @@
+"""Argument checks shared by the store adapters, so both refuse bad input the same way."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from retriever.schema import META_POINT_ID, META_TREE, VECTOR_NAME, NodePayload
+
+
+def dense(vector: Any) -> list[float]:
+    if isinstance(vector, dict):
+        return list(vector[VECTOR_NAME])
+    return list(vector)
+
+
+def check_ids(node_ids: Sequence[str]) -> list[str]:
+    """Return the ids as canonical uuid strings.
+
+    Raises:
+        ValueError: an id is not a uuid (adrap node ids are point ids, see ``point_id``).
+    """
+    if isinstance(node_ids, str):
+        raise ValueError("node_ids must be a sequence of ids, not one string")
+    out = []
+    for node_id in node_ids:
+        try:
+            out.append(str(uuid.UUID(node_id)))
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"node id {node_id!r} is not a uuid point id") from exc
+    return out
+
+
+def check_node(node: NodePayload) -> None:
+    if node.tree == META_TREE or node.node_id == META_POINT_ID:
+        raise ValueError(f"node {node.node_id!r} uses the reserved meta tree/point id")
+    check_ids([node.node_id])
+
+
+def check_vectors(
+    nodes: Sequence[NodePayload], vectors: NDArray[np.float32], dim: int | None
+) -> NDArray[np.float32]:
+    arr = np.ascontiguousarray(vectors, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != len(nodes):
+        raise ValueError(
+            f"vectors must have shape ({len(nodes)}, dim) for {len(nodes)} nodes, "
+            f"got {np.shape(vectors)}"
+        )
+    if dim is not None and len(nodes) and arr.shape[1] != dim:
+        raise ValueError(f"vectors have {arr.shape[1]} dimensions but the store holds {dim}-d")
+    if len(nodes) and not (np.isfinite(arr).all() and (np.abs(arr).max(axis=1) > 0).all()):
+        raise ValueError("vectors must be finite and non-zero (cosine needs a direction)")
+    return arr
+
+
+def check_query(vector: NDArray[np.float32], dim: int | None) -> list[float]:
+    arr = np.asarray(vector, dtype=np.float32)
+    if arr.ndim != 1 or (dim is not None and arr.shape[0] != dim):
+        raise ValueError(f"query vector must have shape ({dim or 'dim'},), got {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise ValueError("query vector must be finite")
+    return arr.tolist()  # type: ignore[no-any-return]
