@@ -6,7 +6,9 @@ the running token total stays within ``max_tokens`` — stopping at the first no
 as the papers' reference implementation does.
 
 Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
-those, layer by layer down to the leaves; the selected nodes are concatenated in selection order.
+those, layer by layer down to the leaves. RAPTOR concatenates every selected node; under a token
+budget the selected nodes are taken in score order (as in the collapsed tree), so a budget smaller
+than the whole selection keeps the most similar nodes rather than only the upper layers.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def tree_traversal(
         if not children:
             break
         hits = store.search(query_vector, replace(flt, ids=children, min_layer=None), top_k)
+    selected.sort(key=lambda h: -h.score)
     return fill_budget(selected, max_tokens)
 
 

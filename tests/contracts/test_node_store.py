@@ -97,11 +97,11 @@ class Backend:
     def open(self) -> Any:
         for opened in self.opened:
             opened.close()  # the edge folder is locked by its opener
-        store: Any
-        if self.client is not None:
-            store = QdrantNodeStore(self.client, "adrap")
-        else:
-            store = EdgeNodeStore(self.path)
+        store: Any = (
+            EdgeNodeStore(self.path)
+            if self.client is None
+            else QdrantNodeStore(self.client, "adrap")
+        )
         self.opened.append(store)
         return store
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 
 import pytest
@@ -82,17 +81,24 @@ def test_traversal_descends_from_the_top_layer_through_children(tree) -> None:  
     hits = tree_traversal(
         store, emb.embed_query("orbit fuel"), SearchFilter(tree="t"), top_k=2, max_tokens=10_000
     )
-    layers = [h.node.layer for h in hits]
-    assert layers == sorted(layers, reverse=True)
-    assert layers[0] == max(state.layer_counts())
-    assert layers[-1] == 0
-    for upper, lower in itertools.pairwise(hits):
-        if lower.node.layer == upper.node.layer - 1:
-            assert any(
-                lower.node.node_id in h.node.children
-                for h in hits
-                if h.node.layer == upper.node.layer
-            )
+    top = max(state.layer_counts())
+    assert {h.node.layer for h in hits} == set(range(top + 1))
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    by_id = {h.node.node_id: h.node for h in hits}
+    for h in hits:
+        if h.node.layer < top:  # reached through a selected parent one layer up
+            assert any(p in by_id and by_id[p].layer == h.node.layer + 1 for p in h.node.parents)
+
+
+def test_traversal_under_a_small_budget_keeps_the_most_similar_nodes(tree) -> None:  # type: ignore[no-untyped-def]
+    store, emb, _ = tree
+    v = emb.embed_query("orbit fuel")
+    everything = tree_traversal(store, v, SearchFilter(tree="t"), top_k=2, max_tokens=10_000)
+    budget = sum(h.node.n_tokens for h in everything[:2])
+    assert (
+        tree_traversal(store, v, SearchFilter(tree="t"), top_k=2, max_tokens=budget)
+        == everything[:2]
+    )
 
 
 def test_fill_stops_at_the_first_node_that_does_not_fit(tree) -> None:  # type: ignore[no-untyped-def]
