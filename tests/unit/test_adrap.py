@@ -221,3 +221,26 @@ def test_drift_past_the_threshold_triggers_a_full_rebuild_reusing_cached_summari
         check_invariants(p)
     finally:
         p.store.close()
+
+
+def test_build_and_update_in_server_mode_through_qdrant_client(tmp_path: Path) -> None:
+    """The same pipeline on the server adapter (qdrant-client local mode, same client API)."""
+    from qdrant_client import QdrantClient
+
+    from retriever import QdrantNodeStore, collapsed_tree
+
+    rng = random.Random(6)
+    root = tmp_path / "docs"
+    write_corpus(root, rng, 12)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    p.store.close()
+    p.store = QdrantNodeStore(QdrantClient(":memory:"), "adrap")
+    p.build(root)
+    check_invariants(p)
+    (root / "late.txt").write_text(doc_text(rng, 6))
+    report = p.update([root / "late.txt"])
+    assert report.stats.leaves_added > 0
+    check_invariants(p)
+    hits = collapsed_tree(p.store, p.embedder.embed_query(TOPICS[0]), SearchFilter(tree="t"))
+    assert hits
+    assert all(h.node.tree == "t" for h in hits)
