@@ -40,10 +40,17 @@ class LayerDelta:
         split: Iterable[int],
         removed: Iterable[int],
     ) -> None:
-        self.created |= set(created)
-        self.removed |= set(removed)
+        """Merge one operation's result into the batch's delta, in operation order."""
+        dirty, created, removed = set(dirty), set(created), set(removed)
+        # A cluster emptied earlier in the batch and populated again (a guarded group keeps its
+        # id) exists at the end: it must be regenerated, not removed.
+        revived = (dirty | created) & self.removed
+        self.removed -= revived
+        self.dirty |= revived
+        self.created |= created - revived
+        self.removed |= removed
         self.created -= self.removed
-        self.dirty |= set(dirty)
+        self.dirty |= dirty
         self.dirty -= self.removed
         self.split |= set(split)
 

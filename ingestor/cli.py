@@ -7,7 +7,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +15,7 @@ import click
 
 from ingestor.config import Settings
 from ingestor.errors import IngestError
+from ingestor.locking import StateLock, state_lock
 from models_store import ModelStore, ModelStoreError
 from retriever import Embedder, NodeStore, RetrieverError, ScoredNode, SearchFilter
 
@@ -68,7 +69,7 @@ def load_settings() -> Settings:
 
 
 def make_embedder(settings: Settings) -> Embedder:
-    from retriever.embedding import SentenceTransformerEmbedder
+    from retriever import SentenceTransformerEmbedder
 
     e = settings.embed
     return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
@@ -77,14 +78,14 @@ def make_embedder(settings: Settings) -> Embedder:
 def make_store(settings: Settings) -> NodeStore:
     q = settings.qdrant
     if q.url:
-        from retriever.qdrant_store import QdrantNodeStore, connect
+        from retriever import QdrantNodeStore, connect
 
         key = q.api_key.get_secret_value() if q.api_key else None
         client = connect(
             q.url, key, timeout=q.timeout, prefer_grpc=q.prefer_grpc, verify=q.verify_tls
         )
         return QdrantNodeStore(client, q.collection)
-    from retriever.edge_store import EdgeNodeStore
+    from retriever import EdgeNodeStore
 
     return EdgeNodeStore(settings.state_dir / STORE_DIR)
 
@@ -157,6 +158,11 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
     )
 
 
+def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:
+    """Return the state dir's one-writer lock (entering raises ``LockedError`` naming the holder)."""
+    return state_lock(settings.state_dir, command)
+
+
 @contextmanager
 def opened_store(settings: Settings) -> Iterator[NodeStore]:
     store = make_store(settings)
@@ -220,7 +226,7 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
         settings = ctx.settings
         show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
         embedder = make_embedder(settings)
-        with opened_store(settings) as store:
+        with writer_lock(settings, "build"), opened_store(settings) as store:
             report = make_pipeline(settings, store, embedder).build(root, show)
         layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in report.stats.seconds.items())
@@ -268,7 +274,8 @@ def _update(ctx: Ctx, paths: list[Path], *, remove: bool) -> None:
     def body() -> None:
         settings = ctx.settings
         embedder = make_embedder(settings)
-        with opened_store(settings) as store:
+        command = "remove" if remove else "add"
+        with writer_lock(settings, command), opened_store(settings) as store:
             report = make_pipeline(settings, store, embedder).update(paths, remove=remove)
         click.echo(report.summary())
         for path, reason in report.skipped:
@@ -293,7 +300,7 @@ def rebuild(ctx: Ctx, progress: bool | None) -> None:
         settings = ctx.settings
         show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
         embedder = make_embedder(settings)
-        with opened_store(settings) as store:
+        with writer_lock(settings, "rebuild"), opened_store(settings) as store:
             report = make_pipeline(settings, store, embedder).rebuild(show)
         layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
         click.echo(
@@ -360,6 +367,18 @@ def query(
         flt = SearchFilter(tree=s.tree, min_layer=lo, max_layer=hi, source_prefix=source_prefix)
         budget = max_tokens or s.query.max_tokens
         chosen = mode or s.query.mode
+        params = {
+            "q": question,
+            "mode": chosen,
+            "max_tokens": budget,
+            "top_k": top_k or s.query.top_k,
+        }
+        remote = _query_daemon(
+            s, params | {"source": source_prefix, "min_layer": lo, "max_layer": hi}
+        )
+        if remote is not None:
+            _echo_remote(remote, as_json)
+            return
         embedder = make_embedder(s)
         t0 = time.perf_counter()
         with opened_store(s) as store:
@@ -407,6 +426,63 @@ def query(
         )
 
     run(ctx, body)
+
+
+def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
+    """Ask the running ``adrap watch`` for the answer when it owns the embedded store, else None."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from ingestor.locking import read_holder
+
+    if s.store_mode != "embedded":
+        return None
+    holder = read_holder(s.state_dir)
+    if holder is None:
+        return None
+    who = f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
+    address = holder.get("http")
+    if holder.get("command") != "watch" or not address:
+        raise click.ClickException(
+            f"the embedded store in {_where(s)} is in use by {who}; query when it has finished"
+        )
+    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    try:
+        with urllib.request.urlopen(f"http://{address}/query?{query}", timeout=120) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode("utf-8", "replace")
+        raise click.ClickException(
+            f"{who} answered {exc.code} at http://{address}/query: {detail}"
+        ) from exc
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(
+            f"the embedded store is owned by {who}, whose HTTP endpoint http://{address} does not "
+            f"answer ({exc}); check `curl http://{address}/healthz`"
+        ) from exc
+    log.debug("answered by %s at %s", who, address)
+    return out
+
+
+def _echo_remote(out: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        return
+    for h in out["hits"]:
+        where = (
+            f"{h['source']}:{h['char_start']}-{h['char_end']}"
+            if h["layer"] == 0
+            else ", ".join(h["sources"])
+        )
+        head = f"[{h['score']:.3f}] layer {h['layer']} · {h['n_tokens']} tok · {where}"
+        click.echo(click.style(head, bold=True))
+        click.echo(h["text"] + "\n")
+    click.echo(
+        f"{len(out['hits'])} nodes, {out['n_tokens']}/{out['max_tokens']} tokens, {out['mode']}, "
+        f"{out['seconds'] * 1000:.0f} ms (answered by adrap watch)",
+        err=True,
+    )
 
 
 def _parse_layers(spec: str | None) -> tuple[int | None, int | None]:
@@ -495,6 +571,82 @@ def _flatten(data: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
             yield from _flatten(value, f"{prefix}{key.upper()}__")
         else:
             yield f"{prefix}{key.upper()}", json.dumps(value) if isinstance(value, list) else value
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--polling/--native",
+    default=None,
+    help="Poll the folder instead of inotify (NFS/SMB shares, Docker bind mounts).",
+)
+@click.option(
+    "--debounce", type=click.FloatRange(min=0), default=None, help="Quiet seconds ending a burst."
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(min=-1, max=65535),
+    default=None,
+    help="HTTP port (0: any free port, -1: no HTTP).",
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.pass_obj
+def watch(
+    ctx: Ctx,
+    root: Path,
+    polling: bool | None,
+    debounce: float | None,
+    http_port: int | None,
+    progress: bool | None,
+) -> None:
+    """Keep the tree equal to the folder ROOT until SIGTERM/SIGINT (the daemon).
+
+    Reconciles at start (first run: full build), then applies each burst of changes as one adRAP
+    batch. Serves /healthz /readyz /metrics /status /query on 127.0.0.1:8765 (ADRAP_WATCH__*).
+
+    \b
+    Example:
+      adrap watch ./docs --polling --debounce 2
+    """
+    import signal
+    import threading
+
+    from ingestor.daemon import Daemon
+    from ingestor.pipeline import make_progress_printer
+
+    def body() -> None:
+        s = ctx.settings
+        w = s.watch
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            if stop.is_set():
+                raise KeyboardInterrupt
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
+        embedder = make_embedder(s)
+        with writer_lock(s, "watch") as lock, opened_store(s) as store:
+            daemon = Daemon(
+                make_pipeline(s, store, embedder),
+                root,
+                polling=w.polling if polling is None else polling,
+                poll_interval=w.poll_interval,
+                debounce=w.debounce_seconds if debounce is None else debounce,
+                max_backoff=w.max_backoff_seconds,
+                http_host=w.http_host,
+                http_port=w.http_port if http_port is None else http_port,
+                ignore=s.read.ignore,
+                exclude=[s.state_dir.resolve()],
+                state_lock=lock,
+                query_defaults=(s.query.mode, s.query.max_tokens, s.query.top_k),
+            )
+            daemon.run(stop, show)
+
+    run(ctx, body)
 
 
 if __name__ == "__main__":

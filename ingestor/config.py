@@ -109,6 +109,17 @@ class QuerySettings(_Section):
     top_k: int = Field(default=5, ge=1)
 
 
+class WatchSettings(_Section):
+    """The watcher daemon (``adrap watch``): observer, debounce, retries and its HTTP endpoint."""
+
+    polling: bool = False
+    poll_interval: float = Field(default=2.0, gt=0)
+    debounce_seconds: float = Field(default=1.0, ge=0)
+    max_backoff_seconds: float = Field(default=60.0, gt=0)
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(default=8765, ge=-1, le=65535)  # 0: any free port, -1: no HTTP
+
+
 class Settings(BaseSettings):
     """Every adrap setting. ``adrap config`` prints the effective values, secrets masked."""
 
@@ -130,6 +141,7 @@ class Settings(BaseSettings):
     summary: SummarySettings = Field(default_factory=SummarySettings)
     adrap: AdrapSettings = Field(default_factory=AdrapSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
+    watch: WatchSettings = Field(default_factory=WatchSettings)
 
     @property
     def store_mode(self) -> Literal["embedded", "server"]:

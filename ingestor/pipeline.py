@@ -480,7 +480,7 @@ class Pipeline:
         A renamed or moved file is a removed source plus a new one with the same content; leaf
         ids include the source path, so its leaves get new ids, but their vectors are taken from
         the removed leaves instead of being embedded again (summaries come from the summary cache).
-        Removed sources are applied (and committed) before the documents, as two adRAP batches.
+        The whole batch is one adRAP update and one commit.
         """
         known: dict[str, NDArray[np.float32]] = {}
         for source in gone:
@@ -493,11 +493,6 @@ class Pipeline:
         if known:
             self.embedder = _ReusingEmbedder(inner, known)
         try:
-            if docs and any(g in state.sources for g in gone):
-                # Work-around: TreeUpdater leaves the new leaves without parents when one batch both
-                # removes whole sources and inserts leaves; removing first keeps the tree consistent.
-                self.apply(state, [], gone, report)
-                gone = []
             self.apply(state, docs, gone, report)
         finally:
             self.embedder = inner

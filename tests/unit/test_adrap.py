@@ -75,7 +75,9 @@ def write_corpus(root: Path, rng: random.Random, n_docs: int) -> None:
 
 
 OPS = st.lists(
-    st.tuples(st.sampled_from(["add", "edit", "remove", "add_dir"]), st.integers(0, 10**6)),
+    st.tuples(
+        st.sampled_from(["add", "edit", "remove", "add_dir", "rename"]), st.integers(0, 10**6)
+    ),
     min_size=3,
     max_size=7,
 )
@@ -112,6 +114,11 @@ def test_random_adds_edits_and_removes_keep_the_tree_consistent(
                 sentences[r % len(sentences)] = doc_text(rng, 1).rstrip(".")
                 path.write_text(". ".join(sentences))
                 p.update([path])
+            elif op == "rename" and files:
+                # Removal and insertion of the same chunks in one batch, plus a new file.
+                files[r % len(files)].rename(root / f"renamed{r}.txt")
+                (root / f"with{r}.txt").write_text(doc_text(rng, 4))
+                p.update([root])
             elif op == "remove" and files:
                 path = files[r % len(files)]
                 path.unlink()
@@ -244,3 +251,24 @@ def test_build_and_update_in_server_mode_through_qdrant_client(tmp_path: Path) -
     hits = collapsed_tree(p.store, p.embedder.embed_query(TOPICS[0]), SearchFilter(tree="t"))
     assert hits
     assert all(h.node.tree == "t" for h in hits)
+
+
+@pytest.mark.parametrize("seed", [7, 8, 10])
+def test_a_rename_and_an_insert_in_one_batch_leave_every_leaf_with_a_parent(
+    tmp_path: Path, seed: int
+) -> None:
+    """Regression: a cluster emptied and re-populated within one batch must be regenerated."""
+    rng = random.Random(seed)
+    root = tmp_path / "docs"
+    write_corpus(root, rng, 8)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    try:
+        p.build(root)
+        for step in range(3):
+            files = sorted(root.rglob("*.txt"))
+            files[rng.randrange(len(files))].rename(root / f"renamed{step}.txt")
+            (root / f"new{step}.txt").write_text(doc_text(rng, 5))
+            p.update([root])
+            check_invariants(p)
+    finally:
+        p.store.close()

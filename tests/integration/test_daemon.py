@@ -1,0 +1,279 @@
+"""`adrap watch` as a user runs it: a subprocess with the real model, real qdrant-edge and HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from ingestor.pipeline import state_name
+from models_store import ModelStore
+from retriever.edge_store import EdgeNodeStore
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "examples" / "sample"
+
+WORDS = [
+    "orchard",
+    "cider",
+    "harvest",
+    "rocket",
+    "orbit",
+    "launch",
+    "violin",
+    "concert",
+    "glacier",
+    "valley",
+    "court",
+    "contract",
+    "judge",
+    "river",
+    "bridge",
+    "lantern",
+    "harbour",
+    "falcon",
+    "meadow",
+    "copper",
+    "engine",
+]
+
+
+def text_of(rng: random.Random, n: int) -> str:
+    return " ".join(
+        " ".join(rng.choice(WORDS) for _ in range(12)).capitalize() + "." for _ in range(n)
+    )
+
+
+class Watch:
+    """One `adrap watch` subprocess and its HTTP address (read from its JSON logs)."""
+
+    def __init__(self, folder: Path, state: Path, env: dict[str, str] | None = None) -> None:
+        full = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
+        full |= {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1"} | (env or {})
+        self.log = state.parent / f"watch-{time.monotonic_ns()}.log"
+        self.state = state
+        with self.log.open("w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "ingestor", "watch", str(folder), "--http-port", "0"],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                env=full,
+                cwd=state.parent,
+            )
+        self.base = ""
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_address(self, timeout: float = 180) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.logs()
+            lock = self.state / "adrap.lock"
+            if lock.exists():
+                try:
+                    info = json.loads(lock.read_text() or "{}")
+                except ValueError:  # being rewritten
+                    info = {}
+                if "http" in info and info.get("pid") == self.proc.pid:  # not a killed one's
+                    self.base = f"http://{info['http']}"
+                    return self.base
+            time.sleep(0.1)
+        raise AssertionError("no HTTP address:\n" + self.logs())
+
+    def wait_ready(self, timeout: float = 240) -> None:
+        self.wait_address()
+        wait_for(lambda: get(self.base + "/readyz")[0] == 200, timeout, self)
+
+    def status(self) -> dict[str, object]:
+        out: dict[str, object] = json.loads(get(self.base + "/status")[1])
+        return out
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(120)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError as exc:
+        return 0, str(exc)
+
+
+def wait_for(cond: object, timeout: float, watch: Watch | None = None) -> None:
+    assert callable(cond)
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if watch is not None:
+            assert watch.proc.poll() is None, watch.logs()
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out" + ("\n" + watch.logs() if watch else ""))
+        time.sleep(0.2)
+
+
+@contextmanager
+def watching(folder: Path, state: Path, env: dict[str, str] | None = None) -> Iterator[Watch]:
+    w = Watch(folder, state, env)
+    try:
+        yield w
+    finally:
+        if w.proc.poll() is None:
+            w.proc.kill()
+            w.proc.wait()
+
+
+def assert_converged(folder: Path, state: Path) -> None:
+    """Store ids == state node ids and state sources == the supported files of the folder."""
+    models = ModelStore(state / "models")
+    with warnings.catch_warnings():  # unpickling imports umap, which warns that TensorFlow is absent
+        warnings.simplefilter("ignore", ImportWarning)
+        tree = models.load(state_name("default"))
+    with EdgeNodeStore(state / "qdrant") as store:
+        assert set(store.iter_ids("default")) == set(tree.nodes)
+    files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix == ".txt"}
+    assert set(tree.sources) == files
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    out = tmp_path / "docs"
+    out.mkdir()
+    for name in ["aesops-fables.md", "gettysburg-address.txt"]:
+        shutil.copy(SAMPLE / name, out / name)
+    return out
+
+
+def test_watch_serves_queries_metrics_and_exits_0_on_sigterm(folder: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    with watching(folder, state) as w:
+        w.wait_ready()
+        assert get(w.base + "/healthz")[0] == 200
+        (folder / "zebras.txt").write_text(
+            "Zebras graze on the open savanna. Their stripes confuse lions at dusk. "
+            "A zebra foal can stand within an hour of birth."
+        )
+        wait_for(lambda: w.status()["documents"] == 3, 120, w)
+        code, body = get(w.base + "/query?q=zebra+stripes+savanna&max_tokens=400")
+        assert code == 200, body
+        out = json.loads(body)
+        assert any(h["source"] == "zebras.txt" for h in out["hits"] if h["layer"] == 0)
+        code, metrics = get(w.base + "/metrics")
+        assert code == 200
+        for line in metrics.splitlines():
+            if line and not line.startswith("#"):
+                float(line.rsplit(" ", 1)[1])
+        assert 'adrap_files{tree="default"} 3' in metrics
+        # `adrap query` is answered by the daemon that owns the embedded store.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
+        q = subprocess.run(
+            [sys.executable, "-m", "ingestor", "query", "zebra stripes", "--json"],
+            capture_output=True,
+            text=True,
+            env=env | {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1"},
+            timeout=120,
+        )
+        assert q.returncode == 0, q.stderr
+        assert json.loads(q.stdout)["hits"]
+        # A second daemon on the same state dir is refused, naming the first one's pid.
+        second = subprocess.run(
+            [sys.executable, "-m", "ingestor", "watch", str(folder), "--http-port", "-1"],
+            capture_output=True,
+            text=True,
+            env=env | {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1"},
+            timeout=120,
+        )
+        assert second.returncode == 1
+        assert f"locked by process {w.proc.pid}" in second.stderr
+        assert w.stop() == 0
+        assert '"applied update: files +1' in w.logs()
+
+
+def test_bad_inputs_are_skipped_with_one_line_each_and_the_daemon_keeps_running(
+    folder: Path, tmp_path: Path
+) -> None:
+    (folder / "binary.txt").write_bytes(bytes(range(256)) * 4)
+    (folder / "empty.md").write_text("")
+    (folder / "latin1.txt").write_bytes(b"caf\xe9 cr\xe8me \xff\xfe\x00")
+    (folder / "passwd.txt").symlink_to("/etc/passwd")
+    (folder / "loop.txt").symlink_to(folder / "loop.txt")
+    (folder / "big.txt").write_text("word " * 20_000)
+    (folder / "a name with spaces - ünïcode.txt").write_text("Spaces and unicode in a name work.")
+    state = tmp_path / "state"
+    with watching(folder, state, {"ADRAP_READ__MAX_FILE_BYTES": "50000"}) as w:
+        w.wait_ready()
+        (folder / "later-binary.txt").write_bytes(b"\x00\x01" * 500)
+        (folder / "later.txt").write_text("A later file about lanterns in the harbour at night.")
+        wait_for(lambda: w.status()["documents"] == 4, 120, w)
+        logs = w.logs()
+        for name in ["binary.txt", "empty.md", "latin1.txt", "passwd.txt", "loop.txt", "big.txt"]:
+            assert name in logs, name
+        assert "later-binary.txt" in logs
+        assert get(w.base + "/healthz")[0] == 200
+        assert w.stop() == 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads 0-permission files; see test_reading")
+def test_a_0_permission_file_is_skipped(folder: Path, tmp_path: Path) -> None:
+    secret = folder / "secret.txt"
+    secret.write_text("hidden")
+    secret.chmod(0)
+    with watching(folder, tmp_path / "state") as w:
+        w.wait_ready()
+        assert "secret.txt" in w.logs()
+        assert w.stop() == 0
+
+
+def kill_during_updates_then_restart(folder: Path, state: Path, rng: random.Random) -> None:
+    with watching(folder, state) as w:
+        w.wait_ready()
+        for _ in range(6):
+            (folder / f"k{rng.randint(0, 8)}.txt").write_text(text_of(rng, rng.randint(5, 30)))
+            if rng.random() < 0.3:
+                victims = sorted(folder.glob("k*.txt"))
+                if victims:
+                    rng.choice(victims).unlink()
+            time.sleep(rng.uniform(0.0, 0.6))
+        time.sleep(rng.uniform(0.8, 3.0))  # inside the debounce, an update or a commit
+        w.proc.kill()
+        w.proc.wait()
+    with watching(folder, state) as w:
+        w.wait_ready()
+        assert w.stop() == 0
+    assert_converged(folder, state)
+
+
+def test_kill_9_during_updates_then_restart_converges(folder: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    rng = random.Random(1)
+    for name in list(folder.iterdir()):
+        name.rename(folder / f"k{name.stem[:3]}.txt")
+    for _ in range(2):
+        kill_during_updates_then_restart(folder, state, rng)
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_points_many_times_converges(folder: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    rng = random.Random(7)
+    for name in list(folder.iterdir()):
+        name.rename(folder / f"k{name.stem[:3]}.txt")
+    for _ in range(15):
+        kill_during_updates_then_restart(folder, state, rng)
