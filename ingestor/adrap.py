@@ -100,9 +100,8 @@ class TreeUpdater:
             if al is not None:
                 al.replace(old, new, delta)
             self._delete_node(state, old, stats)
-        for node_id in todo.add:
-            if al is not None:
-                al.add(node_id, state.vectors[node_id], delta)
+        if al is not None:
+            al.add_many(todo.add, state.matrix(todo.add), delta)
         if al is None:  # the top layer: its nodes have no parents
             return _Pending()
 
