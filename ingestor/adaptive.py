@@ -168,12 +168,11 @@ class AdaptiveLayer:
             return
         groups = self.clusterer.predict_global(X)
         local: dict[int, NDArray[np.float32]] = {}
-        for g in np.unique(groups):
-            rows = np.flatnonzero(groups == g)
-            if self.gmms[int(g)] is not None:
-                for row, point in zip(
-                    rows, self.clusterer.transform_local(int(g), X[rows]), strict=True
-                ):
+        for label in np.unique(groups):
+            rows = np.flatnonzero(groups == label)
+            if self.gmms[int(label)] is not None:
+                reduced = self.clusterer.transform_local(int(label), X[rows])
+                for row, point in zip(rows, reduced, strict=True):
                     local[int(row)] = point
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
