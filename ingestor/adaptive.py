@@ -172,8 +172,8 @@ class AdaptiveLayer:
             rows = np.flatnonzero(groups == label)
             if self.gmms[int(label)] is not None:
                 reduced = self.clusterer.transform_local(int(label), X[rows])
-                for row, point in zip(rows, reduced, strict=True):
-                    local[int(row)] = point
+                for r, point in zip(rows.tolist(), reduced, strict=True):
+                    local[r] = point
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
             gmm = self.gmms[g]
