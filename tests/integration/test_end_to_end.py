@@ -120,3 +120,50 @@ def test_an_embedding_model_that_is_not_installed_is_a_clear_error(built: Path) 
     assert result.returncode == 1
     assert "no-such-model" in result.stderr
     assert "ADRAP_EMBED__MODEL" in result.stderr
+
+
+def test_the_llm_path_builds_a_tree_whose_summaries_come_from_a_real_local_server(
+    tmp_path: Path, llm_server
+) -> None:  # type: ignore[no-untyped-def]
+    """adrap build with ADRAP_SUMMARY__BACKEND=openai against xllamacpp serving SmolLM2."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    text = (DATA / "cinderella" / "cinderella.txt").read_text()
+    (docs / "cinderella.txt").write_text(text[:6000])
+    env = {
+        "ADRAP_SUMMARY__BACKEND": "openai",
+        "ADRAP_SUMMARY__OPENAI__BASE_URL": llm_server.base_url,
+        "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
+        "ADRAP_SUMMARY__OPENAI__CONCURRENCY": "2",
+        "ADRAP_SUMMARY__MAX_TOKENS": "40",
+        "ADRAP_CHUNK__MAX_TOKENS": "100",
+        "ADRAP_CHUNK__OVERLAP": "20",
+    }
+    state = tmp_path / "state"
+    result = adrap("build", str(docs), state=state, env=env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(
+        adrap("query", "Cinderella", "--layers", "1-", "--json", state=state, env=env).stdout
+    )
+    assert out["hits"]
+    for hit in out["hits"]:
+        assert hit["text"].strip()
+        assert hit["layer"] >= 1
+
+
+def test_an_unreachable_llm_endpoint_fails_the_build_and_stores_no_summary(tmp_path: Path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "c.txt").write_text((DATA / "cinderella" / "cinderella.txt").read_text()[:6000])
+    env = {
+        "ADRAP_SUMMARY__BACKEND": "openai",
+        "ADRAP_SUMMARY__OPENAI__BASE_URL": "http://127.0.0.1:9/v1",  # discard port: refused
+        "ADRAP_SUMMARY__OPENAI__MAX_RETRIES": "1",
+        "ADRAP_CHUNK__MAX_TOKENS": "100",
+        "ADRAP_CHUNK__OVERLAP": "20",
+    }
+    state = tmp_path / "state"
+    result = adrap("build", str(docs), state=state, env=env)
+    assert result.returncode == 1
+    assert "127.0.0.1:9" in result.stderr
+    assert adrap("status", "--json", state=state).stdout.count('"built": false') == 1
