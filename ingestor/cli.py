@@ -17,7 +17,7 @@ from ingestor.config import Settings
 from ingestor.errors import IngestError
 from ingestor.locking import StateLock, state_lock
 from models_store import ModelStore, ModelStoreError
-from retriever import Embedder, NodeStore, RetrieverError, ScoredNode, SearchFilter
+from retriever import Embedder, F, NodeStore, RetrieverError, SearchFilter
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -312,22 +312,6 @@ def rebuild(ctx: Ctx, progress: bool | None) -> None:
     run(ctx, body)
 
 
-def _hit_json(hit: ScoredNode) -> dict[str, Any]:
-    n = hit.node
-    return {
-        "score": round(hit.score, 6),
-        "node_id": n.node_id,
-        "layer": n.layer,
-        "kind": str(n.kind),
-        "n_tokens": n.n_tokens,
-        "sources": list(n.sources),
-        "source": n.source,
-        "char_start": n.char_start,
-        "char_end": n.char_end,
-        "text": n.text,
-    }
-
-
 @main.command()
 @click.argument("question")
 @click.option("--mode", type=click.Choice(["collapsed", "traversal"]), default=None)
@@ -359,7 +343,7 @@ def query(
     Example:
       adrap query "How does Cinderella find a happy ending?" --max-tokens 1000 --json
     """
-    from retriever import collapsed_tree, format_context, tree_traversal
+    from retriever import answer_json, run_query
 
     def body() -> None:
         s = ctx.settings
@@ -377,7 +361,7 @@ def query(
             s, params | {"source": source_prefix, "min_layer": lo, "max_layer": hi}
         )
         if remote is not None:
-            _echo_remote(remote, as_json)
+            _echo_answer(remote, as_json, by=" (answered by adrap watch)")
             return
         embedder = make_embedder(s)
         t0 = time.perf_counter()
@@ -388,42 +372,11 @@ def query(
                     f"tree {s.tree!r} is empty in {_where(s)}: run `adrap build DIR` first"
                 )
             vec = embedder.embed_query(question)
-            if chosen == "traversal":
-                hits = tree_traversal(
-                    store, vec, flt, top_k=top_k or s.query.top_k, max_tokens=budget
-                )
-            else:
-                hits = collapsed_tree(store, vec, flt, max_tokens=budget)
-        seconds = time.perf_counter() - t0
-        if as_json:
-            out = {
-                "question": question,
-                "mode": chosen,
-                "tree": s.tree,
-                "max_tokens": budget,
-                "n_tokens": sum(h.node.n_tokens for h in hits),
-                "seconds": round(seconds, 4),
-                "hits": [_hit_json(h) for h in hits],
-                "context": format_context(hits),
-            }
-            click.echo(json.dumps(out, ensure_ascii=False, indent=2))
-            return
-        for h in hits:
-            n = h.node
-            where = (
-                f"{n.source}:{n.char_start}-{n.char_end}" if n.layer == 0 else ", ".join(n.sources)
+            hits = run_query(
+                store, vec, flt, mode=chosen, max_tokens=budget, top_k=top_k or s.query.top_k
             )
-            click.echo(
-                click.style(
-                    f"[{h.score:.3f}] layer {n.layer} · {n.n_tokens} tok · {where}", bold=True
-                )
-            )
-            click.echo(n.text + "\n")
-        total = sum(h.node.n_tokens for h in hits)
-        click.echo(
-            f"{len(hits)} nodes, {total}/{budget} tokens, {chosen}, {seconds * 1000:.0f} ms",
-            err=True,
-        )
+        out = answer_json(question, chosen, s.tree, budget, hits, time.perf_counter() - t0)
+        _echo_answer(out, as_json)
 
     run(ctx, body)
 
@@ -465,22 +418,23 @@ def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def _echo_remote(out: dict[str, Any], as_json: bool) -> None:
+def _echo_answer(out: dict[str, Any], as_json: bool, by: str = "") -> None:
+    """Print an answer of ``answer_json``: as JSON, or one header line and the text per hit."""
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
     for h in out["hits"]:
         where = (
-            f"{h['source']}:{h['char_start']}-{h['char_end']}"
-            if h["layer"] == 0
-            else ", ".join(h["sources"])
+            f"{h[F.SOURCE]}:{h[F.CHAR_START]}-{h[F.CHAR_END]}"
+            if h[F.LAYER] == 0
+            else ", ".join(h[F.SOURCES])
         )
-        head = f"[{h['score']:.3f}] layer {h['layer']} · {h['n_tokens']} tok · {where}"
+        head = f"[{h['score']:.3f}] layer {h[F.LAYER]} · {h[F.N_TOKENS]} tok · {where}"
         click.echo(click.style(head, bold=True))
-        click.echo(h["text"] + "\n")
+        click.echo(h[F.TEXT] + "\n")
     click.echo(
-        f"{len(out['hits'])} nodes, {out['n_tokens']}/{out['max_tokens']} tokens, {out['mode']}, "
-        f"{out['seconds'] * 1000:.0f} ms (answered by adrap watch)",
+        f"{len(out['hits'])} nodes, {out['total_tokens']}/{out['max_tokens']} tokens, {out['mode']}, "
+        f"{out['seconds'] * 1000:.0f} ms{by}",
         err=True,
     )
 

@@ -32,36 +32,12 @@ from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.state import TreeState
 from ingestor.tree import Progress, _noop
 from ingestor.watcher import Watcher, make_observer
-from retriever import (
-    RetrieverError,
-    ScoredNode,
-    SearchFilter,
-    collapsed_tree,
-    format_context,
-    tree_traversal,
-)
+from retriever import RetrieverError, SearchFilter, answer_json, run_query
 
 log = logging.getLogger(__name__)
 
 #: Upper bounds (seconds) of the update latency histogram.
 LATENCY_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-
-
-def hit_json(hit: ScoredNode) -> dict[str, Any]:
-    """Return one search hit as the JSON object of ``adrap query --json``."""
-    n = hit.node
-    return {
-        "score": round(hit.score, 6),
-        "node_id": n.node_id,
-        "layer": n.layer,
-        "kind": str(n.kind),
-        "n_tokens": n.n_tokens,
-        "sources": list(n.sources),
-        "source": n.source,
-        "char_start": n.char_start,
-        "char_end": n.char_end,
-        "text": n.text,
-    }
 
 
 class Metrics:
@@ -397,20 +373,12 @@ class Daemon:
         t0 = time.perf_counter()
         with self.lock:
             vec = self.pipeline.embedder.embed_query(question)
-            if mode == "traversal":
-                hits = tree_traversal(self.pipeline.store, vec, flt, top_k=top_k, max_tokens=budget)
-            else:
-                hits = collapsed_tree(self.pipeline.store, vec, flt, max_tokens=budget)
-        return {
-            "question": question,
-            "mode": mode,
-            "tree": self.pipeline.tree,
-            "max_tokens": budget,
-            "n_tokens": sum(h.node.n_tokens for h in hits),
-            "seconds": round(time.perf_counter() - t0, 4),
-            "hits": [hit_json(h) for h in hits],
-            "context": format_context(hits),
-        }
+            hits = run_query(
+                self.pipeline.store, vec, flt, mode=mode, max_tokens=budget, top_k=top_k
+            )
+        return answer_json(
+            question, mode, self.pipeline.tree, budget, hits, time.perf_counter() - t0
+        )
 
 
 def _handler_for(daemon: Daemon) -> type[BaseHTTPRequestHandler]:

@@ -23,9 +23,11 @@ from retriever.schema import (
 )
 from retriever.search import (
     DEFAULT_MAX_TOKENS,
+    answer_json,
     collapsed_tree,
     fill_budget,
     format_context,
+    run_query,
     tree_traversal,
 )
 
@@ -72,11 +74,13 @@ __all__ = [
     "SearchFilter",
     "SentenceTransformerEmbedder",
     "StoreError",
+    "answer_json",
     "collapsed_tree",
     "connect",
     "fill_budget",
     "format_context",
     "point_id",
+    "run_query",
     "source_dirs",
     "tree_traversal",
 ]

@@ -214,3 +214,19 @@ class ScoredNode:
 
     node: NodePayload
     score: float
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the hit as ``adrap query --json`` and the daemon's ``/query`` print it."""
+        n = self.node
+        return {
+            "score": round(self.score, 6),
+            F.NODE_ID: n.node_id,
+            F.LAYER: n.layer,
+            F.KIND: str(n.kind),
+            F.N_TOKENS: n.n_tokens,
+            F.SOURCES: list(n.sources),
+            F.SOURCE: n.source,
+            F.CHAR_START: n.char_start,
+            F.CHAR_END: n.char_end,
+            F.TEXT: n.text,
+        }

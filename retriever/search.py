@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -88,6 +89,43 @@ def tree_traversal(
         hits = store.search(query_vector, replace(flt, ids=children, min_layer=None), top_k)
     selected.sort(key=lambda h: -h.score)
     return fill_budget(selected, max_tokens)
+
+
+def run_query(
+    store: NodeStore,
+    query_vector: NDArray[np.float32],
+    flt: SearchFilter,
+    *,
+    mode: str,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    top_k: int = 5,
+) -> list[ScoredNode]:
+    """Run ``collapsed`` or ``traversal`` retrieval.
+
+    Raises:
+        ValueError: an unknown mode.
+    """
+    if mode == "traversal":
+        return tree_traversal(store, query_vector, flt, top_k=top_k, max_tokens=max_tokens)
+    if mode == "collapsed":
+        return collapsed_tree(store, query_vector, flt, max_tokens=max_tokens)
+    raise ValueError(f"mode must be 'collapsed' or 'traversal', not {mode!r}")
+
+
+def answer_json(
+    question: str, mode: str, tree: str, max_tokens: int, hits: Sequence[ScoredNode], seconds: float
+) -> dict[str, Any]:
+    """Return the JSON answer of ``adrap query --json`` and of the daemon's ``/query``."""
+    return {
+        "question": question,
+        "mode": mode,
+        "tree": tree,
+        "max_tokens": max_tokens,
+        "total_tokens": sum(h.node.n_tokens for h in hits),
+        "seconds": round(seconds, 4),
+        "hits": [h.to_json() for h in hits],
+        "context": format_context(hits),
+    }
 
 
 def format_context(hits: Sequence[ScoredNode]) -> str:

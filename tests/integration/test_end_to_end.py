@@ -47,7 +47,7 @@ def test_build_then_collapsed_query_returns_the_relevant_document_with_provenanc
     result = adrap("query", question, "--json", "--max-tokens", "600", state=built)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)
-    assert 0 < out["n_tokens"] <= 600
+    assert 0 < out["total_tokens"] <= 600
     top = out["hits"][0]
     assert "grapes" in out["context"].lower()
     leaves = [h for h in out["hits"] if h["layer"] == 0]
