@@ -143,7 +143,9 @@ def watching(folder: Path, state: Path, env: dict[str, str] | None = None) -> It
 def assert_converged(folder: Path, state: Path) -> None:
     """Store ids == state node ids and state sources == the supported files of the folder."""
     models = ModelStore(state / "models")
-    with warnings.catch_warnings():  # unpickling imports umap, which warns that TensorFlow is absent
+    with (
+        warnings.catch_warnings()
+    ):  # unpickling imports umap, which warns that TensorFlow is absent
         warnings.simplefilter("ignore", ImportWarning)
         tree = models.load(state_name("default"))
     with EdgeNodeStore(state / "qdrant") as store:
