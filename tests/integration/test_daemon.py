@@ -217,6 +217,8 @@ def test_bad_inputs_are_skipped_with_one_line_each_and_the_daemon_keeps_running(
     (folder / "passwd.txt").symlink_to("/etc/passwd")
     (folder / "loop.txt").symlink_to(folder / "loop.txt")
     (folder / "big.txt").write_text("word " * 20_000)
+    with (folder / "huge.txt").open("wb") as f:  # 200 MB, sparse: skipped by size, never read
+        f.truncate(200 * 1024 * 1024)
     (folder / "a name with spaces - ünïcode.txt").write_text("Spaces and unicode in a name work.")
     state = tmp_path / "state"
     with watching(folder, state, {"ADRAP_READ__MAX_FILE_BYTES": "50000"}) as w:
@@ -225,7 +227,15 @@ def test_bad_inputs_are_skipped_with_one_line_each_and_the_daemon_keeps_running(
         (folder / "later.txt").write_text("A later file about lanterns in the harbour at night.")
         wait_for(lambda: w.status()["documents"] == 4, 120, w)
         logs = w.logs()
-        for name in ["binary.txt", "empty.md", "latin1.txt", "passwd.txt", "loop.txt", "big.txt"]:
+        for name in [
+            "binary.txt",
+            "empty.md",
+            "latin1.txt",
+            "passwd.txt",
+            "loop.txt",
+            "big.txt",
+            "huge.txt",
+        ]:
             assert name in logs, name
         assert "later-binary.txt" in logs
         assert get(w.base + "/healthz")[0] == 200
@@ -279,3 +289,93 @@ def test_kill_9_at_random_points_many_times_converges(folder: Path, tmp_path: Pa
         name.rename(folder / f"k{name.stem[:3]}.txt")
     for _ in range(15):
         kill_during_updates_then_restart(folder, state, rng)
+
+
+class FlakyProxy:
+    """A local OpenAI-compatible endpoint that fails while told to, else forwards to a real server."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+
+        import httpx
+
+        self.failing = False
+        self.failures = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if proxy.failing:
+                    proxy.failures += 1
+                    self.send_response(503)
+                    self.send_header("content-type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"error": {"message": "overloaded"}}')
+                    return
+                resp = httpx.post(
+                    upstream + self.path.removeprefix("/v1"),
+                    content=body,
+                    headers={"content-type": "application/json"},
+                    timeout=120,
+                )
+                self.send_response(resp.status_code)
+                self.send_header("content-type", "application/json")
+                self.end_headers()
+                self.wfile.write(resp.content)
+
+            def log_message(self, *args: object) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_recovers(
+    folder: Path, tmp_path: Path, llm_server
+) -> None:  # type: ignore[no-untyped-def]
+    proxy = FlakyProxy(llm_server.base_url)
+    env = {
+        "ADRAP_SUMMARY__BACKEND": "openai",
+        "ADRAP_SUMMARY__OPENAI__BASE_URL": proxy.url,
+        "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
+        "ADRAP_SUMMARY__OPENAI__MAX_RETRIES": "1",
+        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "1200",  # the server's slots hold 2048 tokens
+        "ADRAP_SUMMARY__MAX_TOKENS": "32",
+        "ADRAP_WATCH__MAX_BACKOFF_SECONDS": "2",
+    }
+    state = tmp_path / "state"
+    try:
+        with watching(folder, state, env) as w:
+            w.wait_ready()
+            proxy.failing = True
+            (folder / "lanterns.txt").write_text(
+                "Lanterns were lit in the harbour at dusk. " * 30
+                + "The falcon slept on the bridge."
+            )
+            wait_for(lambda: proxy.failures >= 4, 120, w)  # retried, with backoff
+            assert w.status()["documents"] == 2  # nothing of the batch was committed
+            models = ModelStore(state / "models")
+            assert models.exists(state_name("default"))
+            proxy.failing = False
+            wait_for(lambda: w.status()["documents"] == 3, 180, w)
+            code, body = get(w.base + "/query?q=lanterns+harbour&layers=1-")
+            assert code == 200, body
+            assert w.stop() == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ImportWarning)
+            tree = ModelStore(state / "models").load(state_name("default"))
+        assert set(tree.sources) == {"aesops-fables.md", "gettysburg-address.txt", "lanterns.txt"}
+        assert tree.invariant_violations() == []
+        with EdgeNodeStore(state / "qdrant") as store:
+            assert set(store.iter_ids("default")) == set(tree.nodes)
+    finally:
+        proxy.close()
