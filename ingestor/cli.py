@@ -53,7 +53,15 @@ def configure_logging(level: str, verbose: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel("DEBUG" if verbose else level)
-    for noisy in ("httpx", "httpx2", "openai", "sentence_transformers", "numba", "urllib3", "filelock"):
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "openai",
+        "sentence_transformers",
+        "numba",
+        "urllib3",
+        "filelock",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
