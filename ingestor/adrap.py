@@ -34,6 +34,7 @@ class UpdateStats:
     clusters_removed: int = 0
     summaries_regenerated: int = 0
     summary_cache_hits: int = 0
+    summary_tokens: int = 0
     upserted: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     seconds: float = 0.0
@@ -134,6 +135,7 @@ class TreeUpdater:
         made = self.builder.add_summaries(state, layer + 1, groups, build_stats)
         stats.summaries_regenerated += build_stats.summary_calls
         stats.summary_cache_hits += build_stats.cache_hits
+        stats.summary_tokens += build_stats.summary_tokens
         node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
         for cid, ps in parts.items():
             al.cluster_nodes[cid] = list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))

@@ -55,6 +55,7 @@ class Metrics:
         self.leaves_removed = 0
         self.summary_calls = 0
         self.summary_cache_hits = 0
+        self.summary_tokens = 0
         self.rebuilds = 0
         self.errors: Counter[str] = Counter()
         self.buckets = [0] * len(LATENCY_BUCKETS)
@@ -79,6 +80,7 @@ class Metrics:
             self.leaves_removed += s.leaves_removed
             self.summary_calls += s.summaries_regenerated
             self.summary_cache_hits += s.summary_cache_hits
+            self.summary_tokens += s.summary_tokens
             self.rebuilds += report.rebuilt
             for i, bound in enumerate(LATENCY_BUCKETS):
                 if report.seconds <= bound:
@@ -95,6 +97,7 @@ class Metrics:
                 "leaves_added": s.leaves_added,
                 "leaves_removed": s.leaves_removed,
                 "summaries_regenerated": s.summaries_regenerated,
+                "summary_tokens": s.summary_tokens,
             }
         self.snapshot(state)
 
@@ -143,6 +146,12 @@ class Metrics:
                 [(tl, self.summary_calls)],
             )
             metric(
+                "summary_tokens_total",
+                "counter",
+                "Tokens spent by the summariser (prompt + completion; 0 for extractive).",
+                [(tl, self.summary_tokens)],
+            )
+            metric(
                 "summary_cache_hits_total",
                 "counter",
                 "Summaries taken from the cache.",
@@ -185,6 +194,7 @@ class Metrics:
                 "pending_events": pending,
                 "updates_applied": self.updates,
                 "summary_calls": self.summary_calls,
+                "summary_tokens": self.summary_tokens,
                 "errors": dict(self.errors),
                 "last_update": self.last,
             }

@@ -347,6 +347,7 @@ class Pipeline:
                 leaves_removed=len(removed),
                 summaries_regenerated=stats.summary_calls,
                 summary_cache_hits=stats.cache_hits,
+                summary_tokens=stats.summary_tokens,
             )
             self.store_state(state)
             return
@@ -546,7 +547,8 @@ class UpdateReport:
             f"(={self.files_unchanged}); leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
             f"changed {s.clusters_changed}, created {s.clusters_created}, split {s.clusters_split}, "
             f"removed {s.clusters_removed}; summaries regenerated {s.summaries_regenerated} "
-            f"(cache hits {s.summary_cache_hits}); {'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"(cache hits {s.summary_cache_hits}, {s.summary_tokens} tokens); "
+            f"{'full rebuild (drift); ' if self.rebuilt else ''}"
             f"{self.seconds:.2f}s"
         )
 

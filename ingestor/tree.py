@@ -61,6 +61,7 @@ class BuildStats:
     seconds: dict[str, float] = field(default_factory=dict)
     summary_calls: int = 0
     cache_hits: int = 0
+    summary_tokens: int = 0
     clusters_per_layer: dict[int, int] = field(default_factory=dict)
     mean_cluster_size: dict[int, float] = field(default_factory=dict)
 
@@ -74,6 +75,13 @@ def cache_key(summarizer: Summarizer, max_tokens: int, child_hashes: Sequence[st
     for c in sorted(child_hashes):
         h.update(c.encode())
     return h.hexdigest()
+
+
+def _tokens_used(summarizer: Summarizer) -> int:
+    """Return the tokens a summariser has spent so far (prompt + completion; 0 if it does not say)."""
+    return int(getattr(summarizer, "prompt_tokens", 0)) + int(
+        getattr(summarizer, "completion_tokens", 0)
+    )
 
 
 def _noop(stage: str, done: int, total: int) -> None:
@@ -243,8 +251,10 @@ class TreeBuilder:
         for start in range(0, len(missing), batch):
             todo = missing[start : start + batch]
             texts = [[state.nodes[c].text for c in groups[i]] for i in todo]
+            before = _tokens_used(self.summarizer)
             out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
             stats.summary_calls += len(todo)
+            stats.summary_tokens += _tokens_used(self.summarizer) - before
             for i, summary in zip(todo, out, strict=True):
                 state.summary_cache[keys[i]] = summary
             progress(stage, len(groups) - len(missing) + start + len(todo), len(groups))

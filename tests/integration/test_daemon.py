@@ -369,6 +369,13 @@ def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_re
             wait_for(lambda: w.status()["documents"] == 3, 180, w)
             code, body = get(w.base + "/query?q=lanterns+harbour&layers=1-")
             assert code == 200, body
+            metrics = get(w.base + "/metrics")[1]
+            spent = [
+                ln for ln in metrics.splitlines() if ln.startswith("adrap_summary_tokens_total")
+            ]
+            assert spent
+            assert float(spent[0].rsplit(" ", 1)[1]) > 0  # the LLM's usage is counted
+            assert "tokens" in w.status()["last_update"]["summary"]  # type: ignore[index]
             assert w.stop() == 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ImportWarning)
