@@ -281,6 +281,47 @@ def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_app
         p.store.close()
 
 
+def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
+    tmp_path: Path,
+) -> None:
+    """A Qdrant server that drops out while points are written: back off, keep the paths."""
+    from retriever import StoreError
+
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    try:
+        p.build(root)
+        root = root.resolve()
+        generation = p.require_state().generation
+        w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
+        w._backoff = 0.05
+        errors: list[str] = []
+        w.on_error = errors.append
+        real_upsert = p.store.upsert
+        outages = [2]
+
+        def upsert(nodes, vectors):  # type: ignore[no-untyped-def]
+            if outages[0]:
+                outages[0] -= 1
+                raise StoreError("Qdrant server at http://qdrant:6333 is unreachable")
+            return real_upsert(nodes, vectors)
+
+        p.store.upsert = upsert  # type: ignore[method-assign]
+        path = root / "late.txt"
+        path.write_text(doc_text(random.Random(5), 6))
+        w.handler.dispatch(FileCreatedEvent(str(path)))
+        assert not w.apply(w.next_batch())
+        assert not w.apply(w.next_batch())
+        assert p.require_state().generation == generation, "nothing committed"
+        assert w.pending() == 1
+        assert w.apply(w.next_batch())
+        assert errors == ["StoreError", "StoreError"]
+        assert_agrees(p, root, w.state)
+    finally:
+        p.store.close()
+
+
 def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps_going(
     tree: tuple[Pipeline, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
