@@ -252,10 +252,11 @@ class Watcher:
     def _guarded(self, batch: set[Path]) -> None:
         try:
             self.apply(batch)
-        except Exception:  # the worker must survive anything; the batch is logged and dropped
-            log.exception("update of %d paths failed unexpectedly; continuing", len(batch))
-            if self.on_error:
-                self.on_error("unexpected")
+        except Exception as exc:  # the worker must survive anything (the only broad except)
+            # Lose nothing: like a dependency failure, retry the batch from the committed state
+            # (a bug then shows as logged retries with backoff, not as a silently dropped file).
+            log.exception("update of %d paths failed unexpectedly", len(batch))
+            self._failed(sorted(batch), exc)
 
     def apply(self, batch: set[Path]) -> bool:
         """Apply one batch of paths as one adRAP update; return False if it must be retried.

@@ -322,6 +322,42 @@ def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
         p.store.close()
 
 
+def test_an_unexpected_error_loses_no_file_the_batch_is_retried_from_the_committed_state(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    try:
+        p.build(root)
+        root = root.resolve()
+        w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
+        w._backoff = 0.05
+        errors: list[str] = []
+        w.on_error = errors.append
+        real = p.apply_batch
+        calls = [0]
+
+        def apply_batch(state, docs, gone, report):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            if calls[0] == 1:
+                state.sources.clear()  # a half-applied change in memory, then a bug
+                raise RuntimeError("bug")
+            return real(state, docs, gone, report)
+
+        p.apply_batch = apply_batch  # type: ignore[method-assign]
+        path = root / "late.txt"
+        path.write_text(doc_text(random.Random(9), 6))
+        w.handler.dispatch(FileCreatedEvent(str(path)))
+        w._guarded(w.next_batch())
+        assert errors == ["RuntimeError"]
+        assert w.pending() == 1
+        assert w.apply(w.next_batch())
+        assert_agrees(p, root, w.state)
+    finally:
+        p.store.close()
+
+
 def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps_going(
     tree: tuple[Pipeline, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
