@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from pydantic import ValidationError
 
 from ingestor.config import Settings
 from ingestor.errors import IngestError
@@ -211,8 +212,12 @@ def main(click_ctx: click.Context, verbose: bool) -> None:
     """
     try:
         settings = load_settings()
-    except ValueError as exc:
-        raise click.ClickException(f"invalid configuration: {exc}") from exc
+    except ValidationError as exc:
+        lines = [
+            f"  ADRAP_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        raise click.ClickException("invalid configuration:\n" + "\n".join(lines)) from exc
     configure_logging(settings.log_level, verbose)
     click_ctx.obj = Ctx(settings, verbose)
 

@@ -284,7 +284,13 @@ class Pipeline:
                     f"{str(path)!r} is outside the tree's root {state.root!r}"
                 ) from None
             prefix = "" if rel == "." else rel + "/"
-            out.extend(s for s in state.sources if s == rel or s.startswith(prefix))
+            found = [s for s in state.sources if s == rel or s.startswith(prefix)]
+            if not found:
+                raise TreeError(
+                    f"{str(path)!r} is not in tree {state.tree!r} (no document at or under "
+                    f"{rel!r}); `adrap status` shows the tree"
+                )
+            out.extend(found)
         return out
 
     def apply(

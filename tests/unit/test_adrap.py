@@ -272,3 +272,19 @@ def test_a_rename_and_an_insert_in_one_batch_leave_every_leaf_with_a_parent(
             check_invariants(p)
     finally:
         p.store.close()
+
+
+def test_removing_a_path_that_is_not_in_the_tree_is_a_clear_error(tmp_path: Path) -> None:
+    from ingestor.errors import TreeError
+
+    rng = random.Random(8)
+    root = tmp_path / "docs"
+    write_corpus(root, rng, 4)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    try:
+        p.build(root)
+        with pytest.raises(TreeError, match=r"nope\.txt' is not in tree 't'"):
+            p.update([root / "nope.txt"], remove=True)
+        assert len(p.require_state().sources) == 4
+    finally:
+        p.store.close()

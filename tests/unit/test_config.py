@@ -50,3 +50,15 @@ def test_env_example_lists_every_setting() -> None:
     text = (ROOT / "deploy" / ".env.example").read_text()
     listed = set(re.findall(r"^#?\s*(ADRAP_[A-Z0-9_]+)=", text, flags=re.M))
     assert listed == set(env_names())
+
+
+def test_the_cli_names_each_invalid_variable_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from ingestor.cli import main
+
+    monkeypatch.setenv("ADRAP_QDRANT__TIMEOUT", "-1")
+    result = CliRunner().invoke(main, ["config"])
+    assert result.exit_code == 1
+    assert "ADRAP_QDRANT__TIMEOUT: Input should be greater than 0" in result.output
+    assert "errors.pydantic.dev" not in result.output
