@@ -12,9 +12,6 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-from numpy.typing import NDArray
-
 from ingestor.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.state import TreeState
 from ingestor.tree import BuildStats, TreeBuilder
@@ -101,10 +98,9 @@ class TreeUpdater:
             if al is not None:
                 al.replace(old, new, delta)
             self._delete_node(state, old, stats)
-        if al is not None:
-            al.add_many(todo.add, state.matrix(todo.add), delta)
         if al is None:  # the top layer: its nodes have no parents
             return _Pending()
+        al.add_many(todo.add, state.matrix(todo.add), delta)
 
         stats.clusters_changed += len(delta.dirty - delta.created)
         stats.clusters_created += len(delta.created)
@@ -118,27 +114,18 @@ class TreeUpdater:
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
 
-        # Regenerate each affected cluster once: its new membership, cut to the input limit.
-        dirty = sorted(delta.dirty | delta.created)
-        parts: dict[int, list[list[str]]] = {}
-        for cid in dirty:
-            members = al.members(cid)
+        # Regenerate each affected cluster once, from its new membership.
+        members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
+        for members in members_of.values():
             touched.update(members)
-            if members:
-                ids = members
-                X = state.matrix(ids)
-                rows = self.builder._fit_input_limit(state, ids, X, [list(range(len(ids)))])
-                parts[cid] = [[ids[i] for i in r] for r in rows]
-        groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
         build_stats = BuildStats()
         before = set(state.nodes)
-        made = self.builder.add_summaries(state, layer + 1, groups, build_stats)
+        regenerated = self.builder.summarize_clusters(state, layer + 1, members_of, build_stats)
+        al.cluster_nodes.update(regenerated)
+        made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
         stats.summaries_regenerated += build_stats.summary_calls
         stats.summary_cache_hits += build_stats.cache_hits
         stats.summary_tokens += build_stats.summary_tokens
-        node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
-        for cid, ps in parts.items():
-            al.cluster_nodes[cid] = list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
 
         # Which summaries of the layer above are new, replaced or gone.
         referenced = {n for ns in al.cluster_nodes.values() for n in ns}
@@ -160,14 +147,16 @@ class TreeUpdater:
             node = state.nodes.get(node_id)
             if node is None:
                 continue
-            parents = [
-                p
-                for cid in sorted(al.clusters_of(node_id))
-                for p in al.cluster_nodes.get(cid, [])
-                if p in state.nodes and node_id in state.nodes[p].children
-            ]
+            parents = list(
+                dict.fromkeys(
+                    p
+                    for cid in sorted(al.clusters_of(node_id))
+                    for p in al.cluster_nodes.get(cid, [])
+                    if p in state.nodes and node_id in state.nodes[p].children
+                )
+            )
             if parents != node.parents:
-                node.parents = list(dict.fromkeys(parents))
+                node.parents = parents
                 stats.upserted.add(node_id)
         return nxt
 
@@ -182,8 +171,3 @@ class TreeUpdater:
             if c is not None and node_id in c.parents:
                 c.parents.remove(node_id)
                 stats.upserted.add(child)
-
-
-def vectors_of(state: TreeState, ids: list[str]) -> NDArray[np.float32]:
-    """Return the stacked vectors of ``ids``."""
-    return state.matrix(ids)

@@ -153,27 +153,10 @@ class TreeBuilder:
         t0 = time.perf_counter()
         X = state.matrix(ids)
         clusterer = self.make_clusterer().fit(X)
-        # Each final cluster becomes one summary node, or several when its texts exceed the
-        # summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
-        # membership: that membership is summarised once (node ids are content-addressed).
-        parts = {
-            fid: [
-                [ids[i] for i in part]
-                for part in self._fit_input_limit(state, ids, X, [list(rows)])
-            ]
-            for fid, rows in enumerate(clusterer.clusters_)
-        }
-        groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
         stats.add_time("cluster", time.perf_counter() - t0)
-        stats.clusters_per_layer[layer + 1] = len(groups)
-        stats.mean_cluster_size[layer + 1] = float(np.mean([len(g) for g in groups]))
-
-        made = self.add_summaries(state, layer + 1, groups, stats, progress)
-        by_members = {tuple(sorted(g)): node_id for g, node_id in zip(groups, made, strict=True)}
-        cluster_nodes = {
-            fid: list(dict.fromkeys(by_members[tuple(sorted(g))] for g in ps))
-            for fid, ps in parts.items()
-        }
+        clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}
+        cluster_nodes = self.summarize_clusters(state, layer + 1, clusters, stats, progress)
+        made = list(dict.fromkeys(n for ns in cluster_nodes.values() for n in ns))
         state.layers.append(
             AdaptiveLayer.from_fit(
                 layer,
@@ -185,9 +168,39 @@ class TreeBuilder:
             )
         )
         log.info(
-            "layer %d: %d nodes from %d clusters of %d", layer + 1, len(made), len(groups), len(ids)
+            "layer %d: %d nodes from %d clusters of %d",
+            layer + 1,
+            len(made),
+            len(clusters),
+            len(ids),
         )
         return made
+
+    def summarize_clusters(
+        self,
+        state: TreeState,
+        layer: int,
+        clusters: dict[int, list[str]],
+        stats: BuildStats,
+        progress: Progress = _noop,
+    ) -> dict[int, list[str]]:
+        """Make the summary node(s) of each cluster of node ids; return cluster id → node ids.
+
+        Each cluster becomes one node of ``layer``, or several when its texts exceed the
+        summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
+        membership: that membership is summarised once (node ids are content-addressed).
+        Empty clusters are left out.
+        """
+        parts = {cid: self._fit_input_limit(state, m) for cid, m in clusters.items() if m}
+        groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
+        stats.clusters_per_layer[layer] = len(groups)
+        stats.mean_cluster_size[layer] = float(np.mean([len(g) for g in groups])) if groups else 0.0
+        made = self.add_summaries(state, layer, groups, stats, progress)
+        node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
+        return {
+            cid: list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
+            for cid, ps in parts.items()
+        }
 
     def add_summaries(
         self,
@@ -260,18 +273,21 @@ class TreeBuilder:
             progress(stage, len(groups) - len(missing) + start + len(todo), len(groups))
         return [state.summary_cache[k] for k in keys]
 
-    def _fit_input_limit(
-        self, state: TreeState, ids: list[str], X: NDArray[np.float32], groups: list[list[int]]
-    ) -> list[list[int]]:
-        """Split every group whose texts exceed the summariser's input limit [RAPTOR §3]."""
+    def _fit_input_limit(self, state: TreeState, members: list[str]) -> list[list[str]]:
+        """Cut a cluster whose texts exceed the summariser's input limit [RAPTOR §3].
+
+        The cluster is clustered again, or cut in order when clustering cannot separate it,
+        until every part fits; parts keep the members' order.
+        """
         limit = self.params.max_input_tokens
-        if limit is None:
-            return groups
+        if limit is None or sum(state.nodes[m].n_tokens for m in members) <= limit:
+            return [list(members)]
+        X = state.matrix(members)
         out: list[list[int]] = []
-        todo = list(groups)
+        todo = [list(range(len(members)))]
         while todo:
             g = todo.pop()
-            total = sum(state.nodes[ids[i]].n_tokens for i in g)
+            total = sum(state.nodes[members[i]].n_tokens for i in g)
             if total <= limit or len(g) == 1:
                 out.append(g)
                 continue
@@ -280,4 +296,4 @@ class TreeBuilder:
                 half = len(g) // 2  # clustering cannot separate it: cut it in order
                 sub = [g[:half], g[half:]]
             todo.extend(sub)
-        return sorted(out, key=lambda g: g[0])
+        return [[members[i] for i in g] for g in sorted(out, key=lambda g: g[0])]
