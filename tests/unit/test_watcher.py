@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -246,21 +247,32 @@ def test_a_directory_move_and_a_save_by_temp_file_and_rename_end_in_agreement(
     assert_agrees(p, root, w.state)
 
 
-def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_applied(
-    tmp_path: Path,
-) -> None:
+@contextmanager
+def retrying_watcher(
+    tmp_path: Path, summarizer: EchoSummarizer
+) -> Iterator[tuple[Pipeline, Path, Watcher, list[str]]]:
+    """A built tree, its watcher with short backoffs, and the error kinds it reports."""
     root = tmp_path / "docs"
     write_corpus(root, 8)
-    flaky = FlakySummarizer()
-    p = make_pipeline(tmp_path, flaky)
+    p = make_pipeline(tmp_path, summarizer)
     try:
         p.build(root)
         root = root.resolve()
-        generation = p.require_state().generation
         w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
         w._backoff = 0.05  # keep the first retries short
         errors: list[str] = []
         w.on_error = errors.append
+        yield p, root, w, errors
+    finally:
+        p.store.close()
+
+
+def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_applied(
+    tmp_path: Path,
+) -> None:
+    flaky = FlakySummarizer()
+    with retrying_watcher(tmp_path, flaky) as (p, root, w, errors):
+        generation = p.require_state().generation
         for i in range(3):
             path = root / f"n{i}.txt"
             path.write_text(doc_text(random.Random(20 + i), 6))
@@ -277,8 +289,6 @@ def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_app
         assert errors == ["SummarizationError", "SummarizationError"]
         assert w.pending() == 0
         assert_agrees(p, root, w.state)
-    finally:
-        p.store.close()
 
 
 def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
@@ -287,17 +297,8 @@ def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
     """A Qdrant server that drops out while points are written: back off, keep the paths."""
     from retriever import StoreError
 
-    root = tmp_path / "docs"
-    write_corpus(root, 8)
-    p = make_pipeline(tmp_path, EchoSummarizer())
-    try:
-        p.build(root)
-        root = root.resolve()
+    with retrying_watcher(tmp_path, EchoSummarizer()) as (p, root, w, errors):
         generation = p.require_state().generation
-        w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
-        w._backoff = 0.05
-        errors: list[str] = []
-        w.on_error = errors.append
         real_upsert = p.store.upsert
         outages = [2]
 
@@ -318,23 +319,12 @@ def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
         assert w.apply(w.next_batch())
         assert errors == ["StoreError", "StoreError"]
         assert_agrees(p, root, w.state)
-    finally:
-        p.store.close()
 
 
 def test_an_unexpected_error_loses_no_file_the_batch_is_retried_from_the_committed_state(
     tmp_path: Path,
 ) -> None:
-    root = tmp_path / "docs"
-    write_corpus(root, 8)
-    p = make_pipeline(tmp_path, EchoSummarizer())
-    try:
-        p.build(root)
-        root = root.resolve()
-        w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
-        w._backoff = 0.05
-        errors: list[str] = []
-        w.on_error = errors.append
+    with retrying_watcher(tmp_path, EchoSummarizer()) as (p, root, w, errors):
         real = p.apply_batch
         calls = [0]
 
@@ -354,8 +344,6 @@ def test_an_unexpected_error_loses_no_file_the_batch_is_retried_from_the_committ
         assert w.pending() == 1
         assert w.apply(w.next_batch())
         assert_agrees(p, root, w.state)
-    finally:
-        p.store.close()
 
 
 def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps_going(
