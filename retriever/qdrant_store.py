@@ -41,7 +41,14 @@ from retriever.schema import (
     SearchFilter,
     check_meta,
 )
-from retriever.validation import check_ids, check_node, check_query, check_vectors, dense
+from retriever.validation import (
+    check_ids,
+    check_node,
+    check_query,
+    check_vectors,
+    ordered_payloads,
+    ordered_vectors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -330,10 +337,7 @@ class QdrantNodeStore:
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
         """Return the nodes with these ids that exist, in the given order."""
-        found = self._records(node_ids, with_payload=True)
-        return [
-            NodePayload.from_payload(found[i].payload) for i in check_ids(node_ids) if i in found
-        ]
+        return ordered_payloads(self._records(node_ids, with_payload=True), node_ids)
 
     def retrieve_vectors(self, node_ids: Sequence[str]) -> NDArray[np.float32]:
         """Return an ``(n, dim)`` array of the stored (L2-normalised) vectors of these ids.
@@ -342,17 +346,7 @@ class QdrantNodeStore:
             StoreError: some ids have no point (named in the message).
         """
         ids = check_ids(node_ids)
-        found = self._records(ids, with_payload=False)
-        missing = [i for i in ids if i not in found]
-        if missing:
-            raise StoreError(
-                f"{self._where()} has no point for {len(missing)} node id(s) {missing[:5]}; "
-                "the store and the tree state disagree: restart adrap to reconcile, "
-                "or run `adrap rebuild`"
-            )
-        rows = [dense(found[i].vector) for i in ids]
-        dim = self.dim or 0
-        return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1 if rows else dim)
+        return ordered_vectors(self._records(ids, with_payload=False), ids, self.dim, self._where())
 
     def iter_ids(self, tree: str) -> Iterator[str]:
         """Yield the node id of every point of ``tree`` (scrolled in pages).

@@ -1,4 +1,4 @@
-"""Argument checks shared by the store adapters, so both refuse bad input the same way."""
+"""Checks and result assembly shared by the store adapters, so both behave the same way."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from retriever.errors import StoreError
 from retriever.schema import META_POINT_ID, META_TREE, VECTOR_NAME, NodePayload
 
 
@@ -64,3 +65,27 @@ def check_query(vector: NDArray[np.float32], dim: int | None) -> list[float]:
     if not np.isfinite(arr).all():
         raise ValueError("query vector must be finite")
     return arr.tolist()  # type: ignore[no-any-return]
+
+
+def ordered_payloads(found: dict[str, Any], node_ids: Sequence[str]) -> list[NodePayload]:
+    """Return the payloads of the records found, in the order of ``node_ids`` (missing skipped)."""
+    return [NodePayload.from_payload(found[i].payload) for i in check_ids(node_ids) if i in found]
+
+
+def ordered_vectors(
+    found: dict[str, Any], ids: list[str], dim: int | None, where: str
+) -> NDArray[np.float32]:
+    """Return the ``(n, dim)`` vectors of ``ids`` from the records found.
+
+    Raises:
+        StoreError: some ids have no point (named in the message).
+    """
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise StoreError(
+            f"{where} has no point for {len(missing)} node id(s) {missing[:5]}; "
+            "the store and the tree state disagree: restart adrap to reconcile, "
+            "or run `adrap rebuild`"
+        )
+    rows = [dense(found[i].vector) for i in ids]
+    return np.asarray(rows, dtype=np.float32).reshape(len(rows), -1 if rows else (dim or 0))
