@@ -161,10 +161,8 @@ class Pipeline:
             dim=self.embedder.dim,
         )
         previous = load_state(self.models, self.tree, self.embedder)
-        if previous is not None:
-            state.summary_cache = (
-                previous.summary_cache
-            )  # a rebuild re-summarises only what changed
+        if previous is not None:  # a rebuild re-summarises only what changed
+            state.summary_cache = previous.summary_cache
             state.generation = previous.generation
 
         t0 = time.perf_counter()
@@ -190,12 +188,8 @@ class Pipeline:
         stats.add_time("embed_leaves", time.perf_counter() - t0)
 
         built = self.builder.build(state, progress)
-        for stage, seconds in built.seconds.items():
-            stats.add_time(stage, seconds)
-        stats.summary_calls = built.summary_calls
-        stats.cache_hits = built.cache_hits
-        stats.clusters_per_layer = built.clusters_per_layer
-        stats.mean_cluster_size = built.mean_cluster_size
+        built.seconds = stats.seconds | built.seconds  # read and embed stages first
+        report.stats = stats = built
 
         t0 = time.perf_counter()
         self.store_state(state, progress)
