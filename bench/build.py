@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np
 from datasets import peak_rss_mb, squad_folder, squad_titles
 
-from ingestor.cli import make_embedder, make_pipeline
-from ingestor.clustering import TreeClusterer
+from ingestor.cli.factories import make_embedder, make_pipeline
+from ingestor.cluster.two_step import TreeClusterer
 from ingestor.config import Settings
 from retriever.edge_store import EdgeNodeStore
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from datasets import Question, hotpot_folder, peak_rss_mb, squad_folder, squad_titles
 
-from ingestor.cli import make_embedder, make_pipeline
+from ingestor.cli.factories import make_embedder, make_pipeline
 from ingestor.config import Settings
 from retriever import ScoredNode, SearchFilter, collapsed_tree, tree_traversal
 from retriever.edge_store import EdgeNodeStore

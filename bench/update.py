@@ -35,11 +35,11 @@ from datasets import SQUAD, peak_rss_mb, squad_folder, squad_titles
 from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
-from ingestor.clustering import TreeClusterer
+from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
-from ingestor.summarize import ExtractiveSummarizer
-from ingestor.tokens import default_tokenizer
-from ingestor.tree import TreeBuilder, TreeParams
+from ingestor.read.tokens import default_tokenizer
+from ingestor.summarize.extractive import ExtractiveSummarizer
+from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
 from retriever import SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore

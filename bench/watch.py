@@ -29,11 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets import peak_rss_mb
 
-from ingestor.chunking import chunk_text
-from ingestor.cli import make_embedder, make_pipeline
+from ingestor.cli.factories import make_embedder, make_pipeline
 from ingestor.config import Settings
-from ingestor.daemon import Daemon
 from ingestor.pipeline import Pipeline
+from ingestor.read.chunking import chunk_text
+from ingestor.service.daemon import Daemon
 from retriever import SearchFilter
 from retriever.edge_store import EdgeNodeStore
 

@@ -34,12 +34,13 @@ from retriever.search import (
 if TYPE_CHECKING:
     from retriever.edge_store import EdgeNodeStore
     from retriever.embedding import SentenceTransformerEmbedder
-    from retriever.qdrant_store import QdrantNodeStore, connect
+    from retriever.qdrant_collection import connect
+    from retriever.qdrant_store import QdrantNodeStore
 
 _LAZY = {
     "EdgeNodeStore": "retriever.edge_store",
     "QdrantNodeStore": "retriever.qdrant_store",
-    "connect": "retriever.qdrant_store",
+    "connect": "retriever.qdrant_collection",
     "SentenceTransformerEmbedder": "retriever.embedding",
 }
 

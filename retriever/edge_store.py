@@ -21,31 +21,22 @@ Payloads: the engine parses a point's whole payload to return any of it (~10-25 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final
 
 import numpy as np
 import qdrant_edge as qe
 from numpy.typing import NDArray
 
-from retriever.errors import RetrieverError, SchemaMismatchError, StoreError
+from retriever.edge_shard import EdgeShardLifecycle
 from retriever.schema import (
     META_POINT_ID,
     META_TREE,
-    PAYLOAD_INDEXES,
-    TENANT_FIELD,
     VECTOR_NAME,
     F,
-    IndexType,
-    MetaPayload,
     NodePayload,
     ScoredNode,
     SearchFilter,
-    check_meta,
 )
 from retriever.validation import (
     check_ids,
@@ -64,11 +55,9 @@ UPSERT_BATCH: Final = 256
 SCROLL_PAGE: Final = 1024
 #: First batch of payloads :meth:`EdgeNodeStore.search_budget` reads (~2000 tokens of nodes).
 BUDGET_BATCH: Final = 16
-#: ``upsert`` runs the optimizers once this many points are not in an HNSW index.
-AUTO_OPTIMIZE_POINTS: Final = 20_000
 
 
-class EdgeNodeStore:
+class EdgeNodeStore(EdgeShardLifecycle):
     """A :class:`~retriever.protocols.NodeStore` on an embedded qdrant-edge shard in ``path``.
 
     The shard is loaded (and its folder locked) at construction if ``path`` holds one; otherwise
@@ -84,115 +73,7 @@ class EdgeNodeStore:
         StoreError: the folder is locked by another process or is not a readable shard.
     """
 
-    def __init__(
-        self,
-        path: Path,
-        *,
-        auto_optimize_points: int | None = AUTO_OPTIMIZE_POINTS,
-        hnsw_ef: int | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self.auto_optimize_points = auto_optimize_points
-        self.hnsw_ef = hnsw_ef
-        self.dim: int | None = None
-        self._shard: qe.EdgeShard | None = None
-        self._closed = False
-        if self.path.is_dir() and any(self.path.iterdir()):
-            with self._engine("open the store"):
-                self._shard = qe.EdgeShard.load(str(self.path))
-            try:
-                meta = self._read_meta()
-            except BaseException:
-                self.close()  # release the folder lock: the caller never gets this object
-                raise
-            if meta is not None and isinstance(meta.get(F.EMBED_DIM), int):
-                self.dim = meta[F.EMBED_DIM]
-            log.debug("opened embedded store %s (dim=%s)", self.path, self.dim)
-
     # -- lifecycle -------------------------------------------------------------------------------
-
-    def ensure_collection(self, dim: int, embed_model: str) -> None:
-        """Create the shard, its payload indexes and meta point if missing; validate otherwise.
-
-        Raises:
-            SchemaMismatchError: the store was built with another embedding model or dimension.
-            StoreError: the engine failed.
-        """
-        if dim < 1:
-            raise ValueError(f"vector dimension must be >= 1, got {dim}")
-        if self._closed:
-            raise StoreError(f"embedded store {self.path} is closed")
-        if self._shard is None:
-            config = qe.EdgeConfig(
-                vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)}
-            )
-            with self._engine("create the store"):
-                self._shard = qe.EdgeShard.create(str(self.path), config)
-            log.info("created embedded store %s (%d-d, %s)", self.path, dim, embed_model)
-        shard = self._shard
-        meta = self._read_meta()
-        check_meta(meta, embed_model=embed_model, dim=dim, where=f"embedded store {self.path}")
-        self._check_vector_dim(shard, dim, embed_model)
-        with self._engine("create payload indexes"):
-            existing = set(shard.info().payload_schema)
-            for field, kind in PAYLOAD_INDEXES.items():
-                if field not in existing:
-                    shard.update(
-                        qe.UpdateOperation.create_field_index(field, _index_schema(field, kind))
-                    )
-        if meta is None:
-            e0 = [1.0] + [0.0] * (dim - 1)
-            payload = MetaPayload(embed_model=embed_model, embed_dim=dim).to_payload()
-            with self._engine("write the meta point"):
-                shard.update(
-                    qe.UpdateOperation.upsert_points(
-                        [qe.Point(META_POINT_ID, {VECTOR_NAME: e0}, payload)]
-                    )
-                )
-                shard.flush()
-        self.dim = dim
-
-    def optimize(self) -> bool:
-        """Run the engine's segment optimizers (build the HNSW index), blocking until done.
-
-        Returns:
-            True if any segment was rebuilt, False if the store was already optimal.
-        """
-        shard = self._require()
-        start = time.perf_counter()
-        with self._engine("optimize (build the HNSW index)"):
-            changed = shard.optimize()
-            info = shard.info()
-        if changed:
-            log.info(
-                "optimized embedded store %s: %d points, %d indexed, %d segments in %.1f s",
-                self.path,
-                info.points_count,
-                info.indexed_vectors_count,
-                info.segments_count,
-                time.perf_counter() - start,
-            )
-        return changed
-
-    def close(self) -> None:
-        """Flush to disk and release the folder lock (idempotent)."""
-        shard, self._shard = self._shard, None
-        self._closed = True
-        if shard is not None:
-            with self._engine("close the store"):
-                shard.flush()
-                shard.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -361,21 +242,6 @@ class EdgeNodeStore:
         with self._engine("search"):
             return shard.query(request)
 
-    def _require(self) -> qe.EdgeShard:
-        if self._shard is None:
-            if self._closed:
-                raise StoreError(f"embedded store {self.path} is closed")
-            raise StoreError(
-                f"no adrap store in {self.path} yet; build one first (`adrap build PATH`)"
-            )
-        return self._shard
-
-    def _read_meta(self) -> dict[str, Any] | None:
-        shard = self._require()
-        with self._engine("read the meta point"):
-            records = shard.retrieve([META_POINT_ID], True, False)
-        return dict(records[0].payload or {}) if records else None
-
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
         ids: list[qe.PointId] = list(
             dict.fromkeys(i for i in check_ids(node_ids) if i != META_POINT_ID)
@@ -388,60 +254,6 @@ class EdgeNodeStore:
             # The stub marks both flags optional but the engine requires them positionally.
             records = shard.retrieve(ids, with_payload, with_vector)
         return {str(r.id): r for r in records}
-
-    def _check_vector_dim(self, shard: qe.EdgeShard, dim: int, embed_model: str) -> None:
-        # A probe query that matches no point: the engine checks the vector name and size first.
-        probe = qe.QueryRequest(
-            limit=1,
-            query=qe.Query.Nearest([0.0] * dim, using=VECTOR_NAME),
-            filter=qe.Filter(must=[qe.HasIdCondition(set())]),
-            with_payload=False,
-            with_vector=False,
-        )
-        try:
-            shard.query(probe)
-        except (TypeError, AttributeError):
-            raise
-        except Exception as exc:  # qdrant-edge raises plain Exception
-            if "dimension" not in str(exc) and "vector name" not in str(exc):
-                raise StoreError(self._describe("check the vector size", exc)) from exc
-            raise SchemaMismatchError(
-                f"embedded store {self.path} has no {dim}-d vector {VECTOR_NAME!r} for embedder "
-                f"{embed_model!r} ({exc}); delete {self.path} (or use a fresh state dir) and "
-                "rebuild the tree, or set ADRAP_EMBED__MODEL to the model it was built with"
-            ) from exc
-
-    @contextmanager
-    def _engine(self, action: str) -> Iterator[None]:
-        """Translate engine failures into StoreError naming the store and the fix."""
-        try:
-            yield
-        except (RetrieverError, TypeError, AttributeError):
-            raise  # ours, or a programming error: never disguise those as a store failure
-        except Exception as exc:  # qdrant-edge raises plain Exception for every engine error
-            raise StoreError(self._describe(action, exc)) from exc
-
-    def _describe(self, action: str, exc: BaseException) -> str:
-        text = str(exc)
-        if "WouldBlock" in text:  # the engine's flock on the WAL: another process holds it
-            return (
-                f"state dir {self.path} is in use by another adrap process (embedded Qdrant "
-                "allows one); stop it, query through it (daemon /query), or use server mode "
-                "ADRAP_QDRANT__URL"
-            )
-        return (
-            f"embedded Qdrant store {self.path}: failed to {action}: {text}; check that the "
-            f"folder is writable and has free space, or delete {self.path} and rebuild the tree "
-            "(`adrap rebuild`)"
-        )
-
-
-def _index_schema(field: str, kind: IndexType) -> qe.PayloadSchemaType | qe.KeywordIndexParams:
-    if kind is IndexType.KEYWORD:
-        if field == TENANT_FIELD:
-            return qe.KeywordIndexParams(is_tenant=True)
-        return qe.PayloadSchemaType.Keyword
-    return qe.PayloadSchemaType.Integer
 
 
 def _edge_filter(flt: SearchFilter) -> qe.Filter | None:

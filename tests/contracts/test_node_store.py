@@ -15,7 +15,7 @@ import qdrant_edge
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever import edge_store, qdrant_store
+from retriever import edge_store, qdrant_collection, qdrant_store
 from retriever.edge_store import EdgeNodeStore
 from retriever.errors import SchemaMismatchError, StoreError
 from retriever.protocols import NodeStore
@@ -517,7 +517,7 @@ def test_server_errors_name_the_collection_and_the_fix() -> None:
 
 def test_connect_rejects_a_malformed_url() -> None:
     with pytest.raises(StoreError, match="ADRAP_QDRANT__URL"):
-        qdrant_store.connect("ftp://example:6333", timeout=1.0)
+        qdrant_collection.connect("ftp://example:6333", timeout=1.0)
 
 
 # -- congruence ----------------------------------------------------------------------------------

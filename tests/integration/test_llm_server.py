@@ -13,8 +13,8 @@ import openai
 import pytest
 
 from ingestor.errors import SummarizationError
-from ingestor.summarize_openai import OpenAISummarizer
-from ingestor.tokens import count_tokens
+from ingestor.read.tokens import count_tokens
+from ingestor.summarize.openai_compat import OpenAISummarizer
 from tests.integration.conftest import LLMServer
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,132 @@
+"""The ``adrap`` command group: settings and logging are configured here, once per process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import click
+from pydantic import ValidationError
+
+from ingestor.config import Settings
+from ingestor.errors import IngestError
+from models_store import ModelStoreError
+from retriever import RetrieverError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for logs collected from containers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def configure_logging(level: str, verbose: bool) -> None:
+    """Log JSON to stderr when it is not a terminal, plain lines otherwise."""
+    handler = logging.StreamHandler(sys.stderr)
+    if sys.stderr.isatty():
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
+        )
+    else:
+        handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel("DEBUG" if verbose else level)
+    for noisy in (
+        "httpx",
+        "httpx2",
+        "openai",
+        "sentence_transformers",
+        "numba",
+        "urllib3",
+        "filelock",
+    ):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def load_settings() -> Settings:
+    """Build Settings exactly once: env, .env and /run/secrets when that directory exists."""
+    secrets = Path("/run/secrets")
+    if secrets.is_dir():
+        return Settings(_secrets_dir=secrets)  # type: ignore[call-arg]
+    return Settings()
+
+
+class Ctx:
+    def __init__(self, settings: Settings, verbose: bool) -> None:
+        self.settings = settings
+        self.verbose = verbose
+
+
+def run(ctx: Ctx, fn: Callable[[], T]) -> T:
+    """Run a command body; domain errors become one line and exit 1 (tracebacks under -v)."""
+    try:
+        return fn()
+    except (IngestError, RetrieverError, ModelStoreError, ValueError) as exc:
+        if ctx.verbose:
+            log.exception("failed")
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Debug logs and tracebacks.")
+@click.pass_context
+def main(click_ctx: click.Context, verbose: bool) -> None:
+    """adrap: a folder kept as a RAPTOR tree in Qdrant.
+
+    \b
+    Example:
+      adrap build examples/sample && adrap query "Why did the fox call the grapes sour?"
+    """
+    try:
+        settings = load_settings()
+    except ValidationError as exc:
+        lines = [
+            f"  ADRAP_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors()
+        ]
+        raise click.ClickException("invalid configuration:\n" + "\n".join(lines)) from exc
+    configure_logging(settings.log_level, verbose)
+    click_ctx.obj = Ctx(settings, verbose)
+
+
+def make_progress_printer(enabled: bool) -> Callable[[str, int, int], None]:
+    """Return a progress callback drawing one updating line per stage on stderr."""
+    import sys
+
+    last: dict[str, float] = {}
+
+    def show(stage: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        final = total and done >= total
+        if not enabled or (not final and now - last.get(stage, 0.0) < 0.2):
+            return
+        last[stage] = now
+        if total:
+            width = 30
+            filled = int(width * done / total)
+            bar = "#" * filled + "." * (width - filled)
+            line = f"\r{stage:<16} [{bar}] {done}/{total}"
+        else:
+            line = f"\r{stage:<16} {done}"
+        sys.stderr.write(line + ("\n" if final else ""))
+        sys.stderr.flush()
+
+    return show

@@ -1,0 +1,112 @@
+"""``adrap build``, ``add``, ``remove``, ``rebuild``: the commands that write the tree."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ingestor.cli.app import Ctx, main, make_progress_printer, run
+from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True, file_okay=True, path_type=Path))
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.pass_obj
+def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
+    """Build the tree over ROOT (a folder or one file) from scratch and store it.
+
+    \b
+    Example:
+      adrap build ./docs
+    """
+
+    def body() -> None:
+        settings = ctx.settings
+        show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
+        embedder = make_embedder(settings)
+        with writer_lock(settings, "build"), opened_store(settings) as store:
+            report = make_pipeline(settings, store, embedder).build(root, show)
+        layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
+        stages = ", ".join(f"{k} {v:.1f}s" for k, v in report.stats.seconds.items())
+        click.echo(
+            f"built tree {settings.tree!r} from {report.files} files: {report.leaves} leaves; "
+            f"nodes per layer {layers or 'none'}; {report.stats.summary_calls} summaries "
+            f"({report.stats.cache_hits} from cache); {report.seconds:.1f}s ({stages})"
+        )
+        for path, reason in report.skipped:
+            click.echo(f"skipped {path}: {reason}", err=True)
+
+    run(ctx, body)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.pass_obj
+def add(ctx: Ctx, paths: tuple[Path, ...]) -> None:
+    """Add or update files/folders under the tree's root in place (adRAP, no rebuild).
+
+    New files are inserted, edited files re-chunked (unchanged chunks keep their nodes), files
+    that vanished from a given folder are removed.
+
+    \b
+    Example:
+      adrap add docs/new-report.md docs/minutes/
+    """
+    _update(ctx, list(paths), remove=False)
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.pass_obj
+def remove(ctx: Ctx, paths: tuple[Path, ...]) -> None:
+    """Remove files/folders from the tree in place (the files themselves are not touched).
+
+    \b
+    Example:
+      adrap remove docs/old-report.md
+    """
+    _update(ctx, list(paths), remove=True)
+
+
+def _update(ctx: Ctx, paths: list[Path], *, remove: bool) -> None:
+    def body() -> None:
+        settings = ctx.settings
+        embedder = make_embedder(settings)
+        command = "remove" if remove else "add"
+        with writer_lock(settings, command), opened_store(settings) as store:
+            report = make_pipeline(settings, store, embedder).update(paths, remove=remove)
+        click.echo(report.summary())
+        for path, reason in report.skipped:
+            click.echo(f"skipped {path}: {reason}", err=True)
+
+    run(ctx, body)
+
+
+@main.command()
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.pass_obj
+def rebuild(ctx: Ctx, progress: bool | None) -> None:
+    """Rebuild every summary layer over the current leaves (cached summaries are reused).
+
+    \b
+    Example:
+      adrap rebuild
+    """
+
+    def body() -> None:
+        settings = ctx.settings
+        show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
+        embedder = make_embedder(settings)
+        with writer_lock(settings, "rebuild"), opened_store(settings) as store:
+            report = make_pipeline(settings, store, embedder).rebuild(show)
+        layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
+        click.echo(
+            f"rebuilt tree {settings.tree!r}: {report.leaves} leaves; nodes per layer {layers}; "
+            f"{report.stats.summary_calls} summaries ({report.stats.cache_hits} from cache); "
+            f"{report.seconds:.1f}s"
+        )
+
+    run(ctx, body)

@@ -1,0 +1,124 @@
+"""Adapters: the only place clients (embedder, store, summariser, pipeline) are constructed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from ingestor.config import Settings
+from ingestor.service.locking import StateLock, state_lock
+from models_store import ModelStore
+from retriever import Embedder, NodeStore
+
+STORE_DIR = "qdrant"
+MODELS_DIR = "models"
+
+
+def make_embedder(settings: Settings) -> Embedder:
+    from retriever import SentenceTransformerEmbedder
+
+    e = settings.embed
+    return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
+
+
+def make_store(settings: Settings) -> NodeStore:
+    q = settings.qdrant
+    if q.url:
+        from retriever import QdrantNodeStore, connect
+
+        key = q.api_key.get_secret_value() if q.api_key else None
+        client = connect(
+            q.url, key, timeout=q.timeout, prefer_grpc=q.prefer_grpc, verify=q.verify_tls
+        )
+        return QdrantNodeStore(client, q.collection)
+    from retriever import EdgeNodeStore
+
+    return EdgeNodeStore(settings.state_dir / STORE_DIR)
+
+
+def make_summarizer(settings: Settings) -> Any:
+    s = settings.summary
+    if s.backend == "openai":
+        import openai
+
+        from ingestor.summarize.openai_compat import OpenAISummarizer
+
+        o = s.openai
+        client = openai.OpenAI(
+            base_url=o.base_url,
+            api_key=o.api_key.get_secret_value() if o.api_key else "not-needed",
+            max_retries=0,  # the adapter retries with backoff itself
+            timeout=o.timeout,
+        )
+        return OpenAISummarizer(
+            client, o.model, concurrency=o.concurrency, max_retries=o.max_retries, timeout=o.timeout
+        )
+    from ingestor.summarize.extractive import ExtractiveSummarizer
+
+    return ExtractiveSummarizer()
+
+
+def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
+    from ingestor.cluster.two_step import TreeClusterer
+    from ingestor.pipeline import Pipeline
+    from ingestor.tree.build import TreeBuilder, TreeParams
+
+    c = settings.cluster
+    summary = settings.summary
+    limit = summary.openai.max_input_tokens if summary.backend == "openai" else None
+
+    def make_clusterer() -> TreeClusterer:
+        return TreeClusterer(
+            n_components=c.n_components,
+            threshold=c.threshold,
+            max_clusters=c.max_clusters,
+            local_n_neighbors=c.local_n_neighbors,
+            random_state=c.random_state,
+            fit_sample=c.fit_sample,
+        )
+
+    builder = TreeBuilder(
+        embedder,
+        make_summarizer(settings),
+        make_clusterer,
+        TreeParams(
+            max_layers=c.max_layers,
+            min_top_nodes=c.min_top_nodes,
+            summary_max_tokens=summary.max_tokens,
+            max_input_tokens=limit,
+            tau_c=settings.adrap.tau_c,
+            greedy=settings.adrap.greedy,
+        ),
+    )
+    return Pipeline(
+        tree=settings.tree,
+        embedder=embedder,
+        builder=builder,
+        store=store,
+        models=ModelStore(settings.state_dir / MODELS_DIR),
+        chunk_tokens=settings.chunk.max_tokens,
+        chunk_overlap=settings.chunk.overlap,
+        max_file_bytes=settings.read.max_file_bytes,
+        ignore=settings.read.ignore,
+        drift_threshold=settings.adrap.drift_threshold,
+    )
+
+
+def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:
+    """Return the state dir's one-writer lock (entering raises ``LockedError`` naming the holder)."""
+    return state_lock(settings.state_dir, command)
+
+
+@contextmanager
+def opened_store(settings: Settings) -> Iterator[NodeStore]:
+    store = make_store(settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def where(s: Settings) -> str:
+    """Return where the tree's points are: the server URL or the embedded store's folder."""
+    return s.qdrant.url or str(s.state_dir / STORE_DIR)

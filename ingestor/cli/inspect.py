@@ -1,0 +1,86 @@
+"""``adrap status`` and ``adrap config``: read-only views of the tree and the settings."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import click
+
+from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.factories import MODELS_DIR, where
+from models_store import ModelStore
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def status(ctx: Ctx, as_json: bool) -> None:
+    """Show the tree: documents, leaves, nodes per layer, drift, state dir and store mode.
+
+    \b
+    Example:
+      adrap status --json
+    """
+    from ingestor.pipeline import state_name
+
+    def body() -> None:
+        s = ctx.settings
+        models = ModelStore(s.state_dir / MODELS_DIR)
+        name = state_name(s.tree)
+        out: dict[str, Any] = {
+            "tree": s.tree,
+            "state_dir": str(s.state_dir.resolve()),
+            "store_mode": s.store_mode,
+            "store": where(s),
+            "built": models.exists(name),
+        }
+        if models.exists(name):
+            state = models.load(name)
+            counts = state.layer_counts()
+            out |= {
+                "root": state.root,
+                "documents": len(state.sources),
+                "leaves": counts.get(0, 0),
+                "nodes_per_layer": {str(k): v for k, v in counts.items()},
+                "embed_model": state.embed_model,
+                "generation": state.generation,
+                "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.built_at)),
+                "leaves_added_since_build": state.added_since_build,
+                "leaves_removed_since_build": state.removed_since_build,
+            }
+        if as_json:
+            click.echo(json.dumps(out, indent=2))
+        else:
+            for k, v in out.items():
+                click.echo(f"{k:<28} {v}")
+
+    run(ctx, body)
+
+
+@main.command()
+@click.option("--env", "as_env", is_flag=True, help="Print as ADRAP_* variables.")
+@click.pass_obj
+def config(ctx: Ctx, as_env: bool) -> None:
+    """Print the effective configuration, secrets masked.
+
+    \b
+    Example:
+      ADRAP_QDRANT__URL=http://localhost:6333 adrap config --env
+    """
+    data = ctx.settings.masked()
+    if not as_env:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for name, value in _flatten(data, "ADRAP_"):
+        click.echo(f"{name}={'' if value is None else value}")
+
+
+def _flatten(data: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key.upper()}__")
+        else:
+            yield f"{prefix}{key.upper()}", json.dumps(value) if isinstance(value, list) else value

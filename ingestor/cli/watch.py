@@ -1,0 +1,89 @@
+"""``adrap watch``: the daemon that keeps the tree equal to a folder."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from ingestor.cli.app import Ctx, main, make_progress_printer, run
+from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+
+log = logging.getLogger(__name__)
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--polling/--native",
+    default=None,
+    help="Poll the folder instead of inotify (NFS/SMB shares, Docker bind mounts).",
+)
+@click.option(
+    "--debounce", type=click.FloatRange(min=0), default=None, help="Quiet seconds ending a burst."
+)
+@click.option(
+    "--http-port",
+    type=click.IntRange(min=-1, max=65535),
+    default=None,
+    help="HTTP port (0: any free port, -1: no HTTP).",
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.pass_obj
+def watch(
+    ctx: Ctx,
+    root: Path,
+    polling: bool | None,
+    debounce: float | None,
+    http_port: int | None,
+    progress: bool | None,
+) -> None:
+    """Keep the tree equal to the folder ROOT until SIGTERM/SIGINT (the daemon).
+
+    Reconciles at start (first run: full build), then applies each burst of changes as one adRAP
+    batch. Serves /healthz /readyz /metrics /status /query on 127.0.0.1:8765 (ADRAP_WATCH__*).
+
+    \b
+    Example:
+      adrap watch ./docs --polling --debounce 2
+    """
+    import signal
+    import threading
+
+    from ingestor.service.daemon import Daemon
+
+    def body() -> None:
+        s = ctx.settings
+        w = s.watch
+        stop = threading.Event()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            if stop.is_set():
+                raise KeyboardInterrupt
+            log.info("received %s: stopping", signal.Signals(signum).name)
+            stop.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
+        embedder = make_embedder(s)
+        with writer_lock(s, "watch") as lock, opened_store(s) as store:
+            daemon = Daemon(
+                make_pipeline(s, store, embedder),
+                root,
+                polling=w.polling if polling is None else polling,
+                poll_interval=w.poll_interval,
+                debounce=w.debounce_seconds if debounce is None else debounce,
+                max_backoff=w.max_backoff_seconds,
+                http_host=w.http_host,
+                http_port=w.http_port if http_port is None else http_port,
+                ignore=s.read.ignore,
+                exclude=[s.state_dir.resolve()],
+                state_lock=lock,
+                query_defaults=(s.query.mode, s.query.max_tokens, s.query.top_k),
+            )
+            daemon.run(stop, show)
+
+    run(ctx, body)

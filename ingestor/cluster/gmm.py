@@ -1,0 +1,343 @@
+"""Full-covariance Gaussian mixtures: a vectorised EM and a cheap BIC search over k.
+
+RAPTOR [R §3] and adRAP [A §3.3] pick the number of clusters k of each GMM by minimising the
+Bayesian Information Criterion over k = 1..max(50, √n). Those fits dominated the cost of
+clustering a tree layer (scikit-learn, exhaustive: ~60 s for 1,400 leaves on 2 cores), and four
+things make them cheap here (~0.8 s):
+
+* :func:`run_em` is scikit-learn's EM for ``covariance_type="full"`` (same updates, same
+  ``reg_covar``, same stopping rule; equal to 1e-8 from the same start), with every quadratic
+  form of an iteration in one matrix product instead of a Python loop over components: 3.4-4x
+  faster per iteration. It returns a real ``sklearn.mixture.GaussianMixture``
+  (``predict_proba``, ``bic`` and pickling work).
+* :func:`~ingestor.cluster.kmeans.kmeans_labels` initialises it like scikit-learn (greedy
+  k-means++, then Lloyd) without ``KMeans``' per-call overhead.
+* :func:`~ingestor.cluster.bic_search.select_gmm_by_bic` searches k on a coarse-to-fine grid with
+  BLAS limited to one thread.
+
+Computation is in float64 whatever the input dtype, so that the incremental updates of
+:mod:`ingestor.cluster.online_gmm` and a refit from scratch agree.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from sklearn.mixture import GaussianMixture
+
+from ingestor.cluster.kmeans import kmeans_labels
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "REG_COVAR",
+    "TOL",
+    "GaussianParams",
+    "bic",
+    "fit_gmm",
+    "gaussian_parameters",
+    "params_of",
+    "precision_cholesky",
+    "responsibilities",
+    "run_em",
+    "soft_assign",
+    "to_sklearn",
+]
+
+#: Added to covariance diagonals (scikit-learn's default); keeps every covariance invertible.
+REG_COVAR = 1e-6
+#: EM stops when the mean log-likelihood changes by less than this (scikit-learn's default).
+TOL = 1e-3
+
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class GaussianParams:
+    """Parameters of a full-covariance mixture of k components in d dimensions.
+
+    Attributes:
+        weights: (k,) mixing proportions π, summing to 1.
+        means: (k, d) μ.
+        covariances: (k, d, d) Σ, each including ``reg_covar`` on its diagonal.
+    """
+
+    weights: Array
+    means: Array
+    covariances: Array
+
+    @property
+    def k(self) -> int:
+        return len(self.weights)
+
+
+def gaussian_parameters(X: Array, resp: Array, reg_covar: float = REG_COVAR) -> GaussianParams:
+    """M-step: the weighted means and covariances of Equation 2 [A §3.1].
+
+    Args:
+        X: (n, d) points.
+        resp: (n, k) responsibilities gamma(z_ik).
+        reg_covar: added to every covariance diagonal.
+
+    Returns:
+        The parameters, with weights = N_k / n (N_k = Σ_i gamma_ik, plus scikit-learn's 10·eps).
+    """
+    return _EM(np.asarray(X, dtype=np.float64), reg_covar).m_step(np.asarray(resp, np.float64))
+
+
+def soft_assign(
+    posterior: NDArray[np.floating], threshold: float, allowed: NDArray[np.bool_] | None = None
+) -> NDArray[np.bool_]:
+    """Return (n, k) memberships: posterior > threshold, plus each row's most probable component.
+
+    RAPTOR's soft clustering [R §3]: a node belongs to every cluster whose posterior exceeds the
+    threshold; we also always keep its argmax, so that no node is left without a cluster.
+
+    Args:
+        posterior: (n, k) posteriors.
+        threshold: the papers' 0.1.
+        allowed: (k,) components that may receive points (None: all).
+    """
+    if allowed is not None:
+        posterior = np.where(allowed, posterior, -1.0)
+    assigned = np.asarray(posterior > threshold)
+    assigned[np.arange(len(posterior)), np.argmax(posterior, axis=1)] = True
+    return assigned
+
+
+def precision_cholesky(covariances: Array) -> Array:
+    """Return (k, d, d) upper-triangular P with P Pᵀ = Σ⁻¹ (sklearn's ``precisions_cholesky_``).
+
+    Raises:
+        numpy.linalg.LinAlgError: a covariance is not positive definite.
+    """
+    lower = np.linalg.cholesky(covariances)
+    return np.asarray(np.linalg.inv(lower).transpose(0, 2, 1), dtype=np.float64)
+
+
+def responsibilities(
+    X: NDArray[np.floating], params: GaussianParams
+) -> tuple[float, NDArray[np.float64]]:
+    """E-step: return the mean log-likelihood of X and its (n, k) posteriors gamma(z_ik) (Eq. 1)."""
+    return _EM(np.asarray(X, dtype=np.float64), REG_COVAR).e_step(params)
+
+
+def bic(X: NDArray[np.floating], params: GaussianParams) -> float:
+    """Return the BIC of a full-covariance mixture on X (scikit-learn's ``GaussianMixture.bic``)."""
+    return _EM(np.asarray(X, dtype=np.float64), REG_COVAR).bic(params)
+
+
+def run_em(
+    X: NDArray[np.floating],
+    init: GaussianParams | NDArray[np.floating],
+    *,
+    reg_covar: float = REG_COVAR,
+    max_iter: int = 100,
+    tol: float = TOL,
+) -> GaussianMixture:
+    """Run EM to convergence from initial parameters or responsibilities.
+
+    Args:
+        X: (n, d) points.
+        init: starting parameters (a warm start, as in adRAP's Algorithm 2) or (n, k)
+            responsibilities (one-hot k-means labels for a cold start, as scikit-learn does).
+        reg_covar: added to every covariance diagonal.
+        max_iter: EM iterations (≥ 1).
+        tol: convergence threshold on the change of the mean log-likelihood.
+
+    Returns:
+        A fitted ``GaussianMixture`` (``converged_`` says whether ``tol`` was reached).
+
+    Raises:
+        numpy.linalg.LinAlgError: a covariance became singular (not with ``reg_covar`` > 0 in
+            practice).
+    """
+    fit = _EM(np.asarray(X, dtype=np.float64), reg_covar).run(init, max_iter=max_iter, tol=tol)
+    return fit.to_sklearn(max_iter=max_iter, tol=tol)
+
+
+@dataclass
+class _Fit:
+    params: GaussianParams
+    converged: bool
+    n_iter: int
+    lower_bound: float
+    reg_covar: float
+
+    def to_sklearn(
+        self, *, max_iter: int, tol: float, random_state: int | None = None
+    ) -> GaussianMixture:
+        gmm = to_sklearn(
+            self.params,
+            reg_covar=self.reg_covar,
+            max_iter=max_iter,
+            tol=tol,
+            random_state=random_state,
+        )
+        gmm.converged_ = self.converged
+        gmm.n_iter_ = self.n_iter
+        gmm.lower_bound_ = self.lower_bound
+        return gmm
+
+
+class _EM:
+    """EM on fixed points, with the quadratic forms as one matrix product per iteration.
+
+    (x-μ)ᵀΛ(x-μ) = vec(x xᵀ)·vec(Λ) - 2 xᵀΛμ + μᵀΛμ, so with the (n, d²) outer products of the
+    points computed once, an E-step is an (n, d²) x (d², k) product, and the M-step's weighted
+    scatter matrices are a (k, n) x (n, d²) product. scikit-learn loops over components instead
+    and builds (n, d) temporaries for each. Points are centred first so the cancellation in these
+    expansions stays far below ``reg_covar``.
+    """
+
+    def __init__(self, X: Array, reg_covar: float) -> None:
+        self.n, self.d = X.shape
+        self.reg_covar = reg_covar
+        self.center = X.mean(axis=0)
+        self.Xc = X - self.center
+        self.XX = (self.Xc[:, :, None] * self.Xc[:, None, :]).reshape(self.n, self.d * self.d)
+
+    def m_step(self, resp: Array) -> GaussianParams:
+        nk = resp.sum(axis=0) + 10 * np.finfo(np.float64).eps
+        means_c = (resp.T @ self.Xc) / nk[:, None]
+        second = (resp.T @ self.XX).reshape(-1, self.d, self.d) / nk[:, None, None]
+        cov = second - means_c[:, :, None] * means_c[:, None, :]
+        cov = 0.5 * (cov + cov.transpose(0, 2, 1))  # exact symmetry for the Cholesky factorisation
+        cov[:, np.arange(self.d), np.arange(self.d)] += self.reg_covar
+        return GaussianParams(nk / self.n, means_c + self.center, cov)
+
+    def weighted_log_prob(self, params: GaussianParams) -> Array:
+        """Return the (n, k) log π_k N(x_i | μ_k, Σ_k)."""
+        prec_chol = precision_cholesky(params.covariances)
+        precision = np.matmul(prec_chol, prec_chol.transpose(0, 2, 1))
+        means_c = params.means - self.center
+        lam_mu = np.einsum("kij,kj->ki", precision, means_c)
+        quad = (
+            self.XX @ precision.reshape(-1, self.d * self.d).T
+            - 2.0 * (self.Xc @ lam_mu.T)
+            + np.einsum("ki,ki->k", means_c, lam_mu)
+        )
+        log_det = np.log(np.diagonal(prec_chol, axis1=1, axis2=2)).sum(axis=1)
+        log_gauss = -0.5 * (self.d * np.log(2 * np.pi) + np.maximum(quad, 0.0)) + log_det
+        return np.asarray(log_gauss + np.log(params.weights))
+
+    def e_step(self, params: GaussianParams) -> tuple[float, Array]:
+        """Return the mean log-likelihood and the (n, k) responsibilities."""
+        weighted = self.weighted_log_prob(params)
+        # logsumexp by hand: scipy's costs as much as the rest of the iteration, and the
+        # exponentials computed here are the responsibilities' numerators.
+        top = weighted.max(axis=1, keepdims=True)
+        numer = np.exp(weighted - top)
+        total = numer.sum(axis=1, keepdims=True)
+        return float((top + np.log(total)).mean()), numer / total
+
+    def run(
+        self, init: GaussianParams | NDArray[np.floating], *, max_iter: int, tol: float
+    ) -> _Fit:
+        start = init if isinstance(init, GaussianParams) else self.m_step(np.asarray(init, float))
+        params = start
+        lower_bound = -np.inf
+        converged = False
+        n_iter = 0
+        # scikit-learn's loop: E-step, M-step, stop when the E-step's mean log-likelihood moved
+        # by less than tol.
+        while n_iter < max_iter:
+            n_iter += 1
+            previous = lower_bound
+            lower_bound, resp = self.e_step(params)
+            params = self.m_step(resp)
+            params = GaussianParams(
+                params.weights / params.weights.sum(), params.means, params.covariances
+            )
+            if abs(lower_bound - previous) < tol:
+                converged = True
+                break
+        return _Fit(params, converged, n_iter, lower_bound, self.reg_covar)
+
+    def bic(self, params: GaussianParams) -> float:
+        """scikit-learn's ``GaussianMixture.bic`` for full covariances."""
+        mean_log_lik, _ = self.e_step(params)
+        k, d = params.means.shape
+        n_params = k * d * (d + 1) / 2 + k * d + k - 1
+        return float(-2 * mean_log_lik * self.n + n_params * np.log(self.n))
+
+
+def to_sklearn(
+    params: GaussianParams,
+    *,
+    reg_covar: float = REG_COVAR,
+    max_iter: int = 100,
+    tol: float = TOL,
+    random_state: int | None = None,
+) -> GaussianMixture:
+    """Wrap parameters in a fitted ``GaussianMixture`` (``predict_proba``, ``bic``, pickling)."""
+    k, d = params.means.shape
+    gmm = GaussianMixture(
+        n_components=k,
+        covariance_type="full",
+        reg_covar=reg_covar,
+        max_iter=max_iter,
+        tol=tol,
+        random_state=random_state,
+    )
+    prec_chol = precision_cholesky(params.covariances)
+    gmm.weights_ = params.weights
+    gmm.means_ = params.means
+    gmm.covariances_ = params.covariances
+    gmm.precisions_cholesky_ = prec_chol
+    gmm.precisions_ = np.matmul(prec_chol, prec_chol.transpose(0, 2, 1))
+    gmm.n_features_in_ = d
+    gmm.converged_ = True
+    gmm.n_iter_ = 0
+    gmm.lower_bound_ = -np.inf
+    return gmm
+
+
+def params_of(gmm: GaussianMixture) -> GaussianParams:
+    """Return the parameters of a fitted full-covariance ``GaussianMixture``, as float64."""
+    return GaussianParams(
+        np.asarray(gmm.weights_, dtype=np.float64),
+        np.asarray(gmm.means_, dtype=np.float64),
+        np.asarray(gmm.covariances_, dtype=np.float64),
+    )
+
+
+def fit_gmm(
+    Y: NDArray[np.floating],
+    k: int,
+    *,
+    random_state: int | None,
+    max_iter: int = 100,
+    reg_covar: float = REG_COVAR,
+) -> GaussianMixture:
+    """Fit a k-component mixture from scratch, initialised like scikit-learn (k-means labels).
+
+    Args:
+        Y: (n, c) points, n ≥ k.
+        k: number of components.
+        random_state: seed of the k-means initialisation.
+        max_iter: EM iterations.
+        reg_covar: added to every covariance diagonal.
+
+    Returns:
+        The fitted ``GaussianMixture``: the same algorithm as
+        ``GaussianMixture(k, random_state=random_state).fit(Y)`` (k-means start, EM), with its
+        own k-means seeding, so not the same floating-point result.
+    """
+    em = _EM(np.asarray(Y, dtype=np.float64), reg_covar)
+    fit = _fit_from_kmeans(em, np.asarray(Y, dtype=np.float64), k, random_state, max_iter)
+    return fit.to_sklearn(max_iter=max_iter, tol=TOL, random_state=random_state)
+
+
+def _fit_from_kmeans(em: _EM, Y: Array, k: int, random_state: int | None, max_iter: int) -> _Fit:
+    resp = np.zeros((len(Y), k))
+    resp[np.arange(len(Y)), kmeans_labels(Y, k, random_state=random_state)] = 1.0
+    fit = em.run(resp, max_iter=max_iter, tol=TOL)
+    if not fit.converged:
+        log.debug(
+            "GMM with k=%d did not converge in %d iterations on %d points", k, max_iter, len(Y)
+        )
+    return fit

@@ -1,0 +1,129 @@
+"""The pieces an :class:`~ingestor.cluster.online_gmm.OnlineGMM` updates one point at a time.
+
+Equation 3 of [A §4.3] (the incremental M-step, in its exact form), the growable point buffer with
+stable ids, the per-layer cluster id counter, and the result every update reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ingestor.cluster.gmm import REG_COVAR, GaussianParams
+
+
+@dataclass
+class IdCounter:
+    """Hands out cluster ids; share one between the OnlineGMMs of a layer so ids never collide."""
+
+    next_id: int = 0
+
+    def take(self) -> int:
+        """Return a fresh id."""
+        self.next_id += 1
+        return self.next_id - 1
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one ``add`` or ``remove`` did to the clustering.
+
+    Attributes:
+        point: id of the point added or removed.
+        assigned: clusters the added point belongs to after the update (empty for a removal).
+        changed: clusters that existed before and still exist, with a different member set
+            (this includes the part of a split cluster that kept its id).
+        created: clusters that did not exist before.
+        split: clusters that were split (their id kept one part; the others are in ``created``).
+        removed: clusters that no longer exist.
+        refit: True when the full-EM branch (n ≤ τ_n) ran.
+    """
+
+    point: int
+    assigned: frozenset[int] = frozenset()
+    changed: frozenset[int] = frozenset()
+    created: frozenset[int] = frozenset()
+    split: frozenset[int] = frozenset()
+    removed: frozenset[int] = frozenset()
+    refit: bool = False
+
+    @property
+    def dirty(self) -> frozenset[int]:
+        """Clusters whose summary must be regenerated (changed or created)."""
+        return self.changed | self.created
+
+
+def incremental_m_step(
+    params: GaussianParams,
+    n: float,
+    x: NDArray[np.floating],
+    gamma: NDArray[np.floating],
+    reg_covar: float = REG_COVAR,
+) -> GaussianParams:
+    """Equation 3: add one point's contribution to every component.
+
+    With N_k = n π_k and N'_k = N_k + g_k: μ'_k = (N_k μ_k + g_k x) / N'_k,
+    Σ'_k = (N_k (Σ_k - rI) + g_k (N_k / N'_k) (x - μ_k)(x - μ_k)ᵀ) / N'_k + rI,
+    π'_k = N'_k / (n + 1). This equals the M-step of Equation 2 on the n + 1 points when the
+    old points' responsibilities are held fixed.
+
+    Args:
+        params: current parameters (k components, d dims).
+        n: number of points the parameters were estimated on.
+        x: (d,) the new point.
+        gamma: (k,) its responsibilities.
+        reg_covar: the regularisation included in ``params.covariances``.
+
+    Returns:
+        The updated parameters.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    g = np.asarray(gamma, dtype=np.float64)
+    nk = n * params.weights
+    nk_new = nk + g
+    diff = x[None, :] - params.means  # (k, d), around the old means
+    means = (nk[:, None] * params.means + g[:, None] * x[None, :]) / nk_new[:, None]
+    eye = np.eye(len(x))
+    scatter = nk[:, None, None] * (params.covariances - reg_covar * eye)
+    scatter += (g * nk / nk_new)[:, None, None] * (diff[:, :, None] * diff[:, None, :])
+    covariances = scatter / nk_new[:, None, None] + reg_covar * eye
+    return GaussianParams(nk_new / (n + 1), means, covariances)
+
+
+@dataclass
+class PointBuffer:
+    """Points with stable ids in a growable (capacity, d) buffer; removal swaps with the last."""
+
+    X: NDArray[np.float64]
+    ids: list[int]
+    row: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.row = {pid: r for r, pid in enumerate(self.ids)}
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    def view(self) -> NDArray[np.float64]:
+        return self.X[: self.n]
+
+    def append(self, pid: int, x: NDArray[np.float64]) -> None:
+        if self.n == len(self.X):  # amortised O(1): double the buffer
+            grown = np.empty((max(8, 2 * len(self.X)), self.X.shape[1]))
+            grown[: self.n] = self.X[: self.n]
+            self.X = grown
+        self.X[self.n] = x
+        self.row[pid] = self.n
+        self.ids.append(pid)
+
+    def pop(self, pid: int) -> None:
+        r = self.row.pop(pid)
+        last = self.n - 1
+        if r != last:
+            self.X[r] = self.X[last]
+            self.ids[r] = self.ids[last]
+            self.row[self.ids[r]] = r
+        self.ids.pop()

@@ -1,0 +1,368 @@
+"""adRAP's online Gaussian mixture: Algorithm 2 and Equation 3 of [A §4.3].
+
+One :class:`OnlineGMM` holds the local clustering of one global cluster: the mixture parameters,
+the points (reduced local embeddings) and which clusters each point belongs to (soft: every
+cluster whose posterior exceeds ``threshold``, at least the most probable one). Clusters carry
+stable integer ids: a summary node of the tree is keyed by its cluster id, and every update
+reports exactly which ids changed membership, were created, split or removed, so that adRAP
+regenerates only those summaries.
+
+``add(x)`` follows Algorithm 2:
+
+* n ≤ τ_n: EM to convergence from the current parameters on all n + 1 points; c = number of
+  clusters with more than τ_c members; fresh fits with K + 1 .. K + c components compete with it
+  by BIC. All memberships are recomputed; new clusters inherit the id of the old cluster they
+  overlap most (optimal matching), so an unchanged cluster keeps its id and its summary.
+* n > τ_n: one incremental M-step with the new point's responsibilities (Equation 3), the new
+  point joins the clusters with posterior > threshold, other points keep their clusters. A
+  cluster that now has more than τ_c members is offered a split: mixtures of k' = 1, 2, 3
+  components on its members compete by BIC; k' > 1 replaces it by k' clusters (the largest
+  keeps the id).
+
+Equation 3 as printed updates Σ_k with g (x - μ_k)(x - μ_k)ᵀ; the exact M-step of Equation 2 on
+the n + 1 points (old responsibilities held fixed), which the paper says it matches, needs the
+factor N_k / (N_k + g) on that term (μ_k the old mean, N_k = n π_k). We use the exact form, with
+scikit-learn's ``reg_covar`` taken out before and put back after, so an incremental update and a
+batch M-step agree to rounding and covariances stay positive definite.
+
+``remove(point)`` drops a point from its clusters and removes the clusters left empty; the
+parameters are left unchanged otherwise (the paper's "leave the clusters unchanged" option).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any, Self
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import linear_sum_assignment
+from sklearn.mixture import GaussianMixture
+
+from ingestor.cluster.gmm import (
+    REG_COVAR,
+    GaussianParams,
+    bic,
+    fit_gmm,
+    params_of,
+    responsibilities,
+    run_em,
+    soft_assign,
+    to_sklearn,
+)
+from ingestor.cluster.incremental import IdCounter, PointBuffer, UpdateResult, incremental_m_step
+
+log = logging.getLogger(__name__)
+
+__all__ = ["IdCounter", "OnlineGMM", "UpdateResult", "incremental_m_step"]
+
+
+class OnlineGMM:
+    """An incrementally updated local clustering (adRAP Algorithm 2).
+
+    Args:
+        params: fitted mixture parameters (k components in d dims).
+        points: (n, d) points the mixture was fitted on (reduced local embeddings).
+        cluster_ids: id of each component's cluster (default: fresh ids from ``ids``); -1 means
+            "no id yet" (a fresh id is taken if the component has members).
+        point_ids: id of each point (default 0..n-1); ``add`` continues after the largest.
+        memberships: components each point belongs to (default: posterior > threshold, at least
+            the most probable component, as the tree build assigns them).
+        threshold: soft-assignment posterior threshold (0.1).
+        tau_n: at most this many points, ``add`` runs full EM (the paper: max(100, √|D0|)).
+        tau_c: a cluster with more members than this is offered a split (11).
+        ids: the id counter, shared by the OnlineGMMs of one layer.
+        random_state: seed of the fresh GMM fits.
+        reg_covar: covariance regularisation (scikit-learn's default, as in the tree build).
+        max_iter: EM iterations.
+        min_split_size: a split is only taken if every part gets at least this many members
+            (our addition to the paper; see ``_try_split``).
+
+    Components without members are dropped at construction: every cluster has a member.
+    """
+
+    def __init__(
+        self,
+        params: GaussianParams,
+        points: NDArray[np.floating],
+        *,
+        cluster_ids: Sequence[int] | None = None,
+        point_ids: Sequence[int] | None = None,
+        memberships: Sequence[Iterable[int]] | None = None,
+        threshold: float = 0.1,
+        tau_n: int = 100,
+        tau_c: int = 11,
+        ids: IdCounter | None = None,
+        random_state: int | None = 0,
+        reg_covar: float = REG_COVAR,
+        max_iter: int = 100,
+        min_split_size: int = 2,
+    ) -> None:
+        X = np.array(points, dtype=np.float64, ndmin=2)
+        if X.shape[1] != params.means.shape[1]:
+            raise ValueError(f"points have {X.shape[1]} dims, the mixture {params.means.shape[1]}")
+        self.threshold = threshold
+        self.tau_n = tau_n
+        self.tau_c = tau_c
+        self.random_state = random_state
+        self.reg_covar = reg_covar
+        self.max_iter = max_iter
+        self.min_split_size = min_split_size
+        pids = list(point_ids) if point_ids is not None else list(range(len(X)))
+        self._points = PointBuffer(X.copy(), pids)
+        self._next_point = max(pids, default=-1) + 1
+        given = list(cluster_ids) if cluster_ids is not None else [-1] * params.k
+        if len(given) != params.k:
+            raise ValueError(f"{len(given)} cluster ids for {params.k} components")
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold={threshold!r} must be in (0, 1)")
+        self.ids = ids if ids is not None else IdCounter()
+        self.ids.next_id = max(self.ids.next_id, max(given, default=-1) + 1)
+        if memberships is None:
+            comps = self._assign(responsibilities(X, params)[1]) if len(X) else []
+        else:
+            comps = [frozenset(m) for m in memberships]
+        self.params = params
+        self.cluster_ids = given
+        self.members: dict[int, set[int]] = {}
+        self._install(params, comps, given)
+
+    @classmethod
+    def from_gmm(cls, gmm: GaussianMixture, points: NDArray[np.floating], **kwargs: Any) -> Self:
+        """Build from a fitted full-covariance ``GaussianMixture`` (other args as ``__init__``)."""
+        return cls(params_of(gmm), points, **kwargs)
+
+    # -- read access -------------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """Number of points."""
+        return self._points.n
+
+    @property
+    def point_ids(self) -> list[int]:
+        """Ids of the points, in the row order of :attr:`points`."""
+        return list(self._points.ids)
+
+    @property
+    def points(self) -> NDArray[np.float64]:
+        """(n, d) the points, rows in :attr:`point_ids` order."""
+        return self._points.view().copy()
+
+    def clusters(self) -> dict[int, frozenset[int]]:
+        """Return each cluster id's member point ids."""
+        return {cid: frozenset(m) for cid, m in self.members.items()}
+
+    def memberships(self, point: int) -> frozenset[int]:
+        """Return the cluster ids a point belongs to."""
+        return frozenset(cid for cid, m in self.members.items() if point in m)
+
+    def to_sklearn(self) -> GaussianMixture:
+        """Return the current mixture as a fitted ``GaussianMixture`` (components in id order)."""
+        return to_sklearn(self.params, reg_covar=self.reg_covar, random_state=self.random_state)
+
+    # -- updates -----------------------------------------------------------------------------
+
+    def add(self, x: NDArray[np.floating]) -> UpdateResult:
+        """Insert one point (adRAP Algorithm 2).
+
+        Args:
+            x: (d,) the new point's reduced local embedding.
+
+        Returns:
+            The new point's id and clusters, and every cluster id changed, created, split or
+            removed.
+        """
+        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        pid = self._next_point
+        self._next_point += 1
+        old_ids = frozenset(self.members)
+        if self.params.k == 0:  # everything was removed: the point starts a cluster of its own
+            self._points.append(pid, x)
+            params = GaussianParams(np.ones(1), x[None, :], (self.reg_covar * np.eye(len(x)))[None])
+            self._install(params, [frozenset({0})], [-1])
+            return self._result(pid, old_ids, {}, refit=True)
+        if self.n <= self.tau_n:
+            before = self.clusters()  # a refit may move any point: compare every cluster
+            self._points.append(pid, x)
+            self._refit()
+            return self._result(pid, old_ids, before, refit=True)
+
+        _, gamma = responsibilities(x[None, :], self.params)
+        self.params = incremental_m_step(self.params, self.n, x, gamma[0], self.reg_covar)
+        self._points.append(pid, x)
+        _, post = responsibilities(x[None, :], self.params)
+        joined = [self.cluster_ids[comp] for comp in sorted(self._assign(post)[0])]
+        # Only the clusters the point joins can change (and the parts of a split): the cost of
+        # this branch does not grow with n, apart from the split fits on one cluster's members.
+        before = {cid: frozenset(self.members[cid]) for cid in joined}
+        for cid in joined:
+            self.members[cid].add(pid)
+        split = {
+            cid for cid in joined if len(self.members[cid]) > self.tau_c and self._try_split(cid)
+        }
+        return self._result(pid, old_ids, before, split=split)
+
+    def add_greedy(self, x: NDArray[np.floating]) -> UpdateResult:
+        """Insert one point the way the paper's greedy baseline does [A §6.4].
+
+        The point joins its most probable cluster; the mixture parameters are not updated and no
+        cluster is split or created.
+        """
+        if self.params.k == 0:
+            return self.add(x)
+        x = np.asarray(x, dtype=np.float64).reshape(-1)
+        pid = self._next_point
+        self._next_point += 1
+        old_ids = frozenset(self.members)
+        _, post = responsibilities(x[None, :], self.params)
+        cid = self.cluster_ids[int(np.argmax(post[0]))]
+        before = {cid: frozenset(self.members[cid])}
+        self._points.append(pid, x)
+        self.members[cid].add(pid)
+        return self._result(pid, old_ids, before)
+
+    def remove(self, point: int) -> UpdateResult:
+        """Delete a point: drop it from its clusters and remove the clusters left empty.
+
+        Raises:
+            KeyError: no point has this id.
+        """
+        if point not in self._points.row:
+            raise KeyError(f"no point with id {point}")
+        old_ids = frozenset(self.members)
+        before = {cid: frozenset(m) for cid, m in self.members.items() if point in m}
+        self._points.pop(point)
+        for m in self.members.values():
+            m.discard(point)
+        keep = [j for j, cid in enumerate(self.cluster_ids) if self.members[cid]]
+        if len(keep) < self.params.k:
+            w = self.params.weights[keep]
+            self.params = GaussianParams(
+                w / w.sum() if len(keep) else w,
+                self.params.means[keep],
+                self.params.covariances[keep],
+            )
+            for j, cid in enumerate(self.cluster_ids):
+                if j not in keep:
+                    del self.members[cid]
+            self.cluster_ids = [self.cluster_ids[j] for j in keep]
+        return self._result(point, old_ids, before, assigned=False)
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _assign(self, posterior: NDArray[np.float64]) -> list[frozenset[int]]:
+        """Components of each row: posterior > threshold, and always the most probable one."""
+        chosen = soft_assign(posterior, self.threshold)
+        return [frozenset(np.flatnonzero(row).tolist()) for row in chosen]
+
+    def _install(
+        self, params: GaussianParams, comps: Sequence[frozenset[int]], ids: Sequence[int]
+    ) -> None:
+        """Set parameters and memberships; drop empty components; give ids to unnamed ones."""
+        pids = self._points.ids
+        members: list[set[int]] = [set() for _ in range(params.k)]
+        for pid, cs in zip(pids, comps, strict=True):
+            for c in cs:
+                members[c].add(pid)
+        keep = [j for j in range(params.k) if members[j]]
+        w = params.weights[keep]
+        self.params = GaussianParams(w / w.sum(), params.means[keep], params.covariances[keep])
+        self.cluster_ids = [ids[j] if ids[j] >= 0 else self.ids.take() for j in keep]
+        self.members = {cid: members[j] for cid, j in zip(self.cluster_ids, keep, strict=True)}
+
+    def _refit(self) -> None:
+        """Algorithm 2, n ≤ τ_n: warm EM, then fresh fits with K+1..K+c components, by BIC."""
+        X = self._points.view()
+        warm = run_em(X, self.params, reg_covar=self.reg_covar, max_iter=self.max_iter)
+        best = params_of(warm)
+        comps = self._assign(responsibilities(X, best)[1])
+        sizes = np.bincount([c for cs in comps for c in cs], minlength=best.k)
+        c = int((sizes > self.tau_c).sum())
+        best_bic = bic(X, best)
+        for k in range(best.k + 1, min(best.k + c, len(X)) + 1):
+            fresh = params_of(fit_gmm(X, k, random_state=self.random_state, max_iter=self.max_iter))
+            score = bic(X, fresh)
+            if score < best_bic:
+                best, best_bic = fresh, score
+        log.debug("online GMM refit on %d points: K %d -> %d", len(X), self.params.k, best.k)
+        comps = self._assign(responsibilities(X, best)[1])
+        self._install(best, comps, self._match_ids(comps, best.k))
+
+    def _match_ids(self, comps: Sequence[frozenset[int]], k: int) -> list[int]:
+        """Give each new component the id of the old cluster it overlaps most (-1: none)."""
+        old = list(self.members)
+        overlap = np.zeros((k, len(old)))
+        index = {cid: i for i, cid in enumerate(old)}
+        for pid, cs in zip(self._points.ids, comps, strict=True):
+            for cid in old:
+                if pid in self.members[cid]:
+                    for comp in cs:
+                        overlap[comp, index[cid]] += 1
+        ids = [-1] * k
+        rows, cols = linear_sum_assignment(-overlap)
+        for r, col in zip(rows, cols, strict=True):
+            if overlap[r, col] > 0:
+                ids[r] = old[col]
+        return ids
+
+    def _try_split(self, cid: int) -> bool:
+        """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC; return True if it split.
+
+        A candidate whose parts would hold fewer than ``min_split_size`` members is passed over
+        (the next best by BIC is taken): a full-covariance component fitted to one point has an
+        unbounded likelihood, and BIC alone would happily cut singletons off a cluster.
+        """
+        comp = self.cluster_ids.index(cid)
+        pids = sorted(self.members[cid])
+        Xc = self._points.view()[[self._points.row[p] for p in pids]]
+        candidates = []
+        for k in (1, 2, 3):
+            sub = params_of(fit_gmm(Xc, k, random_state=self.random_state, max_iter=self.max_iter))
+            parts: list[set[int]] = [set() for _ in range(k)]
+            for pid, cs in zip(pids, self._assign(responsibilities(Xc, sub)[1]), strict=True):
+                for j in cs:
+                    parts[j].add(pid)
+            if k == 1 or min(len(p) for p in parts) >= self.min_split_size:
+                candidates.append((bic(Xc, sub), k, sub, parts))
+        _, k, sub, parts = min(candidates, key=lambda c: (c[0], c[1]))
+        if k == 1:
+            return False
+        order = sorted(range(k), key=lambda j: -len(parts[j]))  # the largest part keeps the id
+        share = sub.weights[order] * self.params.weights[comp]
+        rest = [j for j in range(self.params.k) if j != comp]
+        self.params = GaussianParams(
+            np.concatenate([self.params.weights[rest], share]),
+            np.concatenate([self.params.means[rest], sub.means[order]]),
+            np.concatenate([self.params.covariances[rest], sub.covariances[order]]),
+        )
+        new_ids = [cid] + [self.ids.take() for _ in order[1:]]
+        self.cluster_ids = [self.cluster_ids[j] for j in rest] + new_ids
+        for new_id, j in zip(new_ids, order, strict=True):
+            self.members[new_id] = parts[j]
+        log.debug("online GMM: cluster %d (%d points) split in %d", cid, len(pids), k)
+        return True
+
+    def _result(
+        self,
+        pid: int,
+        old_ids: frozenset[int],
+        before: dict[int, frozenset[int]],
+        *,
+        split: set[int] | None = None,
+        refit: bool = False,
+        assigned: bool = True,
+    ) -> UpdateResult:
+        """Diff against ``before``: the old members of every cluster the update may have touched."""
+        return UpdateResult(
+            point=pid,
+            assigned=self.memberships(pid) if assigned else frozenset(),
+            changed=frozenset(
+                c for c, m in before.items() if c in self.members and self.members[c] != m
+            ),
+            created=frozenset(self.members.keys() - old_ids),
+            split=frozenset(split or ()),
+            removed=frozenset(old_ids - self.members.keys()),
+            refit=refit,
+        )

@@ -1,0 +1,125 @@
+"""UMAP for the clusterer: an exact cosine kNN index, a lazy import with numba's cache, quiet calls.
+
+The exact kNN replaces UMAP's NNDescent: on the layer sizes of a tree it is faster and exact, and
+its ``query`` is all UMAP's ``transform`` needs to place new points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+log = logging.getLogger(__name__)
+
+#: Rows per block of the kNN distance matrix (bounds memory to block x n_train floats).
+_KNN_BLOCK = 1024
+#: UMAP warns that our index is not an NNDescent; its ``transform`` only needs ``query``.
+_DUCK_INDEX_WARNING = "precomputed_knn[2] (knn_search_index) is not an NNDescent object"
+_SPECTRAL_FALLBACK_WARNING = "Spectral initialisation failed"
+
+
+class ExactCosineIndex:
+    """Exact cosine kNN over L2-normalised rows, with the ``query`` UMAP's ``transform`` calls."""
+
+    # Read by UMAP's transform to pick an NNDescent search epsilon, which exact search ignores.
+    _angular_trees = True
+
+    def __init__(self, data: NDArray[np.float32]) -> None:
+        self.data = data
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The data is also the UMAP's _raw_data, and joblib would store it twice;
+        # TreeClusterer.__setstate__ points the index back at it.
+        return {}
+
+    def query(
+        self, X: NDArray[np.float32], k: int, epsilon: float = 0.0, *, exclude_self: bool = False
+    ) -> tuple[NDArray[np.int32], NDArray[np.float32]]:
+        """Return the indices and cosine distances, (n, k) each, of the k nearest rows of data."""
+        del epsilon  # an NNDescent search parameter
+        n = len(X)
+        indices = np.empty((n, k), dtype=np.int32)
+        dists = np.empty((n, k), dtype=np.float32)
+        for start in range(0, n, _KNN_BLOCK):
+            d = 1.0 - X[start : start + _KNN_BLOCK] @ self.data.T
+            rows = np.arange(len(d))
+            if exclude_self:  # a point is its own first neighbour, even among duplicates
+                d[rows, rows + start] = -1.0
+            part = np.argpartition(d, k - 1, axis=1)[:, :k]
+            pd = np.take_along_axis(d, part, axis=1)
+            order = np.argsort(pd, axis=1, kind="stable")
+            indices[start : start + len(d)] = np.take_along_axis(part, order, axis=1)
+            dists[start : start + len(d)] = np.maximum(np.take_along_axis(pd, order, axis=1), 0.0)
+        return indices, dists
+
+
+@functools.cache
+def load_umap() -> Any:
+    """Import umap (≈2 s, so only when clustering runs) and enable numba's cache for its kernels."""
+    with warnings.catch_warnings():
+        # umap/__init__ announces that ParametricUMAP (TensorFlow) is unavailable; we never use it.
+        warnings.filterwarnings(
+            "ignore", message="Tensorflow not installed", category=ImportWarning
+        )
+        import umap
+    import umap.layouts
+    import umap.umap_
+    import umap.utils
+    from numba.core.registry import CPUDispatcher
+
+    for module in (umap.umap_, umap.layouts, umap.utils):
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__.startswith("umap"):
+                try:
+                    obj.enable_caching()
+                except RuntimeError as exc:  # no writable cache location: compile as usual
+                    log.debug("numba cache unavailable for umap %s: %s", name, exc)
+    return umap
+
+
+@contextlib.contextmanager
+def umap_call(what: str, *, serial: bool) -> Iterator[None]:
+    """Around a UMAP fit or transform: drop the warnings we expect, log one, re-issue the rest.
+
+    ``serial`` runs numba's parallel kernels on one thread (this thread only): UMAP's fit does so
+    for seeded runs, but its transform keeps numba's default, and on a busy 2-core machine the
+    OpenMP hand-off cost ~20 ms per kernel call, 60 ms to place a single point.
+    """
+    import numba
+
+    threads = numba.get_num_threads()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if serial:
+            numba.set_num_threads(1)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(threads)
+    for w in caught:
+        message = str(w.message)
+        if message.startswith(_DUCK_INDEX_WARNING):
+            continue
+        if message.startswith(_SPECTRAL_FALLBACK_WARNING):
+            # UMAP then draws a random init from its own seeded generator: still reproducible.
+            log.info("%s: spectral init failed (degenerate input); UMAP used random init", what)
+            continue
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+
+
+def unit_rows(X: NDArray[np.floating]) -> NDArray[np.float32]:
+    """Return ``X`` as contiguous float32 rows of unit length, refusing empty or non-finite input."""
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 2 or len(X) == 0:
+        raise ValueError(f"expected a non-empty (n, d) array of embeddings, got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError("embeddings contain NaN or infinity")
+    norms = np.linalg.norm(X, axis=1, keepdims=True)
+    return np.ascontiguousarray(X / np.maximum(norms, 1e-12), dtype=np.float32)

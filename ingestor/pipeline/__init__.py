@@ -1,0 +1,11 @@
+"""The data path, short and visible: folder → chunks → embeddings → tree → Qdrant → state.
+
+Split by stage: ``build`` (read, chunk, embed, build the layers, store), ``apply`` (adRAP batches),
+``reconcile`` (agree with the folder and the store after a crash or downtime).
+"""
+
+from ingestor.pipeline.reconcile import Pipeline
+from ingestor.pipeline.reports import BuildReport, UpdateReport
+from ingestor.tree.persist import commit_state, load_state, state_name
+
+__all__ = ["BuildReport", "Pipeline", "UpdateReport", "commit_state", "load_state", "state_name"]

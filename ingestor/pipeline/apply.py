@@ -1,0 +1,236 @@
+"""Apply changed and removed documents to a built tree as one adRAP batch, then store it."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ingestor.errors import SourceError, TreeError
+from ingestor.pipeline.build import UPSERT_BATCH, BuildStage
+from ingestor.pipeline.reports import UpdateReport
+from ingestor.read.documents import Document, iter_documents, read_document
+from ingestor.tree.adrap import TreeUpdater, UpdateStats
+from ingestor.tree.state import Node, SourceEntry, TreeState
+from retriever import Embedder
+
+log = logging.getLogger(__name__)
+
+
+class ApplyStage(BuildStage):
+    """Adds in-place updates (adRAP) to the build stage."""
+
+    def collect(
+        self, state: TreeState, paths: list[Path], report: UpdateReport
+    ) -> tuple[list[Document], list[str]]:
+        """Read ``paths`` (files or folders under the tree's root): changed docs and vanished sources."""
+        root = Path(state.root)
+        docs: list[Document] = []
+        gone: list[str] = []
+        kwargs = {} if self.ignore is None else {"ignore": self.ignore}
+        for path in paths:
+            path = path.resolve()
+            try:
+                rel = path.relative_to(root).as_posix()
+            except ValueError:
+                raise TreeError(
+                    f"{str(path)!r} is outside the tree's root {state.root!r}; add files under it "
+                    "or build another tree (ADRAP_TREE=...)"
+                ) from None
+            prefix = "" if rel == "." else rel + "/"
+            if not path.exists():
+                gone.extend(s for s in state.sources if s == rel or s.startswith(prefix))
+                continue
+            if path.is_file():
+                found: list[tuple[Path, Document | SourceError]] = []
+                try:
+                    found.append((path, read_document(path, root, max_bytes=self.max_file_bytes)))
+                except SourceError as exc:
+                    found.append((path, exc))
+            else:
+                found = list(iter_documents(path, max_bytes=self.max_file_bytes, **kwargs))
+            seen = set()
+            for p, item in found:
+                if isinstance(item, SourceError):
+                    log.warning("skipped %s: %s", p, item)
+                    report.skipped.append((str(p), str(item)))
+                    continue
+                if path.is_dir():
+                    item = replace(item, source=prefix + item.source)
+                seen.add(item.source)
+                docs.append(item)
+            if path.is_dir():
+                gone.extend(s for s in state.sources if s.startswith(prefix) and s not in seen)
+        return docs, gone
+
+    def update(self, paths: list[Path], *, remove: bool = False) -> UpdateReport:
+        """Bring the tree up to date with ``paths`` (``remove``: drop those sources) using adRAP."""
+        t0 = time.perf_counter()
+        report = UpdateReport()
+        state = self.require_state()
+        docs: list[Document] = []
+        if remove:
+            gone = self.sources_under(state, paths)
+        else:
+            docs, gone = self.collect(state, paths, report)
+        self.apply(state, docs, gone, report)
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def sources_under(self, state: TreeState, paths: list[Path]) -> list[str]:
+        """Return the sources of the tree named by ``paths`` (files or folders, existing or not)."""
+        root = Path(state.root)
+        out: list[str] = []
+        for path in paths:
+            try:
+                rel = path.resolve().relative_to(root).as_posix()
+            except ValueError:
+                raise TreeError(
+                    f"{str(path)!r} is outside the tree's root {state.root!r}"
+                ) from None
+            prefix = "" if rel == "." else rel + "/"
+            found = [s for s in state.sources if s == rel or s.startswith(prefix)]
+            if not found:
+                raise TreeError(
+                    f"{str(path)!r} is not in tree {state.tree!r} (no document at or under "
+                    f"{rel!r}); `adrap status` shows the tree"
+                )
+            out.extend(found)
+        return out
+
+    def apply(
+        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+    ) -> None:
+        """Apply changed documents and removed sources as one adRAP batch, then store it."""
+        added: list[Node] = []
+        removed: list[str] = []
+        touched: list[str] = []
+        for doc in docs:
+            old = state.sources.get(doc.source)
+            if old is not None and old.content_hash == doc.content_hash:
+                report.files_unchanged += 1
+                continue
+            leaves = self.leaves_of(doc)
+            new_ids = {n.node_id for n in leaves}
+            old_ids = set(old.node_ids) if old else set()
+            if old is not None:
+                removed.extend(i for i in old.node_ids if i not in new_ids)
+            for n in leaves:
+                if n.node_id in old_ids:  # unchanged chunk: keep the node, refresh provenance
+                    kept = state.nodes[n.node_id]
+                    kept.chunk_index, kept.char_start, kept.char_end = (
+                        n.chunk_index,
+                        n.char_start,
+                        n.char_end,
+                    )
+                    touched.append(n.node_id)
+                else:
+                    added.append(n)
+            state.sources[doc.source] = SourceEntry(
+                doc.content_hash, doc.size, doc.mtime, [n.node_id for n in leaves]
+            )
+            report.files_changed += old is not None
+            report.files_added += old is None
+        for source in dict.fromkeys(gone):
+            entry = state.sources.pop(source, None)
+            if entry is not None:
+                removed.extend(entry.node_ids)
+                report.files_removed += 1
+        if not added and not removed and not touched:
+            return
+        vecs = self.embedder.embed_documents([n.text for n in added])
+        for node, vec in zip(added, vecs, strict=True):
+            state.nodes[node.node_id] = node
+            state.vectors[node.node_id] = vec
+        n_leaves = len(state.ids_in_layer(0)) - len(removed)
+        drift = (
+            state.added_since_build + state.removed_since_build + len(added) + len(removed)
+        ) / max(1, state.leaves_at_build)
+        needs_layers = not state.layers and n_leaves > self.builder.params.min_top_nodes
+        if drift > self.drift_threshold or needs_layers:
+            for node_id in removed:
+                state.nodes.pop(node_id, None)
+                state.vectors.pop(node_id, None)
+            stats = self.builder.build(state)
+            report.rebuilt = True
+            report.stats = UpdateStats(
+                leaves_added=len(added),
+                leaves_removed=len(removed),
+                summaries_regenerated=stats.summary_calls,
+                summary_cache_hits=stats.cache_hits,
+                summary_tokens=stats.summary_tokens,
+            )
+            self.store_state(state)
+            return
+        report.stats = TreeUpdater(self.builder).apply(state, [n.node_id for n in added], removed)
+        report.stats.upserted.update(touched)
+        self.store_changes(state, report.stats.upserted, report.stats.deleted)
+
+    def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
+        """Upsert changed nodes, commit the state, then delete the points of removed nodes."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        ids = sorted(i for i in upserted if i in state.nodes)
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+        self._commit(state)
+        gone = sorted(i for i in deleted if i not in state.nodes)
+        if gone:
+            self.store.delete(gone)
+
+    def apply_batch(
+        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+    ) -> None:
+        """``apply``, reusing the vectors of removed leaves whose text comes back in ``docs``.
+
+        A renamed or moved file is a removed source plus a new one with the same content; leaf
+        ids include the source path, so its leaves get new ids, but their vectors are taken from
+        the removed leaves instead of being embedded again (summaries come from the summary cache).
+        The whole batch is one adRAP update and one commit.
+        """
+        known: dict[str, NDArray[np.float32]] = {}
+        for source in gone:
+            entry = state.sources.get(source)
+            for node_id in entry.node_ids if entry else ():
+                node = state.nodes.get(node_id)
+                if node is not None and node_id in state.vectors:
+                    known[node.text] = state.vectors[node_id]
+        inner = self.embedder
+        if known:
+            self.embedder = _ReusingEmbedder(inner, known)
+        try:
+            self.apply(state, docs, gone, report)
+        finally:
+            self.embedder = inner
+
+
+class _ReusingEmbedder:
+    """An embedder that returns known vectors for known texts and embeds only the rest."""
+
+    def __init__(self, inner: Embedder, known: dict[str, NDArray[np.float32]]) -> None:
+        self.inner = inner
+        self.known = known
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.reused = 0
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        todo = [i for i, t in enumerate(texts) if t not in self.known]
+        if todo:
+            out[todo] = self.inner.embed_documents([texts[i] for i in todo])
+        for i, text in enumerate(texts):
+            if text in self.known:
+                out[i] = self.known[text]
+        self.reused += len(texts) - len(todo)
+        if self.reused:
+            log.debug("reused %d leaf vectors of removed sources", len(texts) - len(todo))
+        return out
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)

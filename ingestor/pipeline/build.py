@@ -1,0 +1,199 @@
+"""The first stage of the pipeline: read a folder, chunk, embed, build the layers, store, commit.
+
+An update is: compute in memory → upsert new/changed points (idempotent ids) → commit the state
+atomically → delete points no longer referenced. A crash between any two steps leaves either the
+previous state with extra points (deleted at the next commit) or the new state fully stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+
+from ingestor.errors import SourceError, TreeError
+from ingestor.pipeline.reports import BuildReport
+from ingestor.read.chunking import chunk_text
+from ingestor.read.documents import Document, iter_documents
+from ingestor.read.tokens import Tokenizer, default_tokenizer
+from ingestor.tree.build import Progress, TreeBuilder, _noop
+from ingestor.tree.persist import commit_state, load_state
+from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
+from models_store import ModelStore, ModelStoreError
+from retriever import Embedder, NodeStore
+
+log = logging.getLogger(__name__)
+
+UPSERT_BATCH = 512
+EMBED_BATCH = 128
+
+
+class BuildStage:
+    """Builds and stores trees. Adapters are passed in; nothing here builds a client."""
+
+    def __init__(
+        self,
+        *,
+        tree: str,
+        embedder: Embedder,
+        builder: TreeBuilder,
+        store: NodeStore,
+        models: ModelStore,
+        chunk_tokens: int = 250,
+        chunk_overlap: int = 50,
+        max_file_bytes: int = 50_000_000,
+        ignore: list[str] | None = None,
+        tokenizer: Tokenizer | None = None,
+        drift_threshold: float = 0.3,
+    ) -> None:
+        self.tree = tree
+        self.embedder = embedder
+        self.builder = builder
+        self.store = store
+        self.models = models
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap = chunk_overlap
+        self.max_file_bytes = max_file_bytes
+        self.ignore = ignore
+        self.tokenizer = tokenizer or default_tokenizer()
+        self.drift_threshold = drift_threshold
+
+    def read(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
+        """Read every supported file under ``root``; log and record each skipped one."""
+        docs: list[Document] = []
+        kwargs = {} if self.ignore is None else {"ignore": self.ignore}
+        for path, item in iter_documents(root, max_bytes=self.max_file_bytes, **kwargs):
+            if isinstance(item, SourceError):
+                log.warning("skipped %s: %s", path, item)
+                report.skipped.append((str(path), str(item)))
+                continue
+            docs.append(item)
+            progress("read", len(docs), 0)
+        return docs
+
+    def leaves_of(self, doc: Document) -> list[Node]:
+        """Chunk one document into leaf nodes (ids stable while a chunk's text is unchanged)."""
+        seen: Counter[str] = Counter()
+        out = []
+        chunks = chunk_text(
+            doc.text,
+            max_tokens=self.chunk_tokens,
+            overlap=self.chunk_overlap,
+            tokenizer=self.tokenizer,
+        )
+        for chunk in chunks:
+            digest = sha256_text(chunk.text)
+            node_id = leaf_id(self.tree, doc.source, digest, seen[digest])
+            seen[digest] += 1
+            out.append(
+                Node(
+                    node_id=node_id,
+                    layer=0,
+                    text=chunk.text,
+                    n_tokens=chunk.n_tokens,
+                    content_hash=digest,
+                    sources=frozenset({doc.source}),
+                    source=doc.source,
+                    chunk_index=chunk.index,
+                    char_start=chunk.char_start,
+                    char_end=chunk.char_end,
+                )
+            )
+        return out
+
+    def build(self, root: Path, progress: Progress = _noop) -> BuildReport:
+        """Build the whole tree over ``root`` from scratch and store it."""
+        t_start = time.perf_counter()
+        report = BuildReport()
+        stats = report.stats
+        root = root.resolve()
+        state = TreeState(
+            tree=self.tree,
+            root=str(root),
+            embed_model=self.embedder.model_id,
+            dim=self.embedder.dim,
+        )
+        previous = load_state(self.models, self.tree, self.embedder)
+        if previous is not None:  # a rebuild re-summarises only what changed
+            state.summary_cache = previous.summary_cache
+            state.generation = previous.generation
+
+        t0 = time.perf_counter()
+        docs = self.read(root, report, progress)
+        leaves: list[Node] = []
+        for doc in docs:
+            doc_leaves = self.leaves_of(doc)
+            leaves.extend(doc_leaves)
+            state.sources[doc.source] = SourceEntry(
+                doc.content_hash, doc.size, doc.mtime, [n.node_id for n in doc_leaves]
+            )
+        stats.add_time("read_chunk", time.perf_counter() - t0)
+        report.files = len(docs)
+
+        t0 = time.perf_counter()
+        for start in range(0, len(leaves), EMBED_BATCH):
+            batch = leaves[start : start + EMBED_BATCH]
+            vecs = self.embedder.embed_documents([n.text for n in batch])
+            for node, vec in zip(batch, vecs, strict=True):
+                state.nodes[node.node_id] = node
+                state.vectors[node.node_id] = vec
+            progress("embed leaves", start + len(batch), len(leaves))
+        stats.add_time("embed_leaves", time.perf_counter() - t0)
+
+        built = self.builder.build(state, progress)
+        built.seconds = stats.seconds | built.seconds  # read and embed stages first
+        report.stats = stats = built
+
+        t0 = time.perf_counter()
+        self.store_state(state, progress)
+        stats.add_time("store", time.perf_counter() - t0)
+        report.leaves = len(leaves)
+        report.layers = state.layer_counts()
+        report.seconds = time.perf_counter() - t_start
+        return report
+
+    def require_state(self) -> TreeState:
+        """Return the committed state, or explain that the tree must be built first."""
+        state = load_state(self.models, self.tree, self.embedder)
+        if state is None:
+            raise TreeError(
+                f"tree {self.tree!r} has not been built in {self.models.root.parent}; "
+                "run `adrap build DIR` first"
+            )
+        return state
+
+    def rebuild(self, progress: Progress = _noop) -> BuildReport:
+        """Rebuild every summary layer over the current leaves (summary cache reused)."""
+        t0 = time.perf_counter()
+        state = self.require_state()
+        report = BuildReport(files=len(state.sources), leaves=len(state.ids_in_layer(0)))
+        report.stats = self.builder.build(state, progress)
+        self.store_state(state, progress)
+        report.layers = state.layer_counts()
+        report.seconds = time.perf_counter() - t0
+        return report
+
+    def _commit(self, state: TreeState) -> None:
+        try:
+            commit_state(self.models, state)
+        except (OSError, ModelStoreError) as exc:
+            raise TreeError(
+                f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "
+                "permissions of ADRAP_STATE_DIR, then run the command again"
+            ) from exc
+
+    def store_state(self, state: TreeState, progress: Progress = _noop) -> None:
+        """Upsert every node, commit the state, then delete points the state no longer has."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        ids = list(state.nodes)
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+            progress("store", start + len(batch), len(ids))
+        self.store.optimize()  # embedded: build the HNSW index once, after the bulk write
+        self._commit(state)
+        orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
+        if orphans:
+            self.store.delete(orphans)
+            log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)

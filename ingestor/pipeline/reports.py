@@ -1,0 +1,47 @@
+"""What a build or an update did: the reports the CLI prints and the daemon logs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ingestor.tree.adrap import UpdateStats
+from ingestor.tree.build import BuildStats
+
+
+@dataclass
+class BuildReport:
+    """What ``build`` did: files, nodes per layer, skipped files with reasons, and stage times."""
+
+    files: int = 0
+    leaves: int = 0
+    layers: dict[int, int] = field(default_factory=dict)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    stats: BuildStats = field(default_factory=BuildStats)
+    seconds: float = 0.0
+
+
+@dataclass
+class UpdateReport:
+    """What ``update`` did."""
+
+    files_added: int = 0
+    files_changed: int = 0
+    files_removed: int = 0
+    files_unchanged: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    stats: UpdateStats = field(default_factory=UpdateStats)
+    rebuilt: bool = False
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """Return the one-line account printed by the CLI and logged by the daemon."""
+        s = self.stats
+        return (
+            f"files +{self.files_added} ~{self.files_changed} -{self.files_removed} "
+            f"(={self.files_unchanged}); leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
+            f"changed {s.clusters_changed}, created {s.clusters_created}, split {s.clusters_split}, "
+            f"removed {s.clusters_removed}; summaries regenerated {s.summaries_regenerated} "
+            f"(cache hits {s.summary_cache_hits}, {s.summary_tokens} tokens); "
+            f"{'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"{self.seconds:.2f}s"
+        )

@@ -1,0 +1,321 @@
+"""Read documents from the watched folder: bytes → hash + normalised text.
+
+Formats: plain text (.txt .md .markdown .rst), HTML (.html .htm, text extracted with the stdlib
+parser) and PDF (its text layer, via pypdf). Every failure is a one-line ``SourceError`` naming the
+file, the reason and the fix; the daemon logs it and skips the file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import logging
+import os
+import re
+import stat
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ingestor.errors import SourceError
+from ingestor.read.formats import extract_text
+
+__all__ = [
+    "DEFAULT_IGNORE",
+    "SUPPORTED_SUFFIXES",
+    "Document",
+    "iter_documents",
+    "normalise_text",
+    "read_document",
+]
+
+log = logging.getLogger(__name__)
+
+SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
+    {".txt", ".md", ".markdown", ".rst", ".html", ".htm", ".pdf"}
+)
+DEFAULT_IGNORE: tuple[str, ...] = (".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~")
+
+_SIZE_SETTING = "ADRAP_READ__MAX_FILE_BYTES"
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_BINARY", 0)
+    # O_NONBLOCK: opening a FIFO that raced in after the stat check must not hang the daemon.
+    | getattr(os, "O_NONBLOCK", 0)
+    # O_NOFOLLOW: the path was resolved and checked; a symlink swapped in afterwards is refused.
+    | getattr(os, "O_NOFOLLOW", 0)
+)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One file's text, ready to chunk.
+
+    Attributes:
+        source: path relative to the root, with POSIX separators (``reports/q3.md``).
+        text: normalised text (see ``normalise_text``), never empty.
+        content_hash: sha256 hex digest of the raw file bytes the text was decoded from.
+        size: number of bytes read.
+        mtime: modification time, seconds since the epoch.
+    """
+
+    source: str
+    text: str
+    content_hash: str
+    size: int
+    mtime: float
+
+
+def normalise_text(text: str) -> str:
+    """Normalise whitespace as adRAP App. H.5 does: paragraphs separated by exactly one blank line.
+
+    ``\\r\\n``, ``\\r`` and the other line separators become ``\\n`` (form feed and U+2029 mark a
+    paragraph); trailing whitespace is stripped from each line; runs of blank lines collapse to one;
+    single newlines inside a paragraph stay; NUL characters are removed; the result is stripped.
+    The function is idempotent.
+    """
+    text = text.replace("\x00", "")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    # str.splitlines() treats these as line breaks too; make them explicit so nothing else does.
+    text = text.translate(_LINE_BREAKS)
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = _BLANK_LINES.sub("\n\n", text)
+    return text.strip()
+
+
+_LINE_BREAKS = str.maketrans(
+    {
+        "\v": "\n",
+        "\x1c": "\n",
+        "\x1d": "\n",
+        "\x1e": "\n",
+        "\x85": "\n",
+        "\u2028": "\n",
+        "\f": "\n\n",
+        "\u2029": "\n\n",
+    }
+)
+_BLANK_LINES = re.compile(r"\n{2,}")
+
+
+def read_document(path: Path, root: Path, *, max_bytes: int) -> Document:
+    """Read one file under ``root`` and return its normalised text and content hash.
+
+    The file is opened once, so the hash and the text come from the same bytes. A symlink is
+    followed only while its target stays inside ``root``.
+
+    Args:
+        path: the file, absolute or relative to the working directory.
+        root: the watched folder; ``Document.source`` is relative to it.
+        max_bytes: files larger than this are refused (setting ``ADRAP_READ__MAX_FILE_BYTES``).
+
+    Raises:
+        SourceError: the file is unsupported, too large, unreadable, undecodable, binary, empty,
+            outside ``root``, or not a regular file. The message is one line.
+        ValueError: ``max_bytes`` is smaller than 1.
+    """
+    if max_bytes < 1:
+        raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
+    source = _source_name(path, root)
+    name = source or str(path)
+    suffix = path.suffix.lower()
+    if suffix not in SUPPORTED_SUFFIXES:
+        supported = " ".join(sorted(SUPPORTED_SUFFIXES))
+        raise SourceError(
+            f"{name!r} has unsupported type {suffix or '(no suffix)'!r} (supported: {supported}); "
+            "convert it or add a pattern to ADRAP_READ__IGNORE"
+        )
+    if source is None:
+        raise SourceError(f"{name!r} is not inside the root {str(root)!r}; move it into the folder")
+    real = _resolve_inside(path, root, name)
+    data, st = _read_bytes(real, name, max_bytes)
+    text = normalise_text(extract_text(data, name, suffix))
+    if not text:
+        raise SourceError(
+            f"{name!r} has no text (empty or only whitespace); add text or remove the file"
+        )
+    return Document(
+        source=source,
+        text=text,
+        content_hash=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        mtime=st.st_mtime,
+    )
+
+
+def iter_documents(
+    root: Path, *, max_bytes: int, ignore: Sequence[str] = DEFAULT_IGNORE
+) -> Iterator[tuple[Path, Document | SourceError]]:
+    """Walk ``root`` in sorted order and read every file not matched by ``ignore``.
+
+    Yields one ``(path, Document)`` per readable file and one ``(path, SourceError)`` per file or
+    directory that was skipped, so the caller logs one line each and carries on. ``ignore`` holds
+    glob patterns matched against each file and directory name (``.*`` also skips ``.git/``).
+    Symlinked directories are followed only while they stay inside ``root`` and do not loop back to
+    a directory being walked. ``root`` may also be a single file (its source is its name).
+
+    Raises:
+        SourceError: ``root`` itself does not exist or cannot be listed.
+    """
+    if root.is_file():
+        yield root, _try_read(root, root.parent, max_bytes)
+        return
+    try:
+        real_root = root.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise SourceError(
+            f"folder {str(root)!r} cannot be opened ({reason}); check the path"
+        ) from exc
+    if not real_root.is_dir():
+        raise SourceError(f"{str(root)!r} is not a folder or a regular file; check the path")
+    yield from _walk(root, root, real_root, [real_root], tuple(ignore), max_bytes)
+
+
+def _walk(
+    folder: Path,
+    root: Path,
+    real_root: Path,
+    ancestors: list[Path],
+    ignore: tuple[str, ...],
+    max_bytes: int,
+) -> Iterator[tuple[Path, Document | SourceError]]:
+    try:
+        with os.scandir(folder) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        yield (
+            folder,
+            SourceError(
+                f"folder {_rel(folder, root)!r} cannot be listed ({exc.strerror or exc}); "
+                "grant read access or add it to ADRAP_READ__IGNORE"
+            ),
+        )
+        return
+    for entry in entries:
+        if any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in ignore):
+            continue
+        path = Path(entry.path)
+        try:
+            is_dir = entry.is_dir()  # follows symlinks: a link to a folder is walked if safe
+        except OSError:
+            is_dir = False
+        if not is_dir:
+            yield path, _try_read(path, root, max_bytes)
+            continue
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:
+            # RuntimeError: Python 3.11 reports a symlink loop that way
+            yield path, SourceError(f"folder {_rel(path, root)!r} cannot be resolved ({exc})")
+            continue
+        if not real.is_relative_to(real_root):
+            yield (
+                path,
+                SourceError(
+                    f"folder {_rel(path, root)!r} is a symlink to {str(real)!r}, outside the root; "
+                    "links never leave the watched folder: copy the files in instead"
+                ),
+            )
+            continue
+        if real in ancestors:
+            yield (
+                path,
+                SourceError(
+                    f"folder {_rel(path, root)!r} is a symlink loop back to {str(real)!r}; "
+                    "remove the link"
+                ),
+            )
+            continue
+        yield from _walk(path, root, real_root, [*ancestors, real], ignore, max_bytes)
+
+
+def _try_read(path: Path, root: Path, max_bytes: int) -> Document | SourceError:
+    try:
+        return read_document(path, root, max_bytes=max_bytes)
+    except SourceError as exc:
+        return exc
+
+
+def _rel(path: Path, root: Path) -> str:
+    return _source_name(path, root) or str(path)
+
+
+def _source_name(path: Path, root: Path) -> str | None:
+    """Return ``path`` relative to ``root`` as POSIX text, or None if it is not under ``root``.
+
+    Lexical first, so a symlink keeps the name under which it appears in the folder.
+    """
+    abs_path = Path(os.path.abspath(path))
+    for base in (Path(os.path.abspath(root)), root.resolve()):
+        if abs_path.is_relative_to(base) and abs_path != base:
+            return abs_path.relative_to(base).as_posix()
+    # ``root`` given through a symlink (macOS /tmp → /private/tmp) and ``path`` already resolved
+    parent = abs_path.parent.resolve()
+    real_root = root.resolve()
+    if parent.is_relative_to(real_root):
+        return (parent / abs_path.name).relative_to(real_root).as_posix()
+    return None
+
+
+def _resolve_inside(path: Path, root: Path, name: str) -> Path:
+    try:
+        real = path.resolve(strict=True)
+    except FileNotFoundError as exc:
+        if path.is_symlink():
+            raise SourceError(
+                f"{name!r} is a broken symlink to {os.readlink(path)!r}; fix or remove the link"
+            ) from exc
+        raise SourceError(
+            f"{name!r} vanished before it could be read; nothing to do if it was deleted"
+        ) from exc
+    except PermissionError as exc:
+        raise SourceError(
+            f"{name!r} cannot be reached (permission denied on a parent folder); grant access"
+        ) from exc
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on Python 3.11
+        raise SourceError(f"{name!r} cannot be resolved ({exc}); fix or remove the link") from exc
+    if not real.is_relative_to(root.resolve()):
+        raise SourceError(
+            f"{name!r} is a symlink to {str(real)!r}, outside the root; links never leave the "
+            "watched folder: copy the file in instead"
+        )
+    return real
+
+
+def _read_bytes(real: Path, name: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    try:
+        # stat before open: opening a FIFO or a device for reading can block or have side effects
+        if not stat.S_ISREG(os.stat(real).st_mode):
+            raise SourceError(f"{name!r} is not a regular file; only regular files are read")
+        fd = os.open(real, _OPEN_FLAGS)
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise SourceError(f"{name!r} is not a regular file; only regular files are read")
+            if st.st_size > max_bytes:
+                raise _too_large(name, st.st_size, max_bytes)
+            # read one byte past the limit: the file may have grown since fstat
+            data = f.read(max_bytes + 1)
+    except FileNotFoundError as exc:
+        raise SourceError(
+            f"{name!r} vanished while being read; nothing to do if it was deleted"
+        ) from exc
+    except PermissionError as exc:
+        raise SourceError(
+            f"{name!r} cannot be read (permission denied); grant read access or remove it"
+        ) from exc
+    except OSError as exc:
+        raise SourceError(
+            f"{name!r} cannot be read ({exc.strerror or exc}); check the file"
+        ) from exc
+    if len(data) > max_bytes:
+        raise _too_large(name, len(data), max_bytes)
+    return data, st
+
+
+def _too_large(name: str, size: int, max_bytes: int) -> SourceError:
+    return SourceError(
+        f"{name!r} is {size:,} bytes, over the limit of {max_bytes:,}; "
+        f"raise {_SIZE_SETTING} or split the file"
+    )

@@ -1,0 +1,299 @@
+"""Recursive-abstractive tree construction: Algorithm 1 of the adRAP paper (RAPTOR §3).
+
+Leaves are chunks. While the top layer holds more than ``min_top_nodes`` nodes and there are fewer
+than ``max_layers`` layers: cluster the top layer's embeddings (two-step UMAP + GMM), summarise each
+cluster, embed the summaries, and make them the next layer. A cluster whose texts exceed the
+summariser's input limit is clustered again, then cut in order, until it fits [RAPTOR §3].
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, Self
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ingestor.cluster.adaptive import AdaptiveLayer
+from ingestor.protocols import Summarizer
+from ingestor.read.tokens import Tokenizer, default_tokenizer
+from ingestor.tree.state import Node, TreeState, sha256_text, summary_id
+from retriever import Embedder
+
+log = logging.getLogger(__name__)
+
+#: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar from it).
+Progress = Callable[[str, int, int], None]
+
+
+class Clusterer(Protocol):
+    """What the tree needs of a clustering estimator (``ingestor.cluster.two_step.TreeClusterer``).
+
+    Besides ``clusters_``, adRAP reads ``n_clusters_``, ``local_models_``, ``threshold``,
+    ``random_state``, ``predict_global`` and ``transform_local`` (see ``ingestor.cluster.adaptive``).
+    """
+
+    clusters_: list[tuple[int, ...]]
+
+    def fit(self, X: NDArray[np.float32]) -> Self: ...
+
+
+@dataclass(frozen=True)
+class TreeParams:
+    """Shape of the tree and of its summaries."""
+
+    max_layers: int = 5
+    min_top_nodes: int = 10
+    summary_max_tokens: int = 150
+    max_input_tokens: int | None = None
+    tau_c: int = 11
+    greedy: bool = False
+
+
+@dataclass
+class BuildStats:
+    """What a build cost, stage by stage (seconds), and what it made."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    summary_calls: int = 0
+    cache_hits: int = 0
+    summary_tokens: int = 0
+    clusters_per_layer: dict[int, int] = field(default_factory=dict)
+    mean_cluster_size: dict[int, float] = field(default_factory=dict)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
+
+
+def cache_key(summarizer: Summarizer, max_tokens: int, child_hashes: Sequence[str]) -> str:
+    """Return the summary-cache key: summariser, prompt version, length and children's content."""
+    h = hashlib.sha256(f"{summarizer.id}\0{summarizer.prompt_version}\0{max_tokens}".encode())
+    for c in sorted(child_hashes):
+        h.update(c.encode())
+    return h.hexdigest()
+
+
+def _tokens_used(summarizer: Summarizer) -> int:
+    """Return the tokens a summariser has spent so far (prompt + completion; 0 if it does not say)."""
+    return int(getattr(summarizer, "prompt_tokens", 0)) + int(
+        getattr(summarizer, "completion_tokens", 0)
+    )
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    return None
+
+
+class TreeBuilder:
+    """Builds the summary layers of a tree whose leaves are already in the state.
+
+    Args:
+        embedder: embeds summaries (the same model as the leaves).
+        summarizer: writes cluster summaries.
+        make_clusterer: returns a fresh, unfitted clusterer for one layer.
+        params: tree shape.
+        tokenizer: counts summary tokens (cl100k_base by default).
+    """
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        summarizer: Summarizer,
+        make_clusterer: Callable[[], Clusterer],
+        params: TreeParams,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.embedder = embedder
+        self.summarizer = summarizer
+        self.make_clusterer = make_clusterer
+        self.params = params
+        self.tokenizer = tokenizer or default_tokenizer()
+
+    def build(self, state: TreeState, progress: Progress = _noop) -> BuildStats:
+        """Replace every summary layer of ``state`` by a fresh build over its leaves."""
+        stats = BuildStats()
+        for node_id in [i for i, n in state.nodes.items() if n.layer > 0]:
+            del state.nodes[node_id]
+            state.vectors.pop(node_id, None)
+        for node in state.nodes.values():
+            node.parents = []
+        state.layers = []
+        layer = 0
+        top = state.ids_in_layer(0)
+        while len(top) > self.params.min_top_nodes and layer + 1 < self.params.max_layers:
+            made = self._add_layer(state, layer, top, stats, progress)
+            if len(made) >= len(top):
+                log.info(
+                    "layer %d: clustering did not reduce %d nodes; stopping", layer + 1, len(top)
+                )
+                self._drop_layer(state, layer, made)
+                break
+            layer += 1
+            top = made
+        state.built_at = time.time()
+        state.leaves_at_build = len(state.ids_in_layer(0))
+        state.added_since_build = state.removed_since_build = 0
+        return stats
+
+    def _drop_layer(self, state: TreeState, layer: int, made: list[str]) -> None:
+        for node_id in made:
+            del state.nodes[node_id]
+            state.vectors.pop(node_id, None)
+        for node_id in state.ids_in_layer(layer):
+            state.nodes[node_id].parents = []
+        state.layers.pop()
+
+    def _add_layer(
+        self, state: TreeState, layer: int, ids: list[str], stats: BuildStats, progress: Progress
+    ) -> list[str]:
+        t0 = time.perf_counter()
+        X = state.matrix(ids)
+        clusterer = self.make_clusterer().fit(X)
+        stats.add_time("cluster", time.perf_counter() - t0)
+        clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}
+        cluster_nodes = self.summarize_clusters(state, layer + 1, clusters, stats, progress)
+        made = list(dict.fromkeys(n for ns in cluster_nodes.values() for n in ns))
+        state.layers.append(
+            AdaptiveLayer.from_fit(
+                layer,
+                clusterer,
+                list(ids),
+                cluster_nodes,
+                tau_c=self.params.tau_c,
+                greedy=self.params.greedy,
+            )
+        )
+        log.info(
+            "layer %d: %d nodes from %d clusters of %d",
+            layer + 1,
+            len(made),
+            len(clusters),
+            len(ids),
+        )
+        return made
+
+    def summarize_clusters(
+        self,
+        state: TreeState,
+        layer: int,
+        clusters: dict[int, list[str]],
+        stats: BuildStats,
+        progress: Progress = _noop,
+    ) -> dict[int, list[str]]:
+        """Make the summary node(s) of each cluster of node ids; return cluster id → node ids.
+
+        Each cluster becomes one node of ``layer``, or several when its texts exceed the
+        summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
+        membership: that membership is summarised once (node ids are content-addressed).
+        Empty clusters are left out.
+        """
+        parts = {cid: self._fit_input_limit(state, m) for cid, m in clusters.items() if m}
+        groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
+        stats.clusters_per_layer[layer] = len(groups)
+        stats.mean_cluster_size[layer] = float(np.mean([len(g) for g in groups])) if groups else 0.0
+        made = self.add_summaries(state, layer, groups, stats, progress)
+        node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
+        return {
+            cid: list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
+            for cid, ps in parts.items()
+        }
+
+    def add_summaries(
+        self,
+        state: TreeState,
+        layer: int,
+        groups: list[list[str]],
+        stats: BuildStats,
+        progress: Progress = _noop,
+    ) -> list[str]:
+        """Summarise and embed each group of node ids into a node of ``layer``; link parents.
+
+        A group whose node already exists (same children) is reused as it is.
+        """
+        ids = [summary_id(state.tree, layer, g) for g in groups]
+        todo = [i for i, node_id in enumerate(ids) if node_id not in state.nodes]
+        t0 = time.perf_counter()
+        texts = self.summarize_groups(state, [groups[i] for i in todo], stats, progress, layer)
+        stats.add_time("summarize", time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        vectors = self.embedder.embed_documents(texts)
+        stats.add_time("embed_summaries", time.perf_counter() - t0)
+        now = time.time()
+        for i, text, vec in zip(todo, texts, vectors, strict=True):
+            members = groups[i]
+            state.nodes[ids[i]] = Node(
+                node_id=ids[i],
+                layer=layer,
+                text=text,
+                n_tokens=len(self.tokenizer.encode(text)),
+                content_hash=sha256_text(text),
+                sources=frozenset().union(*(state.nodes[c].sources for c in members)),
+                children=list(members),
+                summarizer=self.summarizer.id,
+                updated_at=now,
+            )
+            state.vectors[ids[i]] = vec
+            for c in members:
+                if ids[i] not in state.nodes[c].parents:
+                    state.nodes[c].parents.append(ids[i])
+        return ids
+
+    def summarize_groups(
+        self,
+        state: TreeState,
+        groups: list[list[str]],
+        stats: BuildStats,
+        progress: Progress = _noop,
+        layer: int = 1,
+    ) -> list[str]:
+        """Return one summary per group of node ids, reusing the content-addressed cache."""
+        max_tokens = self.params.summary_max_tokens
+        keys = [
+            cache_key(self.summarizer, max_tokens, [state.nodes[c].content_hash for c in g])
+            for g in groups
+        ]
+        missing = [i for i, k in enumerate(keys) if k not in state.summary_cache]
+        stats.cache_hits += len(groups) - len(missing)
+        stage = f"summaries L{layer}"
+        progress(stage, len(groups) - len(missing), len(groups))
+        batch = 64
+        for start in range(0, len(missing), batch):
+            todo = missing[start : start + batch]
+            texts = [[state.nodes[c].text for c in groups[i]] for i in todo]
+            before = _tokens_used(self.summarizer)
+            out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
+            stats.summary_calls += len(todo)
+            stats.summary_tokens += _tokens_used(self.summarizer) - before
+            for i, summary in zip(todo, out, strict=True):
+                state.summary_cache[keys[i]] = summary
+            progress(stage, len(groups) - len(missing) + start + len(todo), len(groups))
+        return [state.summary_cache[k] for k in keys]
+
+    def _fit_input_limit(self, state: TreeState, members: list[str]) -> list[list[str]]:
+        """Cut a cluster whose texts exceed the summariser's input limit [RAPTOR §3].
+
+        The cluster is clustered again, or cut in order when clustering cannot separate it,
+        until every part fits; parts keep the members' order.
+        """
+        limit = self.params.max_input_tokens
+        if limit is None or sum(state.nodes[m].n_tokens for m in members) <= limit:
+            return [list(members)]
+        X = state.matrix(members)
+        out: list[list[int]] = []
+        todo = [list(range(len(members)))]
+        while todo:
+            g = todo.pop()
+            total = sum(state.nodes[members[i]].n_tokens for i in g)
+            if total <= limit or len(g) == 1:
+                out.append(g)
+                continue
+            sub = [[g[j] for j in c] for c in self.make_clusterer().fit(X[g]).clusters_]
+            if len(sub) <= 1 or any(len(s) == len(g) for s in sub):
+                half = len(g) // 2  # clustering cannot separate it: cut it in order
+                sub = [g[:half], g[half:]]
+            todo.extend(sub)
+        return [[members[i] for i in g] for g in sorted(out, key=lambda g: g[0])]

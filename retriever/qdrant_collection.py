@@ -1,0 +1,301 @@
+"""A Qdrant collection behind an alias: connecting, creating, validating, generations, closing.
+
+The point operations are in :mod:`retriever.qdrant_store`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, Final, Self
+
+import grpc
+import httpx
+from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from retriever.errors import SchemaMismatchError, StoreError
+from retriever.schema import (
+    META_POINT_ID,
+    PAYLOAD_INDEXES,
+    TENANT_FIELD,
+    VECTOR_NAME,
+    IndexType,
+    MetaPayload,
+    check_meta,
+)
+
+log = logging.getLogger(__name__)
+
+# What qdrant-client raises: HTTP errors, gRPC errors, transport errors, and (local mode)
+# ValueError/RuntimeError, e.g. "Collection x not found" or a closed local client.
+_CLIENT_ERRORS: Final = (
+    UnexpectedResponse,
+    ResponseHandlingException,
+    grpc.RpcError,
+    httpx.HTTPError,
+    ConnectionError,
+    TimeoutError,
+    ValueError,
+    RuntimeError,
+)
+
+
+def connect(
+    url: str,
+    api_key: str | None = None,
+    *,
+    timeout: float = 10.0,
+    https: bool | None = None,
+    verify: bool | str = True,
+    prefer_grpc: bool = False,
+) -> QdrantClient:
+    """Build a client for a Qdrant server (no request is sent yet).
+
+    Args:
+        url: ``http(s)://host:port`` of the server.
+        api_key: The server's API key, if it requires one.
+        timeout: Request timeout in seconds (rounded up to whole seconds by qdrant-client).
+        https: Force TLS on or off (``None``: from the URL scheme).
+        verify: TLS verification: True, False, or a CA bundle path (REST only).
+        prefer_grpc: Use gRPC (port 6334) for data requests.
+
+    Raises:
+        StoreError: the URL is malformed.
+    """
+    extra: dict[str, Any] = {} if verify is True else {"verify": verify}
+    try:
+        return QdrantClient(
+            url=url,
+            api_key=api_key,
+            timeout=math.ceil(timeout),
+            https=https,
+            prefer_grpc=prefer_grpc,
+            # The version check runs in a thread and only warns; the first request fails clearly.
+            check_compatibility=False,
+            **extra,
+        )
+    except ValueError as exc:
+        raise StoreError(f"invalid Qdrant URL {url!r}: {exc}; check ADRAP_QDRANT__URL") from exc
+
+
+class QdrantCollection:
+    """The collection management of :class:`~retriever.qdrant_store.QdrantNodeStore`."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str,
+        *,
+        owns_client: bool = False,
+        hnsw_ef: int | None = None,
+    ) -> None:
+        self.client = client
+        self.collection = collection
+        self.owns_client = owns_client
+        self.hnsw_ef = hnsw_ef
+        #: Set on a store from create_next_generation(): the alias that promote() switches.
+        self.alias: str | None = None
+        self.dim: int | None = None
+        self._closed = False
+
+    def ensure_collection(self, dim: int, embed_model: str) -> None:
+        """Create ``<name>_v1``, the alias, payload indexes and meta point if missing; validate.
+
+        Raises:
+            SchemaMismatchError: the collection has another vector size or embedding model.
+            StoreError: the server failed or is unreachable.
+        """
+        if dim < 1:
+            raise ValueError(f"vector dimension must be >= 1, got {dim}")
+        self._require_open()
+        with self._call("inspect collections"):
+            aliases = self._aliases()
+            if self.collection in aliases:
+                physical = aliases[self.collection]
+            elif self.client.collection_exists(self.collection):
+                physical = self.collection
+            else:
+                physical = f"{self.collection}_v1"
+                if not self.client.collection_exists(physical):
+                    self._create(physical, dim)
+                self.client.update_collection_aliases(
+                    change_aliases_operations=[_create_alias(physical, self.collection)]
+                )
+                log.info("created collection %s with alias %s", physical, self.collection)
+            info = self.client.get_collection(physical)
+        self._check_vectors_config(info, physical, dim, embed_model)
+        meta = self._read_meta()
+        check_meta(meta, embed_model=embed_model, dim=dim, where=self._where())
+        with self._call("create payload indexes"):
+            for field, kind in PAYLOAD_INDEXES.items():
+                if field not in (info.payload_schema or {}):
+                    self.client.create_payload_index(
+                        physical, field, field_schema=_index_schema(field, kind), wait=True
+                    )
+        if meta is None:
+            point = models.PointStruct(
+                id=META_POINT_ID,
+                vector={VECTOR_NAME: [1.0] + [0.0] * (dim - 1)},
+                payload=MetaPayload(embed_model=embed_model, embed_dim=dim).to_payload(),
+            )
+            with self._call("write the meta point"):
+                self.client.upsert(self.collection, points=[point], wait=True)
+        self.dim = dim
+
+    def create_next_generation(self, dim: int, embed_model: str) -> Self:
+        """Create the next physical collection ``<name>_v<N+1>`` for a full rebuild.
+
+        Write the rebuilt tree into the returned store, then call its :meth:`promote`.
+        """
+        base = self.alias or self.collection
+        pattern = re.compile(rf"{re.escape(base)}_v(\d+)")
+        with self._call("list collections"):
+            names = [c.name for c in self.client.get_collections().collections]
+            live = self._aliases().get(base)
+        generations = {name: int(m.group(1)) for name in names if (m := pattern.fullmatch(name))}
+        stale = sorted(name for name in generations if name != live)
+        if stale:
+            log.warning("unaliased generations %s (an interrupted rebuild?); drop them", stale)
+        physical = f"{base}_v{max(generations.values(), default=0) + 1}"
+        with self._call(f"create collection {physical}"):
+            self._create(physical, dim)
+        store = type(self)(self.client, physical, hnsw_ef=self.hnsw_ef)
+        store.alias = base
+        store.ensure_collection(dim, embed_model)
+        return store
+
+    def promote(self) -> None:
+        """Point the alias at this generation atomically, then drop the previous generation.
+
+        Raises:
+            ValueError: this store did not come from :meth:`create_next_generation`.
+        """
+        if self.alias is None:
+            raise ValueError("promote() is for a store returned by create_next_generation()")
+        alias = self.alias
+        with self._call(f"switch alias {alias!r} to {self.collection}"):
+            old = self._aliases().get(alias)
+            ops: list[Any] = []
+            if old is not None:
+                ops.append(
+                    models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias))
+                )
+            elif self.client.collection_exists(alias):
+                # A real collection holds the bare name: it must go before the alias can take it.
+                log.warning(
+                    "replacing hand-made collection %s by alias -> %s", alias, self.collection
+                )
+                self.client.delete_collection(alias)
+            ops.append(_create_alias(self.collection, alias))
+            self.client.update_collection_aliases(change_aliases_operations=ops)
+            if old is not None and old != self.collection:
+                self.client.delete_collection(old)
+        log.info("alias %s now points at %s (dropped %s)", alias, self.collection, old)
+
+    def optimize(self) -> bool:
+        """Do nothing: a Qdrant server builds its indexes in the background."""
+        return False
+
+    def close(self) -> None:
+        """Release the store; closes the client only if the store owns it (idempotent)."""
+        if not self._closed and self.owns_client:
+            with self._call("close the client"):
+                self.client.close()
+        self._closed = True
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _create(self, physical: str, dim: int) -> None:
+        self.client.create_collection(
+            physical,
+            vectors_config={
+                VECTOR_NAME: models.VectorParams(size=dim, distance=models.Distance.COSINE)
+            },
+        )
+
+    def _aliases(self) -> dict[str, str]:
+        return {a.alias_name: a.collection_name for a in self.client.get_aliases().aliases}
+
+    def _read_meta(self) -> dict[str, Any] | None:
+        with self._call("read the meta point"):
+            records = self.client.retrieve(
+                self.collection, ids=[META_POINT_ID], with_payload=True, with_vectors=False
+            )
+        return dict(records[0].payload or {}) if records else None
+
+    def _check_vectors_config(
+        self, info: models.CollectionInfo, physical: str, dim: int, embed_model: str
+    ) -> None:
+        vectors = info.config.params.vectors
+        params = vectors.get(VECTOR_NAME) if isinstance(vectors, dict) else None
+        if params is None or params.size != dim:
+            found = f"vector size {params.size}" if params else f"no vector named {VECTOR_NAME!r}"
+            raise SchemaMismatchError(
+                f"collection {physical!r} at {self._location()} has {found} but embedder "
+                f"{embed_model!r} produces {dim}-d {VECTOR_NAME!r} vectors; rebuild into a new "
+                "collection (ADRAP_QDRANT__COLLECTION=...) or set ADRAP_EMBED__MODEL"
+            )
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self._where()} is closed")
+
+    def _location(self) -> str:
+        opts = self.client.init_options
+        if opts.get("location") == ":memory:":
+            return "local in-memory Qdrant"
+        if opts.get("path"):
+            return f"local Qdrant at {opts['path']}"
+        if opts.get("url"):
+            return str(opts["url"])
+        return f"{opts.get('host') or opts.get('location') or 'localhost'}:{opts.get('port')}"
+
+    def _where(self) -> str:
+        return f"collection {self.collection!r} at {self._location()}"
+
+    @contextmanager
+    def _call(self, action: str) -> Iterator[None]:
+        """Translate client failures into StoreError naming the server, collection and fix."""
+        try:
+            yield
+        except _CLIENT_ERRORS as exc:
+            status = getattr(exc, "status_code", None)
+            if status in (401, 403):
+                fix = "check the API key (ADRAP_QDRANT__API_KEY)"
+            elif status == 404 or "not found" in str(exc).lower():
+                fix = "create it first (`adrap build`) or check ADRAP_QDRANT__COLLECTION"
+            else:
+                fix = (
+                    f"is the Qdrant server at {self._location()} running? "
+                    "check ADRAP_QDRANT__URL / API key"
+                )
+            raise StoreError(f"Qdrant {self._where()}: failed to {action}: {exc}; {fix}") from exc
+
+
+def _create_alias(physical: str, alias: str) -> models.CreateAliasOperation:
+    return models.CreateAliasOperation(
+        create_alias=models.CreateAlias(collection_name=physical, alias_name=alias)
+    )
+
+
+def _index_schema(
+    field: str, kind: IndexType
+) -> models.PayloadSchemaType | models.KeywordIndexParams:
+    if kind is IndexType.KEYWORD:
+        if field == TENANT_FIELD:
+            return models.KeywordIndexParams(type=models.KeywordIndexType.KEYWORD, is_tenant=True)
+        return models.PayloadSchemaType.KEYWORD
+    return models.PayloadSchemaType.INTEGER

@@ -1,0 +1,68 @@
+"""One writer per state dir: a second holder, in another process, is refused with a clear message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ingestor.service.locking import LockedError, read_holder, state_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TRY_LOCK = """
+import sys
+from pathlib import Path
+from ingestor.service.locking import LockedError, state_lock
+try:
+    with state_lock(Path(sys.argv[1]), "watch"):
+        print("locked")
+except LockedError as exc:
+    print(exc)
+    sys.exit(1)
+"""
+
+
+def try_lock_in_another_process(state: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", TRY_LOCK, str(state)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+    )
+
+
+def test_a_second_writer_in_another_process_is_refused_with_the_holders_pid(tmp_path: Path) -> None:
+    with state_lock(tmp_path, "watch") as lock:
+        lock.describe(http="127.0.0.1:1234")
+        result = try_lock_in_another_process(tmp_path)
+        assert result.returncode == 1
+        assert f"locked by process {os.getpid()} (adrap watch)" in result.stdout
+        assert "ADRAP_STATE_DIR" in result.stdout
+        holder = read_holder(tmp_path)
+        assert holder == {"pid": os.getpid(), "command": "watch", "http": "127.0.0.1:1234"}
+    assert read_holder(tmp_path) is None
+    assert try_lock_in_another_process(tmp_path).stdout.strip() == "locked"
+
+
+def test_the_lock_is_also_exclusive_within_a_process(tmp_path: Path) -> None:
+    with (
+        state_lock(tmp_path, "build"),
+        pytest.raises(LockedError, match="adrap build"),
+        state_lock(tmp_path, "add"),
+    ):
+        pass
+
+
+def test_an_uncreatable_state_dir_is_reported_as_a_lock_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with (
+        pytest.raises(LockedError, match="cannot open the lock file"),
+        state_lock(blocker / "state", "build"),
+    ):
+        pass

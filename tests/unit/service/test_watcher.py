@@ -1,0 +1,522 @@
+"""The watcher: handler only enqueues, debounced batches, ignore rules, moves, retries, observers.
+
+Fast fakes (hashed embeddings, echo summaries) beside the real parts: TreeClusterer, qdrant-edge.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from watchdog.events import (
+    DirModifiedEvent,
+    FileClosedNoWriteEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileOpenedEvent,
+)
+
+from ingestor.cluster.two_step import TreeClusterer
+from ingestor.errors import SummarizationError
+from ingestor.pipeline import Pipeline
+from ingestor.service.daemon import Daemon
+from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
+from ingestor.tree.build import TreeBuilder, TreeParams
+from models_store import ModelStore
+from retriever.edge_store import EdgeNodeStore
+from tests.fakes import EchoSummarizer, HashEmbedder
+from tests.unit.tree.test_adrap import doc_text
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leaks() -> Iterator[None]:
+    """Every observer, worker and HTTP thread a test starts is joined before it ends."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        leaked = [
+            t
+            for t in threading.enumerate()
+            if t not in before and t.is_alive() and t.name != "tqdm_monitor"  # tqdm's singleton
+        ]
+        if not leaked:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"threads leaked: {leaked}")
+
+
+class FlakySummarizer(EchoSummarizer):
+    """Raises SummarizationError on its first ``failures`` calls, like an LLM that is down."""
+
+    def __init__(self, failures: int = 0) -> None:
+        super().__init__()
+        self.failures = failures
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise SummarizationError("endpoint http://llm/v1 returned 503; check the server")
+        return super().summarize_many(groups, max_tokens=max_tokens, query=query)
+
+
+class CountingEmbedder(HashEmbedder):
+    def __init__(self) -> None:
+        super().__init__(dim=48)
+        self.texts: list[str] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> Any:
+        self.texts.extend(texts)
+        return super().embed_documents(texts)
+
+
+def make_pipeline(tmp: Path, summarizer: EchoSummarizer | None = None) -> Pipeline:
+    emb = CountingEmbedder()
+    builder = TreeBuilder(
+        emb,
+        summarizer or EchoSummarizer(),
+        lambda: TreeClusterer(random_state=0, n_epochs=50),
+        TreeParams(summary_max_tokens=40),
+    )
+    return Pipeline(
+        tree="t",
+        embedder=emb,
+        builder=builder,
+        store=EdgeNodeStore(tmp / "state" / "qdrant"),
+        models=ModelStore(tmp / "state" / "models"),
+        chunk_tokens=40,
+        chunk_overlap=8,
+        drift_threshold=100.0,
+    )
+
+
+def write_corpus(root: Path, n: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 8)))
+
+
+def on_disk(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*.txt")}
+
+
+def assert_agrees(p: Pipeline, root: Path, state: Any = None) -> None:
+    """The committed state lists exactly the files on disk and the store exactly its nodes."""
+    committed = p.require_state()
+    assert set(committed.sources) == on_disk(root)
+    assert committed.invariant_violations() == []
+    assert set(p.store.iter_ids("t")) == set(committed.nodes)
+    if state is not None:
+        assert set(state.sources) == set(committed.sources)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[tuple[Pipeline, Path]]:
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    yield p, root.resolve()
+    p.store.close()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+# -- the handler ---------------------------------------------------------------------------------
+
+
+def test_handler_only_enqueues_change_events_and_both_ends_of_a_move(tmp_path: Path) -> None:
+    import queue
+
+    q: queue.Queue[Path | None] = queue.Queue()
+    h = EnqueueHandler(q)
+    h.dispatch(FileCreatedEvent(str(tmp_path / "a.txt")))
+    h.dispatch(FileModifiedEvent(str(tmp_path / "b.txt")))
+    h.dispatch(FileDeletedEvent(str(tmp_path / "c.txt")))
+    h.dispatch(FileMovedEvent(str(tmp_path / "d.txt"), str(tmp_path / "e.txt")))
+    h.dispatch(FileOpenedEvent(str(tmp_path / "f.txt")))
+    h.dispatch(FileClosedNoWriteEvent(str(tmp_path / "f.txt")))
+    h.dispatch(DirModifiedEvent(str(tmp_path)))
+    got = [q.get_nowait() for _ in range(q.qsize())]
+    assert [p.name for p in got if p] == ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
+
+
+# -- batching ------------------------------------------------------------------------------------
+
+
+def test_a_burst_of_events_is_coalesced_into_one_batch_after_the_quiet_period(
+    tree: tuple[Pipeline, Path],
+) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.3)
+    for i in range(20):
+        w.handler.dispatch(FileModifiedEvent(str(root / f"x{i % 5}.txt")))
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    batch = w.next_batch()
+    assert batch == {root / f"x{i}.txt" for i in range(5)}
+    assert time.monotonic() - t0 >= 0.25  # waited for quiet
+    assert w.paths.empty()
+
+
+def test_ignored_hidden_temp_and_state_dir_paths_are_dropped(
+    tree: tuple[Pipeline, Path], tmp_path: Path
+) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, exclude=[root / "state"])
+    for name in [".git/HEAD", "~$report.docx", "a.swp", "b.tmp", "c.part", ".#d.txt", "e.txt~"]:
+        assert not w.wanted(root / name), name
+    assert not w.wanted(root / "state" / "x.txt")
+    assert not w.wanted(tmp_path / "elsewhere.txt")
+    assert w.wanted(root / "notes" / "good file é.txt")
+
+
+def test_worker_applies_a_batch_and_the_tree_equals_the_folder(tree: tuple[Pipeline, Path]) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.1)
+    (root / "new.txt").write_text(doc_text(random.Random(5), 6))
+    (root / "d1.txt").unlink()
+    (root / "d2.txt").write_text(doc_text(random.Random(6), 5))
+    (root / "junk.swp").write_text("editor swap")
+    for name in ["new.txt", "d1.txt", "d2.txt", "junk.swp"]:
+        w.handler.dispatch(FileModifiedEvent(str(root / name)))
+    assert w.apply(w.next_batch())
+    assert w.batches == 1
+    report = w.last_report
+    assert report is not None
+    assert (report.files_added, report.files_changed, report.files_removed) == (1, 1, 1)
+    assert_agrees(p, root, w.state)
+
+
+def test_a_rename_with_unchanged_content_reuses_the_leaf_vectors(
+    tree: tuple[Pipeline, Path],
+) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.05)
+    emb = p.embedder
+    assert isinstance(emb, CountingEmbedder)
+    leaves = {w.state.nodes[i].text for i in w.state.sources["d3.txt"].node_ids}
+    before = len(emb.texts)
+    (root / "d3.txt").rename(root / "renamed.txt")
+    w.handler.dispatch(FileMovedEvent(str(root / "d3.txt"), str(root / "renamed.txt")))
+    assert w.apply(w.next_batch())
+    assert w.last_report is not None
+    assert (w.last_report.files_added, w.last_report.files_removed) == (1, 1)
+    assert not leaves & set(emb.texts[before:]), "no leaf of the renamed file is embedded again"
+    assert_agrees(p, root, w.state)
+
+
+def test_a_directory_move_and_a_save_by_temp_file_and_rename_end_in_agreement(
+    tree: tuple[Pipeline, Path],
+) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.05)
+    sub = root / "sub"
+    write_corpus(sub, 3, seed=9)
+    w.handler.dispatch(FileCreatedEvent(str(sub)))
+    assert w.apply(w.next_batch())
+    sub.rename(root / "moved")
+    w.handler.dispatch(FileMovedEvent(str(sub), str(root / "moved")))
+    tmp = root / ".d0.txt.tmp"  # an editor's save: write a temp file, rename over the original
+    tmp.write_text(doc_text(random.Random(11), 4))
+    w.handler.dispatch(FileCreatedEvent(str(tmp)))
+    tmp.replace(root / "d0.txt")
+    w.handler.dispatch(FileMovedEvent(str(tmp), str(root / "d0.txt")))
+    assert w.apply(w.next_batch())
+    assert w.batches == 2
+    assert_agrees(p, root, w.state)
+
+
+@contextmanager
+def retrying_watcher(
+    tmp_path: Path, summarizer: EchoSummarizer
+) -> Iterator[tuple[Pipeline, Path, Watcher, list[str]]]:
+    """A built tree, its watcher with short backoffs, and the error kinds it reports."""
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path, summarizer)
+    try:
+        p.build(root)
+        root = root.resolve()
+        w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
+        w._backoff = 0.05  # keep the first retries short
+        errors: list[str] = []
+        w.on_error = errors.append
+        yield p, root, w, errors
+    finally:
+        p.store.close()
+
+
+def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_applied(
+    tmp_path: Path,
+) -> None:
+    flaky = FlakySummarizer()
+    with retrying_watcher(tmp_path, flaky) as (p, root, w, errors):
+        generation = p.require_state().generation
+        for i in range(3):
+            path = root / f"n{i}.txt"
+            path.write_text(doc_text(random.Random(20 + i), 6))
+            w.handler.dispatch(FileCreatedEvent(str(path)))
+        flaky.failures = 2
+        batch = w.next_batch()
+        assert not w.apply(batch)
+        assert p.require_state().generation == generation, "nothing committed"
+        assert w.paths.empty()
+        assert w.pending() == 3
+        assert not w.apply(w.next_batch())
+        assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+        assert w.apply(w.next_batch())
+        assert errors == ["SummarizationError", "SummarizationError"]
+        assert w.pending() == 0
+        assert_agrees(p, root, w.state)
+
+
+def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
+    tmp_path: Path,
+) -> None:
+    """A Qdrant server that drops out while points are written: back off, keep the paths."""
+    from retriever import StoreError
+
+    with retrying_watcher(tmp_path, EchoSummarizer()) as (p, root, w, errors):
+        generation = p.require_state().generation
+        real_upsert = p.store.upsert
+        outages = [2]
+
+        def upsert(nodes, vectors):  # type: ignore[no-untyped-def]
+            if outages[0]:
+                outages[0] -= 1
+                raise StoreError("Qdrant server at http://qdrant:6333 is unreachable")
+            return real_upsert(nodes, vectors)
+
+        p.store.upsert = upsert  # type: ignore[method-assign]
+        path = root / "late.txt"
+        path.write_text(doc_text(random.Random(5), 6))
+        w.handler.dispatch(FileCreatedEvent(str(path)))
+        assert not w.apply(w.next_batch())
+        assert not w.apply(w.next_batch())
+        assert p.require_state().generation == generation, "nothing committed"
+        assert w.pending() == 1
+        assert w.apply(w.next_batch())
+        assert errors == ["StoreError", "StoreError"]
+        assert_agrees(p, root, w.state)
+
+
+def test_an_unexpected_error_loses_no_file_the_batch_is_retried_from_the_committed_state(
+    tmp_path: Path,
+) -> None:
+    with retrying_watcher(tmp_path, EchoSummarizer()) as (p, root, w, errors):
+        real = p.apply_batch
+        calls = [0]
+
+        def apply_batch(state, docs, gone, report):  # type: ignore[no-untyped-def]
+            calls[0] += 1
+            if calls[0] == 1:
+                state.sources.clear()  # a half-applied change in memory, then a bug
+                raise RuntimeError("bug")
+            return real(state, docs, gone, report)
+
+        p.apply_batch = apply_batch  # type: ignore[method-assign]
+        path = root / "late.txt"
+        path.write_text(doc_text(random.Random(9), 6))
+        w.handler.dispatch(FileCreatedEvent(str(path)))
+        w._guarded(w.next_batch())
+        assert errors == ["RuntimeError"]
+        assert w.pending() == 1
+        assert w.apply(w.next_batch())
+        assert_agrees(p, root, w.state)
+
+
+def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps_going(
+    tree: tuple[Pipeline, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.05)
+    (root / "binary.txt").write_bytes(b"\x00\x01\x02" * 100)
+    (root / "empty.md").write_text("")
+    (root / "bad.txt").write_bytes(b"caf\xe9 \xff\xfe broken")
+    (root / "passwd.txt").symlink_to("/etc/passwd")
+    (root / "loop.txt").symlink_to(root / "loop.txt")
+    (root / "a name with spaces é.txt").write_text(doc_text(random.Random(3), 4))
+    (root / "d4.txt").write_bytes(b"\x00" * 50)  # a known file turns binary: it leaves the tree
+    for f in root.iterdir():
+        w.handler.dispatch(FileModifiedEvent(str(f)))
+    with caplog.at_level("WARNING"):
+        assert w.apply(w.next_batch())
+    text = caplog.text
+    for name in ["binary.txt", "empty.md", "bad.txt", "passwd.txt", "loop.txt", "d4.txt"]:
+        assert name in text, name
+    sources = set(w.state.sources)
+    assert "a name with spaces é.txt" in sources
+    assert "d4.txt" not in sources
+    assert "passwd.txt" not in sources
+
+
+def test_stop_applies_what_is_pending_and_joins_the_worker(tree: tuple[Pipeline, Path]) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=30.0)
+    w.start()
+    (root / "late.txt").write_text(doc_text(random.Random(8), 5))
+    w.handler.dispatch(FileCreatedEvent(str(root / "late.txt")))
+    time.sleep(0.3)
+    w.stop(timeout=30)
+    assert "late.txt" in p.require_state().sources
+
+
+# -- real observers ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("polling", [False, True], ids=["native", "polling"])
+def test_a_real_observer_picks_up_create_modify_and_delete(
+    tree: tuple[Pipeline, Path], polling: bool
+) -> None:
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.2)
+    observer = make_observer(polling=polling, interval=0.2)
+    observer.schedule(w.handler, str(root), recursive=True)
+    observer.start()
+    w.start()
+    try:
+        (root / "made.txt").write_text(doc_text(random.Random(30), 5))
+        (root / "d5.txt").write_text(doc_text(random.Random(31), 5))
+        (root / "d6.txt").unlink()
+        (root / "sub").mkdir()
+        (root / "sub" / "deep.md").write_text(doc_text(random.Random(32), 4))
+
+        def agrees() -> bool:
+            return set(p.require_state().sources) == on_disk(root) | {"sub/deep.md"}
+
+        wait_for(agrees)
+    finally:
+        observer.stop()
+        observer.join()
+        w.stop(timeout=30)
+    assert p.require_state().sources["d5.txt"].content_hash != ""
+    assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+
+
+def test_a_burst_of_500_files_created_edited_and_deleted_ends_in_exact_agreement(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path)
+    try:
+        p.build(root)
+        root = root.resolve()
+        w = Watcher(p, p.require_state(), root, debounce=0.3)
+        observer = make_observer()
+        observer.schedule(w.handler, str(root), recursive=True)
+        observer.start()
+        w.start()
+        rng = random.Random(4)
+        try:
+            for i in range(500):
+                (root / f"b{i}.txt").write_text(f"Burst file {i}. " + doc_text(rng, 2))
+            for i in range(0, 500, 3):
+                (root / f"b{i}.txt").write_text(f"Edited file {i}. " + doc_text(rng, 2))
+            for i in range(0, 500, 5):
+                (root / f"b{i}.txt").unlink()
+            wait_for(lambda: set(p.require_state().sources) == on_disk(root), timeout=60)
+        finally:
+            observer.stop()
+            observer.join()
+            w.stop(timeout=60)
+        assert_agrees(p, root, w.state)
+        assert w.batches < 20, "a burst is coalesced into few batches"
+    finally:
+        p.store.close()
+
+
+# -- the daemon (reconciliation + HTTP) ------------------------------------------------------------
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_reconcile_applies_offline_changes_and_repairs_orphan_and_missing_points(
+    tree: tuple[Pipeline, Path],
+) -> None:
+    p, root = tree
+    state = p.require_state()
+    some = sorted(state.nodes)[:3]
+    p.store.delete(some)  # missing points
+    orphan = state.payloads([sorted(state.nodes)[5]])[0].model_copy(update={"node_id": "0" * 32})
+    p.store.upsert([orphan], state.matrix([sorted(state.nodes)[5]]))
+    (root / "d0.txt").unlink()
+    (root / "offline.txt").write_text(doc_text(random.Random(40), 5))
+    report = p.reconcile(root)
+    assert (report.files_added, report.files_removed) == (1, 1)
+    assert_agrees(p, root)
+
+
+def test_reconcile_refuses_a_state_built_over_another_folder(
+    tree: tuple[Pipeline, Path], tmp_path: Path
+) -> None:
+    p, _ = tree
+    other = tmp_path / "other"
+    other.mkdir()
+    with pytest.raises(Exception, match="was built over"):
+        p.reconcile(other)
+
+
+def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path)
+    d = Daemon(p, root, debounce=0.1, http_port=0)
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        wait_for(lambda: d.address is not None)
+        assert d.address is not None
+        base = "http://{}:{}".format(*d.address)
+        assert get(base + "/healthz")[0] == 200
+        wait_for(lambda: get(base + "/readyz")[0] == 200, timeout=60)
+        (root / "zebra.txt").write_text(
+            "Zebras graze on the savanna. Stripes confuse lions at dusk."
+        )
+        wait_for(lambda: json.loads(get(base + "/status")[1])["updates_applied"] >= 1)
+        code, body = get(base + "/query?q=zebras+savanna+stripes&max_tokens=300")
+        assert code == 200
+        out = json.loads(body)
+        assert any(h["source"] == "zebra.txt" for h in out["hits"])
+        code, text = get(base + "/metrics")
+        assert code == 200
+        samples = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
+        for line in samples:
+            float(line.rsplit(" ", 1)[1])
+        assert 'adrap_files{tree="t"} 9' in text
+        assert 'adrap_update_seconds_bucket{tree="t",le="+Inf"} 1' in text
+        assert get(base + "/query")[0] == 400
+        assert get(base + "/nope")[0] == 404
+    finally:
+        stop.set()
+        t.join(60)
+        p.store.close()
+    assert not t.is_alive()
