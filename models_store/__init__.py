@@ -2,13 +2,16 @@
 
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
 from models_store.manifest import Manifest
+from models_store.rows import Changes, RowStore
 from models_store.store import ModelStore, write_atomic
 
 __all__ = [
+    "Changes",
     "CorruptModelError",
     "IncompatibleModelError",
     "Manifest",
     "ModelStore",
     "ModelStoreError",
+    "RowStore",
     "write_atomic",
 ]

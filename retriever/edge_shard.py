@@ -101,6 +101,12 @@ class EdgeShardLifecycle:
                 shard.flush()
         self.dim = dim
 
+    def flush(self) -> None:
+        """Flush every write so far to disk (before a state commit that references the points)."""
+        shard = self._require()
+        with self._engine("flush to disk"):
+            shard.flush()
+
     def optimize(self) -> bool:
         """Run the engine's segment optimizers (build the HNSW index), blocking until done.
 

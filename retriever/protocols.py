@@ -81,6 +81,10 @@ class NodeStore(Protocol):
         """Build pending vector indexes now (embedded: HNSW; server: a no-op, it indexes itself)."""
         ...
 
+    def flush(self) -> None:
+        """Make every write so far durable (embedded: flush to disk; server: writes wait already)."""
+        ...
+
     def close(self) -> None:
         """Flush and release the store (embedded: the folder lock)."""
         ...

@@ -196,6 +196,9 @@ class QdrantCollection:
                 self.client.delete_collection(old)
         log.info("alias %s now points at %s (dropped %s)", alias, self.collection, old)
 
+    def flush(self) -> None:
+        """Do nothing: every write waits for the server to apply it (``wait=True``)."""
+
     def optimize(self) -> bool:
         """Do nothing: a Qdrant server builds its indexes in the background."""
         return False

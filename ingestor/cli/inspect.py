@@ -24,21 +24,21 @@ def status(ctx: Ctx, as_json: bool) -> None:
     Example:
       adrap status --json
     """
-    from ingestor.pipeline import state_name
+    from ingestor.pipeline import load_state, state_exists
 
     def body() -> None:
         s = ctx.settings
         models = ModelStore(s.state_dir / MODELS_DIR)
-        name = state_name(s.tree)
+        built = state_exists(models, s.tree)
         out: dict[str, Any] = {
             "tree": s.tree,
             "state_dir": str(s.state_dir.resolve()),
             "store_mode": s.store_mode,
             "store": where(s),
-            "built": models.exists(name),
+            "built": built,
         }
-        if models.exists(name):
-            state = models.load(name)
+        state = load_state(models, s.tree, readonly=True) if built else None
+        if state is not None:
             counts = state.layer_counts()
             out |= {
                 "root": state.root,

@@ -6,6 +6,14 @@ Split by stage: ``build`` (read, chunk, embed, build the layers, store), ``apply
 
 from ingestor.pipeline.reconcile import Pipeline
 from ingestor.pipeline.reports import BuildReport, UpdateReport
-from ingestor.tree.persist import commit_state, load_state, state_name
+from ingestor.tree.persist import commit_state, load_state, state_exists, state_name
 
-__all__ = ["BuildReport", "Pipeline", "UpdateReport", "commit_state", "load_state", "state_name"]
+__all__ = [
+    "BuildReport",
+    "Pipeline",
+    "UpdateReport",
+    "commit_state",
+    "load_state",
+    "state_exists",
+    "state_name",
+]

@@ -17,7 +17,7 @@ from ingestor.pipeline.reports import UpdateReport
 from ingestor.read.documents import Document, iter_documents, read_document
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.state import Node, SourceEntry, TreeState
-from retriever import Embedder
+from retriever import Embedder, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class ApplyStage(BuildStage):
         """Bring the tree up to date with ``paths`` (``remove``: drop those sources) using adRAP."""
         t0 = time.perf_counter()
         report = UpdateReport()
-        state = self.require_state()
+        state = self.require_state(recover=True)
         docs: list[Document] = []
         if remove:
             gone = self.sources_under(state, paths)
@@ -147,7 +147,7 @@ class ApplyStage(BuildStage):
         for node, vec in zip(added, vecs, strict=True):
             state.nodes[node.node_id] = node
             state.vectors[node.node_id] = vec
-        n_leaves = len(state.ids_in_layer(0)) - len(removed)
+        n_leaves = state.layer_counts().get(0, 0) - len(removed)
         drift = (
             state.added_since_build + state.removed_since_build + len(added) + len(removed)
         ) / max(1, state.leaves_at_build)
@@ -172,16 +172,22 @@ class ApplyStage(BuildStage):
         self.store_changes(state, report.stats.upserted, report.stats.deleted)
 
     def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
-        """Upsert changed nodes, commit the state, then delete the points of removed nodes."""
+        """Upsert changed nodes, commit the state, then delete the points of removed nodes.
+
+        The intent (which points are written and deleted) is recorded first, so that a crash at
+        any step is repaired by :meth:`recover` from those ids alone.
+        """
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
         ids = sorted(i for i in upserted if i in state.nodes)
+        gone = sorted(i for i in deleted if i not in state.nodes)
+        self._intent(state, ids, gone)
         for start in range(0, len(ids), UPSERT_BATCH):
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
-        self._commit(state)
-        gone = sorted(i for i in deleted if i not in state.nodes)
+        self._commit(state, all_layers=True)
         if gone:
             self.store.delete(gone)
+        self._intent(state, None, None)
 
     def apply_batch(
         self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
@@ -194,12 +200,19 @@ class ApplyStage(BuildStage):
         The whole batch is one adRAP update and one commit.
         """
         known: dict[str, NDArray[np.float32]] = {}
-        for source in gone:
-            entry = state.sources.get(source)
-            for node_id in entry.node_ids if entry else ():
-                node = state.nodes.get(node_id)
-                if node is not None and node_id in state.vectors:
-                    known[node.text] = state.vectors[node_id]
+        old = [
+            node
+            for source in gone
+            for node_id in getattr(state.sources.peek(source), "node_ids", ())
+            if (node := state.nodes.peek(node_id)) is not None
+        ]
+        try:
+            vectors = state.matrix([n.node_id for n in old])
+        except StoreError as exc:  # points missing after a crash: embed those texts again
+            log.info("cannot reuse the vectors of removed leaves (%s); embedding them", exc)
+            vectors = np.zeros((0, self.embedder.dim), dtype=np.float32)
+        for node, vec in zip(old, vectors, strict=False):
+            known[node.text] = vec
         inner = self.embedder
         if known:
             self.embedder = _ReusingEmbedder(inner, known)

@@ -12,16 +12,25 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ingestor.errors import SourceError, TreeError
 from ingestor.pipeline.reports import BuildReport
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document, iter_documents
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import Progress, TreeBuilder, _noop
-from ingestor.tree.persist import commit_state, load_state
+from ingestor.tree.persist import (
+    begin_intent,
+    commit_state,
+    end_intent,
+    load_state,
+    pending_intent,
+)
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from models_store import ModelStore, ModelStoreError
-from retriever import Embedder, NodeStore
+from retriever import Embedder, NodeStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +123,7 @@ class BuildStage:
             embed_model=self.embedder.model_id,
             dim=self.embedder.dim,
         )
-        previous = load_state(self.models, self.tree, self.embedder)
+        previous = self.open_state()
         if previous is not None:  # a rebuild re-summarises only what changed
             state.summary_cache = previous.summary_cache
             state.generation = previous.generation
@@ -153,9 +162,90 @@ class BuildStage:
         report.seconds = time.perf_counter() - t_start
         return report
 
-    def require_state(self) -> TreeState:
-        """Return the committed state, or explain that the tree must be built first."""
+    def open_state(self, *, recover: bool = False) -> TreeState | None:
+        """Return the committed state (its vectors read from the store on demand), or None.
+
+        Args:
+            recover: finish or undo an interrupted update first (see :meth:`recover`); only the
+                holder of the writer lock may, since another process's update in flight looks
+                the same.
+        """
         state = load_state(self.models, self.tree, self.embedder)
+        if state is not None:
+            state.vectors.fetch = self.store.retrieve_vectors
+            if recover:
+                self.recover(state)
+        return state
+
+    def recover(self, state: TreeState) -> int:
+        """Repair the store after an update interrupted by a crash; return the points repaired.
+
+        The update's intent names every point it was writing and deleting. Committed: its
+        deletes are redone. Not committed: the points it wrote are put back as the committed
+        state has them (re-embedded if a point is gone), and points of nodes the state does not
+        have are deleted. Either way the cost is the size of that update, not of the tree.
+        """
+        intent = pending_intent(state)
+        if intent is None:
+            return 0
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        if intent.committed:
+            doomed = [i for i in intent.delete if i not in state.nodes]
+            restore: list[str] = []
+        else:
+            doomed = [i for i in intent.upsert if i not in state.nodes]
+            restore = [i for i in intent.upsert if i in state.nodes]
+        for start in range(0, len(restore), UPSERT_BATCH):
+            batch = restore[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), self.vectors_of(state, batch))
+        if doomed:
+            self.store.delete(doomed)
+        self._intent(state, None, None)
+        log.info(
+            "recovered tree %r from an interrupted update: %d points restored, %d deleted",
+            self.tree,
+            len(restore),
+            len(doomed),
+        )
+        return len(restore) + len(doomed)
+
+    def vectors_of(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
+        """Return the vectors of nodes, embedding their texts again where the store lost them."""
+        try:
+            return state.matrix(ids)
+        except StoreError:
+            lost = []
+            for node_id in ids:
+                if node_id in state.vectors:
+                    continue
+                try:
+                    state.vectors[node_id] = self.store.retrieve_vectors([node_id])[0]
+                except StoreError:
+                    lost.append(node_id)
+            vecs = self.embedder.embed_documents([state.nodes[i].text for i in lost])
+            for node_id, vec in zip(lost, vecs, strict=True):
+                state.vectors[node_id] = vec
+            return state.matrix(ids)
+
+    def _intent(self, state: TreeState, upsert: list[str] | None, delete: list[str] | None) -> None:
+        try:
+            if upsert is None:
+                end_intent(state)
+            else:
+                begin_intent(state, upsert, delete or [])
+        except (OSError, ModelStoreError) as exc:
+            raise TreeError(
+                f"cannot write to the tree state in {self.models.root}: {exc}; check free space "
+                "and permissions of ADRAP_STATE_DIR, then run the command again"
+            ) from exc
+
+    def require_state(self, *, recover: bool = False) -> TreeState:
+        """Return the committed state, or explain that the tree must be built first.
+
+        Args:
+            recover: as for :meth:`open_state` (writers pass True).
+        """
+        state = self.open_state(recover=recover)
         if state is None:
             raise TreeError(
                 f"tree {self.tree!r} has not been built in {self.models.root.parent}; "
@@ -166,17 +256,18 @@ class BuildStage:
     def rebuild(self, progress: Progress = _noop) -> BuildReport:
         """Rebuild every summary layer over the current leaves (summary cache reused)."""
         t0 = time.perf_counter()
-        state = self.require_state()
-        report = BuildReport(files=len(state.sources), leaves=len(state.ids_in_layer(0)))
+        state = self.require_state(recover=True)
+        report = BuildReport(files=len(state.sources), leaves=state.layer_counts().get(0, 0))
         report.stats = self.builder.build(state, progress)
         self.store_state(state, progress)
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _commit(self, state: TreeState) -> None:
+    def _commit(self, state: TreeState, *, all_layers: bool = True) -> None:
         try:
-            commit_state(self.models, state)
+            self.store.flush()  # the points are durable before the state that references them
+            commit_state(self.models, state, all_layers=all_layers)
         except (OSError, ModelStoreError) as exc:
             raise TreeError(
                 f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "

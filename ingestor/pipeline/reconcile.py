@@ -12,7 +12,6 @@ from ingestor.pipeline.build import UPSERT_BATCH
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.tree.adrap import UpdateStats
 from ingestor.tree.build import Progress, _noop
-from ingestor.tree.persist import load_state
 from ingestor.tree.state import TreeState
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,7 @@ class Pipeline(ApplyStage):
         t0 = time.perf_counter()
         report = UpdateReport()
         root = root.resolve()
-        state = load_state(self.models, self.tree, self.embedder)
+        state = self.open_state(recover=True)
         if state is None:
             built = self.build(root, progress)
             report.files_added = built.files
@@ -82,7 +81,7 @@ class Pipeline(ApplyStage):
                     stale.append(want.node_id)
         for start in range(0, len(stale), UPSERT_BATCH):
             batch = stale[start : start + UPSERT_BATCH]
-            self.store.upsert(state.payloads(batch), state.matrix(batch))
+            self.store.upsert(state.payloads(batch), self.vectors_of(state, batch))
         if orphans:
             self.store.delete(orphans)
         if orphans or stale:

@@ -273,7 +273,7 @@ class Watcher:
             with self.lock:
                 try:
                     if self._stale:
-                        self.state = self.pipeline.require_state()
+                        self.state = self.pipeline.require_state(recover=True)
                         self._stale = False
                     docs, gone = self.pipeline.collect(self.state, paths, report)
                     gone.extend(self._now_unreadable(report))

@@ -1,38 +1,243 @@
-"""Persistence of a tree's state in models_store: load it, refuse an incompatible one, commit it."""
+"""A tree's state in its state database: open it, refuse an incompatible one, commit what changed.
+
+Layout: ``<state_dir>/models/tree-<tree>.sqlite`` (see :mod:`models_store.rows`), namespaces
+``node`` (one row per node), ``source`` (the source index), ``cache`` (the summary cache, bounded,
+least recently used evicted), ``layer`` (one fitted adaptive layer per clustered layer, written
+when the layer changed) and ``intent`` (the points an update is about to write and delete, so a
+crash between the store and the state is repaired from a few rows, not from a scan of the tree).
+The manifest holds the tree's scalars (root, embedding model, counters, nodes per layer).
+
+An update commits in three short transactions: the intent (before touching Qdrant), the state
+with the intent marked committed (after the upserts), and the intent's removal (after the deletes).
+"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 from ingestor.errors import TreeError
-from ingestor.tree.state import TreeState
-from models_store import ModelStore
+from ingestor.tree.rowmap import dumps, loads
+from ingestor.tree.state import STATE_FORMAT, TreeState
+from models_store import Changes, ModelStore, RowStore
 from retriever import SCHEMA_VERSION, Embedder
+
+log = logging.getLogger(__name__)
+
+#: The summary cache keeps at least this many entries, and at least CACHE_FACTOR x the summaries.
+CACHE_MIN = 2000
+CACHE_FACTOR = 3
+_INTENT = "intent"
+_LAYER = "layer"
 
 
 def state_name(tree: str) -> str:
-    """Return the models_store object name of a tree's state."""
+    """Return the name of a tree's state in the models folder."""
     return f"tree-{tree}"
 
 
-def load_state(models: ModelStore, tree: str, embedder: Embedder) -> TreeState | None:
-    """Return the committed state of ``tree``, or None if it was never built.
+def state_path(models: ModelStore, tree: str) -> Path:
+    """Return the state database file of ``tree``."""
+    return models.root / f"{state_name(tree)}.sqlite"
+
+
+def state_exists(models: ModelStore, tree: str) -> bool:
+    """Return whether ``tree`` has a committed state (without creating anything)."""
+    return state_path(models, tree).exists() or models.exists(state_name(tree))
+
+
+def load_state(
+    models: ModelStore, tree: str, embedder: Embedder | None = None, *, readonly: bool = False
+) -> TreeState | None:
+    """Open the committed state of ``tree`` (rows load lazily), or None if it was never built.
+
+    Args:
+        embedder: when given, a state written for another embedding model or dimension is refused.
+        readonly: open without write access (``status``): creates and changes nothing.
 
     Raises:
-        models_store.IncompatibleModelError: written for another embedding model or libraries.
+        models_store.IncompatibleModelError: another embedding model, format or library versions.
     """
-    name = state_name(tree)
-    if not models.exists(name):
+    path = state_path(models, tree)
+    if not path.exists():
+        if models.exists(state_name(tree)):
+            return _migrate(models, tree, embedder, readonly=readonly)
         return None
-    state = models.load(name, expect={"embed_model": embedder.model_id, "dim": embedder.dim})
-    if not isinstance(state, TreeState):
-        raise TreeError(f"{models.root / name} does not hold a tree state; delete it and rebuild")
+    rows = RowStore(path, readonly=readonly)
+    expect: dict[str, Any] = {"format": STATE_FORMAT}
+    if embedder is not None:
+        expect |= {"embed_model": embedder.model_id, "dim": embedder.dim}
+    rows.check(expect)
+    return _open(rows)
+
+
+def _open(rows: RowStore) -> TreeState:
+    m = rows.manifest()
+    state = TreeState(
+        tree=m["tree_name"],
+        root=m["root"],
+        embed_model=m["embed_model"],
+        dim=int(m["dim"]),
+        params=dict(m.get("params") or {}),
+        generation=int(m["generation"]),
+        leaves_at_build=int(m["leaves_at_build"]),
+        added_since_build=int(m["added_since_build"]),
+        removed_since_build=int(m["removed_since_build"]),
+        built_at=float(m["built_at"]),
+    )
+    for rowmap in (state.nodes, state.sources, state.summary_cache):
+        rowmap.bind(rows)
+    state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
+    blobs = rows.get_many(_LAYER, [str(i) for i in range(int(m.get("n_layers", 0)))])
+    state.layers = [loads(blobs[str(i)]) for i in range(len(blobs))]
+    state.rows = rows
     return state
 
 
-def commit_state(models: ModelStore, state: TreeState) -> None:
-    """Persist ``state`` atomically as the next generation."""
-    state.generation += 1
-    models.save(
-        state_name(state.tree),
-        state,
-        extra={"embed_model": state.embed_model, "dim": state.dim, "schema": SCHEMA_VERSION},
+def _migrate(
+    models: ModelStore, tree: str, embedder: Embedder | None, *, readonly: bool
+) -> TreeState | None:
+    """Open a state pickled by adrap 0.1 (one file per commit) and, for writers, convert it."""
+    expect = {} if embedder is None else {"embed_model": embedder.model_id, "dim": embedder.dim}
+    old = models.load(state_name(tree), expect=expect)
+    if not hasattr(old, "nodes"):
+        raise TreeError(f"{models.root / state_name(tree)} does not hold a tree state; rebuild")
+    state = TreeState(
+        tree=old.tree,
+        root=old.root,
+        embed_model=old.embed_model,
+        dim=old.dim,
+        params=old.params,
+        generation=old.generation,
+        leaves_at_build=old.leaves_at_build,
+        added_since_build=old.added_since_build,
+        removed_since_build=old.removed_since_build,
+        built_at=old.built_at,
     )
+    for node_id, node in old.nodes.items():
+        state.nodes[node_id] = node
+    for node_id, vec in old.vectors.items():
+        state.vectors[node_id] = vec
+    for source, entry in old.sources.items():
+        state.sources[source] = entry
+    for key, text in old.summary_cache.items():
+        state.summary_cache[key] = text
+    state.layers = list(old.layers)
+    if not readonly:
+        commit_state(models, state)
+        models.delete(state_name(tree))
+        log.info("converted the state of tree %r to %s", tree, state_path(models, tree))
+    return state
+
+
+@dataclass
+class Intent:
+    """Points an interrupted update was writing (``upsert``) and deleting (``delete``)."""
+
+    committed: bool
+    upsert: list[str]
+    delete: list[str]
+
+
+def begin_intent(state: TreeState, upsert: list[str], delete: list[str]) -> None:
+    """Record, before touching the node store, which points this update writes and deletes."""
+    if state.rows is None:
+        return
+    ch = Changes()
+    ch.set(_INTENT, "upsert", dumps(sorted(upsert)))
+    ch.set(_INTENT, "delete", dumps(sorted(delete)))
+    ch.set(_INTENT, "committed", dumps(False))
+    state.rows.commit(ch, stamp=state.generation)
+    state.intent_open = True
+
+
+def end_intent(state: TreeState) -> None:
+    """Forget the intent once its deletes are done."""
+    if state.rows is None:
+        return
+    ch = Changes()
+    for key in ("upsert", "delete", "committed"):
+        ch.remove(_INTENT, key)
+    state.rows.commit(ch, stamp=state.generation)
+    state.intent_open = False
+
+
+def pending_intent(state: TreeState) -> Intent | None:
+    """Return the intent an interrupted update left behind, or None."""
+    if state.rows is None:
+        return None
+    got = state.rows.get_many(_INTENT, ["upsert", "delete", "committed"])
+    if "upsert" not in got:
+        return None
+    return Intent(
+        committed=bool(loads(got.get("committed", dumps(False)))),
+        upsert=list(loads(got["upsert"])) if "upsert" in got else [],  # type: ignore[call-overload]
+        delete=list(loads(got["delete"])) if "delete" in got else [],  # type: ignore[call-overload]
+    )
+
+
+def commit_state(models: ModelStore, state: TreeState, *, all_layers: bool = True) -> int:
+    """Write what changed in ``state`` as its next generation, in one transaction.
+
+    A state that was never committed (a fresh build) is written whole, replacing any previous
+    state of the tree. Returns the bytes written.
+
+    Raises:
+        models_store.ModelStoreError: the database could not be written (nothing was).
+    """
+    if state.rows is None:
+        path = state_path(models, state.tree)
+        state.rows = RowStore(path, create=True)
+        for rowmap in (state.nodes, state.sources, state.summary_cache):
+            rowmap.replace_all()
+        fresh = True
+    else:
+        fresh = False
+    rows: RowStore = state.rows
+    before = int(rows.manifest().get("n_layers", 0)) if not fresh else 0
+    state.generation += 1
+    ch = Changes()
+    for rowmap in (state.nodes, state.sources, state.summary_cache):
+        rowmap.changes(ch)
+    if fresh:
+        ch.clear.add(_LAYER)
+    if fresh or all_layers:
+        for i, layer in enumerate(state.layers):
+            ch.set(_LAYER, str(i), dumps(layer))
+    for i in range(len(state.layers), before):
+        ch.remove(_LAYER, str(i))
+    if fresh:
+        ch.clear.add(_INTENT)
+    elif state.intent_open:
+        ch.set(_INTENT, "committed", dumps(True))
+    ch.manifest = {
+        "format": STATE_FORMAT,
+        "schema": SCHEMA_VERSION,
+        "tree_name": state.tree,
+        "root": state.root,
+        "embed_model": state.embed_model,
+        "dim": state.dim,
+        "params": state.params,
+        "generation": state.generation,
+        "leaves_at_build": state.leaves_at_build,
+        "added_since_build": state.added_since_build,
+        "removed_since_build": state.removed_since_build,
+        "built_at": state.built_at,
+        "layer_sizes": {str(k): v for k, v in state.nodes.sizes.items()},
+        "n_layers": len(state.layers),
+    }
+    try:
+        written = rows.commit(ch, stamp=state.generation)
+    except BaseException:
+        state.generation -= 1
+        raise
+    for rowmap in (state.nodes, state.sources, state.summary_cache):
+        rowmap.committed()
+    summaries = sum(n for layer, n in state.nodes.sizes.items() if layer > 0)
+    keep = max(CACHE_MIN, CACHE_FACTOR * summaries)
+    if rows.evict_oldest("cache", keep) or fresh:
+        state.summary_cache.bind(rows)  # memory holds no more than the database
+    state.last_commit_bytes = written
+    return written

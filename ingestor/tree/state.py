@@ -1,23 +1,26 @@
-"""The tree state: every node, its vector, the fitted clusterers and the source index.
+"""The tree state: every node, the fitted clusterers, the source index and the summary cache.
 
-One ``TreeState`` per tree is persisted in models_store after every build or update; together with
-the Qdrant points it is everything needed to continue the tree without refitting.
+One ``TreeState`` per tree lives in a state database (:mod:`ingestor.tree.persist`); its mappings
+load rows on first use and a commit writes only the rows an update changed. Node vectors are not
+kept on disk: Qdrant holds them, and :class:`~ingestor.tree.rowmap.VectorMap` reads them from the
+store when needed. Together with the Qdrant points it is everything needed to continue the tree
+without refitting.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.tree.rowmap import RowMap, VectorMap
 from retriever import Kind, NodePayload, point_id, source_dirs
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2
 
 
 def sha256_text(text: str) -> str:
@@ -94,6 +97,35 @@ class SourceEntry:
     node_ids: list[str]
 
 
+class NodeMap(RowMap[Node]):
+    """The nodes of a tree, keeping the number of nodes per layer as they are set and deleted."""
+
+    def __init__(self) -> None:
+        super().__init__("node", mutable=True)
+        self.sizes: dict[int, int] = {}
+
+    def __setitem__(self, key: str, value: Node) -> None:
+        old = self.peek(key)
+        if old is not None:
+            self._count(old.layer, -1)
+        self._count(value.layer, 1)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        old = self.peek(key)
+        if old is None:
+            raise KeyError(key)
+        self._count(old.layer, -1)
+        super().__delitem__(key)
+
+    def _count(self, layer: int, by: int) -> None:
+        n = self.sizes.get(layer, 0) + by
+        if n:
+            self.sizes[layer] = n
+        else:
+            self.sizes.pop(layer, None)
+
+
 @dataclass
 class TreeState:
     """Everything adrap knows about one tree."""
@@ -105,19 +137,25 @@ class TreeState:
     params: dict[str, Any] = field(default_factory=dict)
     format: int = STATE_FORMAT
     generation: int = 0
-    nodes: dict[str, Node] = field(default_factory=dict)
-    vectors: dict[str, NDArray[np.float32]] = field(default_factory=dict)
-    sources: dict[str, SourceEntry] = field(default_factory=dict)
+    nodes: NodeMap = field(default_factory=NodeMap)
+    vectors: VectorMap = field(default_factory=VectorMap)
+    sources: RowMap[SourceEntry] = field(default_factory=lambda: RowMap("source", mutable=True))
     layers: list[Any] = field(default_factory=list)  # AdaptiveLayer per clustered layer
-    summary_cache: dict[str, str] = field(default_factory=dict)
+    summary_cache: RowMap[str] = field(default_factory=lambda: RowMap("cache", touch_on_read=True))
     leaves_at_build: int = 0
     added_since_build: int = 0
     removed_since_build: int = 0
     built_at: float = 0.0
+    #: The state database once committed or opened (``models_store.rows.RowStore``), else None.
+    rows: Any = None
+    #: An update's intent is recorded and not yet committed (see ``ingestor.tree.persist``).
+    intent_open: bool = False
+    #: Bytes the last commit wrote.
+    last_commit_bytes: int = 0
 
     def layer_counts(self) -> dict[int, int]:
-        """Return the number of nodes per layer."""
-        return dict(sorted(Counter(n.layer for n in self.nodes.values()).items()))
+        """Return the number of nodes per layer (kept as nodes change: O(layers))."""
+        return dict(sorted(self.nodes.sizes.items()))
 
     def ids_in_layer(self, layer: int) -> list[str]:
         """Return the node ids of one layer, in insertion order."""
@@ -126,12 +164,19 @@ class TreeState:
     def payloads(self, ids: list[str] | None = None) -> list[NodePayload]:
         """Return the payloads of the given nodes (all by default)."""
         keys = list(self.nodes) if ids is None else ids
-        return [self.nodes[i].payload(self.tree, self.embed_model) for i in keys]
+        out = []
+        for i in keys:
+            node = self.nodes.peek(i)  # reading: not marked for write-back
+            if node is None:
+                raise KeyError(i)
+            out.append(node.payload(self.tree, self.embed_model))
+        return out
 
     def matrix(self, ids: list[str]) -> NDArray[np.float32]:
         """Return the ``(len(ids), dim)`` matrix of the given nodes' vectors."""
         if not ids:
             return np.zeros((0, self.dim), dtype=np.float32)
+        self.vectors.prefetch(ids)
         return np.stack([self.vectors[i] for i in ids]).astype(np.float32, copy=False)
 
     def invariant_violations(self) -> list[str]:
@@ -139,10 +184,8 @@ class TreeState:
         bad: list[str] = []
         n_leaves = sum(1 for n in self.nodes.values() if n.layer == 0)
         for nid, node in self.nodes.items():
-            if nid not in self.vectors:
-                bad.append(f"{nid}: no vector")
             for c in node.children:
-                child = self.nodes.get(c)
+                child = self.nodes.peek(c)
                 if child is None:
                     bad.append(f"{nid}: child {c} missing")
                 elif nid not in child.parents:
@@ -154,7 +197,7 @@ class TreeState:
                 if not node.children:
                     bad.append(f"{nid}: summary without children")
                 union = frozenset().union(
-                    *(self.nodes[c].sources for c in node.children if c in self.nodes)
+                    *(c.sources for c in map(self.nodes.peek, node.children) if c is not None)
                 )
                 if union != node.sources:
                     bad.append(f"{nid}: sources differ from the union of its children's")

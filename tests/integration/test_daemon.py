@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ingestor.pipeline import state_name
+from ingestor.pipeline import load_state, state_exists
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
 
@@ -147,7 +147,8 @@ def assert_converged(folder: Path, state: Path) -> None:
         warnings.catch_warnings()
     ):  # unpickling imports umap, which warns that TensorFlow is absent
         warnings.simplefilter("ignore", ImportWarning)
-        tree = models.load(state_name("default"))
+        tree = load_state(models, "default", readonly=True)
+    assert tree is not None
     with EdgeNodeStore(state / "qdrant") as store:
         assert set(store.iter_ids("default")) == set(tree.nodes)
     files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix == ".txt"}
@@ -364,7 +365,7 @@ def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_re
             wait_for(lambda: proxy.failures >= 4, 120, w)  # retried, with backoff
             assert w.status()["documents"] == 2  # nothing of the batch was committed
             models = ModelStore(state / "models")
-            assert models.exists(state_name("default"))
+            assert state_exists(models, "default")
             proxy.failing = False
             wait_for(lambda: w.status()["documents"] == 3, 180, w)
             code, body = get(w.base + "/query?q=lanterns+harbour&layers=1-")
@@ -379,7 +380,8 @@ def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_re
             assert w.stop() == 0
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ImportWarning)
-            tree = ModelStore(state / "models").load(state_name("default"))
+            tree = load_state(ModelStore(state / "models"), "default", readonly=True)
+        assert tree is not None
         assert set(tree.sources) == {"aesops-fables.md", "gettysburg-address.txt", "lanterns.txt"}
         assert tree.invariant_violations() == []
         with EdgeNodeStore(state / "qdrant") as store:

@@ -1,0 +1,220 @@
+"""Mappings whose rows live in the state database, loaded on first use and written back by commit.
+
+A tree's state is read and changed a few rows at a time: an update touches the leaves of one
+document, the members of a few clusters and their ancestors. :class:`RowMap` loads a row the first
+time it is asked for, keeps it, and remembers which keys were set, deleted or (for mutable values)
+handed out, so that a commit writes exactly those rows. Iterating a RowMap loads the whole
+namespace once (that is an O(tree) operation, for builds, reconciliation and checks, never for the
+update path).
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Generic, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from models_store import Changes, RowStore
+
+V = TypeVar("V")
+
+_MISSING = object()
+
+
+def dumps(value: object) -> bytes:
+    """Encode a row value (the C pickler: our own state, on our own volume)."""
+    return pickle.dumps(value, protocol=5)
+
+
+def loads(data: bytes) -> object:
+    """Decode a row value written by :func:`dumps`."""
+    return pickle.loads(data)
+
+
+class RowMap(MutableMapping[str, V], Generic[V]):
+    """A mapping backed by one namespace of a :class:`~models_store.rows.RowStore`.
+
+    Args:
+        ns: the namespace of its rows.
+        mutable: values are changed in place by their users (nodes, source entries): every value
+            handed out by ``[]``/``get`` is written back at the next commit.
+        touch_on_read: refresh a row's stamp whenever it is read (LRU eviction of a cache).
+
+    A RowMap without rows (``bind`` not called) is a plain in-memory mapping: a tree being built.
+    """
+
+    def __init__(self, ns: str, *, mutable: bool = False, touch_on_read: bool = False) -> None:
+        self.ns = ns
+        self.mutable = mutable
+        self.touch_on_read = touch_on_read
+        self._rows: RowStore | None = None
+        self._cache: dict[str, V] = {}
+        self._dirty: set[str] = set()
+        self._deleted: set[str] = set()
+        self._read: set[str] = set()
+        self._complete = True  # the cache holds every row (nothing stored, or all loaded)
+        self._cleared = False
+
+    # -- binding to the database -----------------------------------------------------------------
+
+    def bind(self, rows: RowStore) -> None:
+        """Back this mapping by ``rows``: nothing is loaded until asked for."""
+        self._rows = rows
+        self._cache.clear()
+        self._dirty.clear()
+        self._deleted.clear()
+        self._read.clear()
+        self._complete = False
+        self._cleared = False
+
+    def replace_all(self) -> None:
+        """Mark every row for rewriting: the next commit empties the namespace and writes the cache."""
+        self._load_all()
+        self._cleared = True
+        self._dirty = set(self._cache)
+        self._deleted.clear()
+
+    def changes(self, out: Changes) -> None:
+        """Add this mapping's pending writes to ``out``."""
+        if self._cleared:
+            out.clear.add(self.ns)
+        for key in self._dirty:
+            if key in self._cache:
+                out.set(self.ns, key, dumps(self._cache[key]))
+        if not self._cleared:
+            for key in self._deleted:
+                out.remove(self.ns, key)
+        for key in self._read - self._dirty - self._deleted:
+            out.touch.add((self.ns, key))
+
+    def committed(self) -> None:
+        """Forget the pending writes once they are in the database."""
+        self._dirty.clear()
+        self._deleted.clear()
+        self._read.clear()
+        self._cleared = False
+
+    @property
+    def pending(self) -> int:
+        """Rows that the next commit writes or deletes."""
+        return len(self._dirty) + len(self._deleted)
+
+    # -- the mapping -----------------------------------------------------------------------------
+
+    def _fetch(self, key: str) -> object:
+        if key in self._cache:
+            return self._cache[key]
+        if self._complete or key in self._deleted or self._rows is None:
+            return _MISSING
+        data = self._rows.get(self.ns, key)
+        if data is None:
+            return _MISSING
+        value = loads(data)
+        self._cache[key] = value  # type: ignore[assignment]
+        return value
+
+    def __getitem__(self, key: str) -> V:
+        value = self._fetch(key)
+        if value is _MISSING:
+            raise KeyError(key)
+        if self.mutable:
+            self._dirty.add(key)
+        elif self.touch_on_read:
+            self._read.add(key)
+        return value  # type: ignore[return-value]
+
+    def peek(self, key: str) -> V | None:
+        """Return a value without marking it for write-back (read-only use)."""
+        value = self._fetch(key)
+        return None if value is _MISSING else value  # type: ignore[return-value]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self._fetch(key) is not _MISSING
+
+    def __setitem__(self, key: str, value: V) -> None:
+        self._cache[key] = value
+        self._dirty.add(key)
+        self._deleted.discard(key)
+
+    def __delitem__(self, key: str) -> None:
+        if self._fetch(key) is _MISSING:
+            raise KeyError(key)
+        del self._cache[key]
+        self._dirty.discard(key)
+        self._deleted.add(key)
+
+    def _load_all(self) -> None:
+        if self._complete or self._rows is None:
+            return
+        for key, data in self._rows.items(self.ns):
+            if key not in self._cache and key not in self._deleted:
+                self._cache[key] = loads(data)  # type: ignore[assignment]
+        self._complete = True
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(list(self._cache))
+
+    def __len__(self) -> int:
+        if not self._complete and self._rows is not None and not (self._dirty or self._deleted):
+            return self._rows.count(self.ns)  # nothing pending: the database has the answer
+        self._load_all()
+        return len(self._cache)
+
+    def items(self) -> list[tuple[str, V]]:  # type: ignore[override]
+        """Return every ``(key, value)``, loading the namespace once; nothing is marked for write-back."""
+        self._load_all()
+        return list(self._cache.items())
+
+    def values(self) -> list[V]:  # type: ignore[override]
+        """Return every value, loading the namespace once; nothing is marked for write-back."""
+        self._load_all()
+        return list(self._cache.values())
+
+    def touch_all(self) -> None:
+        """Mark every value for write-back (after an O(tree) pass changed them in place)."""
+        self._load_all()
+        self._dirty.update(self._cache)
+
+
+class VectorMap(MutableMapping[str, NDArray[np.float32]]):
+    """Node vectors: those of this process's new nodes in memory, the rest read from the store.
+
+    Qdrant already holds every node's vector, so the state keeps no second copy on disk: a vector
+    that is not in memory is fetched from the node store with ``fetch`` (set by the pipeline) and
+    kept. A state without ``fetch`` only knows the vectors put into it.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[str, NDArray[np.float32]] = {}
+        self.fetch: Callable[[list[str]], NDArray[np.float32]] | None = None
+
+    def prefetch(self, ids: list[str]) -> None:
+        """Load the vectors of ``ids`` that are not in memory, in one store call."""
+        missing = [i for i in dict.fromkeys(ids) if i not in self._cache]
+        if missing and self.fetch is not None:
+            for i, vec in zip(missing, self.fetch(missing), strict=True):
+                self._cache[i] = vec
+
+    def __getitem__(self, key: str) -> NDArray[np.float32]:
+        if key not in self._cache:
+            self.prefetch([key])
+        return self._cache[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cache
+
+    def __setitem__(self, key: str, value: NDArray[np.float32]) -> None:
+        self._cache[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._cache[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._cache))
+
+    def __len__(self) -> int:
+        return len(self._cache)

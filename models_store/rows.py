@@ -1,0 +1,298 @@
+"""An incremental, crash-atomic row store: one SQLite database (WAL) per tree state.
+
+A tree's state is many small rows (nodes, source entries, cached summaries, cluster memberships)
+and a few blobs (fitted models), of which one update changes a handful. :class:`RowStore` keeps
+them as ``(namespace, key) -> bytes`` rows and writes every change of an update in one
+transaction, so a commit costs what the update changed, not what the tree holds (a whole-state
+pickle cost 9.9 s per one-document add at 80k leaves).
+
+Why SQLite: it is in the standard library, a transaction is atomic and durable across a crash
+(``synchronous=FULL``), and in WAL mode readers (``adrap status``, a query) read the last
+committed snapshot while the writer works, without blocking it and without seeing a torn state.
+
+Every row carries a ``stamp`` (the generation that last wrote or used it), indexed per namespace,
+so a bounded namespace (the summary cache) evicts its least recently used rows cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
+from models_store.manifest import library_versions, major_minor
+
+log = logging.getLogger(__name__)
+
+#: Format of the database itself (tables); a different one is refused with a rebuild hint.
+ROWS_FORMAT = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS rows (
+    ns    TEXT    NOT NULL,
+    key   TEXT    NOT NULL,
+    value BLOB    NOT NULL,
+    stamp INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (ns, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rows_stamp ON rows (ns, stamp);
+CREATE TABLE IF NOT EXISTS manifest (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+"""
+#: Keys IN (...) per statement (SQLite's default limit on host parameters is 32766).
+_CHUNK = 900
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Changes:
+    """The writes of one commit: rows to put or delete, stamps to refresh, manifest entries."""
+
+    def __init__(self) -> None:
+        self.put: dict[tuple[str, str], bytes] = {}
+        self.delete: set[tuple[str, str]] = set()
+        self.touch: set[tuple[str, str]] = set()
+        self.manifest: dict[str, Any] = {}
+        #: Namespaces to empty before the rows above are written (a full rebuild of a layer).
+        self.clear: set[str] = set()
+
+    def set(self, ns: str, key: str, value: bytes) -> None:
+        self.put[(ns, key)] = value
+        self.delete.discard((ns, key))
+
+    def remove(self, ns: str, key: str) -> None:
+        self.put.pop((ns, key), None)
+        self.delete.add((ns, key))
+
+    def __len__(self) -> int:
+        return len(self.put) + len(self.delete) + len(self.touch) + len(self.clear)
+
+
+class RowStore:
+    """One SQLite database of ``(namespace, key) -> bytes`` rows plus a JSON manifest.
+
+    Args:
+        path: the database file; its folder is created when ``create`` is true.
+        create: create the database if missing (writers); readers pass False and get
+            ``ModelStoreError`` for a missing file instead of an empty database.
+        readonly: open read-only (``status``, queries): never creates or changes anything.
+
+    The connection is shared by the threads of one process under a lock; other processes open
+    their own. Values are opaque bytes: the caller chooses the encoding.
+    """
+
+    def __init__(self, path: Path, *, create: bool = False, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        if not self.path.exists():
+            if readonly or not create:
+                raise ModelStoreError(f"no state database at {self.path}")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            created = True
+        else:
+            created = False
+        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
+        try:
+            self._db = sqlite3.connect(
+                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            if not readonly:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+                self._db.executescript(_SCHEMA)
+            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache
+        except sqlite3.DatabaseError as exc:
+            raise CorruptModelError(
+                f"{self.path} is not a readable state database ({exc}); delete it and rebuild "
+                "with `adrap build DIR`"
+            ) from exc
+        if created:
+            _fsync_dir(self.path.parent)  # the new file's directory entry survives a crash
+
+    # -- manifest --------------------------------------------------------------------------------
+
+    def manifest(self) -> dict[str, Any]:
+        """Return every manifest entry (JSON-decoded)."""
+        with self._lock:
+            rows = self._db.execute("SELECT key, value FROM manifest").fetchall()
+        return {k: json.loads(v) for k, v in rows}
+
+    def check(self, expect: Mapping[str, Any]) -> None:
+        """Refuse a database written by another format, other libraries or another setup.
+
+        Raises:
+            IncompatibleModelError: the message names each difference and how to rebuild.
+        """
+        have = self.manifest()
+        bad = []
+        if have.get("rows_format", ROWS_FORMAT) != ROWS_FORMAT:
+            bad.append(f"database format {have.get('rows_format')} vs {ROWS_FORMAT}")
+        now = library_versions()
+        for lib, was in (have.get("libraries") or {}).items():
+            if lib != "python" and lib in now and major_minor(now[lib]) != major_minor(was):
+                bad.append(f"{lib} {was} (stored) vs {now[lib]} (installed)")
+        for key, want in expect.items():
+            if key in have and have[key] != want:
+                bad.append(f"{key} {have[key]!r} (stored) vs {want!r} (configured)")
+        if bad:
+            raise IncompatibleModelError(
+                f"the tree state in {self.path} was written for another setup: "
+                + "; ".join(bad)
+                + f"; delete {self.path} and run `adrap build DIR` to rebuild the tree (or "
+                "restore the previous configuration)"
+            )
+
+    # -- reads -----------------------------------------------------------------------------------
+
+    def get(self, ns: str, key: str) -> bytes | None:
+        """Return one row's value, or None."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT value FROM rows WHERE ns = ? AND key = ?", (ns, key)
+            ).fetchone()
+        return None if row is None else bytes(row[0])
+
+    def get_many(self, ns: str, keys: Iterable[str]) -> dict[str, bytes]:
+        """Return the values of those of ``keys`` that exist."""
+        out: dict[str, bytes] = {}
+        todo = list(keys)
+        with self._lock:
+            for start in range(0, len(todo), _CHUNK):
+                part = todo[start : start + _CHUNK]
+                marks = ",".join("?" * len(part))
+                for k, v in self._db.execute(
+                    f"SELECT key, value FROM rows WHERE ns = ? AND key IN ({marks})", (ns, *part)
+                ):
+                    out[k] = bytes(v)
+        return out
+
+    def keys(self, ns: str) -> list[str]:
+        """Return every key of a namespace (O(namespace): not for the update path)."""
+        with self._lock:
+            return [k for (k,) in self._db.execute("SELECT key FROM rows WHERE ns = ?", (ns,))]
+
+    def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
+        """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""
+        after = ""
+        while True:
+            with self._lock:
+                page = self._db.execute(
+                    "SELECT key, value FROM rows WHERE ns = ? AND key > ? ORDER BY key LIMIT 2048",
+                    (ns, after),
+                ).fetchall()
+            if not page:
+                return
+            for k, v in page:
+                yield k, bytes(v)
+            after = page[-1][0]
+
+    def count(self, ns: str) -> int:
+        """Return the number of rows of a namespace."""
+        with self._lock:
+            (n,) = self._db.execute("SELECT count(*) FROM rows WHERE ns = ?", (ns,)).fetchone()
+        return int(n)
+
+    def contains(self, ns: str, keys: Iterable[str]) -> set[str]:
+        """Return which of ``keys`` exist in the namespace."""
+        found: set[str] = set()
+        todo = list(keys)
+        with self._lock:
+            for start in range(0, len(todo), _CHUNK):
+                part = todo[start : start + _CHUNK]
+                marks = ",".join("?" * len(part))
+                found.update(
+                    k
+                    for (k,) in self._db.execute(
+                        f"SELECT key FROM rows WHERE ns = ? AND key IN ({marks})", (ns, *part)
+                    )
+                )
+        return found
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    def commit(self, changes: Changes, *, stamp: int = 0) -> int:
+        """Apply ``changes`` in one transaction (all or nothing); return the bytes written.
+
+        Raises:
+            ModelStoreError: the database is read-only, full, or failed; nothing was written.
+        """
+        if self.readonly:
+            raise ModelStoreError(f"{self.path} is open read-only")
+        written = 0
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                for ns in changes.clear:
+                    self._db.execute("DELETE FROM rows WHERE ns = ?", (ns,))
+                if changes.delete:
+                    self._db.executemany(
+                        "DELETE FROM rows WHERE ns = ? AND key = ?", sorted(changes.delete)
+                    )
+                if changes.put:
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO rows (ns, key, value, stamp) VALUES (?, ?, ?, ?)",
+                        [(ns, k, v, stamp) for (ns, k), v in changes.put.items()],
+                    )
+                    written += sum(len(v) for v in changes.put.values())
+                touch = changes.touch - changes.put.keys() - changes.delete
+                if touch:
+                    self._db.executemany(
+                        "UPDATE rows SET stamp = ? WHERE ns = ? AND key = ?",
+                        [(stamp, ns, k) for ns, k in touch],
+                    )
+                manifest = dict(changes.manifest)
+                if manifest:
+                    manifest.setdefault("rows_format", ROWS_FORMAT)
+                    manifest.setdefault("libraries", library_versions())
+                    self._db.executemany(
+                        "INSERT OR REPLACE INTO manifest (key, value) VALUES (?, ?)",
+                        [(k, json.dumps(v)) for k, v in manifest.items()],
+                    )
+                    written += sum(len(json.dumps(v)) for v in manifest.values())
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise ModelStoreError(
+                    f"cannot commit the tree state to {self.path}: {exc}; check free space and "
+                    "permissions of the state dir, then run the command again"
+                ) from exc
+        return written
+
+    def evict_oldest(self, ns: str, keep: int) -> int:
+        """Delete the least recently stamped rows of ``ns`` beyond ``keep``; return how many."""
+        if self.readonly:
+            return 0
+        with self._lock:
+            (n,) = self._db.execute("SELECT count(*) FROM rows WHERE ns = ?", (ns,)).fetchone()
+            excess = int(n) - keep
+            if excess <= 0:
+                return 0
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(
+                "DELETE FROM rows WHERE ns = ? AND key IN "
+                "(SELECT key FROM rows WHERE ns = ? ORDER BY stamp, key LIMIT ?)",
+                (ns, ns, excess),
+            )
+            self._db.execute("COMMIT")
+        return excess
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._db.close()
