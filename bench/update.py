@@ -81,12 +81,17 @@ class CountingSummarizer:
         self.prompt_version = self.inner.prompt_version
         self.calls = 0
         self.input_tokens = 0
+        self.cpu = 0.0
         self.tok = default_tokenizer()
 
     def summarize_many(self, groups, *, max_tokens, query=None):  # type: ignore[no-untyped-def]
+        c0 = cpu()
         self.calls += len(groups)
         self.input_tokens += sum(len(self.tok.encode(t)) for g in groups for t in g)
-        return self.inner.summarize_many(groups, max_tokens=max_tokens, query=query)
+        try:
+            return self.inner.summarize_many(groups, max_tokens=max_tokens, query=query)
+        finally:
+            self.cpu += cpu() - c0
 
 
 def pipeline(tmp: Path, embedder: object, summarizer: object, *, greedy: bool = False) -> Pipeline:
@@ -215,57 +220,124 @@ def synthetic_docs(root: Path, n_leaves: int, rng: random.Random) -> list[str]:
     return sentences
 
 
-def part2(tmp: Path, sizes: list[int]) -> None:
-    from tests.fakes import HashEmbedder
+class TimedEmbedder:
+    """Hashed embeddings, counting the CPU seconds spent embedding (excluded from update cost)."""
 
-    print("per-document update cost (hashed 384-d embeddings, extractive summaries):")
-    print(f"  {'leaves':>7} {'operation':<10} {'wall s':>7} {'cpu s':>7} {'summaries':>9}")
+    def __init__(self, dim: int) -> None:
+        from tests.fakes import HashEmbedder
+
+        self.inner = HashEmbedder(dim=dim)
+        self.model_id = self.inner.model_id
+        self.dim = dim
+        self.cpu = 0.0
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        c0 = cpu()
+        try:
+            return self.inner.embed_documents(texts)
+        finally:
+            self.cpu += cpu() - c0
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)
+
+
+def state_bytes(p: Pipeline) -> int:
+    from ingestor.tree.persist import state_path
+
+    path = state_path(p.models, p.tree)
+    return sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
+
+
+def part2(tmp: Path, sizes: list[int], repeats: int) -> None:
+    """Per one-document update: CPU excluding embedding and summary generation, state bytes."""
+    print(
+        "per-document update cost (hashed 384-d embeddings, extractive summaries; cpu s excludes "
+        f"embedding and summary generation; median of {repeats}):"
+    )
+    print(
+        f"  {'leaves':>7} {'operation':<10} {'wall s':>7} {'cpu s':>7} {'summaries':>9} "
+        f"{'state KB written':>16}"
+    )
+    first: dict[str, float] = {}
     for size in sizes:
         rng = random.Random(0)
         root = tmp / f"synthetic{size}"
         sentences = synthetic_docs(root, size, rng)
         s = CountingSummarizer()
-        p = pipeline(tmp / f"s{size}", HashEmbedder(dim=384), s)
+        emb = TimedEmbedder(384)
+        p = pipeline(tmp / f"s{size}", emb, s)
         t0, c0 = time.perf_counter(), cpu()
         p.build(root)
         state = p.require_state()
         wall, cpu_s = time.perf_counter() - t0, cpu() - c0
-        print(
-            f"  {len(state.ids_in_layer(0)):>7} {'build':<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}"
-        )
-        new = root / "zz-new.txt"
-        victim, edited = sorted(root.glob("doc*.txt"))[:2]
-        for name in ("add", "remove", "edit"):
-            before = s.calls
-            t0, c0 = time.perf_counter(), cpu()
-            if name == "add":
-                new.write_text(" ".join(rng.sample(sentences, 40)))
-                p.update([new])
-            elif name == "remove":
-                victim.unlink()
-                p.update([victim])
-            else:
-                edited.write_text(edited.read_text() + " " + " ".join(rng.sample(sentences, 8)))
-                p.update([edited])
-            wall, cpu_s = time.perf_counter() - t0, cpu() - c0
-            print(f"  {'':>7} {name:<10} {wall:7.2f} {cpu_s:7.2f} {s.calls - before:9d}")
+        n_leaves = state.layer_counts().get(0, 0)
+        print(f"  {n_leaves:>7} {'build':<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}")
+        docs = sorted(root.glob("doc*.txt"))
+        results: dict[str, list[tuple[float, float, int, int]]] = {}
+        for k in range(repeats):
+            victim, edited = docs[2 * k], docs[2 * k + 1]
+            new = root / f"zz-new{k}.txt"
+            for name in ("add", "remove", "edit"):
+                before, e0, s0 = s.calls, emb.cpu, s.cpu
+                t0, c0 = time.perf_counter(), cpu()
+                if name == "add":
+                    new.write_text(" ".join(rng.sample(sentences, 40)))
+                    report = p.update([new])
+                elif name == "remove":
+                    victim.unlink()
+                    report = p.update([victim])
+                else:
+                    text = edited.read_text()
+                    edited.write_text(text + " " + " ".join(rng.sample(sentences, 8)))
+                    report = p.update([edited])
+                wall = time.perf_counter() - t0
+                cpu_s = cpu() - c0 - (emb.cpu - e0) - (s.cpu - s0)
+                results.setdefault(name, []).append(
+                    (wall, cpu_s, s.calls - before, report.state_bytes)
+                )
+        for name, rows in results.items():
+            wall, cpu_s, calls, written = (float(np.median([r[i] for r in rows])) for i in range(4))
+            first.setdefault(name, cpu_s)
+            print(
+                f"  {'':>7} {name:<10} {wall:7.2f} {cpu_s:7.3f} {calls:9.0f} {written / 1024:16.1f}"
+                f"   (x{cpu_s / first[name]:.2f} of the smallest tree)"
+            )
         state = p.require_state()
-        state.summary_cache.clear()
         before = s.calls
         t0, c0 = time.perf_counter(), cpu()
+        p.builder.summarize_groups = _uncached(p.builder.summarize_groups)  # type: ignore[method-assign]
         p.builder.build(state)
         wall, cpu_s = time.perf_counter() - t0, cpu() - c0
         calls = s.calls - before
+        per_doc = float(np.median([r[1] for r in results["add"]]))
         print(
-            f"  {'':>7} {'rebuild':<10} {wall:7.1f} {cpu_s:7.1f} {calls:9d}  (layers only, no cache)"
+            f"  {'':>7} {'rebuild':<10} {wall:7.1f} {cpu_s:7.1f} {calls:9d}  (layers only, no "
+            f"cache; {cpu_s / max(per_doc, 1e-9):.0f}x a one-document add's cpu)"
         )
+        print(f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS {peak_rss_mb():.0f} MiB")
         p.store.close()
+
+
+def _uncached(fn):  # type: ignore[no-untyped-def]
+    """Make the builder summarise every cluster again (a rebuild that pays for every summary)."""
+
+    def run(state, groups, stats, progress=None, layer=1):  # type: ignore[no-untyped-def]
+        keys = list(state.summary_cache)
+        for k in keys:
+            del state.summary_cache[k]
+        return fn(state, groups, stats, layer=layer) if progress is None else fn(
+            state, groups, stats, progress, layer
+        )
+
+    return run
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", choices=["1", "2", "all"], default="all")
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000])
+    ap.add_argument("--repeats", type=int, default=3, help="one-document updates per operation")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -273,7 +345,7 @@ def main() -> None:
         if args.part in ("1", "all"):
             part1(tmp)
         if args.part in ("2", "all"):
-            part2(tmp, args.sizes)
+            part2(tmp, args.sizes, args.repeats)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

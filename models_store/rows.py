@@ -265,9 +265,11 @@ class RowStore:
                     )
                     written += sum(len(json.dumps(v)) for v in manifest.values())
                 self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
+            except BaseException as exc:
                 if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
+                    self._db.execute("ROLLBACK")  # all or nothing, whatever interrupted it
+                if not isinstance(exc, sqlite3.Error):
+                    raise
                 raise ModelStoreError(
                     f"cannot commit the tree state to {self.path}: {exc}; check free space and "
                     "permissions of the state dir, then run the command again"

@@ -217,7 +217,8 @@ class TreeClusterer:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         reducers = [self.__dict__.get("global_umap_")]
-        reducers += [local.umap for local in self.__dict__.get("local_models_", ())]
+        # local_models_ is None while the state database stores them one row each.
+        reducers += [local.umap for local in self.__dict__.get("local_models_") or ()]
         for reducer in reducers:
             if reducer is not None:
                 reducer._knn_search_index.data = reducer._raw_data

@@ -166,10 +166,12 @@ class ApplyStage(BuildStage):
                 summary_tokens=stats.summary_tokens,
             )
             self.store_state(state)
+            report.state_bytes = state.last_commit_bytes
             return
         report.stats = TreeUpdater(self.builder).apply(state, [n.node_id for n in added], removed)
         report.stats.upserted.update(touched)
         self.store_changes(state, report.stats.upserted, report.stats.deleted)
+        report.state_bytes = state.last_commit_bytes
 
     def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
         """Upsert changed nodes, commit the state, then delete the points of removed nodes.
@@ -184,7 +186,7 @@ class ApplyStage(BuildStage):
         for start in range(0, len(ids), UPSERT_BATCH):
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
-        self._commit(state, all_layers=True)
+        self._commit(state)
         if gone:
             self.store.delete(gone)
         self._intent(state, None, None)

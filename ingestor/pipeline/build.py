@@ -264,10 +264,10 @@ class BuildStage:
         report.seconds = time.perf_counter() - t0
         return report
 
-    def _commit(self, state: TreeState, *, all_layers: bool = True) -> None:
+    def _commit(self, state: TreeState) -> None:
         try:
             self.store.flush()  # the points are durable before the state that references them
-            commit_state(self.models, state, all_layers=all_layers)
+            commit_state(self.models, state)
         except (OSError, ModelStoreError) as exc:
             raise TreeError(
                 f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "

@@ -32,6 +32,8 @@ class UpdateReport:
     stats: UpdateStats = field(default_factory=UpdateStats)
     rebuilt: bool = False
     seconds: float = 0.0
+    #: Bytes the update wrote to the state database.
+    state_bytes: int = 0
 
     def summary(self) -> str:
         """Return the one-line account printed by the CLI and logged by the daemon."""

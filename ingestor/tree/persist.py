@@ -2,8 +2,8 @@
 
 Layout: ``<state_dir>/models/tree-<tree>.sqlite`` (see :mod:`models_store.rows`), namespaces
 ``node`` (one row per node), ``source`` (the source index), ``cache`` (the summary cache, bounded,
-least recently used evicted), ``layer`` (one fitted adaptive layer per clustered layer, written
-when the layer changed) and ``intent`` (the points an update is about to write and delete, so a
+least recently used evicted), ``L<i>.*`` (each clustered layer by parts, see
+:mod:`ingestor.tree.layer_store`) and ``intent`` (the points an update is about to write and delete, so a
 crash between the store and the state is repaired from a few rows, not from a scan of the tree).
 The manifest holds the tree's scalars (root, embedding model, counters, nodes per layer).
 
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestor.errors import TreeError
+from ingestor.tree.layer_store import layer_changes, layer_committed, open_layer, remove_layer
 from ingestor.tree.rowmap import dumps, loads
 from ingestor.tree.state import STATE_FORMAT, TreeState
 from models_store import Changes, ModelStore, RowStore
@@ -30,7 +31,6 @@ log = logging.getLogger(__name__)
 CACHE_MIN = 2000
 CACHE_FACTOR = 3
 _INTENT = "intent"
-_LAYER = "layer"
 
 
 def state_name(tree: str) -> str:
@@ -90,8 +90,7 @@ def _open(rows: RowStore) -> TreeState:
     for rowmap in (state.nodes, state.sources, state.summary_cache):
         rowmap.bind(rows)
     state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
-    blobs = rows.get_many(_LAYER, [str(i) for i in range(int(m.get("n_layers", 0)))])
-    state.layers = [loads(blobs[str(i)]) for i in range(len(blobs))]
+    state.layers = [open_layer(rows, i) for i in range(int(m.get("n_layers", 0)))]
     state.rows = rows
     return state
 
@@ -178,7 +177,7 @@ def pending_intent(state: TreeState) -> Intent | None:
     )
 
 
-def commit_state(models: ModelStore, state: TreeState, *, all_layers: bool = True) -> int:
+def commit_state(models: ModelStore, state: TreeState) -> int:
     """Write what changed in ``state`` as its next generation, in one transaction.
 
     A state that was never committed (a fresh build) is written whole, replacing any previous
@@ -196,18 +195,18 @@ def commit_state(models: ModelStore, state: TreeState, *, all_layers: bool = Tru
     else:
         fresh = False
     rows: RowStore = state.rows
-    before = int(rows.manifest().get("n_layers", 0)) if not fresh else 0
+    before = int(rows.manifest().get("n_layers", 0))
     state.generation += 1
     ch = Changes()
     for rowmap in (state.nodes, state.sources, state.summary_cache):
         rowmap.changes(ch)
     if fresh:
-        ch.clear.add(_LAYER)
-    if fresh or all_layers:
-        for i, layer in enumerate(state.layers):
-            ch.set(_LAYER, str(i), dumps(layer))
+        for i in range(before):
+            remove_layer(i, ch)
+    for i, layer in enumerate(state.layers):
+        layer_changes(layer, i, ch, rows)
     for i in range(len(state.layers), before):
-        ch.remove(_LAYER, str(i))
+        remove_layer(i, ch)
     if fresh:
         ch.clear.add(_INTENT)
     elif state.intent_open:
@@ -235,6 +234,8 @@ def commit_state(models: ModelStore, state: TreeState, *, all_layers: bool = Tru
         raise
     for rowmap in (state.nodes, state.sources, state.summary_cache):
         rowmap.committed()
+    for layer in state.layers:
+        layer_committed(layer)
     summaries = sum(n for layer, n in state.nodes.sizes.items() if layer > 0)
     keep = max(CACHE_MIN, CACHE_FACTOR * summaries)
     if rows.evict_oldest("cache", keep) or fresh:

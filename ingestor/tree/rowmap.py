@@ -58,6 +58,11 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._complete = True  # the cache holds every row (nothing stored, or all loaded)
         self._cleared = False
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickle (or copy) as a plain in-memory mapping: every row loaded, no database."""
+        self._load_all()
+        return self.__dict__ | {"_rows": None, "_complete": True}
+
     # -- binding to the database -----------------------------------------------------------------
 
     def bind(self, rows: RowStore) -> None:

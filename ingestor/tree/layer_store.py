@@ -1,0 +1,259 @@
+"""An adaptive layer in the state database, by parts, so that a commit writes what an update touched.
+
+A clustered layer holds a fitted clusterer (a global UMAP + GMM and one local model per global
+cluster), one online GMM per global cluster, and maps from nodes to points and from clusters to
+the summaries above. Pickled whole, the layer over the leaves grows with the tree (every point,
+every local UMAP's training data) and an update would rewrite all of it. Here each part is its own
+row, in namespaces ``L<i>.<part>``:
+
+* ``head``: the layer's scalars (and its id counter) and the clusterer without its local models;
+  written when the layer is fitted and, for the scalars, at each commit (a few hundred bytes).
+* ``local``: one row per global cluster's local model (written when fitted or re-fitted).
+* ``gmms``: one row per global cluster's online GMM (written when that group was touched).
+* per-node and per-cluster maps (``point_of``, ``node_at``, ``cluster_nodes``, ``guarded``, …):
+  one row per entry (written when set or deleted).
+
+Opening a layer reads only its head; groups, local models and map entries load on first use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, MutableMapping, MutableSequence
+from typing import Any, Generic, TypeVar, overload
+
+from ingestor.cluster.adaptive import AdaptiveLayer
+from ingestor.tree.rowmap import RowMap, dumps, loads
+from models_store import Changes, RowStore
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+#: Map attributes of an AdaptiveLayer, with how their keys are written and whether their values
+#: are changed in place (written back whenever handed out).
+_MAPS: dict[str, tuple[str, bool]] = {
+    "point_of": ("str", False),
+    "node_at": ("pair", False),
+    "cluster_nodes": ("int", True),
+    "guarded": ("int", True),
+    "placed": ("str", False),
+}
+_LISTS = ("gmms",)
+
+
+class KeyedRowMap(MutableMapping[K, V], Generic[K, V]):
+    """A :class:`~ingestor.tree.rowmap.RowMap` with non-string keys (ints, pairs)."""
+
+    def __init__(self, rows: RowMap[V], kind: str) -> None:
+        self.rows = rows
+        self.kind = kind
+
+    def _enc(self, key: Any) -> str:
+        if self.kind == "pair":
+            return f"{key[0]}/{key[1]}"
+        return str(key)
+
+    def _dec(self, key: str) -> Any:
+        if self.kind == "int":
+            return int(key)
+        if self.kind == "pair":
+            g, p = key.split("/")
+            return int(g), int(p)
+        return key
+
+    def __getitem__(self, key: K) -> V:
+        return self.rows[self._enc(key)]
+
+    def __setitem__(self, key: K, value: V) -> None:
+        self.rows[self._enc(key)] = value
+
+    def __delitem__(self, key: K) -> None:
+        del self.rows[self._enc(key)]
+
+    def __contains__(self, key: object) -> bool:
+        return self._enc(key) in self.rows
+
+    def __iter__(self) -> Iterator[K]:
+        return (self._dec(k) for k in self.rows)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def items(self) -> list[tuple[K, V]]:  # type: ignore[override]
+        return [(self._dec(k), v) for k, v in self.rows.items()]
+
+    def values(self) -> list[V]:  # type: ignore[override]
+        return self.rows.values()
+
+
+class RowList(MutableSequence[V], Generic[V]):
+    """A list whose items are rows (one per index), loaded on first use.
+
+    Args:
+        on_load: called with each item read from the database (to re-link shared objects).
+    """
+
+    def __init__(
+        self, rows: RowMap[V], length: int, on_load: Callable[[V], None] | None = None
+    ) -> None:
+        self.rows = rows
+        self.length = length
+        self.on_load = on_load
+        self._linked: set[int] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle (or copy) with every item loaded and re-linked, without the loader."""
+        for j in range(self.length):
+            self[j]
+        return self.__dict__ | {"on_load": None}
+
+    @overload
+    def __getitem__(self, i: int) -> V: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[V]: ...
+    def __getitem__(self, i: int | slice) -> V | list[V]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.length))]
+        if not -self.length <= i < self.length:
+            raise IndexError(i)
+        i %= self.length
+        value = self.rows[str(i)]
+        if self.on_load is not None and i not in self._linked:
+            self.on_load(value)
+            self._linked.add(i)
+        return value
+
+    def __setitem__(self, i: int | slice, value: Any) -> None:
+        if isinstance(i, slice):
+            raise TypeError("RowList does not support slice assignment")
+        if not -self.length <= i < self.length:
+            raise IndexError(i)
+        i %= self.length
+        self.rows[str(i)] = value
+        self._linked.add(i)
+
+    def __delitem__(self, i: int | slice) -> None:
+        raise TypeError("items of a layer are never deleted, only replaced")
+
+    def __len__(self) -> int:
+        return self.length
+
+    def insert(self, i: int, value: V) -> None:
+        if i != self.length:
+            raise TypeError("RowList only appends")
+        self.rows[str(self.length)] = value
+        self._linked.add(self.length)
+        self.length += 1
+
+
+def _relink_local(model: Any) -> None:
+    umap = getattr(model, "umap", None)
+    if umap is not None and hasattr(umap, "_knn_search_index"):
+        umap._knn_search_index.data = umap._raw_data  # the index pickles without its data
+
+
+def _parts(i: int) -> list[str]:
+    return [f"L{i}.{p}" for p in ("head", "local", *_LISTS, *_MAPS)]
+
+
+def _track(al: AdaptiveLayer, i: int) -> None:
+    """Replace a layer's containers by tracking ones holding the same data, all marked to write."""
+    for name, (kind, mutable) in _MAPS.items():
+        if not hasattr(al, name):
+            continue
+        rows: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
+        tracked: KeyedRowMap[Any, Any] = KeyedRowMap(rows, kind)
+        for k, v in dict(getattr(al, name)).items():
+            tracked[k] = v
+        setattr(al, name, tracked)
+    for name in _LISTS:
+        rows = RowMap(f"L{i}.{name}", mutable=True)
+        items = list(getattr(al, name))
+        for j, v in enumerate(items):
+            rows[str(j)] = v
+        setattr(al, name, RowList(rows, len(items)))
+    c = al.clusterer
+    local: RowMap[Any] = RowMap(f"L{i}.local")
+    items = list(c.local_models_)
+    for j, v in enumerate(items):
+        local[str(j)] = v
+    c.local_models_ = RowList(local, len(items))
+
+
+def _containers(al: AdaptiveLayer) -> list[RowMap[Any]]:
+    out: list[RowMap[Any]] = [al.clusterer.local_models_.rows]
+    out += [getattr(al, name).rows for name in _LISTS]
+    out += [getattr(al, name).rows for name in _MAPS if hasattr(al, name)]
+    return out
+
+
+def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> None:
+    """Add the writes of layer ``i`` to ``ch``: all of it when new or moved, else what changed."""
+    info = al.__dict__.get("_persist")
+    if info is None or info["index"] != i or info["db"] != str(rows.path):
+        if not isinstance(al.gmms, RowList):
+            _track(al, i)
+        ch.clear.update(_parts(i))
+        for part in _containers(al):
+            part.replace_all()  # loads whatever is still in the database under the old name
+            part.ns = f"L{i}.{part.ns.split('.', 1)[1]}"
+        al.__dict__["_persist"] = {"index": i, "head": True, "db": str(rows.path)}
+    persist = al.__dict__["_persist"]
+    for part in _containers(al):
+        part.changes(ch)
+    scalars = {
+        k: v
+        for k, v in al.__dict__.items()
+        if k not in _MAPS and k not in _LISTS and k not in ("clusterer", "_persist")
+    }
+    ch.set(f"L{i}.head", "scalars", dumps(scalars))
+    ch.set(f"L{i}.head", "lengths", dumps([len(al.gmms), len(al.clusterer.local_models_)]))
+    if persist["head"]:
+        c = al.clusterer
+        local, c.local_models_ = c.local_models_, None
+        try:
+            ch.set(f"L{i}.head", "clusterer", dumps(c))
+        finally:
+            c.local_models_ = local
+
+
+def layer_committed(al: AdaptiveLayer) -> None:
+    """Forget a layer's pending writes once they are in the database."""
+    for part in _containers(al):
+        part.committed()
+    al.__dict__["_persist"]["head"] = False
+
+
+def remove_layer(i: int, ch: Changes) -> None:
+    """Delete every row of layer ``i``."""
+    ch.clear.update(_parts(i))
+
+
+def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
+    """Open layer ``i``: its head now, everything else on first use."""
+    head = rows.get_many(f"L{i}.head", ["scalars", "lengths", "clusterer"])
+    scalars: dict[str, Any] = loads(head["scalars"])  # type: ignore[assignment]
+    lengths: list[int] = loads(head["lengths"])  # type: ignore[assignment]
+    n_groups, n_local = lengths
+    clusterer: Any = loads(head["clusterer"])
+    al = AdaptiveLayer.__new__(AdaptiveLayer)
+    al.__dict__.update(scalars)
+    al.clusterer = clusterer
+    ids = scalars.get("ids")
+
+    def relink_gmm(gmm: Any) -> None:
+        if gmm is not None and ids is not None:
+            gmm.ids = ids  # one id counter per layer, shared by its groups
+
+    for name, (kind, mutable) in _MAPS.items():
+        m: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
+        m.bind(rows)
+        setattr(al, name, KeyedRowMap(m, kind))
+    for name in _LISTS:
+        m = RowMap(f"L{i}.{name}", mutable=True)
+        m.bind(rows)
+        setattr(al, name, RowList(m, n_groups, on_load=relink_gmm))
+    local: RowMap[Any] = RowMap(f"L{i}.local")
+    local.bind(rows)
+    clusterer.local_models_ = RowList(local, n_local, on_load=_relink_local)
+    al.__dict__["_persist"] = {"index": i, "head": False, "db": str(rows.path)}
+    return al

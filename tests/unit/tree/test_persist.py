@@ -1,0 +1,237 @@
+"""The state database: incremental commits, crash windows, readers, refusal, bounded cache.
+
+Real UMAP + online GMM, a real qdrant-edge shard, hashed embeddings and echo summaries.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestor.errors import TreeError
+from ingestor.pipeline import Pipeline, load_state, state_exists
+from ingestor.tree import persist
+from ingestor.tree.persist import commit_state, pending_intent, state_path
+from models_store import IncompatibleModelError, ModelStore, ModelStoreError, RowStore
+from retriever import StoreError
+from tests.fakes import EchoSummarizer, HashEmbedder
+from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Pipeline, Path]:
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(0), 14)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    p.build(root)
+    return p, root
+
+
+def test_a_one_document_update_rewrites_only_the_rows_it_changed(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, root = built
+    rows = RowStore(state_path(p.models, "t"), readonly=True)
+    before = dict(
+        sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, stamp FROM rows").fetchall()
+    )
+    (root / "new.txt").write_text(doc_text(random.Random(5), 5))
+    p.update([root / "new.txt"])
+    after = dict(
+        sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, stamp FROM rows").fetchall()
+    )
+    generation = p.require_state().generation
+    rewritten = [k for k, stamp in after.items() if stamp == generation and k.startswith("node:")]
+    nodes = [k for k in after if k.startswith("node:")]
+    assert 0 < len(rewritten) < len(nodes) / 2, "only the nodes the update touched are written"
+    untouched = [k for k in nodes if k in before and after[k] == before[k]]
+    assert untouched, "nodes the update did not touch keep the generation that wrote them"
+    check_invariants(p)
+
+
+def test_a_crash_between_commit_and_delete_is_repaired_by_the_next_cli_update(
+    built: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The intent names the points to delete; the next writer deletes them (no daemon needed)."""
+    p, root = built
+    doomed = sorted(p.require_state().sources["d0.txt"].node_ids)
+
+    def crash(ids: Any) -> None:
+        raise KeyboardInterrupt("killed between the state commit and the deletes")
+
+    monkeypatch.setattr(p.store, "delete", crash)
+    (root / "d0.txt").unlink()
+    with pytest.raises(KeyboardInterrupt):
+        p.update([root / "d0.txt"])
+    monkeypatch.undo()
+    assert set(doomed) <= set(p.store.iter_ids("t")), "the removed document is still searchable"
+    state = p.require_state()
+    intent = pending_intent(state)
+    assert intent is not None
+    assert intent.committed
+    (root / "x.txt").write_text(doc_text(random.Random(9), 4))
+    p.update([root / "x.txt"])
+    assert not set(doomed) & set(p.store.iter_ids("t"))
+    check_invariants(p)
+
+
+def test_a_crash_before_the_commit_leaves_the_previous_tree_and_no_orphans(
+    built: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p, root = built
+    generation = p.require_state().generation
+    stored = set(p.store.iter_ids("t"))
+
+    def crash(*args: Any, **kwargs: Any) -> int:
+        raise KeyboardInterrupt("killed after the upserts, before the state commit")
+
+    monkeypatch.setattr(persist, "commit_state", crash)
+    monkeypatch.setattr("ingestor.pipeline.build.commit_state", crash)
+    (root / "late.txt").write_text(doc_text(random.Random(7), 6))
+    with pytest.raises(KeyboardInterrupt):
+        p.update([root / "late.txt"])
+    monkeypatch.undo()
+    assert set(p.store.iter_ids("t")) > stored, "the update's new points were written"
+    assert p.require_state().generation == generation, "nothing of the update was committed"
+    p.update([root / "late.txt"])
+    check_invariants(p)
+    assert "late.txt" in p.require_state().sources
+
+
+def test_a_failed_commit_writes_nothing(tmp_path: Path) -> None:
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    from models_store import Changes
+
+    ok = Changes()
+    ok.set("a", "1", b"one")
+    rows.commit(ok, stamp=1)
+    bad = Changes()
+    bad.set("a", "2", b"two")
+    bad.manifest = {"x": object()}  # not JSON: fails inside the transaction
+    with pytest.raises((ModelStoreError, TypeError)):
+        rows.commit(bad, stamp=2)
+    assert rows.get("a", "2") is None
+    assert rows.get("a", "1") == b"one"
+
+
+def test_readers_see_the_last_committed_generation_while_a_writer_is_mid_update(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, _ = built
+    state = p.require_state()
+    generation = state.generation
+    n_nodes = len(state.nodes)
+    rows: RowStore = state.rows
+    rows._db.execute("BEGIN IMMEDIATE")  # a writer holds an open transaction
+    rows._db.execute("DELETE FROM rows WHERE ns = 'node'")
+    reader = load_state(p.models, "t", readonly=True)
+    assert reader is not None
+    assert reader.generation == generation
+    assert len(reader.nodes) == n_nodes > 0
+    rows._db.execute("ROLLBACK")
+
+
+def test_read_only_opening_creates_nothing(tmp_path: Path) -> None:
+    models = ModelStore(tmp_path / "models")
+    assert load_state(models, "t", readonly=True) is None
+    assert not state_exists(models, "t")
+    assert list((tmp_path / "models").iterdir()) == []
+
+
+def test_a_state_of_another_embedding_model_is_refused_with_how_to_rebuild(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, _ = built
+    with pytest.raises(IncompatibleModelError, match=r"hash-48.*adrap build"):
+        load_state(p.models, "t", HashEmbedder(dim=16))
+
+
+def test_the_summary_cache_is_bounded(
+    built: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p, root = built
+    monkeypatch.setattr(persist, "CACHE_MIN", 5)
+    monkeypatch.setattr(persist, "CACHE_FACTOR", 1)
+    rng = random.Random(3)
+    for i in range(6):
+        (root / f"d{i}.txt").write_text(doc_text(rng, 6))
+        p.update([root / f"d{i}.txt"])
+    state = p.require_state()
+    summaries = sum(n for layer, n in state.layer_counts().items() if layer > 0)
+    assert state.rows.count("cache") <= max(5, summaries)
+    check_invariants(p)
+
+
+def test_removing_a_path_not_in_the_tree_commits_nothing(built: tuple[Pipeline, Path]) -> None:
+    p, root = built
+    generation = p.require_state().generation
+    with pytest.raises(TreeError, match="not in tree"):
+        p.update([root / "nope.txt"], remove=True)
+    assert p.require_state().generation == generation
+
+
+def test_vectors_lost_from_the_store_are_embedded_again_on_recovery(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, _ = built
+    state = p.require_state()
+    victim = sorted(state.sources["d1.txt"].node_ids)[0]
+    p.store.delete([victim])
+    with pytest.raises(StoreError):
+        state.matrix([victim])
+    vec = p.vectors_of(state, [victim])
+    assert vec.shape == (1, p.embedder.dim)
+
+
+@dataclass
+class LegacyState:
+    """The shape of adrap 0.1's pickled TreeState (what _migrate reads)."""
+
+    tree: str
+    root: str
+    embed_model: str
+    dim: int
+    params: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0
+    nodes: dict[str, Any] = field(default_factory=dict)
+    vectors: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, Any] = field(default_factory=dict)
+    layers: list[Any] = field(default_factory=list)
+    summary_cache: dict[str, str] = field(default_factory=dict)
+    leaves_at_build: int = 0
+    added_since_build: int = 0
+    removed_since_build: int = 0
+    built_at: float = 0.0
+
+
+def test_a_state_pickled_by_adrap_0_1_is_converted_on_first_open(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, _ = built
+    state = p.require_state()
+    legacy = LegacyState(
+        tree="t2",
+        root=state.root,
+        embed_model=state.embed_model,
+        dim=state.dim,
+        generation=7,
+        nodes=dict(state.nodes.items()),
+        sources=dict(state.sources.items()),
+        layers=list(state.layers),
+        summary_cache={"k": "v"},
+    )
+    p.models.save("tree-t2", legacy, extra={"embed_model": state.embed_model, "dim": state.dim})
+    converted = load_state(p.models, "t2", p.embedder)
+    assert converted is not None
+    assert set(converted.nodes) == set(state.nodes)
+    assert not p.models.exists("tree-t2"), "the pickle is gone once converted"
+    again = load_state(p.models, "t2", p.embedder)
+    assert again is not None
+    assert again.generation == 8
+    assert again.summary_cache["k"] == "v"
+    assert commit_state(p.models, again) > 0
