@@ -315,7 +315,9 @@ def part2(tmp: Path, sizes: list[int], repeats: int) -> None:
             f"  {'':>7} {'rebuild':<10} {wall:7.1f} {cpu_s:7.1f} {calls:9d}  (layers only, no "
             f"cache; {cpu_s / max(per_doc, 1e-9):.0f}x a one-document add's cpu)"
         )
-        print(f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS {peak_rss_mb():.0f} MiB")
+        print(
+            f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS {peak_rss_mb():.0f} MiB"
+        )
         p.store.close()
 
 
@@ -326,8 +328,10 @@ def _uncached(fn):  # type: ignore[no-untyped-def]
         keys = list(state.summary_cache)
         for k in keys:
             del state.summary_cache[k]
-        return fn(state, groups, stats, layer=layer) if progress is None else fn(
-            state, groups, stats, progress, layer
+        return (
+            fn(state, groups, stats, layer=layer)
+            if progress is None
+            else fn(state, groups, stats, progress, layer)
         )
 
     return run

@@ -5,23 +5,51 @@ the stored global UMAP ``transform`` to its most probable global cluster, throug
 local UMAP ``transform`` into its :class:`~ingestor.cluster.online_gmm.OnlineGMM` (Algorithm 2), and the
 layer reports which clusters changed, were created or were removed, so only their summaries are
 regenerated. Each cluster id maps to the summary node(s) of the layer above (more than one when a
-cluster had to be cut to fit the summariser's input limit).
+cluster had to be cut to fit the summariser's input limit; one node for several clusters when soft
+clustering gave them the same members).
+
+Every node of the layer is exactly one point: adRAP moves a regenerated summary by removing its
+predecessor's point and placing the new node at its new embedding. A global cluster too small for a
+local UMAP + GMM at build time ("guarded") is one cluster until it grows past ``tau_c`` members;
+then it gets its own local UMAP and online GMM, fitted on its members, and follows Algorithm 2.
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.cluster.gmm import soft_assign
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
+from ingestor.cluster.two_step import LocalModel
 
 GUARDED = -1  # point id of a node in a global cluster too small for a local UMAP + GMM
+
+#: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
+Vectors = Callable[[list[str]], NDArray[np.float32]]
+
+
+def vector_digest(x: NDArray[np.floating]) -> tuple[float, ...]:
+    """Return a short fingerprint of an embedding (records which vector a point was placed from).
+
+    The first components of the unit vector, rounded: a store that normalises or re-encodes
+    vectors (Qdrant does, for cosine) returns a vector with the same fingerprint within 1e-3,
+    while another summary's vector differs far more. Compare with :func:`same_digest`.
+    """
+    v = np.asarray(x, dtype=np.float64).ravel()
+    v = v / max(float(np.linalg.norm(v)), 1e-12)
+    return tuple(round(float(t), 5) for t in v[:8])
+
+
+def same_digest(a: tuple[float, ...] | None, b: tuple[float, ...]) -> bool:
+    """Return whether two fingerprints of :func:`vector_digest` name the same vector."""
+    return a is not None and len(a) == len(b) and bool(np.allclose(a, b, atol=1e-3))
 
 
 @dataclass
@@ -67,6 +95,11 @@ class AdaptiveLayer:
         node_at: (global cluster, point id) → node id.
         cluster_nodes: cluster id → summary node ids of the layer above.
         greedy: the paper's greedy baseline: join the most probable cluster, no GMM update.
+        tau_n, tau_c: Algorithm 2's thresholds, for the online GMMs of promoted groups.
+        ids: the layer's cluster id counter (shared by its OnlineGMMs).
+        placed: summary layers only: node id → digest of the vector its point was placed from.
+        refits: how many local models were fitted after the build (a guarded group promoted);
+            the clusterer's ``local_models_`` changed each time.
     """
 
     layer: int
@@ -77,6 +110,11 @@ class AdaptiveLayer:
     node_at: dict[tuple[int, int], str]
     cluster_nodes: dict[int, list[str]]
     greedy: bool = False
+    tau_n: int = 100
+    tau_c: int = 11
+    ids: IdCounter = field(default_factory=IdCounter)
+    placed: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    refits: int = 0
 
     @classmethod
     def from_fit(
@@ -89,8 +127,13 @@ class AdaptiveLayer:
         tau_n: int | None = None,
         tau_c: int = 11,
         greedy: bool = False,
+        vectors: NDArray[np.float32] | None = None,
     ) -> AdaptiveLayer:
-        """Wrap a freshly fitted clusterer; ``cluster_nodes`` maps its final cluster ids to nodes."""
+        """Wrap a freshly fitted clusterer; ``cluster_nodes`` maps its final cluster ids to nodes.
+
+        ``vectors`` (rows of ``member_ids``) are what the clusterer was fitted on; summary layers
+        record their digests (see :attr:`placed`).
+        """
         n = len(member_ids)
         tau = tau_n if tau_n is not None else max(100, math.isqrt(n))
         ids = IdCounter(next_id=int(clusterer.n_clusters_))
@@ -128,19 +171,75 @@ class AdaptiveLayer:
             for pid, r in enumerate(rows):
                 point_of[member_ids[r]] = (g, pid)
                 node_at[(g, pid)] = member_ids[r]
-        return cls(layer, clusterer, gmms, guarded, point_of, node_at, dict(cluster_nodes), greedy)
+        placed: dict[str, tuple[float, ...]] = {}
+        if layer > 0 and vectors is not None:
+            placed = {m: vector_digest(v) for m, v in zip(member_ids, vectors, strict=True)}
+        made = cls(
+            layer,
+            clusterer,
+            gmms,
+            guarded,
+            point_of,
+            node_at,
+            dict(cluster_nodes),
+            greedy,
+            tau,
+            tau_c,
+            ids,
+            placed,
+        )
+        made._cluster_index()
+        return made
 
     # -- read access -----------------------------------------------------------------------------
 
     def members(self, cid: int) -> list[str]:
-        """Return the node ids of cluster ``cid`` (sorted; empty if it does not exist)."""
-        for gcid, nodes in self.guarded.values():
-            if gcid == cid:
-                return sorted(nodes)
-        for g, gmm in enumerate(self.gmms):
-            if gmm is not None and cid in gmm.members:
-                return sorted(self.node_at[(g, p)] for p in gmm.members[cid])
+        """Return the node ids of cluster ``cid`` (sorted; empty if it does not exist).
+
+        The cluster's global group comes from an index kept as clusters appear, so this costs
+        the cluster's size; a miss (a layer stored before the index) scans once and repairs it.
+        """
+        index = self._cluster_index()
+        g = index.get(cid)
+        found = self._members_in(g, cid) if g is not None else None
+        if found is not None:
+            return found
+        for g in range(len(self.gmms)):  # not indexed: find it, then remember where
+            found = self._members_in(g, cid)
+            if found is not None:
+                index[cid] = g
+                return found
         return []
+
+    def _members_in(self, g: int, cid: int) -> list[str] | None:
+        gmm = self.gmms[g]
+        if gmm is None:
+            gcid, nodes = self.guarded[g]
+            return sorted(nodes) if gcid == cid else None
+        if cid in gmm.members:
+            return sorted(self.node_at[(g, p)] for p in gmm.members[cid])
+        return None
+
+    def _cluster_index(self) -> dict[int, int]:
+        """Return cluster id -> global group, made on first use (one pass over the groups)."""
+        index: dict[int, int] | None = self.__dict__.get("cluster_group")
+        if index is None:
+            index = self.__dict__["cluster_group"] = {}
+        if not self.__dict__.get("cluster_index_built"):
+            for g in range(len(self.gmms)):
+                gmm = self.gmms[g]
+                if gmm is None:
+                    index[self.guarded[g][0]] = g
+                else:
+                    index.update(dict.fromkeys(gmm.members, g))
+            self.__dict__["cluster_index_built"] = True
+        return index
+
+    def _note(self, g: int, created: Iterable[int]) -> None:
+        """Record the global group of clusters that just appeared (see :meth:`members`)."""
+        index = self._cluster_index()
+        for cid in created:
+            index[cid] = g
 
     def clusters_of(self, node_id: str) -> set[int]:
         """Return the cluster ids a node of this layer belongs to."""
@@ -151,21 +250,45 @@ class AdaptiveLayer:
         assert gmm is not None
         return set(gmm.memberships(pid))
 
+    def names(self, summary: str, children: Iterable[str]) -> bool:
+        """Return True if a cluster still maps to node ``summary`` of the layer above.
+
+        Only clusters of the summary's ``children`` can name it, so this costs the size of one
+        summary, not of the layer.
+        """
+        return any(
+            summary in self.cluster_nodes.get(cid, ())
+            for child in children
+            if child in self.point_of
+            for cid in self.clusters_of(child)
+        )
+
     # -- updates ---------------------------------------------------------------------------------
 
     def add(self, node_id: str, vector: NDArray[np.float32], delta: LayerDelta) -> None:
         """Place a new node (adRAP Algorithm 5, steps 3-6)."""
         self.add_many([node_id], vector.reshape(1, -1), delta)
 
-    def add_many(self, node_ids: list[str], X: NDArray[np.float32], delta: LayerDelta) -> None:
+    def add_many(
+        self,
+        node_ids: list[str],
+        X: NDArray[np.float32],
+        delta: LayerDelta,
+        vectors: Vectors | None = None,
+    ) -> None:
         """Place new nodes one after the other, with their UMAP transforms computed in one go.
 
         The stored UMAP models do not change with the online GMMs, so transforming the whole
         batch first gives the same reduced points as transforming each on arrival, for a
         fraction of the cost (one nearest-neighbour query and layout per global cluster).
+        A guarded group that ends the batch with more than ``tau_c`` members is promoted: its
+        members (embeddings from ``vectors``) get a local UMAP + GMM and an online GMM.
         """
         if not node_ids:
             return
+        if any(node_id in self.point_of for node_id in node_ids):
+            dup = [n for n in node_ids if n in self.point_of]
+            raise ValueError(f"layer {self.layer} already holds node(s) {dup[:3]}: remove first")
         groups = self.clusterer.predict_global(X)
         local: dict[int, NDArray[np.float32]] = {}
         for label in np.unique(groups):
@@ -174,23 +297,77 @@ class AdaptiveLayer:
                 reduced = self.clusterer.transform_local(int(label), X[rows])
                 for r, point in zip(rows.tolist(), reduced, strict=True):
                     local[r] = point
+        grown: set[int] = set()
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
             gmm = self.gmms[g]
+            if self.layer > 0:
+                self.placed[node_id] = vector_digest(X[row])
             if gmm is None:
                 cid, nodes = self.guarded[g]
                 nodes.add(node_id)
                 self.point_of[node_id] = (g, GUARDED)
                 delta.absorb([cid], [], [], [])
+                grown.add(g)
                 continue
             result = gmm.add_greedy(local[row]) if self.greedy else gmm.add(local[row])
             self.point_of[node_id] = (g, result.point)
             self.node_at[(g, result.point)] = node_id
             delta.absorb(result.dirty, result.created, result.split, result.removed)
+            self._note(g, result.created)
+        for g in sorted(grown):
+            if not self.greedy and len(self.guarded[g][1]) > max(self.tau_c, 3):
+                if vectors is None:
+                    raise ValueError(
+                        f"layer {self.layer}: global cluster {g} outgrew tau_c={self.tau_c}; "
+                        "pass vectors= so it can get a local model"
+                    )
+                self._promote(g, vectors, delta)
+
+    def _promote(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+        """Give guarded group ``g`` a local UMAP + GMM fitted on its members, as a build would.
+
+        The GMM's number of clusters is chosen by BIC (the split offer); the largest cluster
+        keeps the group's cluster id, so its summary is regenerated rather than replaced.
+        """
+        cid, nodes = self.guarded[g]
+        ids = sorted(nodes)
+        c = self.clusterer
+        # TreeClusterer's own local step (UMAP n_neighbors = local_n_neighbors, GMM by BIC).
+        umap, Y = c._reduce(vectors(ids), np.arange(len(ids)), c.local_n_neighbors, "local")
+        gmm = c._select_gmm(Y)
+        chosen = soft_assign(gmm.predict_proba(Y), c.threshold)
+        largest = int(np.argmax(chosen.sum(axis=0)))
+        online = OnlineGMM.from_gmm(
+            gmm,
+            Y,
+            cluster_ids=[cid if j == largest else -1 for j in range(chosen.shape[1])],
+            memberships=[set(np.flatnonzero(row).tolist()) for row in chosen],
+            threshold=c.threshold,
+            tau_n=self.tau_n,
+            tau_c=self.tau_c,
+            ids=self.ids,
+            random_state=c.random_state,
+        )
+        comp_ids = [-1] * chosen.shape[1]  # per GMM component, as TreeClusterer records them
+        kept = [j for j in range(chosen.shape[1]) if chosen[:, j].any()]
+        for j, kept_id in zip(kept, online.cluster_ids, strict=True):
+            comp_ids[j] = kept_id
+        c.local_models_[g] = LocalModel(np.arange(len(ids)), umap, gmm, Y, tuple(comp_ids))
+        del self.guarded[g]
+        self.gmms[g] = online
+        for pid, node_id in enumerate(ids):
+            self.point_of[node_id] = (g, pid)
+            self.node_at[(g, pid)] = node_id
+        self.refits += 1
+        created = set(online.members) - {cid}
+        delta.absorb([cid], created, [cid] if created else [], [])
+        self._note(g, created)
 
     def remove(self, node_id: str, delta: LayerDelta) -> None:
         """Drop a node from its clusters; clusters left empty are removed."""
         g, pid = self.point_of.pop(node_id)
+        self.placed.pop(node_id, None)
         if pid == GUARDED:
             cid, nodes = self.guarded[g]
             nodes.discard(node_id)
@@ -201,18 +378,6 @@ class AdaptiveLayer:
         assert gmm is not None
         result = gmm.remove(pid)
         delta.absorb(result.dirty, result.created, result.split, result.removed)
-
-    def replace(self, old_id: str, new_id: str, delta: LayerDelta) -> None:
-        """Give a regenerated node its predecessor's place (same point, new node id)."""
-        g, pid = self.point_of.pop(old_id)
-        self.point_of[new_id] = (g, pid)
-        if pid == GUARDED:
-            _cid, nodes = self.guarded[g]
-            nodes.discard(old_id)
-            nodes.add(new_id)
-        else:
-            self.node_at[(g, pid)] = new_id
-        delta.absorb(self.clusters_of(new_id), [], [], [])
 
     def __len__(self) -> int:
         return len(self.point_of)

@@ -27,6 +27,10 @@ batch M-step agree to rounding and covariances stay positive definite.
 
 ``remove(point)`` drops a point from its clusters and removes the clusters left empty; the
 parameters are left unchanged otherwise (the paper's "leave the clusters unchanged" option).
+
+:attr:`OnlineGMM.offered` records, per cluster, its size when it was last offered a split (by
+BIC: the fit that made it, a refit, or ``_try_split``), so "no cluster grew past τ_c without
+being offered its split" is checkable: a cluster of more than τ_c members has ``offered >= size``.
 """
 
 from __future__ import annotations
@@ -126,6 +130,7 @@ class OnlineGMM:
         self.params = params
         self.cluster_ids = given
         self.members: dict[int, set[int]] = {}
+        self.offered: dict[int, int] = {}
         self._install(params, comps, given)
 
     @classmethod
@@ -202,6 +207,9 @@ class OnlineGMM:
         split = {
             cid for cid in joined if len(self.members[cid]) > self.tau_c and self._try_split(cid)
         }
+        for cid in [*joined, *(self.members.keys() - old_ids)]:
+            if len(self.members[cid]) > self.tau_c:  # offered just now (or made by the split)
+                self.offered[cid] = len(self.members[cid])
         return self._result(pid, old_ids, before, split=split)
 
     def add_greedy(self, x: NDArray[np.floating]) -> UpdateResult:
@@ -247,6 +255,7 @@ class OnlineGMM:
             for j, cid in enumerate(self.cluster_ids):
                 if j not in keep:
                     del self.members[cid]
+                    self.offered.pop(cid, None)
             self.cluster_ids = [self.cluster_ids[j] for j in keep]
         return self._result(point, old_ids, before, assigned=False)
 
@@ -271,6 +280,12 @@ class OnlineGMM:
         self.params = GaussianParams(w / w.sum(), params.means[keep], params.covariances[keep])
         self.cluster_ids = [ids[j] if ids[j] >= 0 else self.ids.take() for j in keep]
         self.members = {cid: members[j] for cid, j in zip(self.cluster_ids, keep, strict=True)}
+        # Installed parameters come from a fit that chose K by BIC: every cluster was offered.
+        self.offered = {cid: len(m) for cid, m in self.members.items()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault("offered", {})  # saved before offers were recorded: none is known
+        self.__dict__.update(state)
 
     def _refit(self) -> None:
         """Algorithm 2, n ≤ τ_n: warm EM, then fresh fits with K+1..K+c components, by BIC."""

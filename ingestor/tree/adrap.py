@@ -1,9 +1,14 @@
 """adRAP: update a tree in place when leaves are added and removed [A §4, Algorithms 2 and 5].
 
 A batch applies every insert and delete of a layer first, then regenerates each affected summary
-once, then moves up: regenerated summaries take their predecessor's place in the layer above
-(same point of the online GMM, new content-addressed node id), new clusters' summaries are
-inserted there as new points, and summaries of removed clusters are deleted there, recursively.
+once, then moves up. Summary node ids are content-addressed (by their children), so a regenerated
+summary is a new node: it enters the layer above at its new embedding, through the UMAP transform
+and the online GMM, like a new cluster's summary [A §4], and the summaries no cluster names any
+more are deleted there, recursively. Two clusters with the same members share one summary node;
+the lists handed to the layer above are sets of nodes (new ones, gone ones), disjoint by
+construction, however clusters share. Last, Algorithm 1's condition is re-checked at the top
+(``TreeBuilder.settle_top``): a layer is added over a top that outgrew ``min_top_nodes``, and a
+redundant top layer is dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ class UpdateStats:
     clusters_created: int = 0
     clusters_split: int = 0
     clusters_removed: int = 0
+    layers_added: int = 0
+    layers_dropped: int = 0
     summaries_regenerated: int = 0
     summary_cache_hits: int = 0
     summary_tokens: int = 0
@@ -39,11 +46,10 @@ class UpdateStats:
 
 @dataclass
 class _Pending:
-    """Operations waiting for one layer."""
+    """Operations waiting for one layer: new nodes to place, gone nodes to remove."""
 
     add: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
-    replace: dict[str, str] = field(default_factory=dict)
 
 
 class TreeUpdater:
@@ -69,10 +75,18 @@ class TreeUpdater:
         stats.upserted |= set(new_leaves)
         pending = _Pending(add=list(new_leaves), remove=list(removed_leaves))
         layer = 0
-        while pending.add or pending.remove or pending.replace:
+        while pending.add or pending.remove:
             al: AdaptiveLayer | None = state.layers[layer] if layer < len(state.layers) else None
             pending = self._apply_layer(state, layer, al, pending, stats)
             layer += 1
+        depth = len(state.layers)
+        build_stats = BuildStats()
+        upserted, deleted = self.builder.settle_top(state, build_stats)
+        stats.layers_added = max(0, len(state.layers) - depth)
+        stats.layers_dropped = max(0, depth - len(state.layers))
+        stats.upserted |= upserted
+        stats.deleted |= deleted
+        self._count_summaries(stats, build_stats)
         state.added_since_build += len(new_leaves)
         state.removed_since_build += len(removed_leaves)
         stats.upserted -= stats.deleted
@@ -87,20 +101,19 @@ class TreeUpdater:
         todo: _Pending,
         stats: UpdateStats,
     ) -> _Pending:
+        if al is None:  # the top layer: its nodes have no parents
+            for node_id in todo.remove:
+                self._delete_node(state, node_id, stats)
+            return _Pending()
         delta = LayerDelta()
         touched: set[str] = set()  # nodes of this layer whose parents must be recomputed
+        # Adds first: a moved summary can join its old cluster before its predecessor leaves it,
+        # so a cluster whose only member is regenerated is not emptied and dropped.
+        al.add_many(todo.add, state.matrix(todo.add), delta, vectors=state.matrix)
         for node_id in todo.remove:
-            if al is not None:
-                touched.update(m for cid in al.clusters_of(node_id) for m in al.members(cid))
-                al.remove(node_id, delta)
+            touched.update(m for cid in al.clusters_of(node_id) for m in al.members(cid))
+            al.remove(node_id, delta)
             self._delete_node(state, node_id, stats)
-        for old, new in todo.replace.items():
-            if al is not None:
-                al.replace(old, new, delta)
-            self._delete_node(state, old, stats)
-        if al is None:  # the top layer: its nodes have no parents
-            return _Pending()
-        al.add_many(todo.add, state.matrix(todo.add), delta)
 
         stats.clusters_changed += len(delta.dirty - delta.created)
         stats.clusters_created += len(delta.created)
@@ -108,8 +121,9 @@ class TreeUpdater:
         stats.clusters_removed += len(delta.removed)
         # cluster_nodes still holds the summaries as they were before this batch.
         old_nodes = {
-            cid: list(al.cluster_nodes.get(cid, []))
+            n
             for cid in delta.dirty | delta.created | delta.removed
+            for n in al.cluster_nodes.get(cid, [])
         }
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
@@ -119,28 +133,22 @@ class TreeUpdater:
         for members in members_of.values():
             touched.update(members)
         build_stats = BuildStats()
-        before = set(state.nodes)
-        regenerated = self.builder.summarize_clusters(state, layer + 1, members_of, build_stats)
+        created: set[str] = set()
+        regenerated = self.builder.summarize_clusters(
+            state, layer + 1, members_of, build_stats, created=created
+        )
         al.cluster_nodes.update(regenerated)
-        made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
-        stats.summaries_regenerated += build_stats.summary_calls
-        stats.summary_cache_hits += build_stats.cache_hits
-        stats.summary_tokens += build_stats.summary_tokens
+        self._count_summaries(stats, build_stats)
+        stats.upserted |= created
 
-        # Which summaries of the layer above are new, replaced or gone.
-        referenced = {n for ns in al.cluster_nodes.values() for n in ns}
+        # The layer above: summaries made now enter it, summaries no cluster names leave it.
         nxt = _Pending()
-        for cid in sorted(old_nodes):
-            olds = [n for n in old_nodes[cid] if n not in referenced and n in state.nodes]
-            news = [n for n in al.cluster_nodes.get(cid, []) if n not in before]
-            if len(olds) == 1 and len(news) == 1 and olds[0] not in nxt.replace:
-                nxt.replace[olds[0]] = news[0]
-            else:
-                nxt.remove.extend(o for o in olds if o not in nxt.remove)
-                nxt.add.extend(n for n in news if n not in nxt.add)
-        claimed = set(nxt.add) | set(nxt.replace.values())
-        nxt.add.extend(n for n in made if n not in before and n not in claimed)
-        stats.upserted.update(n for n in made if n not in before)
+        nxt.add = [
+            n for n in dict.fromkeys(n for ns in regenerated.values() for n in ns) if n in created
+        ]
+        nxt.remove = sorted(
+            n for n in old_nodes if n in state.nodes and not al.names(n, state.nodes[n].children)
+        )
 
         # Recompute the parents of every node whose clusters changed.
         for node_id in touched:
@@ -159,6 +167,12 @@ class TreeUpdater:
                 node.parents = parents
                 stats.upserted.add(node_id)
         return nxt
+
+    @staticmethod
+    def _count_summaries(stats: UpdateStats, build_stats: BuildStats) -> None:
+        stats.summaries_regenerated += build_stats.summary_calls
+        stats.summary_cache_hits += build_stats.cache_hits
+        stats.summary_tokens += build_stats.summary_tokens
 
     def _delete_node(self, state: TreeState, node_id: str, stats: UpdateStats) -> None:
         node = state.nodes.pop(node_id, None)

@@ -34,7 +34,9 @@ class Clusterer(Protocol):
     """What the tree needs of a clustering estimator (``ingestor.cluster.two_step.TreeClusterer``).
 
     Besides ``clusters_``, adRAP reads ``n_clusters_``, ``local_models_``, ``threshold``,
-    ``random_state``, ``predict_global`` and ``transform_local`` (see ``ingestor.cluster.adaptive``).
+    ``random_state``, ``predict_global`` and ``transform_local``, and fits the local model of a
+    grown guarded group with ``local_n_neighbors``, ``_reduce`` and ``_select_gmm`` (see
+    ``ingestor.cluster.adaptive``).
     """
 
     clusters_: list[tuple[int, ...]]
@@ -88,6 +90,16 @@ def _noop(stage: str, done: int, total: int) -> None:
     return None
 
 
+def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
+    """Return the nodes of the top layer: the summaries of ``below`` (the last clustered layer),
+    or every leaf of a tree without summary layers."""
+    if below is None:
+        return state.ids_in_layer(0)
+    return list(
+        dict.fromkeys(n for cid in sorted(below.cluster_nodes) for n in below.cluster_nodes[cid])
+    )
+
+
 class TreeBuilder:
     """Builds the summary layers of a tree whose leaves are already in the state.
 
@@ -125,7 +137,7 @@ class TreeBuilder:
         layer = 0
         top = state.ids_in_layer(0)
         while len(top) > self.params.min_top_nodes and layer + 1 < self.params.max_layers:
-            made = self._add_layer(state, layer, top, stats, progress)
+            made = self.add_layer(state, layer, top, stats, progress)
             if len(made) >= len(top):
                 log.info(
                     "layer %d: clustering did not reduce %d nodes; stopping", layer + 1, len(top)
@@ -139,6 +151,45 @@ class TreeBuilder:
         state.added_since_build = state.removed_since_build = 0
         return stats
 
+    def settle_top(self, state: TreeState, stats: BuildStats) -> tuple[set[str], set[str]]:
+        """Make Algorithm 1's condition hold again at the top of an updated tree.
+
+        While the layer under the top has at most ``min_top_nodes`` nodes, the top layer is
+        dropped (a build would have stopped under it); then, while the top layer has more than
+        ``min_top_nodes`` nodes and the tree fewer than ``max_layers`` layers, the top is
+        clustered into a new layer. The cost is that of the top layers only.
+
+        Returns:
+            The node ids to upsert (new summaries, nodes whose parents changed) and the node ids
+            deleted.
+        """
+        upserted: set[str] = set()
+        deleted: set[str] = set()
+        p = self.params
+        while state.layers and len(state.layers[-1]) <= p.min_top_nodes:
+            below = state.layers.pop()
+            for node_id in top_ids(state, below):
+                state.nodes.pop(node_id, None)
+                state.vectors.pop(node_id, None)
+                deleted.add(node_id)
+            for node_id in below.point_of:
+                node = state.nodes[node_id]
+                if node.parents:
+                    node.parents = []
+                    upserted.add(node_id)
+            log.info("top layer %d dropped: %d nodes under it", len(state.layers) + 1, len(below))
+        while len(state.layers) + 1 < p.max_layers:
+            top = top_ids(state, state.layers[-1] if state.layers else None)
+            if len(top) <= p.min_top_nodes:
+                break
+            made = self.add_layer(state, len(state.layers), top, stats)
+            if len(made) >= len(top):
+                self._drop_layer(state, len(state.layers) - 1, made)
+                break
+            upserted.update(made)
+            upserted.update(top)
+        return upserted - deleted, deleted
+
     def _drop_layer(self, state: TreeState, layer: int, made: list[str]) -> None:
         for node_id in made:
             del state.nodes[node_id]
@@ -147,9 +198,15 @@ class TreeBuilder:
             state.nodes[node_id].parents = []
         state.layers.pop()
 
-    def _add_layer(
-        self, state: TreeState, layer: int, ids: list[str], stats: BuildStats, progress: Progress
+    def add_layer(
+        self,
+        state: TreeState,
+        layer: int,
+        ids: list[str],
+        stats: BuildStats,
+        progress: Progress = _noop,
     ) -> list[str]:
+        """Cluster nodes ``ids`` of ``layer`` (the top) into a new layer; return its node ids."""
         t0 = time.perf_counter()
         X = state.matrix(ids)
         clusterer = self.make_clusterer().fit(X)
@@ -165,6 +222,7 @@ class TreeBuilder:
                 cluster_nodes,
                 tau_c=self.params.tau_c,
                 greedy=self.params.greedy,
+                vectors=X,
             )
         )
         log.info(
@@ -183,19 +241,20 @@ class TreeBuilder:
         clusters: dict[int, list[str]],
         stats: BuildStats,
         progress: Progress = _noop,
+        created: set[str] | None = None,
     ) -> dict[int, list[str]]:
         """Make the summary node(s) of each cluster of node ids; return cluster id → node ids.
 
         Each cluster becomes one node of ``layer``, or several when its texts exceed the
         summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
         membership: that membership is summarised once (node ids are content-addressed).
-        Empty clusters are left out.
+        Empty clusters are left out. Nodes made now (not found in the state) go to ``created``.
         """
         parts = {cid: self._fit_input_limit(state, m) for cid, m in clusters.items() if m}
         groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
         stats.clusters_per_layer[layer] = len(groups)
         stats.mean_cluster_size[layer] = float(np.mean([len(g) for g in groups])) if groups else 0.0
-        made = self.add_summaries(state, layer, groups, stats, progress)
+        made = self.add_summaries(state, layer, groups, stats, progress, created)
         node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
         return {
             cid: list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
@@ -209,13 +268,20 @@ class TreeBuilder:
         groups: list[list[str]],
         stats: BuildStats,
         progress: Progress = _noop,
+        created: set[str] | None = None,
     ) -> list[str]:
         """Summarise and embed each group of node ids into a node of ``layer``; link parents.
 
-        A group whose node already exists (same children) is reused as it is.
+        A group whose node already exists (same children) is reused as it is; the ids of the
+        nodes made go to ``created``.
         """
         ids = [summary_id(state.tree, layer, g) for g in groups]
-        todo = [i for i, node_id in enumerate(ids) if node_id not in state.nodes]
+        first: dict[str, int] = {}
+        for i, node_id in enumerate(ids):
+            first.setdefault(node_id, i)
+        todo = [i for node_id, i in first.items() if node_id not in state.nodes]
+        if created is not None:
+            created.update(ids[i] for i in todo)
         t0 = time.perf_counter()
         texts = self.summarize_groups(state, [groups[i] for i in todo], stats, progress, layer)
         stats.add_time("summarize", time.perf_counter() - t0)

@@ -36,6 +36,7 @@ _MAPS: dict[str, tuple[str, bool]] = {
     "cluster_nodes": ("int", True),
     "guarded": ("int", True),
     "placed": ("str", False),
+    "cluster_group": ("int", False),
 }
 _LISTS = ("gmms",)
 
@@ -158,11 +159,9 @@ def _parts(i: int) -> list[str]:
 def _track(al: AdaptiveLayer, i: int) -> None:
     """Replace a layer's containers by tracking ones holding the same data, all marked to write."""
     for name, (kind, mutable) in _MAPS.items():
-        if not hasattr(al, name):
-            continue
         rows: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
         tracked: KeyedRowMap[Any, Any] = KeyedRowMap(rows, kind)
-        for k, v in dict(getattr(al, name)).items():
+        for k, v in dict(getattr(al, name, {})).items():
             tracked[k] = v
         setattr(al, name, tracked)
     for name in _LISTS:
@@ -182,7 +181,7 @@ def _track(al: AdaptiveLayer, i: int) -> None:
 def _containers(al: AdaptiveLayer) -> list[RowMap[Any]]:
     out: list[RowMap[Any]] = [al.clusterer.local_models_.rows]
     out += [getattr(al, name).rows for name in _LISTS]
-    out += [getattr(al, name).rows for name in _MAPS if hasattr(al, name)]
+    out += [getattr(al, name).rows for name in _MAPS]
     return out
 
 

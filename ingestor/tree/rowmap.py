@@ -212,6 +212,10 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
     def __contains__(self, key: object) -> bool:
         return key in self._cache
 
+    def pop(self, key: str, default: object = None) -> object:  # type: ignore[override]
+        """Forget a vector held in memory (the store is not asked)."""
+        return self._cache.pop(key, default)
+
     def __setitem__(self, key: str, value: NDArray[np.float32]) -> None:
         self._cache[key] = value
 

@@ -180,31 +180,7 @@ class TreeState:
         return np.stack([self.vectors[i] for i in ids]).astype(np.float32, copy=False)
 
     def invariant_violations(self) -> list[str]:
-        """Return every broken structural invariant (empty when the tree is consistent)."""
-        bad: list[str] = []
-        n_leaves = sum(1 for n in self.nodes.values() if n.layer == 0)
-        for nid, node in self.nodes.items():
-            for c in node.children:
-                child = self.nodes.peek(c)
-                if child is None:
-                    bad.append(f"{nid}: child {c} missing")
-                elif nid not in child.parents:
-                    bad.append(f"{nid}: child {c} does not list it as parent")
-            for p in node.parents:
-                if p not in self.nodes:
-                    bad.append(f"{nid}: parent {p} missing")
-            if node.layer > 0:
-                if not node.children:
-                    bad.append(f"{nid}: summary without children")
-                union = frozenset().union(
-                    *(c.sources for c in map(self.nodes.peek, node.children) if c is not None)
-                )
-                if union != node.sources:
-                    bad.append(f"{nid}: sources differ from the union of its children's")
-            elif n_leaves > 10 and not node.parents and self.layers:
-                bad.append(f"{nid}: leaf without parent in a tree of {n_leaves} leaves")
-        indexed = {i for e in self.sources.values() for i in e.node_ids}
-        leaves = {i for i, n in self.nodes.items() if n.layer == 0}
-        if indexed != leaves:
-            bad.append(f"source index lists {len(indexed)} leaves, tree has {len(leaves)}")
-        return bad
+        """Return every broken invariant (empty when the tree is sound): ``tree.invariants``."""
+        from ingestor.tree.invariants import violations  # lazy: it imports the clustering stack
+
+        return violations(self)
