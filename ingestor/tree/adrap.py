@@ -147,12 +147,14 @@ class TreeUpdater:
             n for n in dict.fromkeys(n for ns in regenerated.values() for n in ns) if n in created
         ]
         nxt.remove = sorted(
-            n for n in old_nodes if n in state.nodes and not al.names(n, state.nodes[n].children)
+            n
+            for n in old_nodes
+            if (node := state.nodes.peek(n)) is not None and not al.names(n, node.children)
         )
 
         # Recompute the parents of every node whose clusters changed.
         for node_id in touched:
-            node = state.nodes.get(node_id)
+            node = state.nodes.peek(node_id)  # read; written back only if its parents change
             if node is None:
                 continue
             parents = list(
@@ -160,11 +162,12 @@ class TreeUpdater:
                     p
                     for cid in sorted(al.clusters_of(node_id))
                     for p in al.cluster_nodes.get(cid, [])
-                    if p in state.nodes and node_id in state.nodes[p].children
+                    if (parent := state.nodes.peek(p)) is not None and node_id in parent.children
                 )
             )
             if parents != node.parents:
                 node.parents = parents
+                state.nodes[node_id] = node
                 stats.upserted.add(node_id)
         return nxt
 
@@ -181,7 +184,8 @@ class TreeUpdater:
             return
         stats.deleted.add(node_id)
         for child in node.children:
-            c = state.nodes.get(child)
+            c = state.nodes.peek(child)
             if c is not None and node_id in c.parents:
                 c.parents.remove(node_id)
+                state.nodes[child] = c
                 stats.upserted.add(child)

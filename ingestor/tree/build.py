@@ -297,15 +297,17 @@ class TreeBuilder:
                 text=text,
                 n_tokens=len(self.tokenizer.encode(text)),
                 content_hash=sha256_text(text),
-                sources=frozenset().union(*(state.nodes[c].sources for c in members)),
+                sources=frozenset().union(*(_node(state, c).sources for c in members)),
                 children=list(members),
                 summarizer=self.summarizer.id,
                 updated_at=now,
             )
             state.vectors[ids[i]] = vec
             for c in members:
-                if ids[i] not in state.nodes[c].parents:
-                    state.nodes[c].parents.append(ids[i])
+                child = _node(state, c)
+                if ids[i] not in child.parents:
+                    child.parents.append(ids[i])
+                    state.nodes[c] = child  # changed: written back at the commit
         return ids
 
     def summarize_groups(
@@ -319,7 +321,7 @@ class TreeBuilder:
         """Return one summary per group of node ids, reusing the content-addressed cache."""
         max_tokens = self.params.summary_max_tokens
         keys = [
-            cache_key(self.summarizer, max_tokens, [state.nodes[c].content_hash for c in g])
+            cache_key(self.summarizer, max_tokens, [_node(state, c).content_hash for c in g])
             for g in groups
         ]
         missing = [i for i, k in enumerate(keys) if k not in state.summary_cache]
@@ -329,7 +331,7 @@ class TreeBuilder:
         batch = 64
         for start in range(0, len(missing), batch):
             todo = missing[start : start + batch]
-            texts = [[state.nodes[c].text for c in groups[i]] for i in todo]
+            texts = [[_node(state, c).text for c in groups[i]] for i in todo]
             before = _tokens_used(self.summarizer)
             out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
             stats.summary_calls += len(todo)
@@ -346,14 +348,14 @@ class TreeBuilder:
         until every part fits; parts keep the members' order.
         """
         limit = self.params.max_input_tokens
-        if limit is None or sum(state.nodes[m].n_tokens for m in members) <= limit:
+        if limit is None or sum(_node(state, m).n_tokens for m in members) <= limit:
             return [list(members)]
         X = state.matrix(members)
         out: list[list[int]] = []
         todo = [list(range(len(members)))]
         while todo:
             g = todo.pop()
-            total = sum(state.nodes[members[i]].n_tokens for i in g)
+            total = sum(_node(state, members[i]).n_tokens for i in g)
             if total <= limit or len(g) == 1:
                 out.append(g)
                 continue
@@ -363,3 +365,11 @@ class TreeBuilder:
                 sub = [g[:half], g[half:]]
             todo.extend(sub)
         return [[members[i] for i in g] for g in sorted(out, key=lambda g: g[0])]
+
+
+def _node(state: TreeState, node_id: str) -> Node:
+    """Read a node without marking it for write-back (the state writes what changed only)."""
+    node = state.nodes.peek(node_id)
+    if node is None:
+        raise KeyError(node_id)
+    return node
