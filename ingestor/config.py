@@ -111,6 +111,8 @@ class QuerySettings(_Section):
     max_tokens: int = Field(default=2000, ge=1)
     mode: Literal["collapsed", "traversal"] = "collapsed"
     top_k: int = Field(default=5, ge=1)
+    #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
+    daemon_wait_seconds: float = Field(default=120.0, ge=0)
 
 
 class WatchSettings(_Section):
@@ -122,6 +124,14 @@ class WatchSettings(_Section):
     max_backoff_seconds: float = Field(default=60.0, gt=0)
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8765, ge=-1, le=65535)  # 0: any free port, -1: no HTTP
+    #: Bearer token of every route but /healthz and /readyz; required beyond loopback.
+    http_token: SecretStr | None = None
+    http_max_tokens: int = Field(default=32_000, ge=1)  # largest max_tokens a query may ask
+    http_max_top_k: int = Field(default=100, ge=1)
+    http_query_timeout: float = Field(default=30.0, gt=0)  # seconds, then 504
+    http_concurrency: int = Field(default=32, ge=1)  # connections at once, then 503
+    #: A scan removing more than this share of the documents waits for confirmation.
+    max_delete_fraction: float = Field(default=0.5, gt=0, le=1)
 
 
 class Settings(BaseSettings):

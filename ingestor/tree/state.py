@@ -7,6 +7,7 @@ the Qdrant points it is everything needed to continue the tree without refitting
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -92,6 +93,16 @@ class SourceEntry:
     size: int
     mtime: float
     node_ids: list[str]
+    mtime_ns: int = 0  # 0: unknown (older state); then the file is read to compare its hash
+    inode: int = 0
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        """Return True if ``st`` shows the file as it was indexed (size, mtime_ns, inode)."""
+        return bool(self.mtime_ns) and (self.size, self.mtime_ns, self.inode) == (
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ino,
+        )
 
 
 @dataclass
