@@ -138,7 +138,6 @@ class Daemon:
             IngestError, RetrieverError, ModelStoreError: reconciliation failed (nothing watched).
         """
         self._stop = stop
-        observer = make_observer(polling=self.polling, interval=self.poll_interval)
         self.start_http()
         try:
             try:
@@ -146,6 +145,7 @@ class Daemon:
             except Cancelled:
                 log.info("stopped during the first build; nothing was committed")
                 return
+            observer = make_observer(polling=self.polling, interval=self.poll_interval)
             kwargs: dict[str, Any] = {} if self.ignore is None else {"ignore": self.ignore}
             self.watcher = Watcher(
                 self.pipeline,
