@@ -27,9 +27,7 @@ from ingestor.service.watcher import Watcher
 from tests.fakes import EchoSummarizer
 from tests.unit.service.test_watcher import (
     make_pipeline,
-    no_thread_leaks,  # noqa: F401  (autouse fixture)
     on_disk,
-    tree,  # noqa: F401  (fixture)
     wait_for,
     write_corpus,
 )

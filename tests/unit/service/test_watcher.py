@@ -39,24 +39,6 @@ from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import doc_text
 
 
-@pytest.fixture(autouse=True)
-def no_thread_leaks() -> Iterator[None]:
-    """Every observer, worker and HTTP thread a test starts is joined before it ends."""
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        leaked = [
-            t
-            for t in threading.enumerate()
-            if t not in before and t.is_alive() and t.name != "tqdm_monitor"  # tqdm's singleton
-        ]
-        if not leaked:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"threads leaked: {leaked}")
-
-
 class FlakySummarizer(EchoSummarizer):
     """Raises SummarizationError on its first ``failures`` calls, like an LLM that is down."""
 
@@ -122,16 +104,6 @@ def assert_agrees(p: Pipeline, root: Path, state: Any = None) -> None:
     assert set(p.store.iter_ids("t")) == set(committed.nodes)
     if state is not None:
         assert set(state.sources) == set(committed.sources)
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[tuple[Pipeline, Path]]:
-    root = tmp_path / "docs"
-    write_corpus(root, 8)
-    p = make_pipeline(tmp_path)
-    p.build(root)
-    yield p, root.resolve()
-    p.store.close()
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
