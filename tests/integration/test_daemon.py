@@ -141,7 +141,7 @@ def watching(folder: Path, state: Path, env: dict[str, str] | None = None) -> It
 
 
 def assert_converged(folder: Path, state: Path) -> None:
-    """Store ids == state node ids and state sources == the supported files of the folder."""
+    """Store ids == state node ids, payloads equal, state sources == the folder's files."""
     models = ModelStore(state / "models")
     with (
         warnings.catch_warnings()
@@ -150,6 +150,12 @@ def assert_converged(folder: Path, state: Path) -> None:
         tree = models.load(state_name("default"))
     with EdgeNodeStore(state / "qdrant") as store:
         assert set(store.iter_ids("default")) == set(tree.nodes)
+        ids = sorted(tree.nodes)
+        for start in range(0, len(ids), 256):  # payloads too, not only the id sets
+            batch = ids[start : start + 256]
+            found = {p.node_id: p for p in store.retrieve(batch)}
+            for want in tree.payloads(batch):
+                assert found[want.node_id] == want, want.node_id
     files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix == ".txt"}
     assert set(tree.sources) == files
 
