@@ -7,7 +7,15 @@ latency = file written → its update committed and its leaves found in the stor
 Part 2, burst: ``--burst`` small files created at once; time until the tree equals the folder,
 against building the same folder from scratch (build throughput).
 
-    python bench/watch.py [--files 20] [--burst 500] [--debounce 1.0]
+Part 3, ``/query`` over HTTP: p50/p95 while idle, then while an update of ``--update-files``
+ten-chunk files runs (about a minute of embedding on 2 cores); the target is "during <= 2x idle".
+
+Part 4, restart scan: ``--restart-files`` unchanged small files against a source index that
+matches them; seconds and bytes read by the rescan (target: 0 bytes), against reading every file
+(what reconciliation did before).
+
+    python bench/watch.py [--files 20] [--burst 500] [--debounce 1.0] [--update-files 300]
+        [--restart-files 10000] [--parts latency,burst,query,restart]
 """
 
 from __future__ import annotations
@@ -98,13 +106,119 @@ def wait(cond: object, timeout: float = 600) -> None:
         time.sleep(0.01)
 
 
+def http_query(base: str, q: str) -> float:
+    import urllib.parse
+    import urllib.request
+
+    t0 = time.perf_counter()
+    url = f"{base}/query?" + urllib.parse.urlencode({"q": q, "max_tokens": 500})
+    with urllib.request.urlopen(url, timeout=120) as resp:
+        resp.read()
+    return time.perf_counter() - t0
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def query_during_update(d: Daemon, p: Pipeline, folder: Path, n_files: int) -> None:
+    """/query p50/p95 idle, then while an update of ``n_files`` ten-chunk files runs."""
+    assert d.address is not None
+    base = "http://{}:{}".format(*d.address)
+    rng = random.Random(1)
+    words = ["orchard cider", "rocket launch", "violin concert", "river bridge", "copper engine"]
+    http_query(base, "warm up")
+    idle = [http_query(base, rng.choice(words)) for _ in range(60)]
+    texts = [ten_chunk_text(rng, p) for _ in range(n_files)]
+    upd = folder / "update"
+    upd.mkdir()
+    before = d.metrics.updates
+    u0 = time.perf_counter()
+    for i, text in enumerate(texts):
+        (upd / f"u{i}.txt").write_text(text)
+    during: list[float] = []
+    while d.metrics.updates == before or d.pending() > 0:
+        during.append(http_query(base, rng.choice(words)))
+        time.sleep(0.05)
+    took = time.perf_counter() - u0
+    print(
+        f"/query over HTTP, idle: p50 {pct(idle, 0.5) * 1000:.0f} ms, p95 {pct(idle, 0.95) * 1000:.0f} ms"
+        f" ({len(idle)} queries)"
+    )
+    print(
+        f"/query during a {took:.0f}s update of {n_files} files ({n_files * 10} chunks): p50 "
+        f"{pct(during, 0.5) * 1000:.0f} ms, p95 {pct(during, 0.95) * 1000:.0f} ms ({len(during)} "
+        f"queries); ratio p50 during/idle {pct(during, 0.5) / pct(idle, 0.5):.1f}x (target <= 2x)"
+    )
+
+
+def restart_scan(n_files: int) -> None:
+    """Rescan ``n_files`` unchanged files against a matching source index: seconds, bytes read."""
+    import ingestor.read.documents as documents
+    from ingestor.pipeline import UpdateReport
+    from ingestor.tree.state import SourceEntry, TreeState
+
+    tmp = Path(tempfile.mkdtemp(prefix="adrap-bench-restart-"))
+    root = tmp / "docs"
+    rng = random.Random(2)
+    for i in range(n_files):
+        sub = root / f"dir{i // 500}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i}.txt").write_text(prose(rng, 4))
+    settings = Settings(_env_file=None, state_dir=tmp / "state")  # type: ignore[call-arg]
+    state = TreeState(tree="default", root=str(root.resolve()), embed_model="x", dim=1)
+    for f in root.rglob("*.txt"):
+        st = f.stat()
+        state.sources[f.relative_to(root).as_posix()] = SourceEntry(
+            "", st.st_size, st.st_mtime, [], st.st_mtime_ns, st.st_ino
+        )
+    total = sum(f.stat().st_size for f in root.rglob("*.txt"))
+    read = [0, 0]
+    real = documents._read_bytes
+
+    def counting(path: Path, name: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
+        data, st = real(path, name, max_bytes)
+        read[0] += 1
+        read[1] += len(data)
+        return data, st
+
+    documents._read_bytes = counting  # type: ignore[assignment]
+    try:
+        embedder = make_embedder(settings)
+        with EdgeNodeStore(settings.state_dir / "qdrant") as store:
+            p = make_pipeline(settings, store, embedder)
+            t0 = time.perf_counter()
+            docs, gone = p.collect(state, [root.resolve()], UpdateReport())
+            scan = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            n = sum(1 for _, item in documents.iter_documents(root, max_bytes=10**8))
+            full = time.perf_counter() - t0
+    finally:
+        documents._read_bytes = real  # type: ignore[assignment]
+    print(
+        f"restart scan of {n_files} unchanged files: {scan:.2f}s, {len(docs)} changed, "
+        f"{len(gone)} gone, files read {read[0] - n}, bytes read {read[1] - total} (target 0); "
+        f"reading them all as before: {full:.2f}s, {total:,} bytes ({full / scan:.1f}x the scan)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=20)
     ap.add_argument("--burst", type=int, default=500)
     ap.add_argument("--debounce", type=float, default=1.0)
+    ap.add_argument("--update-files", type=int, default=300)
+    ap.add_argument("--restart-files", type=int, default=10_000)
+    ap.add_argument("--parts", default="latency,burst,query,restart")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
     logging.basicConfig(level=logging.WARNING)
+    if "restart" in parts:
+        restart_scan(args.restart_files)
+        if parts == {"restart"}:
+            print(f"peak RSS {peak_rss_mb():.0f} MB")
+            return
 
     tmp = Path(tempfile.mkdtemp(prefix="adrap-bench-watch-"))
     folder = tmp / "docs"
@@ -115,7 +229,7 @@ def main() -> None:
     embedder = make_embedder(settings)
     store = EdgeNodeStore(settings.state_dir / "qdrant")
     p = make_pipeline(settings, store, embedder)
-    d = Daemon(p, folder, debounce=args.debounce, http_port=-1, exclude=[settings.state_dir])
+    d = Daemon(p, folder, debounce=args.debounce, http_port=0, exclude=[settings.state_dir])
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     t0 = time.perf_counter()
@@ -127,7 +241,9 @@ def main() -> None:
     latencies: list[float] = []
     floors: list[float] = []
     try:
-        for i in range(args.files):
+        if "query" in parts:
+            query_during_update(d, p, folder, args.update_files)
+        for i in range(args.files if "latency" in parts else 0):
             text = ten_chunk_text(rng, p)
             chunks = [
                 c.text
@@ -149,15 +265,19 @@ def main() -> None:
                     SearchFilter(tree=p.tree, source_prefix=name, max_layer=0)
                 ) == len(chunks)
             latencies.append(time.perf_counter() - w0)
-        print(
-            f"file-to-searchable, {args.files} files of 10 chunks: p50 {statistics.median(latencies):.2f}s, "
-            f"p90 {statistics.quantiles(latencies, n=10)[-1]:.2f}s; floor (debounce {args.debounce}s + "
-            f"embedding) p50 {statistics.median(floors):.2f}s"
-        )
+        if latencies:
+            print(
+                f"file-to-searchable, {args.files} files of 10 chunks: p50 "
+                f"{statistics.median(latencies):.2f}s, p90 "
+                f"{statistics.quantiles(latencies, n=10)[-1]:.2f}s; floor (debounce "
+                f"{args.debounce}s + embedding) p50 {statistics.median(floors):.2f}s"
+            )
         last = d.watcher.last_report if d.watcher else None
         if last is not None:
             print(f"  last update: {last.summary()}")
 
+        if "burst" not in parts:
+            return
         burst = folder / "burst"
         burst.mkdir()
         b0 = time.perf_counter()

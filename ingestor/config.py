@@ -1,11 +1,15 @@
 """Settings, from ``ADRAP_*`` environment variables, a ``.env`` file and secrets files.
 
 Nested settings use ``__``: ``ADRAP_QDRANT__URL=http://qdrant:6333``. Built once, in the CLI;
-library code receives the sub-models it needs.
+library code receives the sub-models it needs. A ``.env`` file is read only from an explicit path
+(``--env-file`` / ``ADRAP_ENV_FILE``) or the state dir, never from the current directory: started
+inside a shared folder, a collaborator's ``.env`` could otherwise send document text elsewhere.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,6 +111,8 @@ class QuerySettings(_Section):
     max_tokens: int = Field(default=2000, ge=1)
     mode: Literal["collapsed", "traversal"] = "collapsed"
     top_k: int = Field(default=5, ge=1)
+    #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
+    daemon_wait_seconds: float = Field(default=120.0, ge=0)
 
 
 class WatchSettings(_Section):
@@ -118,6 +124,14 @@ class WatchSettings(_Section):
     max_backoff_seconds: float = Field(default=60.0, gt=0)
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8765, ge=-1, le=65535)  # 0: any free port, -1: no HTTP
+    #: Bearer token of every route but /healthz and /readyz; required beyond loopback.
+    http_token: SecretStr | None = None
+    http_max_tokens: int = Field(default=32_000, ge=1)  # largest max_tokens a query may ask
+    http_max_top_k: int = Field(default=100, ge=1)
+    http_query_timeout: float = Field(default=30.0, gt=0)  # seconds, then 504
+    http_concurrency: int = Field(default=32, ge=1)  # connections at once, then 503
+    #: A scan removing more than this share of the documents waits for confirmation.
+    max_delete_fraction: float = Field(default=0.5, gt=0, le=1)
 
 
 class Settings(BaseSettings):
@@ -126,7 +140,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ADRAP_",
         env_nested_delimiter="__",
-        env_file=".env",
+        env_file=None,  # see dotenv_path(): never the current directory
         extra="forbid",
     )
 
@@ -149,8 +163,60 @@ class Settings(BaseSettings):
         return "server" if self.qdrant.url else "embedded"
 
     def masked(self) -> dict[str, Any]:
-        """Return the effective settings as JSON-able data with every secret masked."""
-        return self.model_dump(mode="json")  # SecretStr dumps as "**********"
+        """Return the effective settings as JSON-able data with every secret masked.
+
+        ``SecretStr`` fields dump as ``**********``; credentials inside URLs
+        (``https://user:pass@host``) are masked too.
+        """
+        out: dict[str, Any] = _mask_tree(self.model_dump(mode="json"))
+        return out
+
+
+#: ``scheme://user:password@`` or ``scheme://token@`` in any text.
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
+
+def mask_credentials(text: str) -> str:
+    """Return ``text`` with the user-info part of every URL replaced by ``***@``."""
+    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+
+
+def _mask_tree(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _mask_tree(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_mask_tree(v) for v in data]
+    if isinstance(data, str):
+        return mask_credentials(data)
+    return data
+
+
+#: The variable naming an explicit ``.env`` file (the ``--env-file`` option sets it too).
+ENV_FILE_VARIABLE = "ADRAP_ENV_FILE"
+
+
+def dotenv_path(explicit: Path | None = None) -> Path | None:
+    """Return the ``.env`` file to read: ``explicit``, ``$ADRAP_ENV_FILE``, or ``<state_dir>/.env``.
+
+    The state dir is ``$ADRAP_STATE_DIR`` or the default ``.adrap``. Never ``./.env``.
+
+    Raises:
+        ConfigError: an explicitly named file does not exist.
+    """
+    from ingestor.errors import ConfigError
+
+    named = explicit or (Path(v) if (v := os.environ.get(ENV_FILE_VARIABLE)) else None)
+    if named is not None:
+        if not named.is_file():
+            raise ConfigError(
+                f"env file {str(named)!r} does not exist; fix --env-file / {ENV_FILE_VARIABLE}"
+            )
+        return named
+    state_dir = Path(
+        os.environ.get("ADRAP_STATE_DIR") or Settings.model_fields["state_dir"].default
+    )
+    candidate = state_dir / ".env"
+    return candidate if candidate.is_file() else None
 
 
 def env_names(model: type[BaseModel] = Settings, prefix: str = "ADRAP_") -> list[str]:

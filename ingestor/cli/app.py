@@ -13,7 +13,7 @@ from typing import TypeVar
 import click
 from pydantic import ValidationError
 
-from ingestor.config import Settings
+from ingestor.config import ENV_FILE_VARIABLE, Settings, dotenv_path, mask_credentials
 from ingestor.errors import IngestError
 from models_store import ModelStoreError
 from retriever import RetrieverError
@@ -34,7 +34,14 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False)
+        return mask_credentials(json.dumps(out, ensure_ascii=False))
+
+
+class MaskingFormatter(logging.Formatter):
+    """Plain log lines with credentials in URLs (``https://user:pass@host``) masked."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_credentials(super().format(record))
 
 
 def configure_logging(level: str, verbose: bool) -> None:
@@ -42,7 +49,7 @@ def configure_logging(level: str, verbose: bool) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if sys.stderr.isatty():
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
+            MaskingFormatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
         )
     else:
         handler.setFormatter(JsonFormatter())
@@ -61,12 +68,16 @@ def configure_logging(level: str, verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def load_settings() -> Settings:
-    """Build Settings exactly once: env, .env and /run/secrets when that directory exists."""
+def load_settings(env_file: Path | None = None) -> Settings:
+    """Build Settings exactly once: env, a .env file and /run/secrets when that directory exists.
+
+    The .env file is ``env_file``, ``$ADRAP_ENV_FILE`` or ``<state_dir>/.env`` (never ``./.env``).
+    """
+    dotenv = dotenv_path(env_file)
     secrets = Path("/run/secrets")
     if secrets.is_dir():
-        return Settings(_secrets_dir=secrets)  # type: ignore[call-arg]
-    return Settings()
+        return Settings(_env_file=dotenv, _secrets_dir=secrets)  # type: ignore[call-arg]
+    return Settings(_env_file=dotenv)  # type: ignore[call-arg]
 
 
 class Ctx:
@@ -82,13 +93,20 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
     except (IngestError, RetrieverError, ModelStoreError, ValueError) as exc:
         if ctx.verbose:
             log.exception("failed")
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(mask_credentials(str(exc))) from exc
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Debug logs and tracebacks.")
+@click.option(
+    "--env-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar=ENV_FILE_VARIABLE,
+    help="Read settings from this .env file (default: <state dir>/.env; never ./.env).",
+)
 @click.pass_context
-def main(click_ctx: click.Context, verbose: bool) -> None:
+def main(click_ctx: click.Context, verbose: bool, env_file: Path | None) -> None:
     """adrap: a folder kept as a RAPTOR tree in Qdrant.
 
     \b
@@ -96,10 +114,12 @@ def main(click_ctx: click.Context, verbose: bool) -> None:
       adrap build examples/sample && adrap query "Why did the fox call the grapes sour?"
     """
     try:
-        settings = load_settings()
+        settings = load_settings(env_file)
+    except IngestError as exc:
+        raise click.ClickException(str(exc)) from exc
     except ValidationError as exc:
         lines = [
-            f"  ADRAP_{'__'.join(str(p) for p in e['loc']).upper()}: {e['msg']}"
+            f"  ADRAP_{'__'.join(str(p) for p in e['loc']).upper()}: {mask_credentials(e['msg'])}"
             for e in exc.errors()
         ]
         raise click.ClickException("invalid configuration:\n" + "\n".join(lines)) from exc

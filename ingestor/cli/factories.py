@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
 from typing import Any
 
 from ingestor.config import Settings
-from ingestor.service.locking import StateLock, state_lock
+from ingestor.errors import TreeError
+from ingestor.service.locking import StateLock, reader_lock, state_lock
 from models_store import ModelStore
 from retriever import Embedder, NodeStore
 
@@ -117,6 +119,35 @@ def opened_store(settings: Settings) -> Iterator[NodeStore]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def reading_store(settings: Settings) -> Iterator[NodeStore]:
+    """Open the store for a read-only command; create nothing, and keep a writer waiting meanwhile.
+
+    Raises:
+        TreeError: the embedded store was never created (the tree is empty / not built).
+        WriterActiveError: a writer (e.g. the daemon) holds the state dir: ask it instead.
+    """
+    if settings.store_mode == "server":
+        with opened_store(settings) as store:
+            yield store
+        return
+    path = settings.state_dir / STORE_DIR
+    if not _has_store(path):
+        raise TreeError(
+            f"tree {settings.tree!r} is empty: no store in {path} (not built); run `adrap build "
+            "DIR` or `adrap watch DIR` first"
+        )
+    with reader_lock(settings.state_dir):
+        if not _has_store(path):  # removed while we waited
+            raise TreeError(f"tree {settings.tree!r} is empty: no store in {path} (not built)")
+        with opened_store(settings) as store:
+            yield store
+
+
+def _has_store(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
 
 
 def where(s: Settings) -> str:

@@ -28,8 +28,11 @@ def status(ctx: Ctx, as_json: bool) -> None:
 
     def body() -> None:
         s = ctx.settings
-        models = ModelStore(s.state_dir / MODELS_DIR)
-        built = state_exists(models, s.tree)
+        # read-only: never create the state dir (ModelStore creates its folder)
+        models = (
+            ModelStore(s.state_dir / MODELS_DIR) if (s.state_dir / MODELS_DIR).is_dir() else None
+        )
+        built = models is not None and state_exists(models, s.tree)
         out: dict[str, Any] = {
             "tree": s.tree,
             "state_dir": str(s.state_dir.resolve()),
@@ -37,7 +40,7 @@ def status(ctx: Ctx, as_json: bool) -> None:
             "store": where(s),
             "built": built,
         }
-        state = load_state(models, s.tree, readonly=True) if built else None
+        state = load_state(models, s.tree, readonly=True) if models and built else None
         if state is not None:
             counts = state.layer_counts()
             out |= {
@@ -51,6 +54,7 @@ def status(ctx: Ctx, as_json: bool) -> None:
                 "leaves_added_since_build": state.added_since_build,
                 "leaves_removed_since_build": state.removed_since_build,
             }
+        out |= _service_status(s)
         if as_json:
             click.echo(json.dumps(out, indent=2))
         else:
@@ -58,6 +62,35 @@ def status(ctx: Ctx, as_json: bool) -> None:
                 click.echo(f"{k:<28} {v}")
 
     run(ctx, body)
+
+
+def _service_status(s: Any) -> dict[str, Any]:
+    """Quarantined files and the running daemon's state (read-only; nothing is created)."""
+    from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
+    from ingestor.service.locking import read_holder
+
+    out: dict[str, Any] = {
+        "quarantined": {
+            k: v.reason for k, v in read_quarantine(s.state_dir / QUARANTINE_FILE).items()
+        }
+    }
+    holder = read_holder(s.state_dir) if s.state_dir.is_dir() else None
+    if holder and holder.get("command") == "watch" and holder.get("http"):
+        import urllib.request
+
+        req = urllib.request.Request(f"http://{holder['http']}/status")
+        if s.watch.http_token is not None:
+            req.add_header("Authorization", f"Bearer {s.watch.http_token.get_secret_value()}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                live = json.loads(resp.read())
+        except (OSError, ValueError) as exc:
+            out["daemon"] = f"pid {holder.get('pid')} does not answer ({exc})"
+        else:
+            out["daemon"] = f"pid {holder.get('pid')} at http://{holder['http']}"
+            for key in ("pending_events", "deletions_paused", "awaiting_confirmation", "errors"):
+                out[key] = live.get(key)
+    return out
 
 
 @main.command()

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from ingestor.cli.app import Ctx, main, run
-from ingestor.cli.factories import make_embedder, opened_store, where
+from ingestor.cli.factories import make_embedder, reading_store, where
 from ingestor.config import Settings
 from retriever import F, SearchFilter
 
@@ -68,9 +68,10 @@ def query(
         if remote is not None:
             _echo_answer(remote, as_json, by=" (answered by adrap watch)")
             return
-        embedder = make_embedder(s)
         t0 = time.perf_counter()
-        with opened_store(s) as store:
+        # the shared lock first: a daemon starting meanwhile waits for this query, never fails
+        with reading_store(s) as store:
+            embedder = make_embedder(s)
             store.ensure_collection(embedder.dim, embedder.model_id)
             if store.count(SearchFilter(tree=s.tree)) == 0:
                 raise click.ClickException(
@@ -96,7 +97,7 @@ def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
 
     if s.store_mode != "embedded":
         return None
-    holder = read_holder(s.state_dir)
+    holder = _wait_for_daemon(s, read_holder)
     if holder is None:
         return None
     who = f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
@@ -106,21 +107,63 @@ def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
             f"the embedded store in {where(s)} is in use by {who}; query when it has finished"
         )
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    try:
-        with urllib.request.urlopen(f"http://{address}/query?{query}", timeout=120) as resp:
-            out: dict[str, Any] = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode("utf-8", "replace")
-        raise click.ClickException(
-            f"{who} answered {exc.code} at http://{address}/query: {detail}"
-        ) from exc
-    except (OSError, ValueError) as exc:
-        raise click.ClickException(
-            f"the embedded store is owned by {who}, whose HTTP endpoint http://{address} does not "
-            f"answer ({exc}); check `curl http://{address}/healthz`"
-        ) from exc
+    deadline = time.monotonic() + s.query.daemon_wait_seconds
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{address}/query?{query}", timeout=120) as resp:
+                out: dict[str, Any] = json.loads(resp.read())
+            break
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")
+            if exc.code == 503 and "reconciling" in detail and time.monotonic() < deadline:
+                _say_waiting(who, s)  # the daemon is starting: wait for it
+                time.sleep(0.5)
+                continue
+            raise click.ClickException(
+                f"{who} answered {exc.code} at http://{address}/query: {detail}"
+            ) from exc
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(
+                f"the embedded store is owned by {who}, whose HTTP endpoint http://{address} "
+                f"does not answer ({exc}); check `curl http://{address}/healthz`"
+            ) from exc
     log.debug("answered by %s at %s", who, address)
     return out
+
+
+def _wait_for_daemon(s: Settings, read_holder: Any) -> dict[str, Any] | None:
+    """Return the lock holder; while it is a daemon not yet serving HTTP, wait (saying so once).
+
+    Raises:
+        click.ClickException: the daemon did not serve within ``ADRAP_QUERY__DAEMON_WAIT_SECONDS``.
+    """
+    deadline = time.monotonic() + s.query.daemon_wait_seconds
+    while True:
+        holder: dict[str, Any] | None = read_holder(s.state_dir)
+        if holder is None or holder.get("command") != "watch" or holder.get("http"):
+            return holder
+        who = f"adrap watch (pid {holder.get('pid', '?')})"
+        if time.monotonic() >= deadline:
+            raise click.ClickException(
+                f"{who} is starting and did not serve queries within "
+                f"{s.query.daemon_wait_seconds:.0f} s; check its log, or raise "
+                "ADRAP_QUERY__DAEMON_WAIT_SECONDS"
+            )
+        _say_waiting(who, s)
+        time.sleep(0.2)
+
+
+_told: set[str] = set()
+
+
+def _say_waiting(who: str, s: Settings) -> None:
+    if who not in _told:
+        _told.add(who)
+        click.echo(
+            f"{who} is starting; waiting up to {s.query.daemon_wait_seconds:.0f} s for it to "
+            "answer...",
+            err=True,
+        )
 
 
 def _echo_answer(out: dict[str, Any], as_json: bool, by: str = "") -> None:

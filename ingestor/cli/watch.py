@@ -31,6 +31,11 @@ log = logging.getLogger(__name__)
     help="HTTP port (0: any free port, -1: no HTTP).",
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@click.option(
+    "--confirm-deletions",
+    is_flag=True,
+    help="Let scans remove more than ADRAP_WATCH__MAX_DELETE_FRACTION of the documents.",
+)
 @click.pass_obj
 def watch(
     ctx: Ctx,
@@ -39,11 +44,14 @@ def watch(
     debounce: float | None,
     http_port: int | None,
     progress: bool | None,
+    confirm_deletions: bool,
 ) -> None:
     """Keep the tree equal to the folder ROOT until SIGTERM/SIGINT (the daemon).
 
     Reconciles at start (first run: full build), then applies each burst of changes as one adRAP
     batch. Serves /healthz /readyz /metrics /status /query on 127.0.0.1:8765 (ADRAP_WATCH__*).
+    A missing or empty share pauses deletions; a file that fails for good is quarantined
+    (`adrap status`, `adrap retry`).
 
     \b
     Example:
@@ -53,6 +61,7 @@ def watch(
     import threading
 
     from ingestor.service.daemon import Daemon
+    from ingestor.service.http import HttpLimits, require_token_off_loopback
 
     def body() -> None:
         s = ctx.settings
@@ -68,8 +77,14 @@ def watch(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
-        embedder = make_embedder(s)
+        token = w.http_token.get_secret_value() if w.http_token else None
+        port = w.http_port if http_port is None else http_port
+        if port >= 0:
+            require_token_off_loopback(w.http_host, token)  # before anything is opened
+        # Lock and open the store before anything slow (loading the model): from here on no other
+        # process can open the embedded store, and queries wait for this daemon instead.
         with writer_lock(s, "watch") as lock, opened_store(s) as store:
+            embedder = make_embedder(s)
             daemon = Daemon(
                 make_pipeline(s, store, embedder),
                 root,
@@ -78,11 +93,21 @@ def watch(
                 debounce=w.debounce_seconds if debounce is None else debounce,
                 max_backoff=w.max_backoff_seconds,
                 http_host=w.http_host,
-                http_port=w.http_port if http_port is None else http_port,
+                http_port=port,
+                http_token=token,
+                limits=HttpLimits(
+                    max_tokens=w.http_max_tokens,
+                    max_top_k=w.http_max_top_k,
+                    query_timeout=w.http_query_timeout,
+                    concurrency=w.http_concurrency,
+                ),
                 ignore=s.read.ignore,
                 exclude=[s.state_dir.resolve()],
                 state_lock=lock,
                 query_defaults=(s.query.mode, s.query.max_tokens, s.query.top_k),
+                state_dir=s.state_dir,
+                max_delete_fraction=w.max_delete_fraction,
+                confirm_deletions=confirm_deletions,
             )
             daemon.run(stop, show)
 

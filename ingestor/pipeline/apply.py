@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,7 +15,7 @@ from numpy.typing import NDArray
 from ingestor.errors import SourceError, TreeError
 from ingestor.pipeline.build import UPSERT_BATCH, BuildStage
 from ingestor.pipeline.reports import UpdateReport
-from ingestor.read.documents import Document, iter_documents, read_document
+from ingestor.read.documents import Document, iter_files, read_document
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.state import Node, SourceEntry, TreeState
 from retriever import Embedder, StoreError
@@ -46,27 +47,54 @@ class ApplyStage(BuildStage):
             if not path.exists():
                 gone.extend(s for s in state.sources if s == rel or s.startswith(prefix))
                 continue
+            found: list[tuple[Path, Document | SourceError]] = []
+            unchanged: list[str] = []
             if path.is_file():
-                found: list[tuple[Path, Document | SourceError]] = []
                 try:
                     found.append((path, read_document(path, root, max_bytes=self.max_file_bytes)))
                 except SourceError as exc:
                     found.append((path, exc))
             else:
-                found = list(iter_documents(path, max_bytes=self.max_file_bytes, **kwargs))
-            seen = set()
+                found, unchanged = self._changed_under(state, path, root, kwargs)
+            seen = set(unchanged)
             for p, item in found:
                 if isinstance(item, SourceError):
                     log.warning("skipped %s: %s", p, item)
                     report.skipped.append((str(p), str(item)))
                     continue
-                if path.is_dir():
-                    item = replace(item, source=prefix + item.source)
                 seen.add(item.source)
                 docs.append(item)
             if path.is_dir():
+                report.files_unchanged += len(unchanged)
                 gone.extend(s for s in state.sources if s.startswith(prefix) and s not in seen)
         return docs, gone
+
+    def _changed_under(
+        self, state: TreeState, folder: Path, root: Path, kwargs: dict[str, Any]
+    ) -> tuple[list[tuple[Path, Document | SourceError]], list[str]]:
+        """Read the files under ``folder`` that changed; skip the rest by (size, mtime_ns, inode).
+
+        Returns the read files (or their errors) and the sources found unchanged (never read).
+        """
+        found: list[tuple[Path, Document | SourceError]] = []
+        unchanged: list[str] = []
+        for p, error in iter_files(folder, **kwargs):
+            if error is not None:
+                found.append((p, error))
+                continue
+            entry = state.sources.get(_source_of(p, root))
+            if entry is not None:
+                try:
+                    if entry.unchanged(p.stat()):
+                        unchanged.append(_source_of(p, root))
+                        continue
+                except OSError:
+                    pass
+            try:
+                found.append((p, read_document(p, root, max_bytes=self.max_file_bytes)))
+            except SourceError as exc:
+                found.append((p, exc))
+        return found, unchanged
 
     def update(self, paths: list[Path], *, remove: bool = False) -> UpdateReport:
         """Bring the tree up to date with ``paths`` (``remove``: drop those sources) using adRAP."""
@@ -132,7 +160,12 @@ class ApplyStage(BuildStage):
                 else:
                     added.append(n)
             state.sources[doc.source] = SourceEntry(
-                doc.content_hash, doc.size, doc.mtime, [n.node_id for n in leaves]
+                doc.content_hash,
+                doc.size,
+                doc.mtime,
+                [n.node_id for n in leaves],
+                doc.mtime_ns,
+                doc.inode,
             )
             report.files_changed += old is not None
             report.files_added += old is None
@@ -222,6 +255,13 @@ class ApplyStage(BuildStage):
             self.apply(state, docs, gone, report)
         finally:
             self.embedder = inner
+
+
+def _source_of(path: Path, root: Path) -> str:
+    try:
+        return Path(os.path.abspath(path)).relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
 
 
 class _ReusingEmbedder:

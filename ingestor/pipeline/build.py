@@ -135,7 +135,12 @@ class BuildStage:
             doc_leaves = self.leaves_of(doc)
             leaves.extend(doc_leaves)
             state.sources[doc.source] = SourceEntry(
-                doc.content_hash, doc.size, doc.mtime, [n.node_id for n in doc_leaves]
+                doc.content_hash,
+                doc.size,
+                doc.mtime,
+                [n.node_id for n in doc_leaves],
+                doc.mtime_ns,
+                doc.inode,
             )
         stats.add_time("read_chunk", time.perf_counter() - t0)
         report.files = len(docs)

@@ -25,6 +25,7 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "Document",
     "iter_documents",
+    "iter_files",
     "normalise_text",
     "read_document",
 ]
@@ -57,6 +58,9 @@ class Document:
         content_hash: sha256 hex digest of the raw file bytes the text was decoded from.
         size: number of bytes read.
         mtime: modification time, seconds since the epoch.
+        mtime_ns: modification time, nanoseconds (exact; with ``size`` and ``inode`` it tells an
+            unchanged file without reading it).
+        inode: the file's inode number (``st_ino``).
     """
 
     source: str
@@ -64,6 +68,8 @@ class Document:
     content_hash: str
     size: int
     mtime: float
+    mtime_ns: int = 0
+    inode: int = 0
 
 
 def normalise_text(text: str) -> str:
@@ -140,6 +146,8 @@ def read_document(path: Path, root: Path, *, max_bytes: int) -> Document:
         content_hash=hashlib.sha256(data).hexdigest(),
         size=len(data),
         mtime=st.st_mtime,
+        mtime_ns=st.st_mtime_ns,
+        inode=st.st_ino,
     )
 
 
@@ -160,6 +168,20 @@ def iter_documents(
     if root.is_file():
         yield root, _try_read(root, root.parent, max_bytes)
         return
+    for path, error in iter_files(root, ignore=ignore):
+        yield path, error if error is not None else _try_read(path, root, max_bytes)
+
+
+def iter_files(
+    root: Path, *, ignore: Sequence[str] = DEFAULT_IGNORE
+) -> Iterator[tuple[Path, SourceError | None]]:
+    """Walk the folder ``root`` like ``iter_documents`` but read nothing: ``(path, None)`` per file.
+
+    Folders that cannot be listed or are unsafe links yield ``(path, SourceError)``.
+
+    Raises:
+        SourceError: ``root`` itself does not exist or cannot be listed.
+    """
     try:
         real_root = root.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
@@ -169,7 +191,7 @@ def iter_documents(
         ) from exc
     if not real_root.is_dir():
         raise SourceError(f"{str(root)!r} is not a folder or a regular file; check the path")
-    yield from _walk(root, root, real_root, [real_root], tuple(ignore), max_bytes)
+    yield from _walk(root, root, real_root, [real_root], tuple(ignore))
 
 
 def _walk(
@@ -178,8 +200,7 @@ def _walk(
     real_root: Path,
     ancestors: list[Path],
     ignore: tuple[str, ...],
-    max_bytes: int,
-) -> Iterator[tuple[Path, Document | SourceError]]:
+) -> Iterator[tuple[Path, SourceError | None]]:
     try:
         with os.scandir(folder) as it:
             entries = sorted(it, key=lambda e: e.name)
@@ -201,7 +222,7 @@ def _walk(
         except OSError:
             is_dir = False
         if not is_dir:
-            yield path, _try_read(path, root, max_bytes)
+            yield path, None
             continue
         try:
             real = path.resolve(strict=True)
@@ -227,7 +248,7 @@ def _walk(
                 ),
             )
             continue
-        yield from _walk(path, root, real_root, [*ancestors, real], ignore, max_bytes)
+        yield from _walk(path, root, real_root, [*ancestors, real], ignore)
 
 
 def _try_read(path: Path, root: Path, max_bytes: int) -> Document | SourceError:

@@ -1,54 +1,68 @@
 """The ``adrap watch`` daemon: reconcile, watch, and serve health, metrics, status and queries.
 
-HTTP (stdlib ``ThreadingHTTPServer``, 127.0.0.1 by default):
+HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default).
 
-- ``/healthz``: 200 while the process runs.
-- ``/readyz``: 200 once start-up reconciliation is done, 503 before.
-- ``/metrics``: Prometheus text format (written by hand, no client library).
-- ``/status``: JSON: tree stats, pending events, the last update's summary and seconds.
-- ``/query?q=...&mode=collapsed|traversal&max_tokens=N&top_k=N&source=...``: the same JSON as
-  ``adrap query --json``, served from the daemon's own store (an embedded store is locked to the
-  process that opened it, so this is how it is queried while the daemon owns it).
-
-Every use of the store and embedder (worker batches and queries) happens under one lock.
+Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a whole batch, including
+summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
+short lock of its own (:class:`~ingestor.service.concurrency.LockedStore`), and queries embed with
+their own copy of the model, so ``/query`` answers at its normal latency during an update.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ingestor.pipeline import Pipeline
-from ingestor.service.http import handler_for
+from ingestor.pipeline import Pipeline, load_state
+from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
+from ingestor.service.failures import QUARANTINE_FILE, Quarantine
+from ingestor.service.http import (
+    HttpLimits,
+    HttpServer,
+    build_app,
+    daemon_routes,
+    require_token_off_loopback,
+)
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
+from ingestor.service.share import ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.build import Progress, _noop
-from retriever import SearchFilter, answer_json, run_query
+from retriever import Embedder, SearchFilter, answer_json, run_query
 
 log = logging.getLogger(__name__)
+
+QUERY_MODES = ("collapsed", "traversal")
 
 
 class Daemon:
     """Owns the pipeline while ``adrap watch`` runs: reconciliation, observer, worker and HTTP.
 
     Args:
-        pipeline: the pipeline (its store and embedder are used only under ``self.lock``).
+        pipeline: the pipeline (its store is wrapped so each call is serialised).
         root: the watched folder.
-        polling: use watchdog's polling observer (network shares, bind mounts).
+        polling: use watchdog's polling observer (network shares, bind mounts); files are then
+            taken only once their size and mtime are stable across two polls.
         poll_interval: seconds between polls.
         debounce: quiet seconds that end a burst of events.
         max_backoff: cap of the retry delay after a failed batch.
         http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
         http_port: see ``http_host``.
+        http_token: bearer token required by every route but /healthz and /readyz; required
+            when ``http_host`` is not a loopback address.
+        limits: bounds of the HTTP API.
         ignore: glob patterns of ignored names.
         exclude: folders never indexed (the state dir when it is inside ``root``).
         state_lock: the held writer lock; the daemon writes its HTTP address into it.
         query_defaults: ``(mode, max_tokens, top_k)`` used when ``/query`` omits them.
+        state_dir: where the quarantine and the share record are kept (default: the pipeline's).
+        max_delete_fraction: a scan removing more than this share of documents awaits confirmation.
+        confirm_deletions: confirm such bulk deletions in advance.
+        query_embedder: the embedder of queries (default: a copy of the pipeline's).
     """
 
     def __init__(
@@ -62,10 +76,16 @@ class Daemon:
         max_backoff: float = 60.0,
         http_host: str = "127.0.0.1",
         http_port: int = -1,
+        http_token: str | None = None,
+        limits: HttpLimits | None = None,
         ignore: list[str] | None = None,
         exclude: list[Path] | None = None,
         state_lock: StateLock | None = None,
         query_defaults: tuple[str, int, int] = ("collapsed", 2000, 5),
+        state_dir: Path | None = None,
+        max_delete_fraction: float = 0.5,
+        confirm_deletions: bool = False,
+        query_embedder: Embedder | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -75,23 +95,35 @@ class Daemon:
         self.max_backoff = max_backoff
         self.http_host = http_host
         self.http_port = http_port
+        self.http_token = http_token
+        self.limits = limits or HttpLimits()
         self.ignore = ignore
         self.exclude = exclude or []
         self.state_lock = state_lock
         self.query_defaults = query_defaults
-        self.lock = threading.Lock()
+        self.state_dir = state_dir or pipeline.models.root.parent
+        self.lock = threading.Lock()  # the writer's: reconciliation and batches
+        pipeline.store = LockedStore(pipeline.store)
+        self.store = pipeline.store
+        self.query_embedder = query_embedder or copy.deepcopy(pipeline.embedder)
+        self._embed_lock = threading.Lock()  # queries only
+        self.quarantine = Quarantine(self.state_dir / QUARANTINE_FILE)
+        self.guard = ShareGuard(
+            self.root,
+            self.state_dir,
+            max_delete_fraction=max_delete_fraction,
+            confirmed=confirm_deletions,
+        )
         self.metrics = Metrics(pipeline.tree)
+        self.registry = self.metrics.registry(self.pending, self._gauges)
         self.watcher: Watcher | None = None
-        self.server: ThreadingHTTPServer | None = None
-        self._server_thread: threading.Thread | None = None
+        self.server: HttpServer | None = None
+        self._stop = threading.Event()
 
     @property
     def address(self) -> tuple[str, int] | None:
         """The bound HTTP address, once serving."""
-        if self.server is None:
-            return None
-        host, port = self.server.server_address[:2]
-        return str(host), int(port)
+        return None if self.server is None else self.server.address
 
     def pending(self) -> int:
         """Paths waiting to be applied."""
@@ -100,24 +132,20 @@ class Daemon:
     def run(self, stop: threading.Event, progress: Progress = _noop) -> None:
         """Serve HTTP, reconcile, then watch until ``stop`` is set; always stops every thread.
 
+        A first build stops within seconds when ``stop`` is set (nothing is committed).
+
         Raises:
             IngestError, RetrieverError, ModelStoreError: reconciliation failed (nothing watched).
         """
-        observer = make_observer(polling=self.polling, interval=self.poll_interval)
+        self._stop = stop
         self.start_http()
         try:
-            t0 = time.perf_counter()
-            with self.lock:
-                report = self.pipeline.reconcile(self.root, progress)
-                state = self.pipeline.require_state()
-                self.metrics.snapshot(state)
-            log.info(
-                "reconciled %s with tree %r in %.1f s: %s",
-                self.root,
-                self.pipeline.tree,
-                time.perf_counter() - t0,
-                report.summary(),
-            )
+            try:
+                state = self._reconcile(stop, progress)
+            except Cancelled:
+                log.info("stopped during the first build; nothing was committed")
+                return
+            observer = make_observer(polling=self.polling, interval=self.poll_interval)
             kwargs: dict[str, Any] = {} if self.ignore is None else {"ignore": self.ignore}
             self.watcher = Watcher(
                 self.pipeline,
@@ -129,12 +157,16 @@ class Daemon:
                 max_backoff=self.max_backoff,
                 on_applied=self.metrics.applied,
                 on_error=self.metrics.error,
+                quarantine=self.quarantine,
+                settle=self.poll_interval if self.polling else 0.0,
+                guard=self.guard,
                 **kwargs,
             )
             # Watch before the worker starts: events during start-up wait in the queue.
             observer.schedule(self.watcher.handler, str(self.root), recursive=True)
             observer.start()
             try:
+                self.watcher.enqueue([self.root])  # changes made while stopped (by stat)
                 self.watcher.start()
                 self.metrics.ready = True
                 log.info(
@@ -147,6 +179,8 @@ class Daemon:
                     if not observer.is_alive():
                         log.error("the file observer stopped; exiting so a supervisor restarts it")
                         break
+                    if self.guard.should_rescan(len(self.watcher.state.sources)):
+                        self.watcher.enqueue([self.root])
             finally:
                 log.info("stopping: finishing the batch in hand")
                 observer.stop()
@@ -156,34 +190,96 @@ class Daemon:
             self.stop_http()
         log.info("stopped")
 
+    def _reconcile(self, stop: threading.Event, progress: Progress) -> Any:
+        """First run: build (cancellable). Else repair the store; file changes go to the worker."""
+        t0 = time.perf_counter()
+        with self.lock:
+            found = load_state(self.pipeline.models, self.pipeline.tree, self.pipeline.embedder)
+            if found is not None:
+                state = found
+                if Path(state.root) != self.root:
+                    self.pipeline.reconcile(self.root)  # raises: built over another folder
+                self.pipeline.reconcile_store(state)
+                summary = "store repaired; changed files are applied by the worker"
+            else:
+                report = self.pipeline.reconcile(self.root, cancellable(progress, stop))
+                state = self.pipeline.require_state()
+                summary = report.summary()
+            self.metrics.snapshot(state)
+            if self.guard.unavailable(len(state.sources)) is None:
+                self.guard.record()
+        log.info(
+            "reconciled %s with tree %r in %.1f s: %s",
+            self.root,
+            self.pipeline.tree,
+            time.perf_counter() - t0,
+            summary,
+        )
+        return state
+
     # -- HTTP ------------------------------------------------------------------------------------
 
     def start_http(self) -> None:
-        """Start the HTTP server in a thread (no-op when ``http_port`` is -1)."""
+        """Start the HTTP server in a thread (no-op when ``http_port`` is -1).
+
+        Raises:
+            ConfigError: binding beyond loopback without a token, or the port is taken.
+        """
         if self.http_port < 0:
             return
-        self.server = ThreadingHTTPServer((self.http_host, self.http_port), handler_for(self))
-        self.server.daemon_threads = True
-        self._server_thread = threading.Thread(
-            target=self.server.serve_forever, name="adrap-http", kwargs={"poll_interval": 0.2}
-        )
-        self._server_thread.start()
-        host, port = self.address or (self.http_host, self.http_port)
+        require_token_off_loopback(self.http_host, self.http_token)
+        app = build_app(daemon_routes(self, self.limits), self.http_token)
+        self.server = HttpServer(app, self.http_host, self.http_port, self.limits)
+        self.server.start()
+        host, port = self.server.address
         if self.state_lock is not None:
             self.state_lock.describe(http=f"{host}:{port}")
-        log.info("serving /healthz /readyz /metrics /status /query on http://%s:%d", host, port)
+        log.info(
+            "serving /healthz /readyz /metrics /status /query on http://%s:%d%s",
+            host,
+            port,
+            " (bearer token required)" if self.http_token else "",
+        )
 
     def stop_http(self) -> None:
         """Stop the HTTP server and join its thread."""
-        if self.server is None:
-            return
-        self.server.shutdown()
-        self.server.server_close()
-        if self._server_thread is not None:
-            self._server_thread.join()
+        if self.server is not None:
+            self.server.stop()
+
+    def status(self) -> dict[str, Any]:
+        """Return the ``/status`` document."""
+        out = self.metrics.status(self.pending()) | {"root": str(self.root)}
+        out["quarantined"] = {
+            source: {"reason": q.reason, "since": q.at}
+            for source, q in self.quarantine.items().items()
+        }
+        return out | self.guard.status()
+
+    def _gauges(self) -> dict[str, Any]:
+        g = self.guard.status()
+        return {
+            "quarantined": len(self.quarantine),
+            "deletions_paused": g["deletions_paused"] is not None
+            or g["awaiting_confirmation"] is not None,
+        }
+
+    def retry(self, path: str | None = None) -> list[str]:
+        """Release quarantined files (all, or those equal to / under ``path``) and queue them."""
+        released = self.quarantine.release(path)
+        if self.watcher is not None:
+            self.watcher.enqueue(self.root / s for s in released)
+        if released:
+            log.info("retrying %d quarantined files: %s", len(released), ", ".join(released[:10]))
+        return released
+
+    def confirm_deletions(self) -> None:
+        """Let a held bulk deletion through, and rescan the root."""
+        self.guard.confirm()
+        if self.watcher is not None:
+            self.watcher.enqueue([self.root])
 
     def query(self, params: dict[str, str]) -> dict[str, Any]:
-        """Answer ``/query``: the JSON of ``adrap query --json``.
+        """Answer ``/query``: the JSON of ``adrap query --json`` (never waits for the writer).
 
         Raises:
             ValueError: a parameter is missing or invalid.
@@ -192,8 +288,8 @@ class Daemon:
         if not question:
             raise ValueError("missing query parameter q (the question)")
         mode = params.get("mode") or self.query_defaults[0]
-        if mode not in ("collapsed", "traversal"):
-            raise ValueError(f"mode must be collapsed or traversal, not {mode!r}")
+        if mode not in QUERY_MODES:
+            raise ValueError(f"mode must be one of {', '.join(QUERY_MODES)}, not {mode!r}")
         budget = int(params.get("max_tokens") or self.query_defaults[1])
         top_k = int(params.get("top_k") or self.query_defaults[2])
         if budget < 1 or top_k < 1:
@@ -206,11 +302,9 @@ class Daemon:
             source_prefix=params.get("source") or None,
         )
         t0 = time.perf_counter()
-        with self.lock:
-            vec = self.pipeline.embedder.embed_query(question)
-            hits = run_query(
-                self.pipeline.store, vec, flt, mode=mode, max_tokens=budget, top_k=top_k
-            )
+        with self._embed_lock:
+            vec = self.query_embedder.embed_query(question)
+        hits = run_query(self.store, vec, flt, mode=mode, max_tokens=budget, top_k=top_k)
         return answer_json(
             question, mode, self.pipeline.tree, budget, hits, time.perf_counter() - t0
         )

@@ -1,15 +1,44 @@
-"""The daemon's HTTP routes: ``/healthz`` ``/readyz`` ``/metrics`` ``/status`` ``/query``."""
+"""The daemon's HTTP API on starlette + uvicorn: routes, limits, the bearer token, the server thread.
+
+Routes (``build_app`` takes a list, so other routers, e.g. a read-only Qdrant facade or a
+dashboard, can be mounted beside them):
+
+- ``GET /healthz``: 200 while the process runs (no token needed).
+- ``GET /readyz``: 200 once start-up reconciliation is done, 503 before (no token needed).
+- ``GET /metrics``: Prometheus exposition (``prometheus-client``, a registry of the daemon's own).
+- ``GET /status``: JSON: tree stats, pending events, quarantine, share guard, the last update.
+- ``GET /query?q=...&mode=...&max_tokens=N&top_k=N&source=...``: the JSON of ``adrap query --json``.
+- ``POST /retry?path=...``: release quarantined files (all, or those under ``path``).
+- ``POST /confirm-deletions``: let a held bulk deletion through.
+
+Limits: request bodies over ``MAX_BODY`` bytes are refused (413); ``max_tokens`` and ``top_k`` are
+bounded by settings (400 beyond); a query gets ``query_timeout`` seconds (504 after); uvicorn caps
+concurrent connections (``limit_concurrency``, 503 beyond) and idle keep-alive connections.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import hmac
+import ipaddress
 import json
 import logging
-from collections.abc import Callable
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
 
+import anyio
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ingestor.errors import ConfigError
 from retriever import RetrieverError
 
 if TYPE_CHECKING:
@@ -17,70 +46,215 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Largest request body accepted, bytes (the API takes parameters, not documents).
+MAX_BODY = 64 * 1024
+#: Paths served without the bearer token (container health checks).
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
-def handler_for(daemon: Daemon) -> type[BaseHTTPRequestHandler]:
-    routes: dict[str, Callable[[dict[str, str]], tuple[int, str, str]]] = {}
 
-    def healthz(_: dict[str, str]) -> tuple[int, str, str]:
-        return 200, "text/plain; charset=utf-8", "ok\n"
+@dataclass(frozen=True)
+class HttpLimits:
+    """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``)."""
 
-    def readyz(_: dict[str, str]) -> tuple[int, str, str]:
+    max_tokens: int = 32_000
+    max_top_k: int = 100
+    query_timeout: float = 30.0
+    concurrency: int = 32
+    keep_alive: int = 5
+
+
+def is_loopback(host: str) -> bool:
+    """Return True if ``host`` binds only the local machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def require_token_off_loopback(host: str, token: str | None) -> None:
+    """Refuse to serve beyond loopback without a bearer token.
+
+    Raises:
+        ConfigError: ``host`` is not a loopback address and no token is set.
+    """
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve HTTP on {host!r} without a bearer token: anyone who can reach it "
+            "could read the documents; set ADRAP_WATCH__HTTP_TOKEN (or the secret file "
+            "/run/secrets/adrap_watch__http_token), or bind ADRAP_WATCH__HTTP_HOST=127.0.0.1"
+        )
+
+
+class GuardMiddleware:
+    """Pure-ASGI checks before any route: request size, then the bearer token."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        length = headers.get("content-length")
+        if (length is not None and (not length.isdigit() or int(length) > MAX_BODY)) or (
+            length is None and "chunked" in headers.get("transfer-encoding", "")
+        ):
+            await _error(413, f"request body over {MAX_BODY} bytes")(scope, receive, send)
+            return
+        if self.token is not None and scope["path"] not in OPEN_PATHS:
+            given = headers.get("authorization", "")
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                value.strip().encode(), self.token.encode()
+            ):
+                resp = _error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
+                resp.headers["WWW-Authenticate"] = "Bearer"
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _error(code: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=code)
+
+
+def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
+    """Return the daemon's own routes."""
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(_: Request) -> Response:
         if daemon.metrics.ready:
-            return 200, "text/plain; charset=utf-8", "ready\n"
-        return 503, "text/plain; charset=utf-8", "reconciling\n"
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("reconciling\n", status_code=503)
 
-    def metrics(_: dict[str, str]) -> tuple[int, str, str]:
-        body = daemon.metrics.prometheus(daemon.pending())
-        return 200, "text/plain; version=0.0.4; charset=utf-8", body
+    async def metrics(_: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-    def status(_: dict[str, str]) -> tuple[int, str, str]:
-        out = daemon.metrics.status(daemon.pending()) | {"root": str(daemon.root)}
-        return 200, "application/json", json.dumps(out, ensure_ascii=False)
+        body = await anyio.to_thread.run_sync(generate_latest, daemon.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    def query(params: dict[str, str]) -> tuple[int, str, str]:
+    async def status(_: Request) -> Response:
+        out = await anyio.to_thread.run_sync(daemon.status)
+        return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
+
+    async def query(request: Request) -> Response:
         if not daemon.metrics.ready:
-            return 503, "application/json", json.dumps({"error": "reconciling; retry shortly"})
+            return _error(503, "reconciling; retry shortly")
+        params = dict(request.query_params)
         try:
-            out = daemon.query(params)
+            _bounded(params, "max_tokens", limits.max_tokens)
+            _bounded(params, "top_k", limits.max_top_k)
         except ValueError as exc:
-            return 400, "application/json", json.dumps({"error": str(exc)})
-        except RetrieverError as exc:
-            return 503, "application/json", json.dumps({"error": str(exc)})
-        return 200, "application/json", json.dumps(out, ensure_ascii=False)
+            return _error(400, str(exc))
+        return await _run(partial(daemon.query, params), limits.query_timeout)
 
-    routes.update(
-        {
-            "/healthz": healthz,
-            "/readyz": readyz,
-            "/metrics": metrics,
-            "/status": status,
-            "/query": query,
-        }
+    async def retry(request: Request) -> Response:
+        path = request.query_params.get("path") or None
+        released = await anyio.to_thread.run_sync(daemon.retry, path)
+        return JSONResponse({"released": released})
+
+    async def confirm(_: Request) -> Response:
+        await anyio.to_thread.run_sync(daemon.confirm_deletions)
+        return JSONResponse({"confirmed": True})
+
+    return [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+        Route("/status", status),
+        Route("/query", query),
+        Route("/retry", retry, methods=["POST"]),
+        Route("/confirm-deletions", confirm, methods=["POST"]),
+    ]
+
+
+def _bounded(params: dict[str, str], name: str, most: int) -> None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, not {raw!r}") from None
+    if not 1 <= value <= most:
+        raise ValueError(f"{name} must be between 1 and {most}, not {value}")
+
+
+async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:
+    """Run a blocking answer in a worker thread; 400/503/504 for bad input, store, timeout."""
+    try:
+        with anyio.fail_after(timeout):
+            out = await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+    except TimeoutError:
+        return _error(504, f"the query took longer than {timeout:.0f} s")
+    except ValueError as exc:
+        return _error(400, str(exc))
+    except RetrieverError as exc:
+        return _error(503, str(exc))
+    return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
+
+
+def build_app(routes: Sequence[BaseRoute], token: str | None) -> Starlette:
+    """Build the ASGI app from ``routes`` (the daemon's, plus any mounted by others)."""
+
+    async def not_found(request: Request, _exc: Exception) -> Response:
+        names = " ".join(r.path for r in routes if isinstance(r, Route))
+        return PlainTextResponse(f"not found; try {names}\n", status_code=404)
+
+    return Starlette(
+        routes=list(routes),
+        middleware=[Middleware(GuardMiddleware, token=token)],
+        exception_handlers={404: not_found},
     )
 
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "adrap"
 
-        def do_GET(self) -> None:
-            url = urlsplit(self.path)
-            route = routes.get(url.path)
-            if route is None:
-                code, ctype, body = (
-                    404,
-                    "text/plain; charset=utf-8",
-                    f"not found; try {' '.join(routes)}\n",
-                )
-            else:
-                params = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                code, ctype, body = route(params)
-            data = body.encode("utf-8")
-            self.send_response(HTTPStatus(code))
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+class HttpServer:
+    """uvicorn serving ``app`` in a thread; the socket is bound at construction (port 0 works)."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("http %s " + format, self.address_string(), *args)
+    def __init__(self, app: ASGIApp, host: str, port: int, limits: HttpLimits) -> None:
+        import uvicorn
 
-    return Handler
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self.sock.bind((host, port))
+            self.sock.listen(2048)  # connections queue until uvicorn accepts them
+        except OSError as exc:
+            self.sock.close()
+            raise ConfigError(
+                f"cannot serve HTTP on {host}:{port} ({exc.strerror or exc}); choose another "
+                "ADRAP_WATCH__HTTP_PORT (0: any free port, -1: no HTTP)"
+            ) from exc
+        name = self.sock.getsockname()
+        self.address: tuple[str, int] = (str(name[0]), int(name[1]))
+        config = uvicorn.Config(
+            app,
+            log_config=None,  # our logging, configured by the CLI
+            access_log=False,
+            limit_concurrency=limits.concurrency,
+            timeout_keep_alive=limits.keep_alive,
+            timeout_graceful_shutdown=5,
+            lifespan="off",
+            server_header=False,
+            h11_max_incomplete_event_size=16 * 1024,  # request line + headers
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, name="adrap-http", daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(15)
+        self.sock.close()

@@ -1,10 +1,12 @@
-"""The daemon's counters and tree snapshot behind ``/metrics`` (Prometheus text) and ``/status``."""
+"""The daemon's counters and tree snapshot behind ``/metrics`` (Prometheus, through
+``prometheus-client`` with a registry of the daemon's own) and ``/status``."""
 
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ingestor.pipeline import UpdateReport
@@ -80,80 +82,18 @@ class Metrics:
         with self._lock:
             self.errors[kind] += 1
 
-    def prometheus(self, pending: int) -> str:
-        """Return the metrics in the Prometheus text exposition format."""
-        t = _label(self.tree)
-        out: list[str] = []
+    def registry(self, pending: Callable[[], int], extra: Callable[[], dict[str, Any]]) -> Any:
+        """Return a ``CollectorRegistry`` of this daemon's own (no global state) for ``/metrics``.
 
-        def metric(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> None:
-            out.append(f"# HELP adrap_{name} {help_}")
-            out.append(f"# TYPE adrap_{name} {kind}")
-            out.extend(f"adrap_{name}{labels} {_num(v)}" for labels, v in samples)
+        Args:
+            pending: returns the number of paths waiting.
+            extra: returns ``{"quarantined": n, "deletions_paused": bool}``.
+        """
+        from prometheus_client import CollectorRegistry
 
-        with self._lock:
-            tl = f'{{tree="{t}"}}'
-            metric("ready", "gauge", "1 once start-up reconciliation is done.", [(tl, self.ready)])
-            metric("files", "gauge", "Documents in the tree.", [(tl, self.files)])
-            metric("leaves", "gauge", "Leaf chunks in the tree.", [(tl, self.layers.get(0, 0))])
-            metric(
-                "nodes",
-                "gauge",
-                "Nodes per layer (0 = leaves).",
-                [(f'{{tree="{t}",layer="{k}"}}', v) for k, v in self.layers.items()],
-            )
-            metric("pending_events", "gauge", "Paths waiting to be applied.", [(tl, pending)])
-            metric("updates_total", "counter", "Batches applied.", [(tl, self.updates)])
-            metric(
-                "files_changed_total",
-                "counter",
-                "Files added, changed or removed.",
-                [(tl, self.files_changed)],
-            )
-            metric("leaves_added_total", "counter", "Leaves inserted.", [(tl, self.leaves_added)])
-            metric(
-                "leaves_removed_total", "counter", "Leaves deleted.", [(tl, self.leaves_removed)]
-            )
-            metric(
-                "summary_calls_total",
-                "counter",
-                "Summaries regenerated.",
-                [(tl, self.summary_calls)],
-            )
-            metric(
-                "summary_tokens_total",
-                "counter",
-                "Tokens spent by the summariser (prompt + completion; 0 for extractive).",
-                [(tl, self.summary_tokens)],
-            )
-            metric(
-                "summary_cache_hits_total",
-                "counter",
-                "Summaries taken from the cache.",
-                [(tl, self.summary_cache_hits)],
-            )
-            metric(
-                "rebuilds_total",
-                "counter",
-                "Updates that ended in a full rebuild.",
-                [(tl, self.rebuilds)],
-            )
-            metric(
-                "errors_total",
-                "counter",
-                "Failed updates by kind.",
-                [(f'{{tree="{t}",kind="{_label(k)}"}}', v) for k, v in sorted(self.errors.items())],
-            )
-            buckets: list[tuple[str, float]] = [
-                (f'{{tree="{t}",le="{_num(b)}"}}', c)
-                for b, c in zip(LATENCY_BUCKETS, self.buckets, strict=True)
-            ]
-            buckets.append((f'{{tree="{t}",le="+Inf"}}', self.latency_count))
-            out.append("# HELP adrap_update_seconds Seconds per applied update.")
-            out.append("# TYPE adrap_update_seconds histogram")
-            out.extend(f"adrap_update_seconds_bucket{labels} {_num(v)}" for labels, v in buckets)
-            out.append(f"adrap_update_seconds_sum{tl} {_num(self.latency_sum)}")
-            out.append(f"adrap_update_seconds_count{tl} {self.latency_count}")
-        return "\n".join(out) + "\n"
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(_Collector(self, pending, extra))
+        return reg
 
     def status(self, pending: int) -> dict[str, Any]:
         """Return the ``/status`` document."""
@@ -174,9 +114,88 @@ class Metrics:
             }
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Collector:
+    """Yields the daemon's metrics from a consistent snapshot at each scrape."""
 
+    def __init__(
+        self,
+        metrics: Metrics,
+        pending: Callable[[], int],
+        extra: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.m = metrics
+        self.pending = pending
+        self.extra = extra
 
-def _num(value: float) -> str:
-    return repr(float(value)) if isinstance(value, float) else str(int(value))
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        m = self.m
+        t = [m.tree]
+        pending = self.pending()
+        extra = self.extra()
+
+        def gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
+            g = GaugeMetricFamily(f"adrap_{name}", help_, labels=["tree"])
+            g.add_metric(t, value)
+            return g
+
+        def counter(name: str, help_: str, value: float) -> CounterMetricFamily:
+            c = CounterMetricFamily(f"adrap_{name}", help_, labels=["tree"])
+            c.add_metric(t, value)
+            return c
+
+        with m._lock:
+            yield gauge("ready", "1 once start-up reconciliation is done.", float(m.ready))
+            yield gauge("files", "Documents in the tree.", m.files)
+            yield gauge("leaves", "Leaf chunks in the tree.", m.layers.get(0, 0))
+            nodes = GaugeMetricFamily(
+                "adrap_nodes", "Nodes per layer (0 = leaves).", labels=["tree", "layer"]
+            )
+            for k, v in m.layers.items():
+                nodes.add_metric([m.tree, str(k)], v)
+            yield nodes
+            yield gauge("pending_events", "Paths waiting to be applied.", pending)
+            yield gauge(
+                "quarantined_files",
+                "Files quarantined after a permanent failure (see /status).",
+                extra.get("quarantined", 0),
+            )
+            yield gauge(
+                "deletions_paused",
+                "1 while deletions are paused (share missing or awaiting confirmation).",
+                float(bool(extra.get("deletions_paused"))),
+            )
+            yield counter("updates", "Batches applied.", m.updates)
+            yield counter("files_changed", "Files added, changed or removed.", m.files_changed)
+            yield counter("leaves_added", "Leaves inserted.", m.leaves_added)
+            yield counter("leaves_removed", "Leaves deleted.", m.leaves_removed)
+            yield counter("summary_calls", "Summaries regenerated.", m.summary_calls)
+            yield counter(
+                "summary_tokens",
+                "Tokens spent by the summariser (prompt + completion; 0 for extractive).",
+                m.summary_tokens,
+            )
+            yield counter(
+                "summary_cache_hits", "Summaries taken from the cache.", m.summary_cache_hits
+            )
+            yield counter("rebuilds", "Updates that ended in a full rebuild.", m.rebuilds)
+            errors = CounterMetricFamily(
+                "adrap_errors", "Failed updates by kind.", labels=["tree", "kind"]
+            )
+            for kind, v in sorted(m.errors.items()):
+                errors.add_metric([m.tree, kind], v)
+            yield errors
+            cumulative = []
+            for bound, count in zip(LATENCY_BUCKETS, m.buckets, strict=True):
+                cumulative.append((repr(float(bound)), float(count)))
+            cumulative.append(("+Inf", float(m.latency_count)))
+            hist = HistogramMetricFamily(
+                "adrap_update_seconds", "Seconds per applied update.", labels=["tree"]
+            )
+            hist.add_metric(t, cumulative, m.latency_sum)
+            yield hist

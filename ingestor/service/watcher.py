@@ -3,14 +3,15 @@
 watchdog calls handlers in the observer thread, so :class:`EnqueueHandler` only puts paths on a
 queue. One worker thread (:class:`Watcher`) waits for a quiet period, coalesces every path of the
 burst into one set, drops ignored/hidden/temp names, and applies the set as ONE adRAP batch on the
-state it keeps in memory. A batch that fails on a dependency (LLM, store, embedder, state commit)
-commits nothing: the state is reloaded from disk, the paths stay pending and are retried with
-exponential backoff.
+state it keeps in memory. A failed batch commits nothing; the state is reloaded from disk, keeping
+the summaries the failed attempt already paid for. Then, by the failure's kind
+(:mod:`ingestor.service.failures`): transient -> the paths stay pending and are retried with
+exponential backoff; permanent or unexpected -> the batch is split in halves until the offending
+path is alone, which is quarantined, while the other paths land.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
 import queue
@@ -18,68 +19,22 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from watchdog.events import (
-    EVENT_TYPE_CREATED,
-    EVENT_TYPE_DELETED,
-    EVENT_TYPE_MODIFIED,
-    EVENT_TYPE_MOVED,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
-from watchdog.observers.polling import PollingObserver
-
-from ingestor.errors import SummarizationError, TreeError
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import DEFAULT_IGNORE, Document
+from ingestor.service.events import EnqueueHandler, PathFilter, make_observer
+from ingestor.service.failures import Quarantine, classify
 from ingestor.tree.state import TreeState
-from models_store import ModelStoreError
-from retriever import EmbeddingError, StoreError
+
+if TYPE_CHECKING:
+    from ingestor.service.share import DeletionGuard
 
 log = logging.getLogger(__name__)
 
-#: Failures of a dependency: the batch is not committed and is retried with backoff.
-RETRIABLE: tuple[type[Exception], ...] = (
-    SummarizationError,
-    StoreError,
-    EmbeddingError,
-    TreeError,
-    ModelStoreError,
-)
-_CHANGES = frozenset(
-    {EVENT_TYPE_CREATED, EVENT_TYPE_DELETED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED}
-)
+__all__ = ["EnqueueHandler", "Watcher", "make_observer"]
+
 _TICK = 0.25  # seconds between checks of the stop flag while idle
-
-
-def make_observer(*, polling: bool = False, interval: float = 2.0) -> BaseObserver:
-    """Return watchdog's native observer, or its polling one (NFS/SMB, Docker bind mounts)."""
-    if polling:
-        return PollingObserver(timeout=interval)
-    return Observer()
-
-
-class EnqueueHandler(FileSystemEventHandler):
-    """Puts the path(s) of every change event on a queue; nothing else (it runs in watchdog's thread).
-
-    Opened/closed/attribute events and directory "modified" events (a child changed, which has
-    its own event) carry no content change and are not queued: reading a file must not trigger a
-    batch.
-    """
-
-    def __init__(self, paths: queue.Queue[Path | None]) -> None:
-        self.paths = paths
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type not in _CHANGES:
-            return
-        if event.is_directory and event.event_type == EVENT_TYPE_MODIFIED:
-            return
-        self.paths.put(Path(os.fsdecode(event.src_path)))
-        if event.event_type == EVENT_TYPE_MOVED:
-            self.paths.put(Path(os.fsdecode(event.dest_path)))
 
 
 class Watcher:
@@ -94,10 +49,14 @@ class Watcher:
             at least 5 s), so a folder that never goes quiet is still indexed.
         ignore: glob patterns matched against each path component relative to ``root``.
         exclude: folders whose events are dropped (the state dir, if it is inside ``root``).
-        lock: held around every use of the pipeline's store and embedder (shared with ``/query``).
+        lock: held around every batch (the writer's lock; queries never take it).
         max_backoff: cap of the retry delay after a failed batch, seconds.
         on_applied: called in the worker, under ``lock``, after each applied batch.
         on_error: called with the exception class name after each failed batch.
+        quarantine: where permanently failing paths go (default: in memory only).
+        settle: seconds a file's (size, mtime) must stay unchanged before it is read (polling
+            mode: a file still being copied onto a share is not indexed half); 0 reads at once.
+        guard: filters the deletions of a batch (the share guard); None deletes freely.
     """
 
     def __init__(
@@ -114,19 +73,24 @@ class Watcher:
         max_backoff: float = 60.0,
         on_applied: Callable[[UpdateReport, TreeState], None] | None = None,
         on_error: Callable[[str], None] | None = None,
+        quarantine: Quarantine | None = None,
+        settle: float = 0.0,
+        guard: DeletionGuard | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
-        self.root = Path(os.path.abspath(root))
-        self.real_root = self.root.resolve()
+        self.filter = PathFilter(root, ignore, exclude)
+        self.root = self.filter.root
+        self.real_root = self.filter.real_root
         self.debounce = debounce
         self.max_wait = max_wait if max_wait is not None else max(5.0, 30 * debounce)
-        self.ignore = tuple(ignore)
-        self.exclude = [Path(os.path.abspath(p)) for p in exclude]
         self.lock = lock or threading.Lock()
         self.max_backoff = max_backoff
         self.on_applied = on_applied
         self.on_error = on_error
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.settle = settle
+        self.guard = guard
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.handler = EnqueueHandler(self.paths)
         self.batches = 0
@@ -135,8 +99,12 @@ class Watcher:
         self._retry: set[Path] = set()
         self._retry_at = 0.0
         self._backoff = 0.0
+        self._split: list[list[Path]] = []  # halves of a failed batch, applied first
+        self._unsettled: dict[Path, tuple[int, int]] = {}  # path -> (size, mtime_ns) last seen
+        self._settle_at = 0.0
         self._in_hand = 0
         self._stale = False
+        self._paid: dict[str, str] = {}  # summaries of a failed attempt, for its retry
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -157,8 +125,14 @@ class Watcher:
                 log.warning("the watch worker did not stop within %s s", timeout)
 
     def pending(self) -> int:
-        """Return the number of paths waiting: queued, in the batch in hand, or to be retried."""
-        return self.paths.qsize() + self._in_hand + len(self._retry)
+        """Return the number of paths waiting: queued, in hand, to be retried, split or settling."""
+        split = sum(len(b) for b in self._split)
+        return self.paths.qsize() + self._in_hand + len(self._retry) + split + len(self._unsettled)
+
+    def enqueue(self, paths: Iterable[Path]) -> None:
+        """Queue paths as if the observer had reported them (start-up changes, ``adrap retry``)."""
+        for path in paths:
+            self.paths.put(path)
 
     def run(self) -> None:
         """The worker loop: batch, apply, repeat; after ``stop``, apply what is left once."""
@@ -166,25 +140,37 @@ class Watcher:
             batch = self.next_batch()
             if batch:
                 self._guarded(batch)
-        rest = self._drain() | self._retry
-        self._retry = set()
+        rest = self._drain() | self._retry | set(self._unsettled)
+        for half in self._split:
+            rest.update(half)
+        self._retry, self._split, self._unsettled = set(), [], {}
         if rest:
             log.info("applying the last %d pending paths before stopping", len(rest))
+            self.settle = 0.0
             self._guarded(rest)
+            while self._split:  # isolate offenders even while stopping: the rest must land
+                self._guarded(set(self._split.pop(0)))
 
     # -- batching --------------------------------------------------------------------------------
 
     def next_batch(self) -> set[Path]:
         """Block until a burst of events has been quiet for ``debounce`` seconds; return its paths.
 
-        Paths waiting for a retry join the batch once their backoff has elapsed. Returns early
-        (possibly empty) when the watcher is stopping.
+        Halves of a failed batch come first; paths waiting for a retry join once their backoff has
+        elapsed, and settling files once ``settle`` has passed. Returns early (possibly empty) when
+        the watcher is stopping.
         """
+        if self._split:
+            return set(self._split.pop(0))
         batch: set[Path] = set()
         while not self._stopping.is_set():
-            if self._retry and time.monotonic() >= self._retry_at:
+            now = time.monotonic()
+            if self._retry and now >= self._retry_at:
                 batch |= self._retry
                 self._retry = set()
+                break
+            if self._unsettled and now >= self._settle_at:
+                batch |= set(self._unsettled)
                 break
             try:
                 item = self.paths.get(timeout=_TICK)
@@ -220,32 +206,46 @@ class Watcher:
 
     def wanted(self, path: Path) -> bool:
         """Return False for paths outside the root, ignored names, excluded folders, outward links."""
-        path = Path(os.path.abspath(path))
-        try:
-            rel = path.relative_to(self.root)
-        except ValueError:
-            return False
-        if any(fnmatch.fnmatch(part, pat) for part in rel.parts for pat in self.ignore):
-            return False
-        if any(path == ex or ex in path.parents for ex in self.exclude):
-            return False
-        if path.is_symlink():
+        return self.filter.wanted(path)
+
+    def _settled(self, paths: list[Path]) -> list[Path]:
+        """Return the paths whose (size, mtime) did not change since the last look; hold the rest."""
+        if self.settle <= 0:
+            return paths
+        out = []
+        for path in paths:
             try:
-                target = path.resolve(strict=False)
-            except (OSError, RuntimeError) as exc:
-                log.warning(
-                    "skipped %s: symlink cannot be resolved (%s); fix or remove it", path, exc
-                )
-                return False
-            if target != self.real_root and self.real_root not in target.parents:
-                log.warning(
-                    "skipped %s: symlink to %s, outside the watched folder; links are never "
-                    "followed out of the root",
-                    path,
-                    target,
-                )
-                return False
-        return True
+                st = path.stat()
+            except OSError:
+                self._unsettled.pop(path, None)
+                out.append(path)  # gone: a deletion needs no settling
+                continue
+            if not path.is_file():
+                out.append(path)
+                continue
+            now = (st.st_size, st.st_mtime_ns)
+            if self._unsettled.get(path) == now:
+                del self._unsettled[path]
+                out.append(path)
+            else:
+                if path not in self._unsettled:
+                    log.debug("%s: waiting until its size and mtime are stable", path)
+                self._unsettled[path] = now
+        if self._unsettled:
+            self._settle_at = time.monotonic() + self.settle
+        return out
+
+    def _not_quarantined(self, paths: list[Path]) -> list[Path]:
+        out = []
+        for path in paths:
+            try:
+                source = path.relative_to(self.root).as_posix()
+            except ValueError:
+                out.append(path)
+                continue
+            if not self.quarantine.holds(source, path):
+                out.append(path)
+        return out
 
     # -- applying --------------------------------------------------------------------------------
 
@@ -253,39 +253,41 @@ class Watcher:
         try:
             self.apply(batch)
         except Exception as exc:  # the worker must survive anything (the only broad except)
-            # Lose nothing: like a dependency failure, retry the batch from the committed state
-            # (a bug then shows as logged retries with backoff, not as a silently dropped file).
-            log.exception("update of %d paths failed unexpectedly", len(batch))
+            log.exception("update of %d paths failed outside the batch", len(batch))
             self._failed(sorted(batch), exc)
 
     def apply(self, batch: set[Path]) -> bool:
-        """Apply one batch of paths as one adRAP update; return False if it must be retried.
+        """Apply one batch of paths as one adRAP update; return False if it did not land.
 
         Must be called from one thread at a time (the worker, or a test instead of the worker).
         """
-        paths = sorted(p for p in batch if self.wanted(p))
+        wanted = sorted(Path(os.path.abspath(p)) for p in batch if self.wanted(p))
+        paths = self._settled(self._not_quarantined(wanted))
         if not paths:
             return True
         self._in_hand = len(paths)
         t0 = time.perf_counter()
         report = UpdateReport()
+        docs: list[Document] = []
         try:
             with self.lock:
                 try:
                     if self._stale:
-                        self.state = self.pipeline.require_state(recover=True)
-                        self._stale = False
+                        self._reload()
                     docs, gone = self.pipeline.collect(self.state, paths, report)
                     gone.extend(self._now_unreadable(report))
+                    if self.guard is not None:
+                        gone = self.guard.allow(self.state, gone)
                     self.pipeline.apply_batch(self.state, docs, gone, report)
                     if self.failures:  # an earlier failure may have left orphans after a commit
                         self.pipeline.reconcile_store(self.state)
-                except RETRIABLE as exc:
+                except Exception as exc:
                     self._failed(paths, exc)
                     return False
                 report.seconds = time.perf_counter() - t0
                 self.failures = 0
                 self._backoff = 0.0
+                self._paid = {}
                 self.batches += 1
                 self.last_report = report
                 if self.on_applied:
@@ -297,6 +299,20 @@ class Watcher:
         more = f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""
         log.info("applied update: %s; paths: %s%s", report.summary(), ", ".join(names), more)
         return True
+
+    def _reload(self) -> None:
+        """Start again from the committed state, keeping the summaries already paid for."""
+        fresh = self.pipeline.require_state(recover=True)
+        cache = fresh.summary_cache
+        carried = 0
+        for key, text in self._paid.items():
+            if key not in cache:
+                cache[key] = text
+                carried += 1
+        if carried:
+            log.info("kept %d summaries of the failed attempt for its retry", carried)
+        self.state = fresh
+        self._stale = False
 
     def _now_unreadable(self, report: UpdateReport) -> list[str]:
         """Sources in the tree whose file now fails to read: removed, as a fresh walk would do."""
@@ -311,21 +327,47 @@ class Watcher:
         return out
 
     def _failed(self, paths: list[Path], exc: Exception) -> None:
-        """Discard the half-applied in-memory state and schedule the batch again."""
+        """Discard the half-applied state, then retry, split or quarantine by the failure's kind."""
         self.failures += 1
-        self._backoff = min(self.max_backoff, max(1.0, self._backoff * 2))
-        self._retry.update(paths)
-        self._retry_at = time.monotonic() + self._backoff
-        log.warning(
-            "update of %d paths failed (%s: %s); nothing was committed, retrying in %.0f s",
-            len(paths),
-            type(exc).__name__,
-            exc,
-            self._backoff,
-        )
+        kind = classify(exc)
+        self._paid.update(self.state.summary_cache.pending_items())  # paid work survives
+        self._stale = True  # the next batch starts from the committed state, reloaded
         if self.on_error:
             self.on_error(type(exc).__name__)
-        self._stale = True  # the next batch starts from the committed state, reloaded
+        if kind == "unexpected":
+            log.error(
+                "update of %d paths failed unexpectedly",
+                len(paths),
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+        if kind == "transient":
+            self._backoff = min(self.max_backoff, max(1.0, self._backoff * 2))
+            self._retry.update(paths)
+            self._retry_at = time.monotonic() + self._backoff
+            log.warning(
+                "update of %d paths failed (%s: %s); nothing was committed, retrying in %.0f s",
+                len(paths),
+                type(exc).__name__,
+                exc,
+                self._backoff,
+            )
+        elif len(paths) > 1:
+            mid = len(paths) // 2
+            self._split[:0] = [paths[:mid], paths[mid:]]
+            log.warning(
+                "update of %d paths failed (%s: %s); nothing was committed, splitting the batch "
+                "to isolate the offending path",
+                len(paths),
+                type(exc).__name__,
+                exc,
+            )
+        else:
+            path = paths[0]
+            try:
+                source = path.relative_to(self.root).as_posix()
+            except ValueError:
+                source = str(path)
+            self.quarantine.add(source, path, f"{kind}: {type(exc).__name__}: {exc}")
 
     def _recheck(self, docs: Iterable[Document]) -> None:
         """Queue again the files that changed or vanished while they were being read."""

@@ -102,6 +102,10 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._read.clear()
         self._cleared = False
 
+    def pending_items(self) -> dict[str, V]:
+        """Return the values set since the last commit (e.g. summaries paid for by this update)."""
+        return {k: self._cache[k] for k in self._dirty if k in self._cache}
+
     @property
     def pending(self) -> int:
         """Rows that the next commit writes or deletes."""

@@ -10,6 +10,7 @@ without refitting.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -95,6 +96,16 @@ class SourceEntry:
     size: int
     mtime: float
     node_ids: list[str]
+    mtime_ns: int = 0  # 0: unknown (older state); then the file is read to compare its hash
+    inode: int = 0
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        """Return True if ``st`` shows the file as it was indexed (size, mtime_ns, inode)."""
+        return bool(self.mtime_ns) and (self.size, self.mtime_ns, self.inode) == (
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ino,
+        )
 
 
 class NodeMap(RowMap[Node]):

@@ -141,7 +141,7 @@ def watching(folder: Path, state: Path, env: dict[str, str] | None = None) -> It
 
 
 def assert_converged(folder: Path, state: Path) -> None:
-    """Store ids == state node ids and state sources == the supported files of the folder."""
+    """Store ids == state node ids, payloads equal, state sources == the folder's files."""
     models = ModelStore(state / "models")
     with (
         warnings.catch_warnings()
@@ -151,6 +151,12 @@ def assert_converged(folder: Path, state: Path) -> None:
     assert tree is not None
     with EdgeNodeStore(state / "qdrant") as store:
         assert set(store.iter_ids("default")) == set(tree.nodes)
+        ids = sorted(tree.nodes)
+        for start in range(0, len(ids), 256):  # payloads too, not only the id sets
+            batch = ids[start : start + 256]
+            found = {p.node_id: p for p in store.retrieve(batch)}
+            for want in tree.payloads(batch):
+                assert found[want.node_id] == want, want.node_id
     files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.suffix == ".txt"}
     assert set(tree.sources) == files
 
@@ -207,6 +213,47 @@ def test_watch_serves_queries_metrics_and_exits_0_on_sigterm(folder: Path, tmp_p
         assert f"locked by process {w.proc.pid}" in second.stderr
         assert w.stop() == 0
         assert '"applied update: files +1' in w.logs()
+
+
+def adrap(state: Path, *args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "ingestor", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env | {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1"},
+        cwd=cwd or state.parent,
+    )
+
+
+def test_a_query_in_an_empty_directory_says_not_built_and_creates_nothing(tmp_path: Path) -> None:
+    with adrap(tmp_path / ".adrap", "query", "anything", cwd=tmp_path) as q:
+        out, err = q.communicate(timeout=120)
+    assert q.returncode == 1, out + err
+    assert "is empty" in err
+    assert "not built" in err
+    assert list(tmp_path.iterdir()) == [], "a read-only command created nothing"
+
+
+def test_queries_while_the_daemon_starts_wait_for_it_and_never_kill_it(
+    folder: Path, tmp_path: Path
+) -> None:
+    """Issue 9 item 1: a query racing the daemon's start used to open the store and kill it."""
+    state = tmp_path / "state"
+    first = adrap(state, "build", str(folder))  # a built tree, so a query may open the store
+    assert first.wait(300) == 0, first.communicate()
+    first.communicate()
+    queries = [adrap(state, "query", "sour grapes", "--json")]
+    with watching(folder, state) as w:
+        queries += [adrap(state, "query", "sour grapes", "--json") for _ in range(2)]
+        w.wait_ready()
+        for q in queries:
+            out, err = q.communicate(timeout=300)
+            assert q.returncode == 0, err
+            assert json.loads(out)["hits"]
+        assert w.proc.poll() is None, w.logs()
+        assert w.stop() == 0
 
 
 def test_bad_inputs_are_skipped_with_one_line_each_and_the_daemon_keeps_running(

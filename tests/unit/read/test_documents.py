@@ -80,6 +80,8 @@ def test_text_file_becomes_a_document_with_relative_source_and_raw_hash(tmp_path
         content_hash=hashlib.sha256(raw).hexdigest(),
         size=len(raw),
         mtime=path.stat().st_mtime,
+        mtime_ns=path.stat().st_mtime_ns,
+        inode=path.stat().st_ino,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,62 @@ def test_an_uncreatable_state_dir_is_reported_as_a_lock_error(tmp_path: Path) ->
         state_lock(blocker / "state", "build"),
     ):
         pass
+
+
+HOLD_READER = """
+import sys, time
+from pathlib import Path
+from ingestor.service.locking import reader_lock
+with reader_lock(Path(sys.argv[1])):
+    print("reading", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_writer_waits_for_a_reader_instead_of_failing(tmp_path: Path) -> None:
+    """A query holding the store while the daemon starts delays the daemon; it never kills it."""
+    with state_lock(tmp_path, "build"):
+        pass  # a writer ran once: the lock file exists
+    with subprocess.Popen(
+        [sys.executable, "-c", HOLD_READER, str(tmp_path), "1.0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    ) as reader:
+        assert reader.stdout is not None
+        assert reader.stdout.readline().strip() == "reading"
+        t0 = time.monotonic()
+        with state_lock(tmp_path, "watch", reader_wait=30) as lock:
+            assert time.monotonic() - t0 > 0.5, "the writer got the lock only after the reader"
+            assert lock.info["command"] == "watch"
+
+
+def test_a_reader_is_refused_while_a_writer_holds_the_lock_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    from ingestor.service.locking import WriterActiveError, reader_lock
+
+    empty = tmp_path / "never"
+    with reader_lock(empty):
+        pass
+    assert not empty.exists(), "a reader creates no state dir and no lock file"
+    with (
+        state_lock(tmp_path, "watch"),
+        pytest.raises(WriterActiveError, match="adrap watch"),
+        reader_lock(tmp_path),
+    ):
+        pass
+
+
+def test_read_only_commands_create_nothing_in_an_empty_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from ingestor.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    for args in (["status"], ["config"]):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+    assert list(tmp_path.iterdir()) == []

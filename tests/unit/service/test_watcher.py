@@ -39,24 +39,6 @@ from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import doc_text
 
 
-@pytest.fixture(autouse=True)
-def no_thread_leaks() -> Iterator[None]:
-    """Every observer, worker and HTTP thread a test starts is joined before it ends."""
-    before = set(threading.enumerate())
-    yield
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        leaked = [
-            t
-            for t in threading.enumerate()
-            if t not in before and t.is_alive() and t.name != "tqdm_monitor"  # tqdm's singleton
-        ]
-        if not leaked:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"threads leaked: {leaked}")
-
-
 class FlakySummarizer(EchoSummarizer):
     """Raises SummarizationError on its first ``failures`` calls, like an LLM that is down."""
 
@@ -122,16 +104,6 @@ def assert_agrees(p: Pipeline, root: Path, state: Any = None) -> None:
     assert set(p.store.iter_ids("t")) == set(committed.nodes)
     if state is not None:
         assert set(state.sources) == set(committed.sources)
-
-
-@pytest.fixture
-def tree(tmp_path: Path) -> Iterator[tuple[Pipeline, Path]]:
-    root = tmp_path / "docs"
-    write_corpus(root, 8)
-    p = make_pipeline(tmp_path)
-    p.build(root)
-    yield p, root.resolve()
-    p.store.close()
 
 
 def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -321,28 +293,45 @@ def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
         assert_agrees(p, root, w.state)
 
 
-def test_an_unexpected_error_loses_no_file_the_batch_is_retried_from_the_committed_state(
+def test_an_unexpected_error_isolates_the_offending_path_and_the_rest_of_the_batch_lands(
     tmp_path: Path,
 ) -> None:
+    """Issue 9 item 2: a bug on one file used to be retried forever with every later batch."""
     with retrying_watcher(tmp_path, EchoSummarizer()) as (p, root, w, errors):
         real = p.apply_batch
-        calls = [0]
 
         def apply_batch(state, docs, gone, report):  # type: ignore[no-untyped-def]
-            calls[0] += 1
-            if calls[0] == 1:
+            if any(d.source == "bad.txt" for d in docs):
                 state.sources.clear()  # a half-applied change in memory, then a bug
-                raise RuntimeError("bug")
+                raise RuntimeError("parser bug")
             return real(state, docs, gone, report)
 
         p.apply_batch = apply_batch  # type: ignore[method-assign]
-        path = root / "late.txt"
-        path.write_text(doc_text(random.Random(9), 6))
-        w.handler.dispatch(FileCreatedEvent(str(path)))
-        w._guarded(w.next_batch())
-        assert errors == ["RuntimeError"]
-        assert w.pending() == 1
+        for i, name in enumerate(["a.txt", "b.txt", "bad.txt", "c.txt"]):
+            (root / name).write_text(doc_text(random.Random(60 + i), 5))
+            w.handler.dispatch(FileCreatedEvent(str(root / name)))
+        for _ in range(6):
+            if w.pending() == 0 and not w.paths.qsize():
+                break
+            w._guarded(w.next_batch())
+        assert w.pending() == 0
+        assert set(w.quarantine.items()) == {"bad.txt"}
+        assert "parser bug" in w.quarantine.items()["bad.txt"].reason
+        sources = set(p.require_state().sources)
+        assert {"a.txt", "b.txt", "c.txt"} <= sources
+        assert "bad.txt" not in sources
+        assert errors
+        assert set(errors) == {"RuntimeError"}
+        # unchanged, it stays out of later batches; once edited (and the bug fixed) it lands
+        w.handler.dispatch(FileModifiedEvent(str(root / "bad.txt")))
         assert w.apply(w.next_batch())
+        assert "bad.txt" not in p.require_state().sources
+        p.apply_batch = real  # type: ignore[method-assign]
+        (root / "bad.txt").write_text(doc_text(random.Random(99), 5))
+        w.handler.dispatch(FileModifiedEvent(str(root / "bad.txt")))
+        assert w.apply(w.next_batch())
+        assert "bad.txt" in p.require_state().sources
+        assert len(w.quarantine) == 0
         assert_agrees(p, root, w.state)
 
 
@@ -511,8 +500,9 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
         samples = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
         for line in samples:
             float(line.rsplit(" ", 1)[1])
-        assert 'adrap_files{tree="t"} 9' in text
-        assert 'adrap_update_seconds_bucket{tree="t",le="+Inf"} 1' in text
+        assert 'adrap_files{tree="t"} 9.0' in text
+        assert 'adrap_update_seconds_bucket{le="+Inf",tree="t"} 1.0' in text
+        assert 'adrap_quarantined_files{tree="t"} 0.0' in text
         assert get(base + "/query")[0] == 400
         assert get(base + "/nope")[0] == 404
     finally:

@@ -1,0 +1,97 @@
+"""``adrap retry`` and ``adrap confirm-deletions``: tell the daemon (or the state dir) what to do."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+
+import click
+
+from ingestor.cli.app import Ctx, main, run
+from ingestor.config import Settings
+from ingestor.errors import IngestError
+
+
+def post_daemon(s: Settings, route: str) -> dict[str, Any] | None:
+    """POST ``route`` to the running ``adrap watch`` of this state dir; None if none runs.
+
+    Raises:
+        IngestError: a daemon holds the state dir but does not answer.
+    """
+    from ingestor.service.locking import read_holder
+
+    holder = read_holder(s.state_dir)
+    if holder is None or holder.get("command") != "watch" or not holder.get("http"):
+        return None
+    url = f"http://{holder['http']}{route}"
+    req = urllib.request.Request(url, method="POST", data=b"")
+    w = s.watch
+    if w.http_token is not None:
+        req.add_header("Authorization", f"Bearer {w.http_token.get_secret_value()}")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+    except (OSError, ValueError) as exc:
+        raise IngestError(
+            f"adrap watch (pid {holder.get('pid', '?')}) did not answer {url} ({exc}); check its "
+            "log and ADRAP_WATCH__HTTP_TOKEN"
+        ) from exc
+    return out
+
+
+@main.command()
+@click.argument("path", required=False)
+@click.pass_obj
+def retry(ctx: Ctx, path: str | None) -> None:
+    """Try quarantined files again: all of them, or PATH (a file or folder, relative to the root).
+
+    \b
+    Example:
+      adrap retry reports/q3.pdf
+    """
+    import urllib.parse
+
+    from ingestor.service.failures import QUARANTINE_FILE, Quarantine
+    from ingestor.service.locking import state_lock
+
+    def body() -> None:
+        s = ctx.settings
+        query = "" if path is None else "?" + urllib.parse.urlencode({"path": path})
+        out = post_daemon(s, "/retry" + query)
+        if out is not None:
+            released = out["released"]
+            click.echo(f"{len(released)} files released; adrap watch applies them now")
+            return
+        file = s.state_dir / QUARANTINE_FILE
+        if not file.exists():
+            click.echo("0 files released (nothing is quarantined)")
+            return
+        with state_lock(s.state_dir, "retry"):
+            released = Quarantine(file).release(path)
+        click.echo(f"{len(released)} files released; the next `adrap watch` applies them")
+
+    run(ctx, body)
+
+
+@main.command("confirm-deletions")
+@click.pass_obj
+def confirm_deletions(ctx: Ctx) -> None:
+    """Let the running daemon remove the documents a scan found missing (over the threshold).
+
+    \b
+    Example:
+      adrap confirm-deletions
+    """
+
+    def body() -> None:
+        out = post_daemon(ctx.settings, "/confirm-deletions")
+        if out is None:
+            raise IngestError(
+                "no adrap watch is running on this state dir; start it with "
+                "`adrap watch DIR --confirm-deletions` to allow the deletions"
+            )
+        click.echo("deletions confirmed; adrap watch rescans the folder now")
+
+    run(ctx, body)

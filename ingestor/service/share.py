@@ -1,0 +1,185 @@
+"""The share guard: a missing share is never "every file was deleted".
+
+A watched root on a network share can vanish (unmounted, unreachable), come back empty (the bare
+mount point), or be mounted from another device. To a folder scan each looks like a user deleting
+every file, and deleting the tree would pay for every summary again when the share returns. So the
+daemon passes every batch's deletions through :class:`ShareGuard`: while the root is missing,
+unreadable, on another device than recorded, or empty while the tree is not, deletions pause (the
+rest of the batch lands, queries keep being answered) until the root is back. A batch that would
+remove more than ``max_delete_fraction`` of the documents pauses too, until confirmed
+(``adrap watch --confirm-deletions``, ``adrap confirm-deletions`` or ``POST /confirm-deletions``).
+
+The root's ``st_dev`` is recorded in ``<state_dir>/share.json`` the first time the daemon sees the
+root available.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Protocol
+
+from ingestor.tree.state import TreeState
+
+log = logging.getLogger(__name__)
+
+SHARE_FILE = "share.json"
+#: A batch removing fewer documents than this is never held for confirmation.
+MIN_BULK = 3
+
+
+class DeletionGuard(Protocol):
+    def allow(self, state: TreeState, gone: list[str]) -> list[str]: ...
+
+
+class ShareGuard:
+    """Pauses deletions while the share is missing, and bulk deletions until confirmed.
+
+    Args:
+        root: the watched folder.
+        state_dir: where ``share.json`` (the root's recorded device) lives; None records nothing.
+        max_delete_fraction: a batch removing more than this share of the documents is held.
+        confirmed: confirm bulk deletions in advance (``--confirm-deletions``).
+    """
+
+    def __init__(
+        self,
+        root: Path,
+        state_dir: Path | None,
+        *,
+        max_delete_fraction: float = 0.5,
+        confirmed: bool = False,
+    ) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.file = state_dir / SHARE_FILE if state_dir is not None else None
+        self.max_delete_fraction = max_delete_fraction
+        self.always_confirmed = confirmed
+        self._confirmed = False
+        self._lock = threading.Lock()
+        self.paused: str | None = None  # why deletions are paused (share missing), or None
+        self.awaiting_confirmation: tuple[int, int] | None = None  # (would remove, documents)
+        self.device: int | None = self._read_device()
+
+    # -- the share -------------------------------------------------------------------------------
+
+    def unavailable(self, documents: int) -> str | None:
+        """Return why the root does not look like the share the tree was built from, or None."""
+        try:
+            st = os.stat(self.root)
+        except FileNotFoundError:
+            return f"the watched folder {self.root} is missing"
+        except OSError as exc:
+            return f"the watched folder {self.root} cannot be reached ({exc.strerror or exc})"
+        try:
+            with os.scandir(self.root) as it:
+                empty = next(it, None) is None
+        except OSError as exc:
+            return f"the watched folder {self.root} cannot be listed ({exc.strerror or exc})"
+        if self.device is not None and st.st_dev != self.device:
+            return (
+                f"the watched folder {self.root} is on another device ({st.st_dev}) than when the "
+                f"tree was built ({self.device}): the share is probably not mounted"
+            )
+        if empty and documents > 0:
+            return (
+                f"the watched folder {self.root} is empty while the tree has {documents} "
+                "documents: the share is probably not mounted"
+            )
+        return None
+
+    def record(self) -> None:
+        """Record the root's device once (first start, or a state dir from an older version)."""
+        if self.device is not None or self.file is None:
+            return
+        try:
+            st = os.stat(self.root)
+        except OSError:
+            return
+        self.device = st.st_dev
+        tmp = self.file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"root": str(self.root), "st_dev": st.st_dev}))
+        os.replace(tmp, self.file)
+
+    def _read_device(self) -> int | None:
+        if self.file is None:
+            return None
+        try:
+            data = json.loads(self.file.read_text())
+        except (OSError, ValueError):
+            return None
+        dev = data.get("st_dev") if isinstance(data, dict) else None
+        return dev if isinstance(dev, int) and data.get("root") == str(self.root) else None
+
+    # -- deletions -------------------------------------------------------------------------------
+
+    def allow(self, state: TreeState, gone: list[str]) -> list[str]:
+        """Return the deletions of a batch that may go ahead (all, or none while paused)."""
+        gone = list(dict.fromkeys(s for s in gone if s in state.sources))
+        if not gone:
+            return gone
+        documents = len(state.sources)
+        reason = self.unavailable(documents)
+        with self._lock:
+            if reason is not None:
+                if self.paused != reason:
+                    log.warning(
+                        "deletions paused: %s; %d documents are kept and queries are answered "
+                        "until it is back",
+                        reason,
+                        len(gone),
+                    )
+                self.paused = reason
+                return []
+            self.paused = None
+            bulk = len(gone) >= MIN_BULK and len(gone) > self.max_delete_fraction * documents
+            if bulk and not (self.always_confirmed or self._confirmed):
+                if self.awaiting_confirmation != (len(gone), documents):
+                    log.warning(
+                        "deletions paused: this scan would remove %d of %d documents (over %.0f "
+                        "%%); confirm with `adrap confirm-deletions` (or POST /confirm-deletions, "
+                        "or restart with `adrap watch --confirm-deletions`)",
+                        len(gone),
+                        documents,
+                        100 * self.max_delete_fraction,
+                    )
+                self.awaiting_confirmation = (len(gone), documents)
+                return []
+            self._confirmed = False
+            self.awaiting_confirmation = None
+        return gone
+
+    def confirm(self) -> None:
+        """Let the next bulk deletion through (the caller rescans the root)."""
+        with self._lock:
+            self._confirmed = True
+        log.info("bulk deletions confirmed; rescanning %s", self.root)
+
+    def should_rescan(self, documents: int) -> bool:
+        """Return True once, when a paused share has come back (the caller rescans the root)."""
+        with self._lock:
+            if self.paused is None:
+                return False
+        if self.unavailable(documents) is not None:
+            return False
+        with self._lock:
+            log.warning("the watched folder %s is back; resuming deletions", self.root)
+            self.paused = None
+        return True
+
+    def status(self) -> dict[str, object]:
+        """Return the guard's part of ``/status``."""
+        with self._lock:
+            return {
+                "deletions_paused": self.paused,
+                "awaiting_confirmation": (
+                    None
+                    if self.awaiting_confirmation is None
+                    else {
+                        "would_remove": self.awaiting_confirmation[0],
+                        "documents": self.awaiting_confirmation[1],
+                    }
+                ),
+            }

@@ -1,0 +1,316 @@
+"""The daemon on a real share: guard against a missing share, settle, skip by stat, never block
+queries, stop a first build on SIGTERM, and an HTTP surface with limits and a token."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEvent
+
+from ingestor.errors import ConfigError
+from ingestor.pipeline import load_state
+from ingestor.service.daemon import Daemon
+from ingestor.service.http import HttpLimits
+from ingestor.service.share import SHARE_FILE, ShareGuard
+from ingestor.service.watcher import Watcher
+from tests.fakes import EchoSummarizer
+from tests.unit.service.test_watcher import (
+    make_pipeline,
+    on_disk,
+    wait_for,
+    write_corpus,
+)
+from tests.unit.tree.test_adrap import doc_text
+
+Tree = tuple[Any, Path]
+
+
+def _unmount(root: Path, aside: Path) -> None:
+    """Replace the share by its bare (empty) mount point."""
+    shutil.move(str(root), str(aside))
+    root.mkdir()
+
+
+def _remount(root: Path, aside: Path) -> None:
+    root.rmdir()
+    shutil.move(str(aside), str(root))
+
+
+# -- the share guard ---------------------------------------------------------------------------
+
+
+def test_an_empty_mount_point_pauses_deletions_and_they_resume_when_the_share_returns(
+    tree: Tree, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 9 item 5: an unmounted share used to delete every document of the tree."""
+    p, root = tree
+    guard = ShareGuard(root, tmp_path / "state")
+    guard.record()
+    w = Watcher(p, p.require_state(), root, debounce=0.05, guard=guard)
+    before = set(p.require_state().sources)
+    _unmount(root, tmp_path / "aside")
+    for name in before:
+        w.handler.dispatch(FileDeletedEvent(str(root / name)))
+    with caplog.at_level("WARNING"):
+        assert w.apply(w.next_batch())
+    assert set(p.require_state().sources) == before, "nothing was deleted"
+    assert guard.status()["deletions_paused"]
+    assert "deletions paused" in caplog.text
+    assert not guard.should_rescan(len(before))
+    _remount(root, tmp_path / "aside")
+    (root / "d0.txt").unlink()  # really deleted while the share was away
+    assert guard.should_rescan(len(before))
+    w.enqueue([root])
+    assert w.apply(w.next_batch())
+    assert set(p.require_state().sources) == on_disk(root)
+    assert guard.status()["deletions_paused"] is None
+
+
+def test_a_missing_root_or_another_device_is_a_missing_share(tmp_path: Path) -> None:
+    root = tmp_path / "share"
+    root.mkdir()
+    (root / "a.txt").write_text("x")
+    guard = ShareGuard(root, tmp_path)
+    guard.record()
+    assert json.loads((tmp_path / SHARE_FILE).read_text())["st_dev"] == os.stat(root).st_dev
+    assert guard.unavailable(1) is None
+    (tmp_path / SHARE_FILE).write_text(
+        json.dumps({"root": str(root), "st_dev": os.stat(root).st_dev + 1})
+    )
+    assert "another device" in (ShareGuard(root, tmp_path).unavailable(1) or "")
+    shutil.rmtree(root)
+    assert "missing" in (guard.unavailable(1) or "")
+
+
+def test_a_scan_removing_most_documents_waits_for_confirmation(tree: Tree, tmp_path: Path) -> None:
+    p, root = tree
+    guard = ShareGuard(root, None, max_delete_fraction=0.5)
+    w = Watcher(p, p.require_state(), root, debounce=0.05, guard=guard)
+    gone = sorted(on_disk(root))[:6]  # 6 of 8
+    for name in gone:
+        (root / name).unlink()
+        w.handler.dispatch(FileDeletedEvent(str(root / name)))
+    assert w.apply(w.next_batch())
+    assert set(gone) <= set(p.require_state().sources), "held, not deleted"
+    assert guard.status()["awaiting_confirmation"] == {"would_remove": 6, "documents": 8}
+    guard.confirm()
+    w.enqueue([root])
+    assert w.apply(w.next_batch())
+    assert set(p.require_state().sources) == on_disk(root)
+    assert guard.status()["awaiting_confirmation"] is None
+
+
+def test_the_daemon_started_on_an_empty_mount_point_deletes_nothing(tmp_path: Path) -> None:
+    """The issue's scenario: build, stop, share replaced by an empty mount point, start."""
+    root = tmp_path / "docs"
+    write_corpus(root, 6)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    Daemon(p, root).guard.record()  # as the first daemon run does
+    n_points = len(set(p.store.iter_ids("t")))
+    _unmount(root, tmp_path / "aside")
+    d = Daemon(p, root, debounce=0.05)
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        wait_for(lambda: d.metrics.ready and d.status()["deletions_paused"] is not None)
+        assert len(p.require_state().sources) == 6
+        assert len(set(p.store.iter_ids("t"))) == n_points
+        _remount(root, tmp_path / "aside")
+        wait_for(lambda: d.status()["deletions_paused"] is None, timeout=20)
+    finally:
+        stop.set()
+        t.join(60)
+        p.store.close()
+    assert len(p.require_state().sources) == 6
+
+
+# -- polling: settle ----------------------------------------------------------------------------
+
+
+def test_in_polling_mode_a_file_is_taken_only_once_its_size_and_mtime_are_stable(
+    tree: Tree,
+) -> None:
+    """Issue 9 item 7: a file still being copied onto a share used to be indexed half."""
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.05, settle=0.3)
+    big = root / "copying.txt"
+    big.write_text(doc_text(random.Random(1), 3))
+    w.handler.dispatch(FileCreatedEvent(str(big)))
+    assert w.apply(w.next_batch())
+    assert "copying.txt" not in w.state.sources, "first sighting: not yet"
+    assert w.pending() == 1
+    with big.open("a") as f:  # the copy goes on
+        f.write(doc_text(random.Random(2), 3))
+    w.handler.dispatch(FileModifiedEvent(str(big)))
+    assert w.apply(w.next_batch())
+    assert "copying.txt" not in w.state.sources, "changed since the last poll: not yet"
+    assert w.apply(w.next_batch())  # waits `settle`, sees the same size and mtime
+    assert p.require_state().sources["copying.txt"].size == big.stat().st_size
+
+
+# -- restart: skip unchanged files by stat -----------------------------------------------------
+
+
+def test_restart_reads_no_unchanged_file(tree: Tree, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 9 item 6: reconciliation used to read, decode and hash every file."""
+    import ingestor.read.documents as documents
+
+    p, root = tree
+    read: list[str] = []
+    real = documents._read_bytes
+
+    def counting(real_path: Path, name: str, max_bytes: int) -> Any:
+        read.append(name)
+        return real(real_path, name, max_bytes)
+
+    monkeypatch.setattr(documents, "_read_bytes", counting)
+    report = p.reconcile(root)
+    assert read == []
+    assert report.files_unchanged == 8
+    (root / "d2.txt").write_text(doc_text(random.Random(77), 4))
+    p.reconcile(root)
+    assert read == ["d2.txt"]
+    entry = p.require_state().sources["d2.txt"]
+    st = (root / "d2.txt").stat()
+    assert (entry.size, entry.mtime_ns, entry.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+# -- queries never wait for the writer ---------------------------------------------------------
+
+
+class BlockingSummarizer(EchoSummarizer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.block = False
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        if self.block:
+            self.entered.set()
+            self.release.wait(30)
+        return super().summarize_many(groups, max_tokens=max_tokens, query=query)
+
+
+def test_a_query_is_answered_while_the_writer_summarises(tmp_path: Path) -> None:
+    """Issue 9 item 4: /query used to take the lock the worker holds during summarisation."""
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    llm = BlockingSummarizer()
+    p = make_pipeline(tmp_path, llm)
+    p.drift_threshold = 0.0  # the update is a rebuild: it summarises
+    p.build(root)
+    d = Daemon(p, root, debounce=0.05)
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        wait_for(lambda: d.metrics.ready)
+        llm.block = True
+        (root / "new.txt").write_text(doc_text(random.Random(3), 6))
+        assert d.watcher is not None
+        d.watcher.enqueue([root / "new.txt"])
+        assert llm.entered.wait(30), "the writer is summarising"
+        answers: list[dict[str, Any]] = []
+        q = threading.Thread(target=lambda: answers.append(d.query({"q": "orchard harvest"})))
+        t0 = time.monotonic()
+        q.start()
+        q.join(5)
+        assert answers, "the query waited for the writer"
+        assert time.monotonic() - t0 < 5
+        assert answers[0]["hits"]
+    finally:
+        llm.release.set()
+        stop.set()
+        t.join(60)
+        p.store.close()
+
+
+# -- SIGTERM during the first build --------------------------------------------------------------
+
+
+def test_stop_during_the_first_build_returns_within_seconds_and_commits_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 9 item 8: SIGTERM used to wait for the whole first build."""
+    root = tmp_path / "docs"
+    write_corpus(root, 30)
+    p = make_pipeline(tmp_path)
+    d = Daemon(p, root)
+    stop = threading.Event()
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage.startswith("embed"):
+            stop.set()  # SIGTERM arrives during the build
+
+    t0 = time.monotonic()
+    d.run(stop, progress)
+    assert time.monotonic() - t0 < 10
+    assert load_state(p.models, "t", p.embedder) is None
+    p.store.close()
+
+
+# -- HTTP ---------------------------------------------------------------------------------------
+
+
+def _call(url: str, token: str | None = None, data: bytes | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, data=data, method="POST" if data is not None else "GET")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_http_needs_a_token_off_loopback_checks_it_and_bounds_parameters(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path)
+    with pytest.raises(ConfigError, match="ADRAP_WATCH__HTTP_TOKEN"):
+        Daemon(p, root, http_host="0.0.0.0", http_port=0).start_http()
+    d = Daemon(
+        p, root, http_port=0, http_token="s3cret", limits=HttpLimits(max_tokens=5000, max_top_k=20)
+    )
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        wait_for(lambda: d.address is not None)
+        base = "http://{}:{}".format(*d.address)  # type: ignore[str-format]
+        assert _call(base + "/healthz")[0] == 200  # health checks need no token
+        wait_for(lambda: _call(base + "/readyz")[0] == 200, timeout=60)
+        assert _call(base + "/status")[0] == 401
+        assert _call(base + "/status", "wrong")[0] == 401
+        code, body = _call(base + "/status", "s3cret")
+        assert code == 200
+        assert json.loads(body)["quarantined"] == {}
+        assert _call(base + "/query?q=orchard&max_tokens=999999", "s3cret")[0] == 400
+        assert _call(base + "/query?q=orchard&top_k=21", "s3cret")[0] == 400
+        assert _call(base + "/query?q=orchard&max_tokens=500", "s3cret")[0] == 200
+        assert _call(base + "/retry", "s3cret", data=b"x" * 100_000)[0] == 413
+        code, body = _call(base + "/retry", "s3cret", data=b"")
+        assert (code, json.loads(body)) == (200, {"released": []})
+        code, text = _call(base + "/metrics", "s3cret")
+        assert code == 200
+        assert "adrap_pending_events" in text
+    finally:
+        stop.set()
+        t.join(60)
+        p.store.close()
