@@ -216,6 +216,8 @@ class BuildStage:
 
     def vectors_of(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
         """Return the vectors of nodes, embedding their texts again where the store lost them."""
+        if state.vectors.fetch is None:
+            state.vectors.fetch = self.store.retrieve_vectors
         try:
             return state.matrix(ids)
         except StoreError:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingestor.pipeline import Pipeline, load_state
+from ingestor.pipeline import Pipeline
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
 from ingestor.service.http import (
@@ -194,7 +194,7 @@ class Daemon:
         """First run: build (cancellable). Else repair the store; file changes go to the worker."""
         t0 = time.perf_counter()
         with self.lock:
-            found = load_state(self.pipeline.models, self.pipeline.tree, self.pipeline.embedder)
+            found = self.pipeline.open_state(recover=True)
             if found is not None:
                 state = found
                 if Path(state.root) != self.root:
