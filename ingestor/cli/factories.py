@@ -133,17 +133,23 @@ def reading_store(settings: Settings) -> Iterator[NodeStore]:
         with opened_store(settings) as store:
             yield store
         return
+    require_built(settings)
     path = settings.state_dir / STORE_DIR
-    if not _has_store(path):
-        raise TreeError(
-            f"tree {settings.tree!r} is empty: no store in {path} (not built); run `adrap build "
-            "DIR` or `adrap watch DIR` first"
-        )
     with reader_lock(settings.state_dir):
         if not _has_store(path):  # removed while we waited
             raise TreeError(f"tree {settings.tree!r} is empty: no store in {path} (not built)")
         with opened_store(settings) as store:
             yield store
+
+
+def require_built(settings: Settings) -> None:
+    """Raise TreeError unless the embedded store exists (server mode: nothing to check here)."""
+    path = settings.state_dir / STORE_DIR
+    if settings.store_mode == "embedded" and not _has_store(path):
+        raise TreeError(
+            f"tree {settings.tree!r} is empty: no store in {path} (not built); run `adrap build "
+            "DIR` or `adrap watch DIR` first"
+        )
 
 
 def _has_store(path: Path) -> bool:

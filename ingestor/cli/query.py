@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 from ingestor.cli.app import Ctx, main, run
-from ingestor.cli.factories import make_embedder, reading_store, where
+from ingestor.cli.factories import make_embedder, reading_store, require_built, where
 from ingestor.config import Settings
+from ingestor.service.locking import WriterActiveError
 from retriever import F, SearchFilter
 
 log = logging.getLogger(__name__)
@@ -62,25 +63,32 @@ def query(
             "max_tokens": budget,
             "top_k": top_k or s.query.top_k,
         }
-        remote = _query_daemon(
-            s, params | {"source": source_prefix, "min_layer": lo, "max_layer": hi}
-        )
+        daemon_params = params | {"source": source_prefix, "min_layer": lo, "max_layer": hi}
+        remote = _query_daemon(s, daemon_params)
         if remote is not None:
             _echo_answer(remote, as_json, by=" (answered by adrap watch)")
             return
+        require_built(s)  # before loading the model: "not built" is instant and creates nothing
+        embedder = make_embedder(s)
         t0 = time.perf_counter()
-        # the shared lock first: a daemon starting meanwhile waits for this query, never fails
-        with reading_store(s) as store:
-            embedder = make_embedder(s)
-            store.ensure_collection(embedder.dim, embedder.model_id)
-            if store.count(SearchFilter(tree=s.tree)) == 0:
-                raise click.ClickException(
-                    f"tree {s.tree!r} is empty in {where(s)}: run `adrap build DIR` first"
+        try:
+            # a shared lock while the store is open: a daemon starting meanwhile waits for it
+            with reading_store(s) as store:
+                store.ensure_collection(embedder.dim, embedder.model_id)
+                if store.count(SearchFilter(tree=s.tree)) == 0:
+                    raise click.ClickException(
+                        f"tree {s.tree!r} is empty in {where(s)}: run `adrap build DIR` first"
+                    )
+                vec = embedder.embed_query(question)
+                hits = run_query(
+                    store, vec, flt, mode=chosen, max_tokens=budget, top_k=top_k or s.query.top_k
                 )
-            vec = embedder.embed_query(question)
-            hits = run_query(
-                store, vec, flt, mode=chosen, max_tokens=budget, top_k=top_k or s.query.top_k
-            )
+        except WriterActiveError:  # a daemon started while the model loaded: ask it
+            remote = _query_daemon(s, daemon_params)
+            if remote is None:
+                raise
+            _echo_answer(remote, as_json, by=" (answered by adrap watch)")
+            return
         out = answer_json(question, chosen, s.tree, budget, hits, time.perf_counter() - t0)
         _echo_answer(out, as_json)
 

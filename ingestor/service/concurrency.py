@@ -2,7 +2,8 @@
 
 :class:`LockedStore` serialises each call into the store (short: one upsert page, one search), so
 a query waits at most for one store call of the writer, never for its whole batch. qdrant-edge is
-an in-process engine whose Python binding gives no thread-safety guarantee, hence the lock; a
+an in-process engine whose documentation (Edge API, shard lifecycle) states no thread-safety
+guarantee for concurrent calls on one ``EdgeShard``, hence the lock; a
 Qdrant server client could go without it, and costs nothing with it.
 """
 
@@ -56,8 +57,3 @@ class LockedStore:
             object.__setattr__(self, name, value)
         else:  # tests replace methods of the store (fault injection): forward to it
             setattr(self._inner, name, value)
-
-
-def unwrap(store: Any) -> Any:
-    """Return the store inside a :class:`LockedStore` (or ``store`` itself)."""
-    return store._inner if isinstance(store, LockedStore) else store

@@ -29,8 +29,9 @@ log = logging.getLogger(__name__)
 LOCK_NAME = "adrap.lock"
 
 
-#: Seconds a writer waits for read-only commands (shared lock holders) to finish.
-READER_WAIT = 30.0
+#: Seconds a writer waits for read-only commands (shared lock holders) to finish. Long: once it
+#: has announced itself no new reader enters, and failing would let a query kill the daemon.
+READER_WAIT = 600.0
 
 
 class LockedError(IngestError):
