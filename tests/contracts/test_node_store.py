@@ -195,6 +195,25 @@ def test_search_budget_equals_the_fill_of_a_full_search(store: Any) -> None:
         store.search_budget(query, flt, 30, 0)
 
 
+def test_edge_search_budget_reads_few_payloads_past_the_first_batch(tmp_path: Path) -> None:
+    """After the first 16 it reads what the tokens left can take, not another doubled batch."""
+    nodes = [make_node(f"n{i}", n_tokens=10) for i in range(100)]
+    with EdgeNodeStore(tmp_path / "s") as store:
+        store.ensure_collection(DIM, MODEL)
+        store.upsert(nodes, unit_vectors(100))
+        asked: list[int] = []
+        records = store._records
+
+        def counting(node_ids: Sequence[str], *, with_payload: bool) -> dict[str, Any]:
+            asked.append(len(node_ids))
+            return records(node_ids, with_payload=with_payload)
+
+        store._records = counting  # type: ignore[method-assign]
+        got = store.search_budget(unit_vectors(1, seed=5)[0], SearchFilter(tree="t1"), 100, 205)
+    assert len(got) == 20
+    assert asked == [16, 5]  # 16, then (205 - 160) // 10 + 1: 4 that fit and 1 that does not
+
+
 def test_retrieve_keeps_given_order_and_skips_missing_ids(store: Any) -> None:
     nodes = [make_node(f"n{i}") for i in range(4)]
     store.upsert(nodes, unit_vectors(4))
