@@ -1,7 +1,7 @@
 """Collapsed-tree query latency: one planned filtered search + the token fill, vs numpy exact.
 
     python bench/query.py [--sizes 10000 100000] [--queries 200] [--ef 64 128]
-                          [--m 16] [--ef-construct 128] [--exact-max-points 4000]
+                          [--m 32] [--ef-construct 128] [--exact-max-points 12000]
 
 Synthetic but tree-shaped data: 384-d normalised vectors, leaves clustered by topic (like real
 sentence embeddings), each summary the normalised mean of ~6 children, layer sizes shrinking 6x
@@ -195,7 +195,7 @@ def bench_edge(
             f"edge   {len(c.nodes):>7} nodes (m={hnsw.m}, ef_construct={hnsw.ef_construct}): "
             f"upsert {len(c.nodes) / (t1 - t0):>8,.0f} points/s, optimize (HNSW build) "
             f"{t2 - t1:6.1f} s; RSS {before:,.0f} MB with the corpus -> {rss_mb():,.0f} MB with "
-            f"the store, peak {peak_mb():,.0f} MB; on disk {disk:,.0f} MB"
+            f"the store, peak {peak_mb():,.0f} MB; on disk {disk:,.0f} MB with the WAL"
         )
         print(build, flush=True)
         rows = run_queries(store, c, cases, limit, n, "edge")

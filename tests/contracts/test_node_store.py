@@ -5,6 +5,7 @@ The congruence test runs the same searches through both adapters and exact numpy
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -648,10 +649,15 @@ class RecordingClient(QdrantClient):
     def __init__(self) -> None:
         super().__init__(":memory:")
         self.sent: list[models.SearchParams | None] = []
+        self.created: list[dict[str, Any]] = []
 
     @property
     def init_options(self) -> dict[str, Any]:
         return {**super().init_options, "location": None, "url": "http://recorded:6333"}
+
+    def create_collection(self, *args: Any, **kwargs: Any) -> bool:
+        self.created.append(kwargs)
+        return super().create_collection(*args, **kwargs)
 
     def query_points(self, *args: Any, **kwargs: Any) -> Any:
         self.sent.append(kwargs.get("search_params"))
@@ -724,3 +730,23 @@ def test_selective_filter_on_an_hnsw_graph_returns_exactly_the_brute_force_top_k
     assert broad is not None
     assert not broad.exact
     assert (broad.hnsw_ef or 0) >= limit
+
+
+def test_new_stores_get_the_configured_hnsw_graph(tmp_path: Path) -> None:
+    graph = HnswConfig(m=20, ef_construct=50, full_scan_kb=300, indexing_kb=700)
+    with EdgeNodeStore(tmp_path / "e", hnsw=graph) as edge:
+        edge.ensure_collection(DIM, MODEL)
+    persisted = json.loads((tmp_path / "e" / "edge_config.json").read_text())
+    assert persisted["hnsw_config"]["m"] == 20
+    assert persisted["hnsw_config"]["ef_construct"] == 50
+    assert persisted["hnsw_config"]["full_scan_threshold"] == 300
+    client = RecordingClient()
+    with QdrantNodeStore(client, "adrap", owns_client=True, hnsw=graph) as server:
+        server.ensure_collection(DIM, MODEL)
+        server.create_next_generation(DIM, MODEL)
+    for created in client.created:  # v1 and v2 alike
+        assert created["hnsw_config"] == models.HnswConfigDiff(
+            m=20, ef_construct=50, full_scan_threshold=300
+        )
+        assert created["optimizers_config"] == models.OptimizersConfigDiff(indexing_threshold=700)
+    assert len(client.created) == 2
