@@ -9,10 +9,15 @@ appendable segment and stay there until :meth:`EdgeNodeStore.optimize` runs the 
 which build the HNSW graph once a segment exceeds the engine's indexing threshold (10 MB of
 vectors, about 6.7k points at 384-d); below it ``optimize()`` returns at once (~50 us). An optimize
 that finds work also merges segments, i.e. rebuilds the graph of the whole store (measured on
-2 busy cores: ~2 s per 10k, 45-300 s per 100k 384-d points), and it holds the GIL throughout:
+2 busy cores with m=16: ~2 s per 10k, 45-300 s per 100k 384-d points; the default m=32 graph of
+:mod:`retriever.plan` takes about twice as long), and it holds the GIL throughout:
 other Python threads of the process stall meanwhile. ``upsert`` therefore optimizes only once
 ``auto_optimize_points`` points are unindexed (plain search over 20k points costs ~1-2 ms);
 a writer calls ``optimize()`` once after a full build.
+
+Searching: each query is planned by :mod:`retriever.plan` from the payload indexes' estimate of
+the points the filter keeps (~20 us): an exact scan of few points, else an HNSW walk whose breadth
+grows as the filter narrows.
 
 Payloads: the engine parses a point's whole payload to return any of it (~10-25 us per hit), so
 :meth:`EdgeNodeStore.search_budget` reads payloads only for the hits the token fill can use.
