@@ -15,6 +15,7 @@ from typing import Any, Final, Self
 import qdrant_edge as qe
 
 from retriever.errors import RetrieverError, SchemaMismatchError, StoreError
+from retriever.plan import HnswConfig, Planner
 from retriever.schema import (
     META_POINT_ID,
     PAYLOAD_INDEXES,
@@ -41,10 +42,13 @@ class EdgeShardLifecycle:
         *,
         auto_optimize_points: int | None = AUTO_OPTIMIZE_POINTS,
         hnsw_ef: int | None = None,
+        planner: Planner | None = None,
+        hnsw: HnswConfig | None = None,
     ) -> None:
         self.path = Path(path)
         self.auto_optimize_points = auto_optimize_points
-        self.hnsw_ef = hnsw_ef
+        self.planner = planner if planner is not None else Planner(hnsw_ef=hnsw_ef)
+        self.hnsw = hnsw if hnsw is not None else HnswConfig()
         self.dim: int | None = None
         self._shard: qe.EdgeShard | None = None
         self._closed = False
@@ -72,8 +76,17 @@ class EdgeShardLifecycle:
         if self._closed:
             raise StoreError(f"embedded store {self.path} is closed")
         if self._shard is None:
+            graph = qe.HnswIndexConfig(
+                m=self.hnsw.m,
+                ef_construct=self.hnsw.ef_construct,
+                full_scan_threshold=self.hnsw.full_scan_kb,
+            )
             config = qe.EdgeConfig(
-                vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)}
+                vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+                hnsw_config=graph,
+                optimizers=None
+                if self.hnsw.indexing_kb is None
+                else qe.EdgeOptimizersConfig(indexing_threshold=self.hnsw.indexing_kb),
             )
             with self._engine("create the store"):
                 self._shard = qe.EdgeShard.create(str(self.path), config)

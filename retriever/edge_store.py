@@ -9,10 +9,15 @@ appendable segment and stay there until :meth:`EdgeNodeStore.optimize` runs the 
 which build the HNSW graph once a segment exceeds the engine's indexing threshold (10 MB of
 vectors, about 6.7k points at 384-d); below it ``optimize()`` returns at once (~50 us). An optimize
 that finds work also merges segments, i.e. rebuilds the graph of the whole store (measured on
-2 busy cores: ~2 s per 10k, 45-300 s per 100k 384-d points), and it holds the GIL throughout:
+2 busy cores with m=16: ~2 s per 10k, 45-300 s per 100k 384-d points; the default m=32 graph of
+:mod:`retriever.plan` takes about twice as long), and it holds the GIL throughout:
 other Python threads of the process stall meanwhile. ``upsert`` therefore optimizes only once
 ``auto_optimize_points`` points are unindexed (plain search over 20k points costs ~1-2 ms);
 a writer calls ``optimize()`` once after a full build.
+
+Searching: each query is planned by :mod:`retriever.plan` from the payload indexes' estimate of
+the points the filter keeps (~20 us): an exact scan of few points, else an HNSW walk whose breadth
+grows as the filter narrows.
 
 Payloads: the engine parses a point's whole payload to return any of it (~10-25 us per hit), so
 :meth:`EdgeNodeStore.search_budget` reads payloads only for the hits the token fill can use.
@@ -29,6 +34,7 @@ import qdrant_edge as qe
 from numpy.typing import NDArray
 
 from retriever.edge_shard import EdgeShardLifecycle
+from retriever.plan import SearchPlan
 from retriever.schema import (
     META_POINT_ID,
     META_TREE,
@@ -67,7 +73,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
         path: The shard folder (created if missing).
         auto_optimize_points: Unindexed points that make ``upsert`` build the HNSW index before
             returning; ``None`` leaves indexing to explicit :meth:`optimize` calls.
-        hnsw_ef: HNSW search breadth (``None``: the engine's default, ``ef_construct``).
+        hnsw_ef: HNSW search breadth of an unfiltered query (``None``: the planner's default);
+            shorthand for ``planner=Planner(hnsw_ef=...)``.
+        planner: Chooses exact scan or HNSW walk (and its breadth) per query, see
+            :mod:`retriever.plan`.
+        hnsw: The HNSW graph a new shard is created with (an existing shard keeps its own).
 
     Raises:
         StoreError: the folder is locked by another process or is not a readable shard.
@@ -135,10 +145,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
         """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, reading fewer payloads.
 
         The same single ANN query, without payloads; then the payloads of the best hits are
-        fetched in growing batches (16, 32, ...) while the greedy fill (hits in score order while
-        the running ``n_tokens`` total stays <= ``max_tokens``, stopping at the first that does
-        not fit) still takes nodes. The engine parses a point's whole payload even to return one
-        field, so a 100-hit search spends most of its time on payloads the fill never uses.
+        fetched in batches while the greedy fill (hits in score order while the running
+        ``n_tokens`` total stays <= ``max_tokens``, stopping at the first that does not fit)
+        still takes nodes: first 16, then as many as the tokens left would take at the smallest
+        node seen so far, plus the one that does not fit. The engine parses a point's whole
+        payload even to return one field, so a 100-hit search spends most of its time on
+        payloads the fill never uses.
 
         Raises:
             ValueError: as :meth:`search`, or ``max_tokens < 1``.
@@ -148,7 +160,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         hits = [(str(h.id), float(h.score)) for h in self._query(vector, flt, limit)]
         kept: list[ScoredNode] = []
-        total, start, size = 0, 0, BUDGET_BATCH
+        total, start, size, smallest = 0, 0, BUDGET_BATCH, max_tokens
         while start < len(hits):
             batch = hits[start : start + size]
             found = self._records([i for i, _ in batch], with_payload=True)
@@ -159,8 +171,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 if total + node.n_tokens > max_tokens:
                     return kept
                 total += node.n_tokens
+                smallest = min(smallest, node.n_tokens)
                 kept.append(ScoredNode(node, score))
-            start, size = start + size, size * 2
+            start += size
+            size = (max_tokens - total) // smallest + 1 if smallest > 0 else size * 2
         return kept
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
@@ -213,6 +227,23 @@ class EdgeNodeStore(EdgeShardLifecycle):
         with self._engine("count"):
             return shard.count(qe.CountRequest(exact=True, filter=edge_filter))
 
+    def plan(self, flt: SearchFilter, limit: int) -> SearchPlan:
+        """Return how a search with ``flt`` runs: exact scan or HNSW walk (see retriever.plan).
+
+        The number of matching points is the payload indexes' estimate (~20 us, no point read),
+        or at most ``len(flt.ids)`` for an id filter.
+        """
+        edge_filter = _edge_filter(flt)
+        if edge_filter is None:
+            return self.planner.plan(0, 0, limit)
+        if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
+            return self.planner.plan(len(flt.ids), len(flt.ids), limit)
+        shard = self._require()
+        with self._engine("estimate the matching points"):
+            matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
+            total = shard.info().points_count
+        return self.planner.plan(matches, total, limit)
+
     # -- internals -------------------------------------------------------------------------------
 
     def _query(
@@ -230,7 +261,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if edge_filter is None or limit == 0:
             return []
         shard = self._require()
-        params = qe.SearchParams(hnsw_ef=self.hnsw_ef) if self.hnsw_ef is not None else None
+        plan = self.plan(flt, limit)
+        params = qe.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact)
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(query, using=VECTOR_NAME),

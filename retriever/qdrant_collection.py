@@ -18,6 +18,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from retriever.errors import SchemaMismatchError, StoreError
+from retriever.plan import HnswConfig, Planner
 from retriever.schema import (
     META_POINT_ID,
     PAYLOAD_INDEXES,
@@ -92,11 +93,16 @@ class QdrantCollection:
         *,
         owns_client: bool = False,
         hnsw_ef: int | None = None,
+        planner: Planner | None = None,
+        hnsw: HnswConfig | None = None,
     ) -> None:
         self.client = client
         self.collection = collection
         self.owns_client = owns_client
-        self.hnsw_ef = hnsw_ef
+        self.planner = planner if planner is not None else Planner(hnsw_ef=hnsw_ef)
+        self.hnsw = hnsw if hnsw is not None else HnswConfig()
+        #: Per filter: (when, estimated matches, estimated points) for the planner.
+        self._estimates: dict[Any, tuple[float, int, int]] = {}
         #: Set on a store from create_next_generation(): the alias that promote() switches.
         self.alias: str | None = None
         self.dim: int | None = None
@@ -163,7 +169,7 @@ class QdrantCollection:
         physical = f"{base}_v{max(generations.values(), default=0) + 1}"
         with self._call(f"create collection {physical}"):
             self._create(physical, dim)
-        store = type(self)(self.client, physical, hnsw_ef=self.hnsw_ef)
+        store = type(self)(self.client, physical, planner=self.planner, hnsw=self.hnsw)
         store.alias = base
         store.ensure_collection(dim, embed_model)
         return store
@@ -227,6 +233,14 @@ class QdrantCollection:
             vectors_config={
                 VECTOR_NAME: models.VectorParams(size=dim, distance=models.Distance.COSINE)
             },
+            hnsw_config=models.HnswConfigDiff(
+                m=self.hnsw.m,
+                ef_construct=self.hnsw.ef_construct,
+                full_scan_threshold=self.hnsw.full_scan_kb,
+            ),
+            optimizers_config=None
+            if self.hnsw.indexing_kb is None
+            else models.OptimizersConfigDiff(indexing_threshold=self.hnsw.indexing_kb),
         )
 
     def _aliases(self) -> dict[str, str]:

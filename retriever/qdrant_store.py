@@ -12,13 +12,15 @@ path runs there. Local mode ignores payload indexes (with a warning) and is not 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
-from qdrant_client import models
+from qdrant_client import QdrantClient, models
 
+from retriever.plan import SearchPlan
 from retriever.qdrant_collection import QdrantCollection
 from retriever.schema import (
     META_POINT_ID,
@@ -44,6 +46,10 @@ log = logging.getLogger(__name__)
 UPSERT_BATCH: Final = 256
 #: Points per scroll page / delete request.
 SCROLL_PAGE: Final = 1024
+#: Seconds a filter's estimated cardinality is reused for planning (two count requests each).
+ESTIMATE_TTL: Final = 30.0
+#: Filters whose estimates are remembered at most (the memo is dropped beyond).
+ESTIMATE_MEMO: Final = 256
 
 
 class QdrantNodeStore(QdrantCollection):
@@ -53,7 +59,11 @@ class QdrantNodeStore(QdrantCollection):
         client: A connected client (see :func:`connect`), or ``QdrantClient(":memory:")``.
         collection: The alias (or real collection) every read and write goes through.
         owns_client: Close ``client`` in :meth:`close`.
-        hnsw_ef: HNSW search breadth (``None``: the server's default).
+        hnsw_ef: HNSW search breadth of an unfiltered query (``None``: the planner's default);
+            shorthand for ``planner=Planner(hnsw_ef=...)``.
+        planner: Chooses exact scan or HNSW walk (and its breadth) per query, see
+            :mod:`retriever.plan`; the plan is sent as the query's search params.
+        hnsw: The HNSW graph a new collection is created with (an existing one keeps its own).
     """
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -71,6 +81,7 @@ class QdrantNodeStore(QdrantCollection):
         for node in nodes:
             check_node(node)
         self._require_open()
+        self._estimates.clear()
         with self._call(f"upsert {len(nodes)} points"):
             for start in range(0, len(nodes), UPSERT_BATCH):
                 batch = nodes[start : start + UPSERT_BATCH]
@@ -87,6 +98,7 @@ class QdrantNodeStore(QdrantCollection):
         """Delete points by node id; unknown ids are ignored (the meta point is never deleted)."""
         ids = [i for i in check_ids(node_ids) if i != META_POINT_ID]
         self._require_open()
+        self._estimates.clear()
         with self._call(f"delete {len(ids)} points"):
             for start in range(0, len(ids), SCROLL_PAGE):
                 page: list[models.ExtendedPointId] = list(ids[start : start + SCROLL_PAGE])
@@ -187,6 +199,31 @@ class QdrantNodeStore(QdrantCollection):
         with self._call("count"):
             return self.client.count(self.collection, count_filter=count_filter, exact=True).count
 
+    def plan(self, flt: SearchFilter, limit: int) -> SearchPlan:
+        """Return how a search with ``flt`` runs: exact scan or HNSW walk (see retriever.plan).
+
+        The number of matching points is the server's estimate from its payload indexes (a count
+        with ``exact=False``), remembered per filter for :data:`ESTIMATE_TTL` seconds and
+        forgotten on this store's writes; at most ``len(flt.ids)`` for an id filter.
+        """
+        query_filter = _qdrant_filter(flt)
+        if query_filter is None:
+            return self.planner.plan(0, 0, limit)
+        if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
+            return self.planner.plan(len(flt.ids), len(flt.ids), limit)
+        memo = self._estimates
+        now = time.monotonic()
+        seen = memo.get(flt)
+        if seen is None or now - seen[0] > ESTIMATE_TTL:
+            self._require_open()
+            with self._call("estimate the matching points"):
+                matches = self.client.count(self.collection, count_filter=query_filter, exact=False)
+                total = self.client.count(self.collection, exact=False)
+            if len(memo) >= ESTIMATE_MEMO:
+                memo.clear()
+            seen = memo[flt] = (now, matches.count, total.count)
+        return self.planner.plan(seen[1], seen[2], limit)
+
     # -- internals -------------------------------------------------------------------------------
 
     def _query(
@@ -204,7 +241,13 @@ class QdrantNodeStore(QdrantCollection):
         if query_filter is None or limit == 0:
             return []
         self._require_open()
-        params = models.SearchParams(hnsw_ef=self.hnsw_ef) if self.hnsw_ef is not None else None
+        plan = self.plan(flt, limit)
+        # Local mode always scans exactly and warns about search params; a server obeys them.
+        params = (
+            None
+            if _is_local(self.client)
+            else models.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact)
+        )
         with self._call("search"):
             return self.client.query_points(
                 self.collection,
@@ -230,6 +273,12 @@ class QdrantNodeStore(QdrantCollection):
                 self.collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors
             )
         return {str(r.id): r for r in records}
+
+
+def _is_local(client: QdrantClient) -> bool:
+    """Return whether ``client`` runs qdrant-client's local mode (``:memory:`` or a path)."""
+    opts = client.init_options
+    return opts.get("location") == ":memory:" or bool(opts.get("path"))
 
 
 def _qdrant_filter(flt: SearchFilter) -> models.Filter | None:

@@ -5,6 +5,7 @@ The congruence test runs the same searches through both adapters and exact numpy
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from qdrant_client import QdrantClient, models
 from retriever import edge_store, qdrant_collection, qdrant_store
 from retriever.edge_store import EdgeNodeStore
 from retriever.errors import SchemaMismatchError, StoreError
+from retriever.plan import HnswConfig, Planner
 from retriever.protocols import NodeStore
 from retriever.qdrant_store import QdrantNodeStore
 from retriever.schema import (
@@ -192,6 +194,25 @@ def test_search_budget_equals_the_fill_of_a_full_search(store: Any) -> None:
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-6)
     with pytest.raises(ValueError, match="max_tokens"):
         store.search_budget(query, flt, 30, 0)
+
+
+def test_edge_search_budget_reads_few_payloads_past_the_first_batch(tmp_path: Path) -> None:
+    """After the first 16 it reads what the tokens left can take, not another doubled batch."""
+    nodes = [make_node(f"n{i}", n_tokens=10) for i in range(100)]
+    with EdgeNodeStore(tmp_path / "s") as store:
+        store.ensure_collection(DIM, MODEL)
+        store.upsert(nodes, unit_vectors(100))
+        asked: list[int] = []
+        records = store._records
+
+        def counting(node_ids: Sequence[str], *, with_payload: bool) -> dict[str, Any]:
+            asked.append(len(node_ids))
+            return records(node_ids, with_payload=with_payload)
+
+        store._records = counting  # type: ignore[method-assign]
+        got = store.search_budget(unit_vectors(1, seed=5)[0], SearchFilter(tree="t1"), 100, 205)
+    assert len(got) == 20
+    assert asked == [16, 5]  # 16, then (205 - 160) // 10 + 1: 4 that fit and 1 that does not
 
 
 def test_retrieve_keeps_given_order_and_skips_missing_ids(store: Any) -> None:
@@ -613,3 +634,119 @@ def test_both_adapters_and_brute_force_agree_on_filtered_searches(tmp_path: Path
                 assert [h.node for h in filled[0]] == [h.node for h in filled[1]]
                 checked += 1
         assert checked == 36
+
+
+# -- planning: exact scan for selective filters ---------------------------------------------------
+
+
+class RecordingClient(QdrantClient):
+    """Local mode standing in for a server: records the search params a server would receive.
+
+    It reports a URL so the adapter sends params (local mode itself scans exactly whatever they
+    say, and warns if given any, so they are recorded and then dropped).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self.sent: list[models.SearchParams | None] = []
+        self.created: list[dict[str, Any]] = []
+
+    @property
+    def init_options(self) -> dict[str, Any]:
+        return {**super().init_options, "location": None, "url": "http://recorded:6333"}
+
+    def create_collection(self, *args: Any, **kwargs: Any) -> bool:
+        self.created.append(kwargs)
+        return super().create_collection(*args, **kwargs)
+
+    def query_points(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent.append(kwargs.get("search_params"))
+        kwargs["search_params"] = None
+        return super().query_points(*args, **kwargs)
+
+
+def _selective_corpus(n: int, dim: int) -> tuple[list[NodePayload], NDArray[np.float32]]:
+    """``n`` nodes of tree t1, about 5 % of them summaries (the selective filter ``layer >= 1``)."""
+    rng = np.random.default_rng(3)
+    nodes = [make_node(f"n{i}", layer=int(rng.random() < 0.05)) for i in range(n)]
+    return nodes, unit_vectors(n, dim, seed=4)
+
+
+def test_store_plans_an_exact_scan_under_the_threshold_and_a_walk_above(store: Any) -> None:
+    nodes, vectors = _selective_corpus(300, DIM)
+    store.upsert(nodes, vectors)
+    store.planner = Planner(exact_max_points=100)
+    selective = SearchFilter(tree="t1", min_layer=1)
+    assert 0 < store.count(selective) <= 100
+    plan = store.plan(selective, 10)
+    assert plan.exact
+    assert plan.hnsw_ef is None
+    ids = tuple(n.node_id for n in nodes[:5])
+    assert store.plan(SearchFilter(tree="t1", ids=ids), 10).exact  # bounded by len(ids)
+    broad = store.plan(SearchFilter(tree="t1"), 10)
+    assert not broad.exact
+    assert broad.hnsw_ef is not None
+    assert broad.hnsw_ef >= 10
+    assert store.plan(SearchFilter(tree="t1", ids=()), 10).exact  # matches nothing
+
+
+def test_selective_filter_on_an_hnsw_graph_returns_exactly_the_brute_force_top_k(
+    tmp_path: Path,
+) -> None:
+    """The edge store has a real (deliberately sparse) graph that the engine would walk."""
+    dim, limit = 32, 20
+    nodes, vectors = _selective_corpus(3000, dim)
+    selective = SearchFilter(tree="t1", min_layer=1)
+    planner = Planner(exact_max_points=1000)  # the selective filter keeps ~150 of 3000
+    walk_only = Planner(exact_max_points=0, hnsw_ef=1, max_hnsw_ef=1)
+    sparse = HnswConfig(m=4, ef_construct=8, full_scan_kb=1, indexing_kb=1)
+    client = RecordingClient()
+    with (
+        EdgeNodeStore(
+            tmp_path / "e", auto_optimize_points=None, hnsw=sparse, planner=planner
+        ) as edge,
+        QdrantNodeStore(client, "adrap", owns_client=True, planner=planner) as server,
+    ):
+        for s in (edge, server):
+            s.ensure_collection(dim, MODEL)
+            s.upsert(nodes, vectors)
+        edge.optimize()
+        walk_recalls = []
+        for seed in range(5):
+            query = unit_vectors(1, dim, seed=100 + seed)[0]
+            want, want_scores = _brute_force(nodes, vectors, query, selective, limit)
+            for s in (edge, server):
+                hits = s.search(query, selective, limit)
+                assert [h.node.node_id for h in hits] == want  # recall 1.0, same order
+                np.testing.assert_allclose([h.score for h in hits], want_scores, atol=1e-5)
+            edge.planner = walk_only  # what the engine does unplanned: walk the graph
+            walked = {h.node.node_id for h in edge.search(query, selective, limit)}
+            walk_recalls.append(len(walked & set(want)) / limit)
+            edge.planner = planner
+        server.search(vectors[0], SearchFilter(tree="t1"), limit)
+    assert min(walk_recalls) < 1.0, "the graph walk was exact anyway: the test proves nothing"
+    assert client.sent[0] == models.SearchParams(exact=True)
+    broad = client.sent[-1]
+    assert broad is not None
+    assert not broad.exact
+    assert (broad.hnsw_ef or 0) >= limit
+
+
+def test_new_stores_get_the_configured_hnsw_graph(tmp_path: Path) -> None:
+    graph = HnswConfig(m=20, ef_construct=50, full_scan_kb=300, indexing_kb=700)
+    with EdgeNodeStore(tmp_path / "e", hnsw=graph) as edge:
+        edge.ensure_collection(DIM, MODEL)
+    persisted = json.loads((tmp_path / "e" / "edge_config.json").read_text())
+    assert persisted["hnsw_config"]["m"] == 20
+    assert persisted["hnsw_config"]["ef_construct"] == 50
+    assert persisted["hnsw_config"]["full_scan_threshold"] == 300
+    client = RecordingClient()
+    with QdrantNodeStore(client, "adrap", owns_client=True, hnsw=graph) as server:
+        server.ensure_collection(DIM, MODEL)
+        server.create_next_generation(DIM, MODEL)
+    for created in client.created:  # v1 and v2 alike
+        assert created["hnsw_config"] == models.HnswConfigDiff(
+            m=20, ef_construct=50, full_scan_threshold=300
+        )
+        assert created["optimizers_config"] == models.OptimizersConfigDiff(indexing_threshold=700)
+    assert len(client.created) == 2
