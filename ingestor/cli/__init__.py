@@ -3,7 +3,7 @@
 Settings, logging (``app``) and every client (``factories``) are built here and only here.
 """
 
-from ingestor.cli import build, inspect, query, watch  # noqa: F401  (registers the commands)
+from ingestor.cli import ask, build, inspect, query, watch  # noqa: F401  (registers the commands)
 from ingestor.cli.app import main
 
 __all__ = ["main"]
