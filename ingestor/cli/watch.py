@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 
 from ingestor.cli.app import Ctx, main, make_progress_printer, run
-from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+from ingestor.cli.factories import (
+    make_embedder,
+    make_pipeline,
+    make_query_service,
+    opened_store,
+    writer_lock,
+)
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +49,7 @@ def watch(
     """Keep the tree equal to the folder ROOT until SIGTERM/SIGINT (the daemon).
 
     Reconciles at start (first run: full build), then applies each burst of changes as one adRAP
-    batch. Serves /healthz /readyz /metrics /status /query on 127.0.0.1:8765 (ADRAP_WATCH__*).
+    batch. Serves /healthz /readyz /metrics /status /query /ask on 127.0.0.1:8765 (ADRAP_WATCH__*).
 
     \b
     Example:
@@ -82,7 +88,7 @@ def watch(
                 ignore=s.read.ignore,
                 exclude=[s.state_dir.resolve()],
                 state_lock=lock,
-                query_defaults=(s.query.mode, s.query.max_tokens, s.query.top_k),
+                queries=make_query_service(s, store, embedder),
             )
             daemon.run(stop, show)
 

@@ -6,9 +6,12 @@ HTTP (stdlib ``ThreadingHTTPServer``, 127.0.0.1 by default):
 - ``/readyz``: 200 once start-up reconciliation is done, 503 before.
 - ``/metrics``: Prometheus text format (written by hand, no client library).
 - ``/status``: JSON: tree stats, pending events, the last update's summary and seconds.
-- ``/query?q=...&mode=collapsed|traversal&max_tokens=N&top_k=N&source=...``: the same JSON as
-  ``adrap query --json``, served from the daemon's own store (an embedded store is locked to the
-  process that opened it, so this is how it is queried while the daemon owns it).
+- ``/query?q=...&mode=collapsed|traversal|postqfrap&max_tokens=N&top_k=N&k0=N&base=...&source=...``:
+  the same JSON as ``adrap query --json``, served from the daemon's own store (an embedded store
+  is locked to the process that opened it, so this is how it is queried while the daemon owns it).
+- ``/ask?q=...`` (same parameters): the JSON of ``adrap ask --json``.
+
+Queries and answers run through :class:`~ingestor.answer.service.QueryService`, the CLI's code path.
 
 Every use of the store and embedder (worker batches and queries) happens under one lock.
 """
@@ -22,13 +25,13 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.pipeline import Pipeline
 from ingestor.service.http import handler_for
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.build import Progress, _noop
-from retriever import SearchFilter, answer_json, run_query
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,8 @@ class Daemon:
         exclude: folders never indexed (the state dir when it is inside ``root``).
         state_lock: the held writer lock; the daemon writes its HTTP address into it.
         query_defaults: ``(mode, max_tokens, top_k)`` used when ``/query`` omits them.
+        queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
+            ``query_defaults`` and no LLM); its lock becomes the daemon's.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class Daemon:
         exclude: list[Path] | None = None,
         state_lock: StateLock | None = None,
         query_defaults: tuple[str, int, int] = ("collapsed", 2000, 5),
+        queries: QueryService | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -80,6 +86,14 @@ class Daemon:
         self.state_lock = state_lock
         self.query_defaults = query_defaults
         self.lock = threading.Lock()
+        mode, budget, top_k = query_defaults
+        self.queries = queries or QueryService(
+            pipeline.store,
+            pipeline.embedder,
+            pipeline.tree,
+            defaults=QueryDefaults(mode=mode, max_tokens=budget, top_k=top_k),
+        )
+        self.queries.lock = self.lock  # one lock for the writer and every query
         self.metrics = Metrics(pipeline.tree)
         self.watcher: Watcher | None = None
         self.server: ThreadingHTTPServer | None = None
@@ -186,31 +200,11 @@ class Daemon:
         """Answer ``/query``: the JSON of ``adrap query --json``.
 
         Raises:
-            ValueError: a parameter is missing or invalid.
+            ValueError: a parameter is missing, invalid or out of bounds.
+            SummarizationError: postQFRAP's summariser failed.
         """
-        question = params.get("q", "").strip()
-        if not question:
-            raise ValueError("missing query parameter q (the question)")
-        mode = params.get("mode") or self.query_defaults[0]
-        if mode not in ("collapsed", "traversal"):
-            raise ValueError(f"mode must be collapsed or traversal, not {mode!r}")
-        budget = int(params.get("max_tokens") or self.query_defaults[1])
-        top_k = int(params.get("top_k") or self.query_defaults[2])
-        if budget < 1 or top_k < 1:
-            raise ValueError("max_tokens and top_k must be at least 1")
-        lo, hi = params.get("min_layer"), params.get("max_layer")
-        flt = SearchFilter(
-            tree=self.pipeline.tree,
-            min_layer=int(lo) if lo else None,
-            max_layer=int(hi) if hi else None,
-            source_prefix=params.get("source") or None,
-        )
-        t0 = time.perf_counter()
-        with self.lock:
-            vec = self.pipeline.embedder.embed_query(question)
-            hits = run_query(
-                self.pipeline.store, vec, flt, mode=mode, max_tokens=budget, top_k=top_k
-            )
-        return answer_json(
-            question, mode, self.pipeline.tree, budget, hits, time.perf_counter() - t0
-        )
+        return self.queries.query(params)
+
+    def ask(self, params: dict[str, str]) -> dict[str, Any]:
+        """Answer ``/ask``: the JSON of ``adrap ask --json`` (same errors as :meth:`query`)."""
+        return self.queries.ask(params)

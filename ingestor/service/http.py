@@ -1,4 +1,4 @@
-"""The daemon's HTTP routes: ``/healthz`` ``/readyz`` ``/metrics`` ``/status`` ``/query``."""
+"""The daemon's HTTP routes: ``/healthz`` ``/readyz`` ``/metrics`` ``/status`` ``/query`` ``/ask``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from ingestor.errors import SummarizationError
 from retriever import RetrieverError
 
 if TYPE_CHECKING:
@@ -37,16 +38,23 @@ def handler_for(daemon: Daemon) -> type[BaseHTTPRequestHandler]:
         out = daemon.metrics.status(daemon.pending()) | {"root": str(daemon.root)}
         return 200, "application/json", json.dumps(out, ensure_ascii=False)
 
-    def query(params: dict[str, str]) -> tuple[int, str, str]:
-        if not daemon.metrics.ready:
-            return 503, "application/json", json.dumps({"error": "reconciling; retry shortly"})
-        try:
-            out = daemon.query(params)
-        except ValueError as exc:
-            return 400, "application/json", json.dumps({"error": str(exc)})
-        except RetrieverError as exc:
-            return 503, "application/json", json.dumps({"error": str(exc)})
-        return 200, "application/json", json.dumps(out, ensure_ascii=False)
+    def answering(
+        fn: Callable[[dict[str, str]], dict[str, Any]],
+    ) -> Callable[[dict[str, str]], tuple[int, str, str]]:
+        def route(params: dict[str, str]) -> tuple[int, str, str]:
+            if not daemon.metrics.ready:
+                return 503, "application/json", json.dumps({"error": "reconciling; retry shortly"})
+            try:
+                out = fn(params)
+            except ValueError as exc:
+                return 400, "application/json", json.dumps({"error": str(exc)})
+            except SummarizationError as exc:  # the LLM failed: no partial answer
+                return 502, "application/json", json.dumps({"error": str(exc)})
+            except RetrieverError as exc:
+                return 503, "application/json", json.dumps({"error": str(exc)})
+            return 200, "application/json", json.dumps(out, ensure_ascii=False)
+
+        return route
 
     routes.update(
         {
@@ -54,7 +62,8 @@ def handler_for(daemon: Daemon) -> type[BaseHTTPRequestHandler]:
             "/readyz": readyz,
             "/metrics": metrics,
             "/status": status,
-            "/query": query,
+            "/query": answering(daemon.query),
+            "/ask": answering(daemon.ask),
         }
     )
 
