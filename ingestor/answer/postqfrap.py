@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -96,7 +95,6 @@ class QFResult:
     completion_tokens: int = 0
     seconds: float = 0.0
     summarizer: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

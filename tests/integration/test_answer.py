@@ -56,7 +56,10 @@ def recorded(llm_server: LLMServer) -> Iterator[tuple[OpenAISummarizer, list[dic
 
     http = httpx.Client(event_hooks={"request": [record]}, timeout=120)
     client = openai.OpenAI(
-        api_key="none", base_url=llm_server.base_url, max_retries=0, http_client=http
+        api_key="none",
+        base_url=llm_server.base_url,
+        max_retries=0,
+        http_client=http,  # type: ignore[arg-type]  # openai annotates httpx2.Client
     )
     yield OpenAISummarizer(client, llm_server.model, timeout=120.0), bodies
     client.close()

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from ingestor.answer.provenance import Span, SpanResolver, merge_spans
 from ingestor.answer.service import QueryDefaults, QueryService, parse_request
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.errors import SummarizationError
@@ -196,7 +197,7 @@ def fake_llm(handler: Callable[[dict[str, Any]], httpx.Response]) -> OpenAISumma
         api_key="test",
         base_url="http://llm.test/v1",
         max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(transport)),
+        http_client=httpx.Client(transport=httpx.MockTransport(transport)),  # type: ignore[arg-type]
     )
     return OpenAISummarizer(client, "fake", max_retries=0, backoff_base=0.0)
 
@@ -287,3 +288,24 @@ def test_a_failing_llm_is_an_error_and_no_partial_answer(built: tuple[Pipeline, 
         service(p, summarizer=llm, llm=llm).ask({"q": QUESTIONS[0], "mode": "postqfrap"})
     with pytest.raises(SummarizationError, match="answer by model 'fake'"):
         service(p, llm=llm).ask({"q": QUESTIONS[0]})
+
+
+def test_a_summary_sentence_is_traced_to_its_leaf_span_and_an_invented_one_to_its_files(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, root = built
+    state = p.require_state()
+    summary = next(n for n in state.nodes.values() if n.layer >= 1)
+    (node,) = p.store.retrieve([summary.node_id])
+    resolver = SpanResolver(p.store)
+    first = node.text.split(". ")[0] + "."
+    (span,) = resolver.locate(node, first)
+    assert span.char_start is not None
+    assert squash(doc(root, span.source)[span.char_start : span.char_end]) == squash(first)
+    invented = resolver.locate(node, "Zebras never appear in this corpus.")
+    assert invented == [Span(s) for s in node.sources]
+
+
+def test_merge_spans_joins_overlaps_of_one_file_and_lets_a_whole_file_absorb_its_spans() -> None:
+    spans = [Span("a", 10, 20), Span("a", 15, 30), Span("a", 40, 50), Span("b", 0, 5), Span("b")]
+    assert merge_spans(spans) == (Span("a", 10, 30), Span("a", 40, 50), Span("b"))
