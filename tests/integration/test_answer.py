@@ -51,17 +51,18 @@ def recorded(llm_server: LLMServer) -> Iterator[tuple[OpenAISummarizer, list[dic
     """The real server behind an httpx hook that records every request body."""
     bodies: list[dict[str, Any]] = []
 
-    def record(request: httpx.Request) -> None:
-        bodies.append(json.loads(request.content))
+    def record(response: httpx.Response) -> None:
+        if response.status_code == 200:  # a timed-out attempt that was retried has no response
+            bodies.append(json.loads(response.request.content))
 
-    http = httpx.Client(event_hooks={"request": [record]}, timeout=120)
+    http = httpx.Client(event_hooks={"response": [record]}, timeout=300)
     client = openai.OpenAI(
         api_key="none",
         base_url=llm_server.base_url,
         max_retries=0,
         http_client=http,  # type: ignore[arg-type]  # openai annotates httpx2.Client
     )
-    yield OpenAISummarizer(client, llm_server.model, timeout=120.0), bodies
+    yield OpenAISummarizer(client, llm_server.model, timeout=300.0), bodies
     client.close()
 
 
