@@ -101,6 +101,7 @@ def evaluate(
     tmp: Path,
     max_tokens: int,
     llm_questions: int,
+    only_llm: bool = False,
 ) -> None:
     settings = Settings(_env_file=None, state_dir=tmp / f"state-{name}")  # type: ignore[call-arg]
     embedder = make_embedder(settings)
@@ -124,6 +125,8 @@ def evaluate(
         "postqfrap(leaves)": postqfrap_mode(store, embedder, flt, "leaves", max_tokens, qfs),
         "postqfrap(collapsed)": postqfrap_mode(store, embedder, flt, "collapsed", max_tokens, qfs),
     }
+    if only_llm:
+        modes = {}
     print(f"[{name}] {len(questions)} questions, context budget {max_tokens} tokens")
     print(
         f"  {'mode':<21} {'answer in ctx':>13} {'both gold rep.':>14} {'both gold leaves':>16} "
@@ -203,7 +206,9 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=0, help="SQuAD questions, spread (0 = all)")
     ap.add_argument("--max-tokens", type=int, default=2000)
     ap.add_argument("--skip-squad", action="store_true")
+    ap.add_argument("--skip-hotpot", action="store_true")
     ap.add_argument("--llm", type=int, default=0, help="HotpotQA questions with the local LLM")
+    ap.add_argument("--only-llm", action="store_true", help="HotpotQA: skip the offline modes")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
@@ -211,8 +216,9 @@ def main() -> None:
         if not args.skip_squad:
             _, qs = squad_folder(tmp / "squad", squad_titles()[: args.articles])
             evaluate("squad", tmp / "squad", sample(qs, args.questions), tmp, args.max_tokens, 0)
-        _, hq = hotpot_folder(tmp / "hotpot")
-        evaluate("hotpotqa", tmp / "hotpot", hq, tmp, args.max_tokens, args.llm)
+        if not args.skip_hotpot:
+            _, hq = hotpot_folder(tmp / "hotpot")
+            evaluate("hotpotqa", tmp / "hotpot", hq, tmp, args.max_tokens, args.llm, args.only_llm)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 
