@@ -1,12 +1,21 @@
 """Retrieval quality on real data, the numbers later work is compared against.
 
 SQuAD (24 articles, 4,961 questions): does the context (2,000 tokens) contain a gold answer string?
-Rates for collapsed tree, tree traversal, and leaves only (flat RAG, same budget).
 HotpotQA (50 multi-hop items, paragraphs of all items in one tree): rate at which both gold
-paragraphs are represented in the context (a node whose sources include the paragraph's file), and
-the stricter rate where both appear as leaves; plus answer-string recall.
+paragraphs are represented in the context (a node whose sources include the paragraph's file; for
+postQFRAP a context part with a span in that file), the stricter rate where both appear as leaves
+(postQFRAP: exact spans, which come from leaves); plus answer-string recall.
 
-    python bench/quality.py [--articles N] [--max-tokens 2000] [--questions N]
+Modes at the same budget: collapsed tree, tree traversal, leaves only (flat RAG), and postQFRAP
+(Algorithm 3; k0 = 20 retrieved by leaves or by the collapsed tree; the offline query-focused
+extractive summariser). Per mode: tokens of the context (what a reader reads), tokens retrieved
+(postQFRAP reads k0 nodes to write its context) and ms per query.
+
+``--llm N``: postQFRAP(leaves) with the local SmolLM2-135M server (xllamacpp, as in the integration
+tests) on N HotpotQA questions: seconds, summariser calls and tokens per query. A 135M model's
+summaries are not meaningful for quality; this measures cost only.
+
+    python bench/quality.py [--articles N] [--max-tokens 2000] [--questions N] [--llm N]
 """
 
 from __future__ import annotations
@@ -14,32 +23,85 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets import Question, hotpot_folder, peak_rss_mb, squad_folder, squad_titles
 
+from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0
+from ingestor.answer.provenance import SpanResolver
 from ingestor.cli.factories import make_embedder, make_pipeline
 from ingestor.config import Settings
-from retriever import ScoredNode, SearchFilter, collapsed_tree, tree_traversal
+from ingestor.protocols import Summarizer
+from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
+from retriever import Embedder, NodeStore, SearchFilter, collapsed_tree, tree_traversal
 from retriever.edge_store import EdgeNodeStore
 
-Mode = Callable[..., list[ScoredNode]]
+
+@dataclass
+class Context:
+    text: str
+    sources: list[set[str]]  # per context piece: the files it represents
+    leaf_sources: set[str]  # files with leaf-level (exact span) evidence
+    tokens: int
+    retrieved_tokens: int
+    calls: int = 0
 
 
-def _contains_answer(hits: list[ScoredNode], answers: tuple[str, ...]) -> bool:
-    text = " ".join(h.node.text for h in hits).lower()
-    return any(a.lower() in text for a in answers)
+Mode = Callable[[str, object], Context]
+
+
+def plain(hits: list) -> Context:  # type: ignore[type-arg]
+    tokens = sum(h.node.n_tokens for h in hits)
+    return Context(
+        " ".join(h.node.text for h in hits),
+        [set(h.node.sources) for h in hits],
+        {h.node.source for h in hits if h.node.layer == 0},
+        tokens,
+        tokens,
+    )
+
+
+def postqfrap_mode(
+    store: NodeStore,
+    embedder: Embedder,
+    flt: SearchFilter,
+    base: str,
+    max_tokens: int,
+    summarizer: Summarizer,
+    k0: int = 20,
+) -> Mode:
+    qf = PostQFRAP(summarizer, embedder, tau=max_tokens)
+
+    def run(question: str, vector: object) -> Context:
+        hits = retrieve_k0(store, vector, flt, base=base, k0=k0)  # type: ignore[arg-type]
+        vectors = store.retrieve_vectors([h.node.node_id for h in hits])
+        r = qf.run(question, hits, vectors, SpanResolver(store))
+        spans = [{s.source for s in p.spans} for p in r.parts]
+        exact = {s.source for p in r.parts for s in p.spans if s.char_start is not None}
+        retrieved = sum(h.node.n_tokens for h in hits)
+        return Context(r.context, spans, exact, r.n_tokens, retrieved, r.calls)
+
+    return run
 
 
 def evaluate(
-    name: str, corpus: Path, questions: list[Question], tmp: Path, max_tokens: int
+    name: str,
+    corpus: Path,
+    questions: list[Question],
+    tmp: Path,
+    max_tokens: int,
+    llm_questions: int,
+    only_llm: bool = False,
 ) -> None:
     settings = Settings(_env_file=None, state_dir=tmp / f"state-{name}")  # type: ignore[call-arg]
     embedder = make_embedder(settings)
@@ -47,58 +109,116 @@ def evaluate(
     t0 = time.perf_counter()
     report = make_pipeline(settings, store, embedder).build(corpus)
     print(
-        f"[{name}] built {report.leaves} leaves, layers {report.layers} in {time.perf_counter() - t0:.0f}s"
+        f"[{name}] built {report.leaves} leaves, layers {report.layers} "
+        f"in {time.perf_counter() - t0:.0f}s"
     )
     qvecs = embedder.embed_documents([q.text for q in questions])
     flt = SearchFilter(tree=settings.tree)
-    modes: dict[str, Callable[[object], list[ScoredNode]]] = {
-        "collapsed tree": lambda v: collapsed_tree(store, v, flt, max_tokens=max_tokens),
-        "tree traversal": lambda v: tree_traversal(store, v, flt, top_k=5, max_tokens=max_tokens),
-        "leaves only": lambda v: collapsed_tree(
-            store, v, SearchFilter(tree=settings.tree, max_layer=0), max_tokens=max_tokens
+    leaves = SearchFilter(tree=settings.tree, max_layer=0)
+    qfs = QueryFocusedExtractiveSummarizer()
+    modes: dict[str, Mode] = {
+        "collapsed tree": lambda q, v: plain(collapsed_tree(store, v, flt, max_tokens=max_tokens)),  # type: ignore[arg-type]
+        "tree traversal": lambda q, v: plain(
+            tree_traversal(store, v, flt, top_k=5, max_tokens=max_tokens)  # type: ignore[arg-type]
         ),
+        "leaves only": lambda q, v: plain(collapsed_tree(store, v, leaves, max_tokens=max_tokens)),  # type: ignore[arg-type]
+        "postqfrap(leaves)": postqfrap_mode(store, embedder, flt, "leaves", max_tokens, qfs),
+        "postqfrap(collapsed)": postqfrap_mode(store, embedder, flt, "collapsed", max_tokens, qfs),
     }
+    if only_llm:
+        modes = {}
     print(f"[{name}] {len(questions)} questions, context budget {max_tokens} tokens")
     print(
-        f"  {'mode':<16} {'answer in ctx':>13} {'both gold rep.':>14} {'both gold leaves':>16} {'ms/query':>9}"
+        f"  {'mode':<21} {'answer in ctx':>13} {'both gold rep.':>14} {'both gold leaves':>16} "
+        f"{'ctx tok':>8} {'read tok':>8} {'ms/query':>9}"
     )
     for mode, fn in modes.items():
-        hit = both = both_leaves = 0
+        hit = both = both_leaves = tokens = read = 0
         t0 = time.perf_counter()
         for q, v in zip(questions, qvecs, strict=True):
-            hits = fn(v)
-            hit += _contains_answer(hits, q.answers)
+            ctx = fn(q.text, v)
+            hit += any(a.lower() in ctx.text.lower() for a in q.answers)
+            tokens += ctx.tokens
+            read += ctx.retrieved_tokens
             if len(q.gold_sources) == 2:
-                rep = [set(h.node.sources) for h in hits]
-                leaves = {h.node.source for h in hits if h.node.layer == 0}
-                both += all(any(g in r for r in rep) for g in q.gold_sources)
-                both_leaves += all(g in leaves for g in q.gold_sources)
-        ms = (time.perf_counter() - t0) * 1000 / len(questions)
+                both += all(any(g in r for r in ctx.sources) for g in q.gold_sources)
+                both_leaves += all(g in ctx.leaf_sources for g in q.gold_sources)
         n = len(questions)
+        ms = (time.perf_counter() - t0) * 1000 / n
         gold = (
             f"{both / n:14.1%} {both_leaves / n:16.1%}"
             if name == "hotpotqa"
             else f"{'-':>14} {'-':>16}"
         )
-        print(f"  {mode:<16} {hit / n:13.1%} {gold} {ms:9.1f}")
+        print(f"  {mode:<21} {hit / n:13.1%} {gold} {tokens / n:8.0f} {read / n:8.0f} {ms:9.1f}")
+    if llm_questions:
+        llm_cost(store, embedder, flt, questions[:llm_questions], qvecs, max_tokens)
     store.close()
+
+
+def llm_cost(
+    store: NodeStore,
+    embedder: Embedder,
+    flt: SearchFilter,
+    questions: list[Question],
+    qvecs: object,
+    max_tokens: int,
+) -> None:
+    """postQFRAP(leaves) with SmolLM2 on a local llama.cpp server: cost per query."""
+    import openai
+
+    from ingestor.summarize.openai_compat import OpenAISummarizer
+    from tests.integration.conftest import running_llm_server
+
+    with running_llm_server(n_ctx=8192, parallel=2) as server:
+        client = openai.OpenAI(api_key="none", base_url=server.base_url, max_retries=0)
+        llm = OpenAISummarizer(client, server.model, concurrency=2, timeout=300.0)
+        run = postqfrap_mode(store, embedder, flt, "leaves", max_tokens, llm)
+        seconds, calls, hit = [], [], 0
+        for q, v in zip(questions, qvecs, strict=False):  # type: ignore[call-overload]
+            t0 = time.perf_counter()
+            ctx = run(q.text, v)
+            seconds.append(time.perf_counter() - t0)
+            calls.append(ctx.calls)
+            hit += any(a.lower() in ctx.text.lower() for a in q.answers)
+        n = len(questions)
+        print(
+            f"  postqfrap(leaves) with {server.model} (SmolLM2-135M, llama.cpp, 1 thread, 2 slots) "
+            f"on {n} questions: {statistics.mean(seconds):.1f} s/query (p50 "
+            f"{statistics.median(seconds):.1f}, max {max(seconds):.1f}), "
+            f"{statistics.mean(calls):.1f} summariser calls/query, "
+            f"{llm.prompt_tokens / n:.0f} prompt + {llm.completion_tokens / n:.0f} completion "
+            f"tokens/query; answer in ctx {hit / n:.0%} (a 135M model: not a quality figure)"
+        )
+
+
+def sample(questions: list[Question], n: int) -> list[Question]:
+    """Return n questions spread evenly over the list (all when n is 0 or too large)."""
+    if not n or n >= len(questions):
+        return questions
+    step = len(questions) / n
+    return [questions[int(i * step)] for i in range(n)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--articles", type=int, default=24)
-    ap.add_argument("--questions", type=int, default=0, help="limit SQuAD questions (0 = all)")
+    ap.add_argument("--questions", type=int, default=0, help="SQuAD questions, spread (0 = all)")
     ap.add_argument("--max-tokens", type=int, default=2000)
     ap.add_argument("--skip-squad", action="store_true")
+    ap.add_argument("--skip-hotpot", action="store_true")
+    ap.add_argument("--llm", type=int, default=0, help="HotpotQA questions with the local LLM")
+    ap.add_argument("--only-llm", action="store_true", help="HotpotQA: skip the offline modes")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         if not args.skip_squad:
             _, qs = squad_folder(tmp / "squad", squad_titles()[: args.articles])
-            evaluate("squad", tmp / "squad", qs[: args.questions or None], tmp, args.max_tokens)
-        _, hq = hotpot_folder(tmp / "hotpot")
-        evaluate("hotpotqa", tmp / "hotpot", hq, tmp, args.max_tokens)
+            evaluate("squad", tmp / "squad", sample(qs, args.questions), tmp, args.max_tokens, 0)
+        if not args.skip_hotpot:
+            _, hq = hotpot_folder(tmp / "hotpot")
+            evaluate("hotpotqa", tmp / "hotpot", hq, tmp, args.max_tokens, args.llm, args.only_llm)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

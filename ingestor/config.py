@@ -106,13 +106,31 @@ class AdrapSettings(_Section):
 
 
 class QuerySettings(_Section):
-    """Retrieval defaults."""
+    """Retrieval defaults. ``max_tokens`` is the context budget (postQFRAP's tau)."""
 
-    max_tokens: int = Field(default=2000, ge=1)
-    mode: Literal["collapsed", "traversal"] = "collapsed"
-    top_k: int = Field(default=5, ge=1)
+    max_tokens: int = Field(default=2000, ge=1, le=16_000)
+    mode: Literal["collapsed", "traversal", "postqfrap"] = "collapsed"
+    top_k: int = Field(default=5, ge=1, le=100)
     #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
     daemon_wait_seconds: float = Field(default=120.0, ge=0)
+
+
+class PostqfrapSettings(_Section):
+    """postQFRAP [adRAP §5]: a query-focused tree over the k0 retrieved nodes, per query.
+
+    The final summary's budget tau is ``ADRAP_QUERY__MAX_TOKENS``; summaries are written by the
+    summary backend (``openai``: [adRAP] Table 5's prompt; else query-focused extractive).
+    """
+
+    k0: int = Field(default=20, ge=1, le=200)
+    base: Literal["leaves", "collapsed", "traversal"] = "leaves"
+    summary_tokens: int = Field(default=500, ge=16, le=4000)
+
+
+class AnswerSettings(_Section):
+    """``adrap ask``: answers by the OpenAI-compatible model of ``ADRAP_SUMMARY__OPENAI__*``."""
+
+    max_tokens: int = Field(default=500, ge=16, le=4000)
 
 
 class WatchSettings(_Section):
@@ -155,6 +173,8 @@ class Settings(BaseSettings):
     summary: SummarySettings = Field(default_factory=SummarySettings)
     adrap: AdrapSettings = Field(default_factory=AdrapSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
+    postqfrap: PostqfrapSettings = Field(default_factory=PostqfrapSettings)
+    answer: AnswerSettings = Field(default_factory=AnswerSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
 
     @property

@@ -3,7 +3,14 @@
 Settings, logging (``app``) and every client (``factories``) are built here and only here.
 """
 
-from ingestor.cli import build, control, inspect, query, watch  # noqa: F401  (registers the commands)
+from ingestor.cli import (  # noqa: F401  (registers the commands)
+    ask,
+    build,
+    control,
+    inspect,
+    query,
+    watch,
+)
 from ingestor.cli.app import main
 
 __all__ = ["main"]

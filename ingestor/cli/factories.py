@@ -61,6 +61,36 @@ def make_summarizer(settings: Settings) -> Any:
     return ExtractiveSummarizer()
 
 
+def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
+    """Return the QueryService of ``adrap query``/``ask`` and the daemon (one code path).
+
+    postQFRAP summarises with the summary backend (``openai``: [A] Table 5's prompt; otherwise
+    the offline query-focused extractive summariser); answers need the ``openai`` backend.
+    """
+    from ingestor.answer.service import QueryDefaults, QueryService
+
+    llm = make_summarizer(settings) if settings.summary.backend == "openai" else None
+    q, p = settings.query, settings.postqfrap
+    defaults = QueryDefaults(
+        mode=q.mode,
+        max_tokens=q.max_tokens,
+        top_k=q.top_k,
+        k0=p.k0,
+        base=p.base,
+        summary_tokens=p.summary_tokens,
+        answer_tokens=settings.answer.max_tokens,
+    )
+    return QueryService(
+        store,
+        embedder,
+        settings.tree,
+        defaults=defaults,
+        summarizer=llm,
+        llm=llm,
+        random_state=settings.cluster.random_state,
+    )
+
+
 def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline

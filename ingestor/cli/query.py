@@ -9,8 +9,15 @@ from typing import Any
 
 import click
 
+from ingestor.answer.modes import BASES, MODES
 from ingestor.cli.app import Ctx, main, run
-from ingestor.cli.factories import make_embedder, reading_store, require_built, where
+from ingestor.cli.factories import (
+    make_embedder,
+    make_query_service,
+    reading_store,
+    require_built,
+    where,
+)
 from ingestor.config import Settings
 from ingestor.service.locking import WriterActiveError
 from retriever import F, SearchFilter
@@ -20,10 +27,19 @@ log = logging.getLogger(__name__)
 
 @main.command()
 @click.argument("question")
-@click.option("--mode", type=click.Choice(["collapsed", "traversal"]), default=None)
+@click.option("--mode", type=click.Choice(MODES), default=None, help="Default: ADRAP_QUERY__MODE.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=None, help="Context budget.")
 @click.option(
     "--top-k", type=click.IntRange(min=1), default=None, help="Traversal: nodes per layer."
+)
+@click.option(
+    "--base",
+    type=click.Choice(BASES),
+    default=None,
+    help="postqfrap: retriever of the k0 nodes (default leaves).",
+)
+@click.option(
+    "--k0", type=click.IntRange(min=1), default=None, help="postqfrap: nodes retrieved (20)."
 )
 @click.option(
     "--source", "source_prefix", default=None, help="Only sources under this folder/ or this file."
@@ -39,64 +55,72 @@ def query(
     mode: str | None,
     max_tokens: int | None,
     top_k: int | None,
+    base: str | None,
+    k0: int | None,
     source_prefix: str | None,
     layers: str | None,
     as_json: bool,
 ) -> None:
     """Retrieve the context for QUESTION from the tree.
 
+    Modes: collapsed (default; one filtered search over every layer), traversal (top-k per
+    layer), postqfrap (k0 nodes summarised around the question into at most --max-tokens).
+
     \b
     Example:
       adrap query "How does Cinderella find a happy ending?" --max-tokens 1000 --json
+      adrap query "Who helps Cinderella?" --mode postqfrap --base leaves --k0 20
     """
-    from retriever import answer_json, run_query
+    lo, hi = _parse_layers(layers)
+    params: dict[str, Any] = {
+        "q": question,
+        "mode": mode,
+        "max_tokens": max_tokens,
+        "top_k": top_k,
+        "k0": k0,
+        "base": base,
+        "source": source_prefix,
+        "min_layer": lo,
+        "max_layer": hi,
+    }
+    out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
+    _echo_answer(out, as_json)
 
-    def body() -> None:
-        s = ctx.settings
-        lo, hi = _parse_layers(layers)
-        flt = SearchFilter(tree=s.tree, min_layer=lo, max_layer=hi, source_prefix=source_prefix)
-        budget = max_tokens or s.query.max_tokens
-        chosen = mode or s.query.mode
-        params = {
-            "q": question,
-            "mode": chosen,
-            "max_tokens": budget,
-            "top_k": top_k or s.query.top_k,
-        }
-        daemon_params = params | {"source": source_prefix, "min_layer": lo, "max_layer": hi}
-        remote = _query_daemon(s, daemon_params)
-        if remote is not None:
-            _echo_answer(remote, as_json, by=" (answered by adrap watch)")
-            return
-        require_built(s)  # before loading the model: "not built" is instant and creates nothing
-        embedder = make_embedder(s)
-        t0 = time.perf_counter()
-        try:
-            # a shared lock while the store is open: a daemon starting meanwhile waits for it
-            with reading_store(s) as store:
-                store.ensure_collection(embedder.dim, embedder.model_id)
-                if store.count(SearchFilter(tree=s.tree)) == 0:
-                    raise click.ClickException(
-                        f"tree {s.tree!r} is empty in {where(s)}: run `adrap build DIR` first"
-                    )
-                vec = embedder.embed_query(question)
-                hits = run_query(
-                    store, vec, flt, mode=chosen, max_tokens=budget, top_k=top_k or s.query.top_k
+
+def answer_locally_or_by_daemon(s: Settings, route: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Run ``route`` (query or ask) through the daemon that owns the store, else in-process.
+
+    In-process, the store is opened under a shared reader lock, so a daemon starting meanwhile
+    waits for it; a daemon that took the state dir while the model loaded is asked instead.
+    """
+    remote = _query_daemon(s, params, route)
+    if remote is not None:
+        return remote
+    require_built(s)  # before loading the model: "not built" is instant and creates nothing
+    embedder = make_embedder(s)
+    try:
+        with reading_store(s) as store:
+            store.ensure_collection(embedder.dim, embedder.model_id)
+            if store.count(SearchFilter(tree=s.tree)) == 0:
+                raise click.ClickException(
+                    f"tree {s.tree!r} is empty in {where(s)}: run `adrap build DIR` first"
                 )
-        except WriterActiveError:  # a daemon started while the model loaded: ask it
-            remote = _query_daemon(s, daemon_params)
-            if remote is None:
-                raise
-            _echo_answer(remote, as_json, by=" (answered by adrap watch)")
-            return
-        out = answer_json(question, chosen, s.tree, budget, hits, time.perf_counter() - t0)
-        _echo_answer(out, as_json)
-
-    run(ctx, body)
+            service = make_query_service(s, store, embedder)
+            out: dict[str, Any] = service.ask(params) if route == "ask" else service.query(params)
+            return out
+    except WriterActiveError:  # a daemon started while the model loaded: ask it
+        remote = _query_daemon(s, params, route)
+        if remote is None:
+            raise
+        return remote
 
 
-def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
-    """Ask the running ``adrap watch`` for the answer when it owns the embedded store, else None."""
+def _query_daemon(s: Settings, params: dict[str, Any], route: str) -> dict[str, Any] | None:
+    """Ask the running ``adrap watch`` for the answer when it owns the embedded store, else None.
+
+    A daemon that is still starting is waited for (one line says so), up to
+    ``ADRAP_QUERY__DAEMON_WAIT_SECONDS``.
+    """
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -118,7 +142,7 @@ def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
     deadline = time.monotonic() + s.query.daemon_wait_seconds
     while True:
         try:
-            with urllib.request.urlopen(f"http://{address}/query?{query}", timeout=120) as resp:
+            with urllib.request.urlopen(f"http://{address}/{route}?{query}", timeout=600) as resp:
                 out: dict[str, Any] = json.loads(resp.read())
             break
         except urllib.error.HTTPError as exc:
@@ -128,7 +152,7 @@ def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
                 time.sleep(0.5)
                 continue
             raise click.ClickException(
-                f"{who} answered {exc.code} at http://{address}/query: {detail}"
+                f"{who} answered {exc.code} at http://{address}/{route}: {detail}"
             ) from exc
         except (OSError, ValueError) as exc:
             raise click.ClickException(
@@ -136,6 +160,7 @@ def _query_daemon(s: Settings, params: dict[str, Any]) -> dict[str, Any] | None:
                 f"does not answer ({exc}); check `curl http://{address}/healthz`"
             ) from exc
     log.debug("answered by %s at %s", who, address)
+    out["answered_by"] = "adrap watch"
     return out
 
 
@@ -174,10 +199,14 @@ def _say_waiting(who: str, s: Settings) -> None:
         )
 
 
-def _echo_answer(out: dict[str, Any], as_json: bool, by: str = "") -> None:
+def _echo_answer(out: dict[str, Any], as_json: bool) -> None:
     """Print an answer of ``answer_json``: as JSON, or one header line and the text per hit."""
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        return
+    by = f" (answered by {out['answered_by']})" if out.get("answered_by") else ""
+    if out["mode"] == "postqfrap":
+        _echo_postqfrap(out, by)
         return
     for h in out["hits"]:
         where = (
@@ -192,6 +221,29 @@ def _echo_answer(out: dict[str, Any], as_json: bool, by: str = "") -> None:
         f"{len(out['hits'])} nodes, {out['total_tokens']}/{out['max_tokens']} tokens, {out['mode']}, "
         f"{out['seconds'] * 1000:.0f} ms{by}",
         err=True,
+    )
+
+
+def _echo_postqfrap(out: dict[str, Any], by: str) -> None:
+    for part in out["parts"]:
+        click.echo(click.style(format_spans(part["spans"]), bold=True))
+        click.echo(part["text"] + "\n")
+    q = out["postqfrap"]
+    click.echo(
+        f"postqfrap({q['base']}): {q['retrieved']} nodes ({q['retrieved_tokens']} tok) -> "
+        f"{out['total_tokens']}/{out['max_tokens']} tokens, {q['layers']} layers, "
+        f"{q['summary_calls']} {q['summarizer']} summaries, {out['seconds'] * 1000:.0f} ms{by}",
+        err=True,
+    )
+
+
+def format_spans(spans: list[dict[str, Any]]) -> str:
+    """Return spans as ``file:start-end, file`` (a whole file has no offsets)."""
+    return ", ".join(
+        s["source"]
+        if s["char_start"] is None
+        else f"{s['source']}:{s['char_start']}-{s['char_end']}"
+        for s in spans
     )
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 import click
 
 from ingestor.cli.app import Ctx, main, make_progress_printer, run
-from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+from ingestor.cli.factories import (
+    make_embedder,
+    make_pipeline,
+    make_query_service,
+    opened_store,
+    writer_lock,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +55,7 @@ def watch(
     """Keep the tree equal to the folder ROOT until SIGTERM/SIGINT (the daemon).
 
     Reconciles at start (first run: full build), then applies each burst of changes as one adRAP
-    batch. Serves /healthz /readyz /metrics /status /query on 127.0.0.1:8765 (ADRAP_WATCH__*).
+    batch. Serves /healthz /readyz /metrics /status /query /ask on 127.0.0.1:8765 (ADRAP_WATCH__*).
     A missing or empty share pauses deletions; a file that fails for good is quarantined
     (`adrap status`, `adrap retry`).
 
@@ -108,6 +114,7 @@ def watch(
                 state_dir=s.state_dir,
                 max_delete_fraction=w.max_delete_fraction,
                 confirm_deletions=confirm_deletions,
+                queries=make_query_service(s, store, embedder),
             )
             daemon.run(stop, show)
 

@@ -6,6 +6,9 @@ Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a who
 summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
 short lock of its own (:class:`~ingestor.service.concurrency.LockedStore`), and queries embed with
 their own copy of the model, so ``/query`` answers at its normal latency during an update.
+Queries and answers (``/query``, ``/ask``) run through
+:class:`~ingestor.answer.service.QueryService`, the CLI's code path, over the locked store and
+the query embedder, under a lock of their own (never the writer's).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.pipeline import Pipeline
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
@@ -32,7 +36,7 @@ from ingestor.service.metrics import Metrics
 from ingestor.service.share import ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.build import Progress, _noop
-from retriever import Embedder, SearchFilter, answer_json, run_query
+from retriever import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +67,8 @@ class Daemon:
         max_delete_fraction: a scan removing more than this share of documents awaits confirmation.
         confirm_deletions: confirm such bulk deletions in advance.
         query_embedder: the embedder of queries (default: a copy of the pipeline's).
+        queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
+            ``query_defaults`` and no LLM); it is rebound to the locked store and query embedder.
     """
 
     def __init__(
@@ -86,6 +92,7 @@ class Daemon:
         max_delete_fraction: float = 0.5,
         confirm_deletions: bool = False,
         query_embedder: Embedder | None = None,
+        queries: QueryService | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -114,6 +121,18 @@ class Daemon:
             max_delete_fraction=max_delete_fraction,
             confirmed=confirm_deletions,
         )
+        mode, budget, top_k = query_defaults
+        self.queries = queries or QueryService(
+            self.store,
+            self.query_embedder,
+            pipeline.tree,
+            defaults=QueryDefaults(mode=mode, max_tokens=budget, top_k=top_k),
+        )
+        self.queries.store = self.store
+        self.queries.embedder = self.query_embedder
+        self.queries.lock = (
+            self._embed_lock
+        )  # queries serialise among themselves, not on the writer
         self.metrics = Metrics(pipeline.tree)
         self.registry = self.metrics.registry(self.pending, self._gauges)
         self.watcher: Watcher | None = None
@@ -282,29 +301,11 @@ class Daemon:
         """Answer ``/query``: the JSON of ``adrap query --json`` (never waits for the writer).
 
         Raises:
-            ValueError: a parameter is missing or invalid.
+            ValueError: a parameter is missing, invalid or out of bounds.
+            SummarizationError: postQFRAP's summariser failed.
         """
-        question = params.get("q", "").strip()
-        if not question:
-            raise ValueError("missing query parameter q (the question)")
-        mode = params.get("mode") or self.query_defaults[0]
-        if mode not in QUERY_MODES:
-            raise ValueError(f"mode must be one of {', '.join(QUERY_MODES)}, not {mode!r}")
-        budget = int(params.get("max_tokens") or self.query_defaults[1])
-        top_k = int(params.get("top_k") or self.query_defaults[2])
-        if budget < 1 or top_k < 1:
-            raise ValueError("max_tokens and top_k must be at least 1")
-        lo, hi = params.get("min_layer"), params.get("max_layer")
-        flt = SearchFilter(
-            tree=self.pipeline.tree,
-            min_layer=int(lo) if lo else None,
-            max_layer=int(hi) if hi else None,
-            source_prefix=params.get("source") or None,
-        )
-        t0 = time.perf_counter()
-        with self._embed_lock:
-            vec = self.query_embedder.embed_query(question)
-        hits = run_query(self.store, vec, flt, mode=mode, max_tokens=budget, top_k=top_k)
-        return answer_json(
-            question, mode, self.pipeline.tree, budget, hits, time.perf_counter() - t0
-        )
+        return self.queries.query(params)
+
+    def ask(self, params: dict[str, str]) -> dict[str, Any]:
+        """Answer ``/ask``: the JSON of ``adrap ask --json`` (same errors as :meth:`query`)."""
+        return self.queries.ask(params)

@@ -7,7 +7,9 @@ dashboard, can be mounted beside them):
 - ``GET /readyz``: 200 once start-up reconciliation is done, 503 before (no token needed).
 - ``GET /metrics``: Prometheus exposition (``prometheus-client``, a registry of the daemon's own).
 - ``GET /status``: JSON: tree stats, pending events, quarantine, share guard, the last update.
-- ``GET /query?q=...&mode=...&max_tokens=N&top_k=N&source=...``: the JSON of ``adrap query --json``.
+- ``GET /query?q=...&mode=...&max_tokens=N&top_k=N&source=...``: the JSON of ``adrap query --json``
+  (``mode=postqfrap`` with ``k0`` and ``base`` too).
+- ``GET /ask?q=...`` (the same parameters): the JSON of ``adrap ask --json``.
 - ``POST /retry?path=...``: release quarantined files (all, or those under ``path``).
 - ``POST /confirm-deletions``: let a held bulk deletion through.
 
@@ -38,7 +40,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingestor.errors import ConfigError
+from ingestor.errors import ConfigError, SummarizationError
 from retriever import RetrieverError
 
 if TYPE_CHECKING:
@@ -143,16 +145,19 @@ def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
         out = await anyio.to_thread.run_sync(daemon.status)
         return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
 
-    async def query(request: Request) -> Response:
-        if not daemon.metrics.ready:
-            return _error(503, "reconciling; retry shortly")
-        params = dict(request.query_params)
-        try:
-            _bounded(params, "max_tokens", limits.max_tokens)
-            _bounded(params, "top_k", limits.max_top_k)
-        except ValueError as exc:
-            return _error(400, str(exc))
-        return await _run(partial(daemon.query, params), limits.query_timeout)
+    def answering(fn: Callable[[dict[str, str]], dict[str, Any]]) -> Any:
+        async def route(request: Request) -> Response:
+            if not daemon.metrics.ready:
+                return _error(503, "reconciling; retry shortly")
+            params = dict(request.query_params)
+            try:
+                _bounded(params, "max_tokens", limits.max_tokens)
+                _bounded(params, "top_k", limits.max_top_k)
+            except ValueError as exc:
+                return _error(400, str(exc))
+            return await _run(partial(fn, params), limits.query_timeout)
+
+        return route
 
     async def retry(request: Request) -> Response:
         path = request.query_params.get("path") or None
@@ -168,7 +173,8 @@ def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
         Route("/readyz", readyz),
         Route("/metrics", metrics),
         Route("/status", status),
-        Route("/query", query),
+        Route("/query", answering(daemon.query)),
+        Route("/ask", answering(daemon.ask)),
         Route("/retry", retry, methods=["POST"]),
         Route("/confirm-deletions", confirm, methods=["POST"]),
     ]
@@ -195,6 +201,8 @@ async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:
         return _error(504, f"the query took longer than {timeout:.0f} s")
     except ValueError as exc:
         return _error(400, str(exc))
+    except SummarizationError as exc:  # the LLM failed: no partial answer
+        return _error(502, str(exc))
     except RetrieverError as exc:
         return _error(503, str(exc))
     return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")

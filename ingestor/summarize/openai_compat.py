@@ -246,10 +246,28 @@ class OpenAISummarizer:
         ceiling = min(self.backoff_max, self.backoff_base * 2.0**attempt)
         return ceiling * (0.5 + 0.5 * self._random.random())  # jitter spreads out retry storms
 
+    def complete(self, messages: Sequence[ChatCompletionMessageParam], *, max_tokens: int) -> str:
+        """Return the model's reply to ``messages`` (e.g. an answer), with the same retry rules.
+
+        Counted in ``calls`` and the token totals like a summary.
+
+        Raises:
+            SummarizationError: the request failed after its retries or was refused.
+        """
+        return self._complete(list(messages), max_tokens, threading.Event(), what="answer")
+
     def _summarize_one(
         self, texts: Sequence[str], max_tokens: int, query: str | None, cancelled: threading.Event
     ) -> str:
-        messages = self._messages(texts, max_tokens, query)
+        return self._complete(self._messages(texts, max_tokens, query), max_tokens, cancelled)
+
+    def _complete(
+        self,
+        messages: list[ChatCompletionMessageParam],
+        max_tokens: int,
+        cancelled: threading.Event,
+        what: str = "summary",
+    ) -> str:
         for attempt in range(self.max_retries + 1):
             if cancelled.is_set():
                 raise _Cancelled
@@ -264,13 +282,14 @@ class OpenAISummarizer:
             except _RETRYABLE as exc:
                 if attempt == self.max_retries:
                     raise SummarizationError(
-                        f"summary by {self._where()} failed after {attempt + 1} attempts "
+                        f"{what} by {self._where()} failed after {attempt + 1} attempts "
                         f"({self._describe(exc)}); check that the server is up and not "
                         "overloaded, or raise ADRAP_SUMMARY__OPENAI__MAX_RETRIES"
                     ) from exc
                 delay = self._backoff(attempt, exc)
                 log.warning(
-                    "summary by %s: %s; retry %d/%d in %.2f s",
+                    "%s by %s: %s; retry %d/%d in %.2f s",
+                    what,
                     self._where(),
                     self._describe(exc),
                     attempt + 1,
@@ -282,13 +301,13 @@ class OpenAISummarizer:
             except openai.APIStatusError as exc:
                 fix = _FIXES.get(exc.status_code, "see the server's message")
                 raise SummarizationError(
-                    f"summary by {self._where()} was refused ({self._describe(exc)}); {fix}"
+                    f"{what} by {self._where()} was refused ({self._describe(exc)}); {fix}"
                 ) from exc
             except openai.OpenAIError as exc:
                 raise SummarizationError(
-                    f"summary by {self._where()} failed ({self._describe(exc)})"
+                    f"{what} by {self._where()} failed ({self._describe(exc)})"
                 ) from exc
-            return self._text_of(response, max_tokens)
+            return self._text_of(response, max_tokens, what)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
 
     @staticmethod
@@ -297,7 +316,7 @@ class OpenAISummarizer:
         head = f"HTTP {status}" if status is not None else type(exc).__name__
         return f"{head}: {_short(str(exc))}"
 
-    def _text_of(self, response: ChatCompletion, max_tokens: int) -> str:
+    def _text_of(self, response: ChatCompletion, max_tokens: int, what: str = "summary") -> str:
         if not response.choices:
             raise SummarizationError(
                 f"{self._where()} returned no choices; check that the endpoint serves chat "
@@ -306,17 +325,17 @@ class OpenAISummarizer:
         choice = response.choices[0]
         if choice.finish_reason == "content_filter":
             raise SummarizationError(
-                f"{self._where()} withheld the summary (finish_reason='content_filter'); the "
-                "cluster text tripped the provider's content filter"
+                f"{self._where()} withheld the {what} (finish_reason='content_filter'); the "
+                "input text tripped the provider's content filter"
             )
         text = (choice.message.content or "").strip()
         if not text:
             raise SummarizationError(
-                f"{self._where()} returned an empty summary (finish_reason="
+                f"{self._where()} returned an empty {what} (finish_reason="
                 f"{choice.finish_reason!r}); try another model or a larger max_tokens"
             )
         if choice.finish_reason == "length":
-            log.debug("summary by %s hit max_tokens=%d", self._where(), max_tokens)
+            log.debug("%s by %s hit max_tokens=%d", what, self._where(), max_tokens)
         with self._lock:
             self.calls += 1
             if response.usage is not None:

@@ -504,6 +504,20 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
         assert 'adrap_update_seconds_bucket{le="+Inf",tree="t"} 1.0' in text
         assert 'adrap_quarantined_files{tree="t"} 0.0' in text
         assert get(base + "/query")[0] == 400
+        code, body = get(base + "/query?q=zebras+savanna+stripes&mode=postqfrap&k0=6")
+        assert code == 200, body
+        out = json.loads(body)
+        assert out["mode"] == "postqfrap"
+        assert any(s["source"] == "zebra.txt" for part in out["parts"] for s in part["spans"])
+        code, body = get(base + "/query?q=zebras&mode=postqfrap&k0=100000")
+        assert code == 400
+        assert "k0 must be between 1 and 200" in body
+        code, body = get(base + "/ask?q=zebras+savanna+stripes&max_tokens=300")
+        assert code == 200, body
+        out = json.loads(body)
+        assert out["answered"] is False
+        assert "no LLM configured" in out["reason"]
+        assert out["parts"]
         assert get(base + "/nope")[0] == 404
     finally:
         stop.set()

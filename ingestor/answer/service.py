@@ -1,0 +1,339 @@
+"""One code path for ``adrap query``/``adrap ask`` and the daemon's ``/query``/``/ask``.
+
+:func:`parse_request` turns parameters (CLI options or URL query strings) into a bounded
+:class:`QueryRequest` (a bad value is a ``ValueError`` naming it: the CLI's one-line error, the
+daemon's 400). :class:`QueryService` runs it: collapsed, traversal or postQFRAP retrieval, and for
+``ask`` the answer with numbered citations. Store and embedder are used under ``lock`` only (the
+daemon's writer shares them); LLM calls run outside it, so a slow model never stalls updates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ingestor.answer.ask import ANSWER_PROMPT_VERSION, citations_in, numbered_context, qa_messages
+from ingestor.answer.modes import BASES, MODES
+from ingestor.answer.postqfrap import PostQFRAP, QFResult, retrieve_k0
+from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
+from ingestor.protocols import Summarizer
+from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
+from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
+
+if TYPE_CHECKING:
+    from ingestor.summarize.openai_compat import OpenAISummarizer
+
+log = logging.getLogger(__name__)
+
+__all__ = ["LIMITS", "QueryDefaults", "QueryRequest", "QueryService", "parse_request"]
+
+#: Upper bounds of the parameters a request may set (a daemon must not be asked for 10^9 tokens).
+LIMITS = {"max_tokens": 16_000, "top_k": 100, "k0": 200, "answer_tokens": 4_000}
+NO_LLM = (
+    "no LLM configured (ADRAP_SUMMARY__BACKEND is not openai): no answer, the best context "
+    "follows; set ADRAP_SUMMARY__BACKEND=openai and ADRAP_SUMMARY__OPENAI__BASE_URL to get answers"
+)
+
+
+@dataclass(frozen=True)
+class QueryDefaults:
+    """Values used for parameters a request leaves out (from Settings)."""
+
+    mode: str = "collapsed"
+    max_tokens: int = 2000
+    top_k: int = 5
+    k0: int = 20
+    base: str = "leaves"
+    summary_tokens: int = 500
+    answer_tokens: int = 500
+
+
+@dataclass(frozen=True)
+class QueryRequest:
+    """A validated request. ``max_tokens`` is the context budget, postQFRAP's tau."""
+
+    question: str
+    mode: str
+    max_tokens: int
+    top_k: int
+    k0: int
+    base: str
+    flt: SearchFilter
+    answer_tokens: int
+
+
+def _int(params: Mapping[str, object], name: str, default: int | None) -> int | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    return number
+
+
+def _bounded(params: Mapping[str, object], name: str, default: int) -> int:
+    value = _int(params, name, default)
+    assert value is not None
+    high = LIMITS[name]
+    if not 1 <= value <= high:
+        raise ValueError(f"{name} must be between 1 and {high}, got {value}")
+    return value
+
+
+def parse_request(
+    params: Mapping[str, object], *, tree: str, defaults: QueryDefaults
+) -> QueryRequest:
+    """Validate parameters ``q mode max_tokens top_k k0 base source min_layer max_layer
+    answer_tokens`` (strings or numbers; missing → ``defaults``).
+
+    Raises:
+        ValueError: a parameter is missing, not a number, out of bounds or unknown.
+    """
+    question = str(params.get("q") or "").strip()
+    if not question:
+        raise ValueError("missing query parameter q (the question)")
+    mode = str(params.get("mode") or defaults.mode)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+    base = str(params.get("base") or defaults.base)
+    if base not in BASES:
+        raise ValueError(f"base must be one of {', '.join(BASES)}, not {base!r}")
+    lo, hi = _int(params, "min_layer", None), _int(params, "max_layer", None)
+    if (lo is not None and lo < 0) or (hi is not None and hi < 0):
+        raise ValueError(f"min_layer and max_layer must be ≥ 0, got {lo}, {hi}")
+    source = params.get("source")
+    flt = SearchFilter(
+        tree=tree, min_layer=lo, max_layer=hi, source_prefix=str(source) if source else None
+    )
+    return QueryRequest(
+        question=question,
+        mode=mode,
+        max_tokens=_bounded(params, "max_tokens", defaults.max_tokens),
+        top_k=_bounded(params, "top_k", defaults.top_k),
+        k0=_bounded(params, "k0", defaults.k0),
+        base=base,
+        flt=flt,
+        answer_tokens=_bounded(params, "answer_tokens", defaults.answer_tokens),
+    )
+
+
+@dataclass
+class Context:
+    """The context of one request: the hits (or postQFRAP's result) and its parts."""
+
+    hits: list[ScoredNode]
+    parts: list[ContextPart]
+    qf: QFResult | None
+    seconds: float
+
+
+class QueryService:
+    """Runs requests against one tree.
+
+    Args:
+        store: the node store.
+        embedder: embeds questions (and postQFRAP summaries when it clusters them again).
+        tree: the tree queried.
+        defaults: values of omitted parameters.
+        summarizer: postQFRAP's summariser; None = the offline query-focused extractive one.
+        llm: answers ``ask``; None = no LLM configured (``ask`` returns the context instead).
+        lock: held around every use of the store and embedder.
+        random_state: seed of postQFRAP's clustering.
+    """
+
+    def __init__(
+        self,
+        store: NodeStore,
+        embedder: Embedder,
+        tree: str,
+        *,
+        defaults: QueryDefaults | None = None,
+        summarizer: Summarizer | None = None,
+        llm: OpenAISummarizer | None = None,
+        lock: contextlib.AbstractContextManager[Any] | None = None,
+        random_state: int | None = 0,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.tree = tree
+        self.defaults = defaults or QueryDefaults()
+        self.summarizer: Summarizer = summarizer or QueryFocusedExtractiveSummarizer()
+        self.llm = llm
+        self.lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
+        self.random_state = random_state
+
+    def parse(self, params: Mapping[str, object]) -> QueryRequest:
+        """Validate ``params`` with this service's tree and defaults (ValueError: bad value)."""
+        return parse_request(params, tree=self.tree, defaults=self.defaults)
+
+    def query(self, params: Mapping[str, object]) -> dict[str, Any]:
+        """Return the JSON of ``adrap query --json`` / ``/query``.
+
+        Raises:
+            ValueError: a bad parameter.
+            SummarizationError: postQFRAP's summariser failed.
+            RetrieverError: the store failed.
+        """
+        req = self.parse(params)
+        ctx = self.context(req)
+        if ctx.qf is None:
+            return answer_json(
+                req.question, req.mode, self.tree, req.max_tokens, ctx.hits, ctx.seconds
+            )
+        return self._qf_json(req, ctx.qf, ctx.seconds)
+
+    def ask(self, params: Mapping[str, object]) -> dict[str, Any]:
+        """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations.
+
+        Without an LLM: ``answered`` false, ``reason`` says why, and the context is returned.
+
+        Raises:
+            ValueError, SummarizationError, RetrieverError: as for :meth:`query`; a failed answer
+                raises (no partial answer is returned).
+        """
+        req = self.parse(params)
+        t0 = time.perf_counter()
+        ctx = self.context(req, with_parts=True)
+        out: dict[str, Any] = {
+            "question": req.question,
+            "mode": req.mode,
+            "tree": self.tree,
+            "max_tokens": req.max_tokens,
+            "answered": False,
+            "answer": None,
+            "reason": None,
+            "citations": [],
+            "unknown_citations": [],
+            "context": numbered_context(ctx.parts),
+            "parts": [p.to_json() for p in ctx.parts],
+            "model": None,
+            "prompt_version": ANSWER_PROMPT_VERSION,
+        }
+        if ctx.qf is not None:
+            out["postqfrap"] = self._qf_stats(req, ctx.qf)
+        if self.llm is None:
+            out["reason"] = NO_LLM
+        elif not ctx.parts:
+            out["reason"] = "nothing was retrieved for the question; no answer"
+        else:
+            calls, prompt, completion = self._llm_counters()
+            text = self.llm.complete(
+                qa_messages(req.question, ctx.parts, req.answer_tokens),
+                max_tokens=req.answer_tokens,
+            )
+            used, unknown = citations_in(text, ctx.parts)
+            c2, p2, d2 = self._llm_counters()
+            out |= {
+                "answered": True,
+                "answer": text,
+                "citations": [c.to_json() for c in used],
+                "unknown_citations": unknown,
+                "model": self.llm.model,
+                "answer_calls": c2 - calls,
+                "answer_prompt_tokens": p2 - prompt,
+                "answer_completion_tokens": d2 - completion,
+            }
+        out["seconds"] = round(time.perf_counter() - t0, 4)
+        return out
+
+    def context(self, req: QueryRequest, *, with_parts: bool = False) -> Context:
+        """Retrieve the context of ``req`` (parts with spans: always for postQFRAP, else on ask)."""
+        t0 = time.perf_counter()
+        with self.lock:
+            vector = self.embedder.embed_query(req.question)
+            if req.mode != "postqfrap":
+                hits = run_query(
+                    self.store,
+                    vector,
+                    req.flt,
+                    mode=req.mode,
+                    max_tokens=req.max_tokens,
+                    top_k=req.top_k,
+                )
+                parts = self._hit_parts(hits) if with_parts else []
+                return Context(hits, parts, None, time.perf_counter() - t0)
+            retrieved = retrieve_k0(
+                self.store, vector, req.flt, base=req.base, k0=req.k0, top_k=req.top_k
+            )
+            vectors = self._vectors(retrieved)
+        qf = PostQFRAP(
+            self.summarizer,
+            _LockedEmbedder(self.embedder, self.lock),
+            tau=req.max_tokens,
+            summary_tokens=self.defaults.summary_tokens,
+            random_state=self.random_state,
+        ).run(req.question, retrieved, vectors, SpanResolver(self.store, self.lock))
+        return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0)
+
+    def _vectors(self, hits: list[ScoredNode]) -> NDArray[np.float32]:
+        if not hits:
+            return np.zeros((0, self.embedder.dim), dtype=np.float32)
+        return self.store.retrieve_vectors([h.node.node_id for h in hits])
+
+    def _hit_parts(self, hits: list[ScoredNode]) -> list[ContextPart]:
+        resolver = SpanResolver(self.store)  # already under the lock
+        return [
+            ContextPart(h.node.text, (h.node.node_id,), merge_spans(resolver.spans_of(h.node)))
+            for h in hits
+        ]
+
+    def _llm_counters(self) -> tuple[int, int, int]:
+        llm = self.llm
+        if llm is None:
+            return 0, 0, 0
+        return llm.calls, llm.prompt_tokens, llm.completion_tokens
+
+    def _qf_stats(self, req: QueryRequest, qf: QFResult) -> dict[str, Any]:
+        return {
+            "base": req.base,
+            "k0": req.k0,
+            "retrieved": len(qf.retrieved),
+            "retrieved_tokens": sum(h.node.n_tokens for h in qf.retrieved),
+            "layers": qf.layers,
+            "summarizer": qf.summarizer,
+            "summary_calls": qf.calls,
+            "prompt_tokens": qf.prompt_tokens,
+            "completion_tokens": qf.completion_tokens,
+            "summary_seconds": round(qf.seconds, 4),
+        }
+
+    def _qf_json(self, req: QueryRequest, qf: QFResult, seconds: float) -> dict[str, Any]:
+        return {
+            "question": req.question,
+            "mode": "postqfrap",
+            "tree": self.tree,
+            "max_tokens": req.max_tokens,
+            "total_tokens": qf.n_tokens,
+            "seconds": round(seconds, 4),
+            "postqfrap": self._qf_stats(req, qf),
+            "parts": [p.to_json() for p in qf.parts],
+            "hits": [h.to_json() for h in qf.retrieved],
+            "context": qf.context,
+        }
+
+
+class _LockedEmbedder:
+    """An embedder whose calls hold the service's lock (postQFRAP runs outside it)."""
+
+    def __init__(self, inner: Embedder, lock: contextlib.AbstractContextManager[Any]) -> None:
+        self.inner = inner
+        self.lock = lock
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+
+    def embed_documents(self, texts: Any) -> NDArray[np.float32]:
+        with self.lock:
+            return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        with self.lock:
+            return self.inner.embed_query(text)
