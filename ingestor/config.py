@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 
 class _Section(BaseModel):
@@ -160,6 +165,8 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         env_file=".env",
         extra="forbid",
+        # /run/secrets/adrap_qdrant__api_key -> qdrant.api_key (compose/Kubernetes secrets).
+        secrets_nested_delimiter="__",
     )
 
     state_dir: Path = Path(".adrap")
@@ -174,6 +181,19 @@ class Settings(BaseSettings):
     adrap: AdrapSettings = Field(default_factory=AdrapSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Read secrets files of nested settings too (the plain source only reads top-level ones)."""
+        nested = NestedSecretsSettingsSource(file_secret_settings)
+        return init_settings, env_settings, dotenv_settings, nested
 
     @property
     def store_mode(self) -> Literal["embedded", "server"]:
