@@ -26,10 +26,11 @@ if ! podman image exists "$BASE_IMAGE"; then
   tar -C "$tmp/root" -c . | podman import - "$BASE_IMAGE"
 fi
 
+# Rebuild the wheelhouse only when the runtime dependencies change (not the test extras).
 stamp="$WHEELHOUSE/.built-from"
-want=$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)
-if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-  echo "== wheelhouse for $(basename "$ROOT")/pyproject.toml"
+want=$("$PYTHON" -c 'import sys, tomllib; print(sorted(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! ls "$WHEELHOUSE"/*.whl >/dev/null 2>&1; then
+  echo "== wheelhouse for the dependencies in $(basename "$ROOT")/pyproject.toml"
   find "$WHEELHOUSE" -name '*.whl' -delete
   "$PYTHON" -m pip wheel -q -w "$WHEELHOUSE" "$ROOT" "setuptools>=68" wheel
   rm -f "$WHEELHOUSE"/adrap-*.whl   # adrap itself is built from the copied source in the image
