@@ -56,3 +56,23 @@ def test_write_consistency_above_the_replicas_is_refused() -> None:
         qdrant={"shard_number": 6, "replication_factor": 2, "write_consistency_factor": 2},
     )
     assert (s.qdrant.shard_number, s.qdrant.replication_factor) == (6, 2)
+
+
+def test_make_store_passes_the_cluster_distribution_to_the_server_store() -> None:
+    from ingestor.cli.factories import make_store
+
+    s = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        qdrant={
+            "url": "http://127.0.0.1:1",  # no request is sent until the store is used
+            "shard_number": 3,
+            "replication_factor": 2,
+            "write_consistency_factor": 1,
+        },
+    )
+    store = make_store(s)
+    try:
+        assert (store.shard_number, store.replication_factor) == (3, 2)  # type: ignore[attr-defined]
+        assert store.write_consistency_factor == 1  # type: ignore[attr-defined]
+    finally:
+        store.close()
