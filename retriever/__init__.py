@@ -34,6 +34,7 @@ from retriever.search import (
 if TYPE_CHECKING:
     from retriever.edge_store import EdgeNodeStore
     from retriever.embedding import SentenceTransformerEmbedder
+    from retriever.embedding_openai import OpenAIEmbedder
     from retriever.qdrant_collection import connect
     from retriever.qdrant_store import QdrantNodeStore
 
@@ -42,6 +43,7 @@ _LAZY = {
     "QdrantNodeStore": "retriever.qdrant_store",
     "connect": "retriever.qdrant_collection",
     "SentenceTransformerEmbedder": "retriever.embedding",
+    "OpenAIEmbedder": "retriever.embedding_openai",
 }
 
 
@@ -68,6 +70,7 @@ __all__ = [
     "MetaPayload",
     "NodePayload",
     "NodeStore",
+    "OpenAIEmbedder",
     "QdrantNodeStore",
     "RetrieverError",
     "SchemaMismatchError",

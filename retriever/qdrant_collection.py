@@ -95,6 +95,9 @@ class QdrantCollection:
         hnsw_ef: int | None = None,
         planner: Planner | None = None,
         hnsw: HnswConfig | None = None,
+        shard_number: int | None = None,
+        replication_factor: int | None = None,
+        write_consistency_factor: int | None = None,
     ) -> None:
         self.client = client
         self.collection = collection
@@ -103,6 +106,11 @@ class QdrantCollection:
         self.hnsw = hnsw if hnsw is not None else HnswConfig()
         #: Per filter: (when, estimated matches, estimated points) for the planner.
         self._estimates: dict[Any, tuple[float, int, int]] = {}
+        #: Distribution of a collection adrap creates on a cluster (None: the server's default, 1).
+        #: Only read at creation; an existing collection keeps its own (a mismatch is logged).
+        self.shard_number = shard_number
+        self.replication_factor = replication_factor
+        self.write_consistency_factor = write_consistency_factor
         #: Set on a store from create_next_generation(): the alias that promote() switches.
         self.alias: str | None = None
         self.dim: int | None = None
@@ -134,6 +142,7 @@ class QdrantCollection:
                 log.info("created collection %s with alias %s", physical, self.collection)
             info = self.client.get_collection(physical)
         self._check_vectors_config(info, physical, dim, embed_model)
+        self._check_distribution(info, physical)
         meta = self._read_meta()
         check_meta(meta, embed_model=embed_model, dim=dim, where=self._where())
         with self._call("create payload indexes"):
@@ -169,7 +178,15 @@ class QdrantCollection:
         physical = f"{base}_v{max(generations.values(), default=0) + 1}"
         with self._call(f"create collection {physical}"):
             self._create(physical, dim)
-        store = type(self)(self.client, physical, planner=self.planner, hnsw=self.hnsw)
+        store = type(self)(
+            self.client,
+            physical,
+            planner=self.planner,
+            hnsw=self.hnsw,
+            shard_number=self.shard_number,
+            replication_factor=self.replication_factor,
+            write_consistency_factor=self.write_consistency_factor,
+        )
         store.alias = base
         store.ensure_collection(dim, embed_model)
         return store
@@ -241,7 +258,31 @@ class QdrantCollection:
             optimizers_config=None
             if self.hnsw.indexing_kb is None
             else models.OptimizersConfigDiff(indexing_threshold=self.hnsw.indexing_kb),
+            shard_number=self.shard_number,
+            replication_factor=self.replication_factor,
+            write_consistency_factor=self.write_consistency_factor,
         )
+
+    def _check_distribution(self, info: models.CollectionInfo, physical: str) -> None:
+        """Warn when an existing collection is distributed otherwise than configured."""
+        params = info.config.params
+        wanted = {
+            "shard_number": self.shard_number,
+            "replication_factor": self.replication_factor,
+            "write_consistency_factor": self.write_consistency_factor,
+        }
+        for name, value in wanted.items():
+            found = getattr(params, name, None)
+            if value is not None and found is not None and found != value:
+                log.warning(
+                    "collection %s has %s=%s but ADRAP_QDRANT__%s=%s; the setting applies only "
+                    "to collections adrap creates (a full rebuild creates the next one)",
+                    physical,
+                    name,
+                    found,
+                    name.upper(),
+                    value,
+                )
 
     def _aliases(self) -> dict[str, str]:
         return {a.alias_name: a.collection_name for a in self.client.get_aliases().aliases}

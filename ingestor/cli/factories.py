@@ -18,9 +18,39 @@ MODELS_DIR = "models"
 
 
 def make_embedder(settings: Settings) -> Embedder:
+    """Return the embedder of ``ADRAP_EMBED__BACKEND``: in process, or an OpenAI-compatible server.
+
+    Raises:
+        EmbeddingError: the model cannot be loaded / the server cannot be reached.
+    """
+    e = settings.embed
+    if e.backend == "openai":
+        import httpx
+
+        from retriever import OpenAIEmbedder
+
+        o = e.openai
+        headers = {"Authorization": f"Bearer {o.api_key.get_secret_value()}"} if o.api_key else {}
+        client = httpx.Client(
+            base_url=o.base_url.rstrip("/") + "/",
+            headers=headers,
+            timeout=o.timeout,
+            limits=httpx.Limits(max_connections=o.concurrency),
+        )
+        try:
+            return OpenAIEmbedder(
+                client,
+                e.model,
+                batch_size=e.batch_size,
+                concurrency=o.concurrency,
+                max_retries=o.max_retries,
+                input_type=o.input_type,
+            )
+        except BaseException:
+            client.close()
+            raise
     from retriever import SentenceTransformerEmbedder
 
-    e = settings.embed
     return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
 
 
@@ -33,7 +63,13 @@ def make_store(settings: Settings) -> NodeStore:
         client = connect(
             q.url, key, timeout=q.timeout, prefer_grpc=q.prefer_grpc, verify=q.verify_tls
         )
-        return QdrantNodeStore(client, q.collection)
+        return QdrantNodeStore(
+            client,
+            q.collection,
+            shard_number=q.shard_number,
+            replication_factor=q.replication_factor,
+            write_consistency_factor=q.write_consistency_factor,
+        )
     from retriever import EdgeNodeStore
 
     return EdgeNodeStore(settings.state_dir / STORE_DIR)

