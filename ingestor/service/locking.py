@@ -186,7 +186,7 @@ def state_lock(
             break
         except BlockingIOError:
             holder = _parse(path)
-            if holder.get("pid") == os.getpid() or not _alive(holder):
+            if (told and holder.get("pid") == os.getpid()) or not _alive(holder):
                 holder = {}  # our own announcement, or left by a killed writer: readers only
             if "pid" not in holder and time.monotonic() < deadline:
                 # only read-only commands (shared locks, which write nothing) are in the way
