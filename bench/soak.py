@@ -14,6 +14,12 @@ whose paragraph is in the final folder unedited.
 Vectors are hashed (384-d bag of words, fast) unless --real-embeddings (all-MiniLM-L6-v2).
 
     python bench/soak.py [--ops 5000] [--seed 0] [--real-embeddings] [--summarizer extractive|echo]
+    python bench/soak.py --daemon [--ops 150] [--max-batch 10]
+
+--daemon drives a running `adrap watch` (default settings: the packaged embedding model, extractive
+summaries; drift rebuilds off) by editing the folder on disk; after each batch it waits until the
+committed state lists exactly the files on disk, then checks the tree invariants on it; store ids
+== state ids is checked once the daemon has exited (it owns the embedded store while it runs).
 
 The short version runs in the test suite (tests/unit/tree/test_soak.py).
 """
@@ -47,7 +53,7 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.invariants import violations
-from models_store import ModelStore
+from models_store import ModelStore, ModelStoreError
 from retriever import Embedder, SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
 
@@ -220,7 +226,9 @@ def check(p: Pipeline, root: Path) -> int:
 class Soak:
     """Random operations on ``root``, applied through ``pipeline`` one batch at a time."""
 
-    def __init__(self, pipeline: Pipeline, root: Path, corpus: Corpus, rng: random.Random) -> None:
+    def __init__(
+        self, pipeline: Pipeline | None, root: Path, corpus: Corpus, rng: random.Random
+    ) -> None:
         self.p = pipeline
         self.root = root
         self.corpus = corpus
@@ -282,11 +290,17 @@ class Soak:
         shutil.rmtree(d)
         return [d]
 
-    def batch(self, n_ops: int) -> None:
+    def operations(self, n_ops: int) -> list[Path]:
+        """Do ``n_ops`` random operations on disk; return the paths they touched."""
         touched: list[Path] = []
         for op in self.rng.choices(OPS, WEIGHTS, k=n_ops):
             touched += self.operation(op)
             self.stats.ops[op] += 1
+        return touched
+
+    def batch(self, n_ops: int) -> None:
+        assert self.p is not None
+        touched = self.operations(n_ops)
         t0, c0 = time.perf_counter(), cpu_seconds()
         report = self.p.update(list(dict.fromkeys(touched)))
         self.stats.update_seconds += time.perf_counter() - t0
@@ -310,6 +324,7 @@ class Soak:
             n = min(self.rng.randint(1, max_batch), n_ops - done)
             self.batch(n)
             done += n
+            assert self.p is not None
             t0 = time.perf_counter()
             self.stats.checks += check(self.p, self.root)
             self.stats.check_seconds += time.perf_counter() - t0
@@ -426,6 +441,101 @@ def _quantiles(sizes: list[int]) -> str:
     return f"n={len(s)} median {q[0]} p90 {q[1]} p99 {q[2]} max {s[-1]}"
 
 
+def daemon_soak(n_ops: int, max_batch: int, seed: int, n_docs: int) -> int:
+    """Drive a running ``adrap watch`` through random batches of file operations."""
+    import subprocess
+    import urllib.request
+
+    from ingestor.tree.persist import state_name
+
+    def http_json(url: str) -> dict[str, Any]:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+            return out
+
+    def committed() -> Any:
+        return ModelStore(state_dir / "models").load(state_name("default"))
+
+    rng = random.Random(seed)
+    with tempfile.TemporaryDirectory() as tmp_s:
+        tmp = Path(tmp_s)
+        root, state_dir = tmp / "folder", tmp / "state"
+        ops = Soak(None, root, Corpus(rng), rng)
+        ops.seed_folder(n_docs)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | {
+            "ADRAP_STATE_DIR": str(state_dir),
+            "ADRAP_ADRAP__DRIFT_THRESHOLD": "1e12",
+            "ADRAP_WATCH__DEBOUNCE_SECONDS": "0.5",
+            "HF_HUB_OFFLINE": "1",
+        }
+        log = (tmp / "watch.log").open("w")
+        cmd = [sys.executable, "-m", "ingestor", "watch", str(root), "--http-port", "0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
+        t_start = time.perf_counter()
+        try:
+            base = ""
+            while not base:
+                assert proc.poll() is None, (tmp / "watch.log").read_text()
+                lock = state_dir / "adrap.lock"
+                info = json.loads(lock.read_text() or "{}") if lock.exists() else {}
+                if info.get("pid") == proc.pid and "http" in info:
+                    base = f"http://{info['http']}"
+                time.sleep(0.2)
+
+            def converged() -> Any:
+                assert proc.poll() is None, (tmp / "watch.log").read_text()[-3000:]
+                try:
+                    if http_json(base + "/status")["pending_events"]:
+                        return None
+                    state = committed()
+                except (OSError, ValueError, KeyError, ModelStoreError):  # not built yet
+                    return None
+                files = {f.relative_to(root).as_posix() for f in root.rglob("*.txt")}
+                return state if set(state.sources) == files else None
+
+            def wait() -> Any:
+                deadline = time.monotonic() + 600
+                while (state := converged()) is None:
+                    assert time.monotonic() < deadline, "the daemon did not converge in 600 s"
+                    time.sleep(0.3)
+                return state
+
+            state = wait()
+            print(
+                f"daemon built {len(state.sources)} documents in {time.perf_counter() - t_start:.0f}s"
+            )
+            done = checks = batches = 0
+            t0 = time.perf_counter()
+            while done < n_ops:
+                n = min(rng.randint(1, max_batch), n_ops - done)
+                ops.operations(n)
+                done += n
+                state = wait()
+                bad = violations(state)
+                assert not bad, f"after {done} operations: {bad[:5]}"
+                checks += 1
+                batches += 1
+            wall = time.perf_counter() - t0
+            status = http_json(base + "/status")
+            proc.terminate()
+            assert proc.wait(120) == 0, "adrap watch did not exit 0 on SIGTERM"
+            state = committed()
+            with EdgeNodeStore(state_dir / "qdrant") as store:
+                assert set(store.iter_ids("default")) == set(state.nodes), "store != state"
+            print(
+                f"daemon: {done} operations in {batches} batches ({dict(ops.stats.ops)}), "
+                f"{done / wall:.2f} ops/s wall incl. embedding and debounce; {checks} invariant "
+                f"checks passed on the committed state; store ids == state ids after SIGTERM; "
+                f"updates applied {status['updates_applied']}, layers {state.layer_counts()}"
+            )
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            log.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--ops", type=int, default=5000)
@@ -436,8 +546,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summarizer", choices=["extractive", "echo"], default="extractive")
     ap.add_argument("--questions", type=int, default=1000)
     ap.add_argument("--progress", type=int, default=500, help="print a line every N operations")
+    ap.add_argument("--daemon", action="store_true", help="drive `adrap watch` (fewer ops)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.daemon:
+        return daemon_soak(args.ops, args.max_batch, args.seed, args.docs)
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
