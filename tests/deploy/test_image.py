@@ -197,10 +197,13 @@ def test_compose_a_runs_with_podman_compose(
     port = _free_port()
     project = f"adrap-test-{uuid.uuid4().hex[:8]}"
     env = engine_env | {"ADRAP_IMAGE": image, "ADRAP_DATA": str(share), "ADRAP_PORT": str(port)}
-    base = [compose, "-p", project, "-f", str(DEPLOY / "compose.yaml")]
-    # TODO(http): once WatchSettings.http_token exists, the compose file's optional deploy/.env
-    # carries it; write it there (in a copy of deploy/) and send the bearer header here.
-    headers: dict[str, str] = {}
+    deploy = tmp_path / "deploy"  # a copy, to hold the secret file the compose file names
+    shutil.copytree(DEPLOY, deploy, ignore=shutil.ignore_patterns("wheelhouse"))
+    token = uuid.uuid4().hex
+    (deploy / "secrets").mkdir(exist_ok=True)
+    (deploy / "secrets" / "http_token").write_text(token)
+    base = [compose, "-p", project, "-f", str(deploy / "compose.yaml")]
+    headers = {"Authorization": f"Bearer {token}"}
     up = subprocess.run([*base, "up", "-d"], env=env, capture_output=True, text=True, timeout=600)
     try:
         assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-2000:]
