@@ -6,7 +6,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from bench.soak import Corpus, Soak, check, compare_with_rebuild, make_pipeline
+from bench.soak import compare_with_rebuild
+from bench.soak_ops import Corpus, Soak, check, make_pipeline
 from tests.fakes import EchoSummarizer, HashEmbedder
 
 
