@@ -26,6 +26,8 @@ def violations(
             vectors of every summary).
     """
     bad: list[str] = []
+    # A state opened without its node store (read-only) cannot read vectors: skip placement.
+    placement = placement and not (_lazy(state) and state.vectors.fetch is None)
     nodes = state.nodes
     by_layer: dict[int, set[str]] = defaultdict(set)
     for nid, node in nodes.items():
@@ -48,6 +50,11 @@ def violations(
             f"(<= {min_top_nodes}): a build would have stopped under it"
         )
     return bad
+
+
+def _lazy(state: Any) -> bool:
+    """Return whether the state was opened from its database (vectors live in the node store)."""
+    return getattr(state, "rows", None) is not None
 
 
 def _peek(mapping: Any, key: str) -> Any:
@@ -82,7 +89,7 @@ def _links(state: Any, n_leaves: int, min_top_nodes: int) -> list[str]:
         elif n_leaves > min_top_nodes and not node.parents:
             bad.append(f"{nid}: leaf without parent in a tree of {n_leaves} leaves")
     vectors = getattr(state, "vectors", None)
-    if vectors is not None and getattr(vectors, "fetch", None) is None:  # else read on demand
+    if vectors is not None and not _lazy(state):  # a stored state reads vectors from the store
         bad += [f"{nid}: no vector" for nid in nodes if nid not in vectors]
     return bad
 
