@@ -195,7 +195,7 @@ def restart_scan(n_files: int) -> None:
             n = sum(1 for _, item in documents.iter_documents(root, max_bytes=10**8))
             full = time.perf_counter() - t0
     finally:
-        documents._read_bytes = real  # type: ignore[assignment]
+        documents._read_bytes = real
     print(
         f"restart scan of {n_files} unchanged files: {scan:.2f}s, {len(docs)} changed, "
         f"{len(gone)} gone, files read {read[0] - n}, bytes read {read[1] - total} (target 0); "

@@ -293,7 +293,8 @@ def test_http_needs_a_token_off_loopback_checks_it_and_bounds_parameters(tmp_pat
     t.start()
     try:
         wait_for(lambda: d.address is not None)
-        base = "http://{}:{}".format(*d.address)  # type: ignore[str-format]
+        assert d.address is not None
+        base = "http://{}:{}".format(*d.address)
         assert _call(base + "/healthz")[0] == 200  # health checks need no token
         wait_for(lambda: _call(base + "/readyz")[0] == 200, timeout=60)
         assert _call(base + "/status")[0] == 401
