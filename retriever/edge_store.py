@@ -233,7 +233,9 @@ class EdgeNodeStore(EdgeShardLifecycle):
         The number of matching points is the payload indexes' estimate (~20 us, no point read),
         or at most ``len(flt.ids)`` for an id filter.
         """
-        edge_filter = _edge_filter(flt)
+        return self._plan(flt, _edge_filter(flt), limit)
+
+    def _plan(self, flt: SearchFilter, edge_filter: qe.Filter | None, limit: int) -> SearchPlan:
         if edge_filter is None:
             return self.planner.plan(0, 0, limit)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
@@ -261,7 +263,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if edge_filter is None or limit == 0:
             return []
         shard = self._require()
-        plan = self.plan(flt, limit)
+        plan = self._plan(flt, edge_filter, limit)
         params = qe.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact)
         request = qe.QueryRequest(
             limit=limit,
