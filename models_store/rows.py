@@ -21,6 +21,7 @@ import logging
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,8 @@ class RowStore:
                 f"{self.path} is not a readable state database ({exc}); delete it and rebuild "
                 "with `adrap build DIR`"
             ) from exc
+        # Closed when the store is dropped: a state opened and forgotten holds no connection open.
+        weakref.finalize(self, self._db.close)
         if created:
             _fsync_dir(self.path.parent)  # the new file's directory entry survives a crash
 
