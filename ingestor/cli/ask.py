@@ -9,7 +9,7 @@ import click
 
 from ingestor.answer.modes import BASES, MODES
 from ingestor.cli.app import Ctx, main, run
-from ingestor.cli.query import _parse_layers, answer_locally_or_by_daemon, format_spans
+from ingestor.cli.query import answer_locally_or_by_daemon, format_spans, request_params
 
 
 @main.command()
@@ -46,18 +46,7 @@ def ask(
     Example:
       adrap ask "Why did the fox call the grapes sour?" --mode postqfrap --show-context
     """
-    lo, hi = _parse_layers(layers)
-    params: dict[str, Any] = {
-        "q": question,
-        "mode": mode,
-        "max_tokens": max_tokens,
-        "top_k": top_k,
-        "k0": k0,
-        "base": base,
-        "source": source_prefix,
-        "min_layer": lo,
-        "max_layer": hi,
-    }
+    params = request_params(question, mode, max_tokens, top_k, k0, base, source_prefix, layers)
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "ask", params))
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))

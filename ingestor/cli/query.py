@@ -71,8 +71,24 @@ def query(
       adrap query "How does Cinderella find a happy ending?" --max-tokens 1000 --json
       adrap query "Who helps Cinderella?" --mode postqfrap --base leaves --k0 20
     """
+    params = request_params(question, mode, max_tokens, top_k, k0, base, source_prefix, layers)
+    out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
+    _echo_answer(out, as_json)
+
+
+def request_params(
+    question: str,
+    mode: str | None,
+    max_tokens: int | None,
+    top_k: int | None,
+    k0: int | None,
+    base: str | None,
+    source_prefix: str | None,
+    layers: str | None,
+) -> dict[str, Any]:
+    """Return the parameters of ``/query`` and ``/ask`` from the command's options."""
     lo, hi = _parse_layers(layers)
-    params: dict[str, Any] = {
+    return {
         "q": question,
         "mode": mode,
         "max_tokens": max_tokens,
@@ -83,8 +99,6 @@ def query(
         "min_layer": lo,
         "max_layer": hi,
     }
-    out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
-    _echo_answer(out, as_json)
 
 
 def answer_locally_or_by_daemon(s: Settings, route: str, params: dict[str, Any]) -> dict[str, Any]:
