@@ -133,6 +133,7 @@ class TreeBuilder:
             state.vectors.pop(node_id, None)
         for node in state.nodes.values():
             node.parents = []
+        state.nodes.touch_all()  # every leaf changed in place: all are written at the commit
         state.layers = []
         layer = 0
         top = state.ids_in_layer(0)

@@ -235,3 +235,21 @@ def test_a_state_pickled_by_adrap_0_1_is_converted_on_first_open(
     assert again.generation == 8
     assert again.summary_cache["k"] == "v"
     assert commit_state(p.models, again) > 0
+
+
+def test_a_rebuild_of_a_stored_tree_writes_every_leaf_it_changed(tmp_path: Path) -> None:
+    """A drift rebuild resets every leaf's parents in place: the state must store them all.
+
+    Here the tree shrinks below 10 leaves, so its leaves lose their parents; a state that wrote
+    only the nodes handed out for change kept the old parents while the store had none.
+    """
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(0), 14)
+    p = make_pipeline(tmp_path, EchoSummarizer(), drift=0.0)  # every update rebuilds
+    p.build(root)
+    assert p.require_state().layers
+    for i in range(1, 14):
+        (root / f"d{i}.txt").unlink()
+    report = p.update([root / f"d{i}.txt" for i in range(1, 14)], remove=True)
+    assert report.rebuilt
+    check_invariants(p)
