@@ -146,13 +146,7 @@ class BuildStage:
         report.files = len(docs)
 
         t0 = time.perf_counter()
-        for start in range(0, len(leaves), EMBED_BATCH):
-            batch = leaves[start : start + EMBED_BATCH]
-            vecs = self.embedder.embed_documents([n.text for n in batch])
-            for node, vec in zip(batch, vecs, strict=True):
-                state.nodes[node.node_id] = node
-                state.vectors[node.node_id] = vec
-            progress("embed leaves", start + len(batch), len(leaves))
+        self.embed_leaves(state, leaves, progress, checkpoint=previous is None)
         stats.add_time("embed_leaves", time.perf_counter() - t0)
 
         built = self.builder.build(state, progress)
@@ -166,6 +160,46 @@ class BuildStage:
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t_start
         return report
+
+    def embed_leaves(
+        self, state: TreeState, leaves: list[Node], progress: Progress, *, checkpoint: bool
+    ) -> int:
+        """Embed the leaves into ``state``; return how many were embedded (not reused).
+
+        ``checkpoint`` (a first build, which has no committed state to fall back on): each batch
+        is stored as it is embedded, and leaves whose point an interrupted build already stored
+        (same id, so same source and text) take their vector from the store instead of the
+        model, so a first build killed or stopped half-way resumes without redoing that work.
+        """
+        done: set[str] = set()
+        if checkpoint:
+            self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+            done = set(self.store.iter_ids(self.tree)) & {n.node_id for n in leaves}
+        embedded = 0
+        for start in range(0, len(leaves), EMBED_BATCH):
+            batch = leaves[start : start + EMBED_BATCH]
+            todo = [n for n in batch if n.node_id not in done]
+            kept = [n for n in batch if n.node_id in done]
+            if kept:
+                vecs = self.store.retrieve_vectors([n.node_id for n in kept])
+                for node, vec in zip(kept, vecs, strict=True):
+                    state.vectors[node.node_id] = vec
+            if todo:
+                vecs = self.embedder.embed_documents([n.text for n in todo])
+                for node, vec in zip(todo, vecs, strict=True):
+                    state.vectors[node.node_id] = vec
+                embedded += len(todo)
+            for node in batch:
+                state.nodes[node.node_id] = node
+            if checkpoint and todo:
+                ids = [n.node_id for n in todo]
+                self.store.upsert(state.payloads(ids), state.matrix(ids))
+            progress("embed leaves", start + len(batch), len(leaves))
+        if done:
+            log.info(
+                "resumed an interrupted build: %d leaf vectors taken from the store", len(done)
+            )
+        return embedded
 
     def open_state(self, *, recover: bool = False) -> TreeState | None:
         """Return the committed state (its vectors read from the store on demand), or None.

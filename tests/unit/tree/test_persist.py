@@ -253,3 +253,42 @@ def test_a_rebuild_of_a_stored_tree_writes_every_leaf_it_changed(tmp_path: Path)
     report = p.update([root / f"d{i}.txt" for i in range(1, 14)], remove=True)
     assert report.rebuilt
     check_invariants(p)
+
+
+class _Stop(Exception):
+    """Stands for a kill during the first build."""
+
+
+def test_a_first_build_interrupted_half_way_resumes_without_embedding_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each embedded batch is stored as it goes; the next build takes those vectors back."""
+    import ingestor.pipeline.build as stage
+
+    monkeypatch.setattr(stage, "EMBED_BATCH", 8)
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(0), 14)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    calls: list[int] = []
+    inner = p.embedder.embed_documents
+
+    def counting(texts: Any) -> Any:
+        calls.append(len(texts))
+        return inner(texts)
+
+    monkeypatch.setattr(p.embedder, "embed_documents", counting)
+
+    def stop_after_three_batches(stage_name: str, done: int, total: int) -> None:
+        if stage_name == "embed leaves" and done >= 24:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        p.build(root, stop_after_three_batches)
+    assert sum(calls) == 24
+    assert load_state(p.models, "t") is None, "nothing was committed"
+    calls.clear()
+    report = p.build(root)
+    leaves = report.leaves
+    embedded_leaves = sum(calls) - sum(n for layer, n in report.layers.items() if layer > 0)
+    assert embedded_leaves == leaves - 24, "the 24 stored leaves were not embedded again"
+    check_invariants(p)
