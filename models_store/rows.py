@@ -184,11 +184,6 @@ class RowStore:
                     out[k] = bytes(v)
         return out
 
-    def keys(self, ns: str) -> list[str]:
-        """Return every key of a namespace (O(namespace): not for the update path)."""
-        with self._lock:
-            return [k for (k,) in self._db.execute("SELECT key FROM rows WHERE ns = ?", (ns,))]
-
     def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
         """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""
         after = ""
@@ -209,22 +204,6 @@ class RowStore:
         with self._lock:
             (n,) = self._db.execute("SELECT count(*) FROM rows WHERE ns = ?", (ns,)).fetchone()
         return int(n)
-
-    def contains(self, ns: str, keys: Iterable[str]) -> set[str]:
-        """Return which of ``keys`` exist in the namespace."""
-        found: set[str] = set()
-        todo = list(keys)
-        with self._lock:
-            for start in range(0, len(todo), _CHUNK):
-                part = todo[start : start + _CHUNK]
-                marks = ",".join("?" * len(part))
-                found.update(
-                    k
-                    for (k,) in self._db.execute(
-                        f"SELECT key FROM rows WHERE ns = ? AND key IN ({marks})", (ns, *part)
-                    )
-                )
-        return found
 
     # -- writes ----------------------------------------------------------------------------------
 

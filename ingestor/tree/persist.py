@@ -31,6 +31,18 @@ log = logging.getLogger(__name__)
 CACHE_MIN = 2000
 CACHE_FACTOR = 3
 _INTENT = "intent"
+#: The scalars of a TreeState, kept in the manifest (the tree's name is ``tree_name`` there).
+_SCALARS = (
+    "root",
+    "embed_model",
+    "dim",
+    "params",
+    "generation",
+    "leaves_at_build",
+    "added_since_build",
+    "removed_since_build",
+    "built_at",
+)
 
 
 def state_name(tree: str) -> str:
@@ -75,18 +87,7 @@ def load_state(
 
 def _open(rows: RowStore) -> TreeState:
     m = rows.manifest()
-    state = TreeState(
-        tree=m["tree_name"],
-        root=m["root"],
-        embed_model=m["embed_model"],
-        dim=int(m["dim"]),
-        params=dict(m.get("params") or {}),
-        generation=int(m["generation"]),
-        leaves_at_build=int(m["leaves_at_build"]),
-        added_since_build=int(m["added_since_build"]),
-        removed_since_build=int(m["removed_since_build"]),
-        built_at=float(m["built_at"]),
-    )
+    state = TreeState(tree=m["tree_name"], **{k: m[k] for k in _SCALARS})
     for rowmap in (state.nodes, state.sources, state.summary_cache):
         rowmap.bind(rows)
     state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
@@ -103,18 +104,7 @@ def _migrate(
     old = models.load(state_name(tree), expect=expect)
     if not hasattr(old, "nodes"):
         raise TreeError(f"{models.root / state_name(tree)} does not hold a tree state; rebuild")
-    state = TreeState(
-        tree=old.tree,
-        root=old.root,
-        embed_model=old.embed_model,
-        dim=old.dim,
-        params=old.params,
-        generation=old.generation,
-        leaves_at_build=old.leaves_at_build,
-        added_since_build=old.added_since_build,
-        removed_since_build=old.removed_since_build,
-        built_at=old.built_at,
-    )
+    state = TreeState(tree=old.tree, **{k: getattr(old, k) for k in _SCALARS})
     for node_id, node in old.nodes.items():
         state.nodes[node_id] = node
     for node_id, vec in old.vectors.items():
@@ -200,10 +190,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     ch = Changes()
     for rowmap in (state.nodes, state.sources, state.summary_cache):
         rowmap.changes(ch)
-    if fresh:
-        for i in range(before):
-            remove_layer(i, ch)
-    for i, layer in enumerate(state.layers):
+    for i, layer in enumerate(state.layers):  # a new or moved layer clears its rows first
         layer_changes(layer, i, ch, rows)
     for i in range(len(state.layers), before):
         remove_layer(i, ch)
@@ -215,15 +202,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
         "format": STATE_FORMAT,
         "schema": SCHEMA_VERSION,
         "tree_name": state.tree,
-        "root": state.root,
-        "embed_model": state.embed_model,
-        "dim": state.dim,
-        "params": state.params,
-        "generation": state.generation,
-        "leaves_at_build": state.leaves_at_build,
-        "added_since_build": state.added_since_build,
-        "removed_since_build": state.removed_since_build,
-        "built_at": state.built_at,
+        **{k: getattr(state, k) for k in _SCALARS},
         "layer_sizes": {str(k): v for k, v in state.nodes.sizes.items()},
         "n_layers": len(state.layers),
     }

@@ -106,11 +106,6 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         """Return the values set since the last commit (e.g. summaries paid for by this update)."""
         return {k: self._cache[k] for k in self._dirty if k in self._cache}
 
-    @property
-    def pending(self) -> int:
-        """Rows that the next commit writes or deletes."""
-        return len(self._dirty) + len(self._deleted)
-
     # -- the mapping -----------------------------------------------------------------------------
 
     def _fetch(self, key: str) -> object:
