@@ -1,11 +1,13 @@
 """adRAP: update a tree in place when leaves are added and removed [A §4, Algorithms 2 and 5].
 
 A batch applies every insert and delete of a layer first, then regenerates each affected summary
-once, then moves up. Summary node ids are content-addressed (by their children), so a regenerated
-summary is a new node: it enters the layer above at its new embedding, through the UMAP transform
-and the online GMM, like a new cluster's summary [A §4], and the summaries no cluster names any
-more are deleted there, recursively. Two clusters with the same members share one summary node;
-the lists handed to the layer above are sets of nodes (new ones, gone ones), disjoint by
+once, then moves up. A regenerated summary keeps its cluster's node id (a new cluster's summary is
+a new node, content-addressed by its children), so the nodes under it and over it keep their
+links and an update writes what it regenerated, not every child of it. A regenerated summary
+re-enters the layer above at its new embedding, through the UMAP transform and the online GMM
+(removed, then placed again), like a new cluster's summary [A §4]; the summaries no cluster names
+any more are deleted there, recursively. Two clusters with the same members share one summary
+node; the lists handed to the layer above (new nodes, moved nodes, gone nodes) are disjoint by
 construction, however clusters share. Last, Algorithm 1's condition is re-checked at the top
 (``TreeBuilder.settle_top``): a layer is added over a top that outgrew ``min_top_nodes``, and a
 redundant top layer is dropped.
@@ -18,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
-from ingestor.tree.build import BuildStats, TreeBuilder
+from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
 from ingestor.tree.state import TreeState
 
 log = logging.getLogger(__name__)
@@ -46,9 +48,11 @@ class UpdateStats:
 
 @dataclass
 class _Pending:
-    """Operations waiting for one layer: new nodes to place, gone nodes to remove."""
+    """Operations waiting for one layer: new nodes to place, rewritten nodes to place again
+    (same id, new text and embedding), gone nodes to remove."""
 
     add: list[str] = field(default_factory=list)
+    move: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
 
 
@@ -75,7 +79,7 @@ class TreeUpdater:
         stats.upserted |= set(new_leaves)
         pending = _Pending(add=list(new_leaves), remove=list(removed_leaves))
         layer = 0
-        while pending.add or pending.remove:
+        while pending.add or pending.move or pending.remove:
             al: AdaptiveLayer | None = state.layers[layer] if layer < len(state.layers) else None
             pending = self._apply_layer(state, layer, al, pending, stats)
             layer += 1
@@ -111,11 +115,13 @@ class TreeUpdater:
         # renamed document's leaves (or a summary's successor, close to it) then sit beside
         # their predecessors during the online GMM's refits, and BIC cuts tight clusters around
         # the near-duplicates (soak, 320 ops: 117 layer-1 clusters vs 97, rebuild 56).
-        for node_id in todo.remove:
+        for node_id in todo.remove + todo.move:
             touched.update(m for cid in al.clusters_of(node_id) for m in al.members(cid))
             al.remove(node_id, delta)
+        for node_id in todo.remove:
             self._delete_node(state, node_id, stats)
-        al.add_many(todo.add, state.matrix(todo.add), delta, vectors=state.matrix)
+        placing = todo.add + todo.move
+        al.add_many(placing, state.matrix(placing), delta, vectors=state.matrix)
 
         stats.clusters_changed += len(delta.dirty - delta.created)
         stats.clusters_created += len(delta.created)
@@ -135,19 +141,22 @@ class TreeUpdater:
         for members in members_of.values():
             touched.update(members)
         build_stats = BuildStats()
-        created: set[str] = set()
+        regen = Regeneration(
+            reuse=self._reusable(state, al, delta, members_of), changed=set(todo.move)
+        )
         regenerated = self.builder.summarize_clusters(
-            state, layer + 1, members_of, build_stats, created=created
+            state, layer + 1, members_of, build_stats, regen=regen
         )
         al.cluster_nodes.update(regenerated)
         self._count_summaries(stats, build_stats)
-        stats.upserted |= created
+        stats.upserted |= regen.created | regen.rewritten | regen.relinked
 
-        # The layer above: summaries made now enter it, summaries no cluster names leave it.
+        # The layer above: summaries made now enter it, rewritten ones are placed again there,
+        # summaries no cluster names leave it.
         nxt = _Pending()
-        nxt.add = [
-            n for n in dict.fromkeys(n for ns in regenerated.values() for n in ns) if n in created
-        ]
+        made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
+        nxt.add = [n for n in made if n in regen.created]
+        nxt.move = [n for n in made if n in regen.rewritten]
         nxt.remove = sorted(
             n
             for n in old_nodes
@@ -172,6 +181,35 @@ class TreeUpdater:
                 state.nodes[node_id] = node
                 stats.upserted.add(node_id)
         return nxt
+
+    @staticmethod
+    def _reusable(
+        state: TreeState, al: AdaptiveLayer, delta: LayerDelta, members_of: dict[int, list[str]]
+    ) -> dict[int, list[str]]:
+        """Per regenerated cluster, its previous summary nodes that it may rewrite in place.
+
+        A node is free when every cluster naming it is regenerated now: a cluster left as it
+        was still needs the node as it is (two clusters with the same members share one).
+        """
+        changed = delta.dirty | delta.created | delta.removed
+        out: dict[int, list[str]] = {}
+        for cid in members_of:
+            free = []
+            for n in al.cluster_nodes.get(cid, []):
+                node = state.nodes.peek(n)
+                if node is None:
+                    continue
+                naming = {
+                    c
+                    for child in node.children
+                    if child in al.point_of
+                    for c in al.clusters_of(child)
+                    if n in al.cluster_nodes.get(c, ())
+                }
+                if naming <= changed:
+                    free.append(n)
+            out[cid] = free
+        return out
 
     @staticmethod
     def _count_summaries(stats: UpdateStats, build_stats: BuildStats) -> None:

@@ -100,6 +100,26 @@ def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     )
 
 
+@dataclass
+class Regeneration:
+    """An update's summary regeneration in place (adRAP): what it may reuse, what it did.
+
+    Attributes:
+        reuse: per regenerated cluster, its previous summary nodes it may rewrite in place.
+        changed: nodes rewritten in place below (same id, new content): a summary over them is
+            regenerated even when its children's ids are the same.
+        created: summary nodes made new.
+        rewritten: summary nodes rewritten in place (same id, new text, children, embedding).
+        relinked: nodes whose parents changed.
+    """
+
+    reuse: dict[int, list[str]] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)
+    created: set[str] = field(default_factory=set)
+    rewritten: set[str] = field(default_factory=set)
+    relinked: set[str] = field(default_factory=set)
+
+
 class TreeBuilder:
     """Builds the summary layers of a tree whose leaves are already in the state.
 
@@ -242,25 +262,53 @@ class TreeBuilder:
         clusters: dict[int, list[str]],
         stats: BuildStats,
         progress: Progress = _noop,
-        created: set[str] | None = None,
+        regen: Regeneration | None = None,
     ) -> dict[int, list[str]]:
         """Make the summary node(s) of each cluster of node ids; return cluster id → node ids.
 
         Each cluster becomes one node of ``layer``, or several when its texts exceed the
         summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
-        membership: that membership is summarised once (node ids are content-addressed).
-        Empty clusters are left out. Nodes made now (not found in the state) go to ``created``.
+        membership: that membership is summarised once. Empty clusters are left out.
+
+        A membership that already has its node (same children, none of them changed) keeps it
+        as it is. Otherwise, when ``regen.reuse`` offers a cluster its previous summary node(s),
+        the new summary is written under the old id: the nodes under it and over it keep their
+        links, so an update rewrites the summaries it regenerates, not their children [cost,
+        issue 8]. Else the node is new, content-addressed by its children.
         """
         parts = {cid: self._fit_input_limit(state, m) for cid, m in clusters.items() if m}
         groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
         stats.clusters_per_layer[layer] = len(groups)
         stats.mean_cluster_size[layer] = float(np.mean([len(g) for g in groups])) if groups else 0.0
-        made = self.add_summaries(state, layer, groups, stats, progress, created)
+        ids = [summary_id(state.tree, layer, g) for g in groups]
+        if regen is not None and regen.reuse:
+            self._reuse_ids(state, parts, groups, ids, regen.reuse)
+        made = self.add_summaries(state, layer, groups, stats, progress, ids, regen)
         node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
         return {
             cid: list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
             for cid, ps in parts.items()
         }
+
+    @staticmethod
+    def _reuse_ids(
+        state: TreeState,
+        parts: dict[int, list[list[str]]],
+        groups: list[list[str]],
+        ids: list[str],
+        reuse: dict[int, list[str]],
+    ) -> None:
+        """Give each new membership an old summary id of its cluster, where one is free."""
+        index = {tuple(sorted(g)): i for i, g in enumerate(groups)}
+        claimed = {n for n in ids if n in state.nodes}  # memberships whose node exists
+        for cid, ps in sorted(parts.items()):
+            free = [n for n in reuse.get(cid, []) if n not in claimed]
+            for g in ps:
+                i = index[tuple(sorted(g))]
+                if ids[i] in claimed or not free:
+                    continue
+                ids[i] = free.pop(0)
+                claimed.add(ids[i])
 
     def add_summaries(
         self,
@@ -269,20 +317,35 @@ class TreeBuilder:
         groups: list[list[str]],
         stats: BuildStats,
         progress: Progress = _noop,
-        created: set[str] | None = None,
+        ids: list[str] | None = None,
+        regen: Regeneration | None = None,
     ) -> list[str]:
         """Summarise and embed each group of node ids into a node of ``layer``; link parents.
 
-        A group whose node already exists (same children) is reused as it is; the ids of the
-        nodes made go to ``created``.
+        ``ids`` default to content addresses (by children). A group whose node already exists
+        with these children, none of them in ``regen.changed``, is reused as it is. A node that
+        exists otherwise is rewritten in place (children it lost drop it from their parents).
+        ``regen`` collects what was created, rewritten and relinked.
         """
-        ids = [summary_id(state.tree, layer, g) for g in groups]
+        if ids is None:
+            ids = [summary_id(state.tree, layer, g) for g in groups]
+        regen = regen if regen is not None else Regeneration()
         first: dict[str, int] = {}
         for i, node_id in enumerate(ids):
             first.setdefault(node_id, i)
-        todo = [i for node_id, i in first.items() if node_id not in state.nodes]
-        if created is not None:
-            created.update(ids[i] for i in todo)
+        todo: list[int] = []
+        for node_id, i in first.items():
+            old = state.nodes.peek(node_id)
+            if old is None:
+                regen.created.add(node_id)
+            elif sorted(old.children) != sorted(groups[i]):
+                self._unlink_children(state, old, set(groups[i]), regen.relinked)
+                regen.rewritten.add(node_id)
+            elif not regen.changed.isdisjoint(groups[i]):
+                regen.rewritten.add(node_id)
+            else:
+                continue
+            todo.append(i)
         t0 = time.perf_counter()
         texts = self.summarize_groups(state, [groups[i] for i in todo], stats, progress, layer)
         stats.add_time("summarize", time.perf_counter() - t0)
@@ -292,6 +355,7 @@ class TreeBuilder:
         now = time.time()
         for i, text, vec in zip(todo, texts, vectors, strict=True):
             members = groups[i]
+            old = state.nodes.peek(ids[i])
             state.nodes[ids[i]] = Node(
                 node_id=ids[i],
                 layer=layer,
@@ -300,6 +364,7 @@ class TreeBuilder:
                 content_hash=sha256_text(text),
                 sources=frozenset().union(*(_node(state, c).sources for c in members)),
                 children=list(members),
+                parents=list(old.parents) if old is not None else [],
                 summarizer=self.summarizer.id,
                 updated_at=now,
             )
@@ -309,7 +374,20 @@ class TreeBuilder:
                 if ids[i] not in child.parents:
                     child.parents.append(ids[i])
                     state.nodes[c] = child  # changed: written back at the commit
+                    regen.relinked.add(c)
         return ids
+
+    @staticmethod
+    def _unlink_children(state: TreeState, node: Node, keep: set[str], relinked: set[str]) -> None:
+        """Drop ``node`` from the parents of its children not in ``keep``."""
+        for c in node.children:
+            if c in keep:
+                continue
+            child = state.nodes.peek(c)
+            if child is not None and node.node_id in child.parents:
+                child.parents.remove(node.node_id)
+                state.nodes[c] = child
+                relinked.add(c)
 
     def summarize_groups(
         self,

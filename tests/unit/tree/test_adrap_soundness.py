@@ -132,8 +132,8 @@ def test_a_regenerated_summary_enters_the_layer_above_at_its_new_embedding() -> 
     TreeUpdater(builder).apply(state, [], leaves[:1])
 
     (new,) = al0.cluster_nodes[0]
-    assert new != old
-    assert old not in state.nodes
+    assert new == old, "a regenerated summary keeps its cluster's node id"
+    assert leaves[0] not in state.nodes[new].children
     # The scripted local "UMAP" is the first two coordinates of the vector.
     np.testing.assert_allclose(point_of(al1, new), state.vectors[new][:2], rtol=1e-6)
     assert not np.allclose(point_of(al1, new), old_point)
@@ -201,3 +201,24 @@ def test_a_tree_that_shrinks_to_ten_leaves_drops_its_redundant_top_layer() -> No
     assert summaries <= stats.deleted
     assert all(not n.parents for n in state.nodes.values())
     assert sound(state, builder) == []
+
+
+def test_an_update_writes_the_summaries_it_regenerates_not_their_children() -> None:
+    """Cost (issue 8, item 6): a regenerated summary got a new id, so every child of it (and the
+    layer above's summary over it, and every child of that) was rewritten by each update."""
+    state, leaves = new_state(texts(24))
+    builder = make_builder(scripted(two_groups, one_cluster), min_top_nodes=1)
+    builder.build(state)
+    (summary,) = state.layers[0].cluster_nodes[0]
+    (top,) = state.layers[1].cluster_nodes[0]
+
+    drop_sources(state, leaves[:1])
+    stats = TreeUpdater(builder).apply(state, [], leaves[:1])
+
+    # The removed leaf's summary and the top over it are regenerated in place; the other 11
+    # leaves under it and the other summary keep their parents and are not written again.
+    assert stats.upserted == {summary, top}
+    assert stats.deleted == {leaves[0]}
+    assert sorted(state.nodes[summary].children) == sorted(leaves[1:12])
+    assert sound(state, builder) == []
+    assert bookkeeping_errors(state) == []
