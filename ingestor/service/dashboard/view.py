@@ -29,6 +29,8 @@ PREVIEW_CHARS: Final = 160
 #: Default and largest page of a layer or of a node's children.
 DEFAULT_PAGE: Final = 50
 MAX_PAGE: Final = 200
+#: Sources listed at most in a node's view.
+MAX_SOURCES: Final = 50
 #: Layers probed at most when counting them (Algorithm 1 stops far below).
 MAX_LAYERS: Final = 64
 
@@ -50,11 +52,19 @@ def preview(node: NodePayload) -> dict[str, Any]:
 
 
 def full(node: NodePayload, parents: list[NodePayload]) -> dict[str, Any]:
-    """Return the whole view of ``node``: its payload, parents as previews, children counted."""
-    return node.to_payload() | {
+    """Return the whole view of ``node``: its payload, parents as previews, children counted.
+
+    A top summary of a big tree covers thousands of files: ``sources`` is cut to the first
+    :data:`MAX_SOURCES` (``n_sources`` says how many there are) and ``source_dirs`` is left out.
+    """
+    out = node.to_payload() | {
         "parents_preview": [preview(p) for p in parents],
         "n_children": len(node.children),
+        "n_sources": len(node.sources),
     }
+    out[F.SOURCES] = list(node.sources[:MAX_SOURCES])
+    del out[F.SOURCE_DIRS]
+    return out
 
 
 def page_limit(raw: str | None) -> int:

@@ -112,6 +112,7 @@ def test_a_node_shows_text_sources_parents_and_its_children_page_by_page(
     assert out["n_children"] == len(summary.children)
     assert [x["node_id"] for x in out["parents_preview"]] == summary.parents
     assert sorted(out["sources"]) == sorted(summary.sources)
+    assert out["n_sources"] == len(summary.sources)
 
     got: list[str] = []
     offset: int | None = 0
@@ -130,6 +131,20 @@ def test_a_node_shows_text_sources_parents_and_its_children_page_by_page(
         leaf.char_end,
     )
     assert summary.node_id in [x["node_id"] for x in out["parents_preview"]]
+
+
+def test_a_node_lists_at_most_max_sources(
+    client: TestClient, tree: Tree, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p, _ = tree
+    state = p.require_state()
+    wide = max(state.nodes.values(), key=lambda n: len(n.sources))
+    assert len(wide.sources) >= 2
+    monkeypatch.setattr(view_module, "MAX_SOURCES", 1)
+    out = get(client, f"/dashboard/api/node/{wide.node_id}")
+    assert len(out["sources"]) == 1
+    assert out["n_sources"] == len(wide.sources)
+    assert "source_dirs" not in out
 
 
 def test_unknown_malformed_and_other_trees_ids_are_404(client: TestClient, tree: Tree) -> None:

@@ -92,7 +92,8 @@
         const n = nodes[id];
         if (!n) throw new Error("node " + id + " is not in this file (see the note above)");
         const parents = n.parents.filter((p) => nodes[p]).map((p) => previewOf(nodes[p]));
-        return Object.assign({}, n, { parents_preview: parents, n_children: n.children.length });
+        const counts = { n_children: n.children.length, n_sources: n.sources.length };
+        return Object.assign({}, n, { parents_preview: parents }, counts);
       },
       children: async (id, offset) => {
         const n = nodes[id];
@@ -138,13 +139,15 @@
     kids.hidden = true;
     li.append(head, kids);
     let loaded = false;
-    toggle.addEventListener("click", () => {
+    toggle.addEventListener("click", async () => {
       kids.hidden = !kids.hidden;
       toggle.textContent = kids.hidden ? "▸" : "▾";
       li.classList.toggle("open", !kids.hidden);
       if (!loaded) {
         loaded = true;
-        loadChildren(kids, p.node_id, 0);
+        const t0 = performance.now();
+        await loadChildren(kids, p.node_id, 0);
+        performance.measure("adrap:expand", { start: t0 }); // read by bench/dashboard.py
       }
     });
     label.addEventListener("click", () => showNode(p.node_id));
@@ -195,6 +198,7 @@
     box.replaceChildren();
     rows.clear();
     if (!data.layers.length) box.append(el("p", "muted", "The tree is empty."));
+    let first = null;
     data.layers.forEach((l, i) => {
       const sec = el("details", "layer");
       sec.dataset.layer = l.layer;
@@ -214,8 +218,13 @@
       };
       sec.addEventListener("toggle", () => sec.open && load());
       box.append(sec);
-      if (i === 0) sec.open = true; // the top layer: loaded at once (fires toggle)
+      if (i === 0) {
+        sec.open = true; // the top layer: shown and loaded at once
+        loaded = true;
+        first = loadLayerPage(list, l.layer, null);
+      }
     });
+    await first;
   }
 
   // -- one node ----------------------------------------------------------------------------------
@@ -245,7 +254,8 @@
       if (n.layer === 0) {
         add("source", n.source + " · characters " + n.char_start + "–" + n.char_end + " · chunk " + n.chunk_index);
       } else {
-        add("sources", n.sources.join(", "));
+        const more = n.sources.length < n.n_sources ? " … and " + (n.n_sources - n.sources.length) + " more" : "";
+        add("sources (" + n.n_sources + ")", n.sources.join(", ") + more);
         if (n.summarizer) add("summarizer", n.summarizer);
       }
       add("updated", new Date(n.updated_at * 1000).toLocaleString());
@@ -362,6 +372,7 @@
       await showLayers();
       await refreshUpdates();
       document.body.dataset.ready = "1";
+      performance.mark("adrap:ready"); // the first view is drawn (bench/dashboard.py reads it)
     } catch (err) {
       showError(err.message);
       if (/reconciling/.test(err.message)) setTimeout(start, 2000);
