@@ -74,7 +74,7 @@ def export_data(
         "vectors): run `adrap watch DIR` and open /dashboard, or use `adrap query`."
     )
     return {
-        "tree": view.tree,
+        F.TREE: view.tree,
         "layers": layers,
         "nodes": nodes,
         "order": order,

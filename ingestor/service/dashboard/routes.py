@@ -28,7 +28,7 @@ from starlette.routing import BaseRoute, Route
 
 from ingestor.service.dashboard.page import render_page
 from ingestor.service.dashboard.view import TreeView, index_offset, page_limit
-from retriever import RetrieverError
+from retriever import F, RetrieverError
 
 #: The page's path (served without the token, like /healthz: it carries no data).
 PAGE_PATH = "/dashboard"
@@ -72,7 +72,7 @@ def dashboard_routes(
         return HTMLResponse(render_page(), headers={"Cache-Control": "no-cache"})
 
     async def layers(_: Request) -> Response:
-        return await call(lambda: {"tree": view.tree, "layers": view.layers()})
+        return await call(lambda: {F.TREE: view.tree, "layers": view.layers()})
 
     async def layer(request: Request) -> Response:
         q = request.query_params
@@ -84,7 +84,7 @@ def dashboard_routes(
         return await call(partial(view.layer_page, n, limit, q.get("offset") or None))
 
     async def node(request: Request) -> Response:
-        node_id: str = request.path_params["node_id"]
+        node_id: str = request.path_params["id"]
         return await call(partial(view.node, node_id), node_id)
 
     async def children(request: Request) -> Response:
@@ -93,7 +93,7 @@ def dashboard_routes(
             limit, offset = page_limit(q.get("limit")), index_offset(q.get("offset"))
         except ValueError as exc:
             return _error(400, str(exc))
-        node_id: str = request.path_params["node_id"]
+        node_id: str = request.path_params["id"]
         return await call(partial(view.children, node_id, offset, limit), node_id)
 
     async def recent(_: Request) -> Response:
@@ -104,7 +104,7 @@ def dashboard_routes(
         Route(PAGE_PATH, page),
         Route("/dashboard/api/layers", layers),
         Route("/dashboard/api/layer/{n:int}", layer),
-        Route("/dashboard/api/node/{node_id}", node),
-        Route("/dashboard/api/children/{node_id}", children),
+        Route("/dashboard/api/node/{id}", node),
+        Route("/dashboard/api/children/{id}", children),
         Route("/dashboard/api/updates", recent),
     ]
