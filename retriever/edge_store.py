@@ -47,6 +47,7 @@ from retriever.schema import (
 from retriever.validation import (
     check_ids,
     check_node,
+    check_page,
     check_query,
     check_vectors,
     ordered_payloads,
@@ -199,6 +200,28 @@ class EdgeNodeStore(EdgeShardLifecycle):
             ValueError: ``tree`` is the reserved meta tree (raised at the call, not on iteration).
         """
         return self._scroll(self._require(), _edge_filter(SearchFilter(tree=tree)), tree)
+
+    def scroll(
+        self, flt: SearchFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[NodePayload], str | None]:
+        """Return one page of nodes matching ``flt`` in point-id order, and the next offset.
+
+        Raises:
+            ValueError: ``limit < 1``, ``offset`` is not a node id, or ``flt.tree`` is reserved.
+            StoreError: the engine failed.
+        """
+        start = check_page(limit, offset)
+        edge_filter = _edge_filter(flt)
+        if edge_filter is None:
+            return [], None
+        shard = self._require()
+        request = qe.ScrollRequest(
+            offset=start, limit=limit, filter=edge_filter, with_payload=True, with_vector=False
+        )
+        with self._engine(f"scroll a page of tree {flt.tree!r}"):
+            records, after = shard.scroll(request)
+        nodes = [NodePayload.from_payload(r.payload) for r in records]
+        return nodes, None if after is None else str(after)
 
     def _scroll(
         self, shard: qe.EdgeShard, edge_filter: qe.Filter | None, tree: str

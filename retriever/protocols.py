@@ -73,6 +73,17 @@ class NodeStore(Protocol):
         """Yield the node id of every point of ``tree``."""
         ...
 
+    def scroll(
+        self, flt: SearchFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[NodePayload], str | None]:
+        """Return one page of up to ``limit`` nodes matching ``flt``, in point-id order.
+
+        ``offset`` is the node id the page starts at (None: the first page); the second value
+        returned is the offset of the next page, None after the last. Cost is one page, not the
+        points before it: the engine seeks to ``offset`` through its id index.
+        """
+        ...
+
     def count(self, flt: SearchFilter) -> int:
         """Return the exact number of points matching ``flt``."""
         ...

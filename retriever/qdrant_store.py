@@ -34,6 +34,7 @@ from retriever.schema import (
 from retriever.validation import (
     check_ids,
     check_node,
+    check_page,
     check_query,
     check_vectors,
     ordered_payloads,
@@ -173,6 +174,32 @@ class QdrantNodeStore(QdrantCollection):
         scroll_filter = _qdrant_filter(SearchFilter(tree=tree))
         self._require_open()
         return self._scroll(scroll_filter, tree)
+
+    def scroll(
+        self, flt: SearchFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[NodePayload], str | None]:
+        """Return one page of nodes matching ``flt`` in point-id order, and the next offset.
+
+        Raises:
+            ValueError: ``limit < 1``, ``offset`` is not a node id, or ``flt.tree`` is reserved.
+            StoreError: the server failed or is unreachable.
+        """
+        start = check_page(limit, offset)
+        scroll_filter = _qdrant_filter(flt)
+        if scroll_filter is None:
+            return [], None
+        self._require_open()
+        with self._call(f"scroll a page of tree {flt.tree!r}"):
+            records, after = self.client.scroll(
+                self.collection,
+                scroll_filter=scroll_filter,
+                limit=limit,
+                offset=start,
+                with_payload=True,
+                with_vectors=False,
+            )
+        nodes = [NodePayload.from_payload(r.payload) for r in records]
+        return nodes, None if after is None else str(after)
 
     def _scroll(self, scroll_filter: models.Filter | None, tree: str) -> Iterator[str]:
         offset: Any = None

@@ -36,6 +36,17 @@ def check_ids(node_ids: Sequence[str]) -> list[str]:
     return out
 
 
+def check_page(limit: int, offset: str | None) -> str | None:
+    """Check a scroll page's ``limit`` and ``offset``; return the offset as a canonical uuid.
+
+    Raises:
+        ValueError: ``limit < 1`` or ``offset`` is not a node id.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    return None if offset is None else check_ids([offset])[0]
+
+
 def check_node(node: NodePayload) -> None:
     if node.tree == META_TREE or node.node_id == META_POINT_ID:
         raise ValueError(f"node {node.node_id!r} uses the reserved meta tree/point id")

@@ -7,6 +7,7 @@ from ingestor.cli import (  # noqa: F401  (registers the commands)
     ask,
     build,
     control,
+    explore,
     inspect,
     query,
     watch,

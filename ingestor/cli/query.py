@@ -153,10 +153,13 @@ def _query_daemon(s: Settings, params: dict[str, Any], route: str) -> dict[str, 
             f"the embedded store in {where(s)} is in use by {who}; query when it has finished"
         )
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
+    request = urllib.request.Request(f"http://{address}/{route}?{query}")
+    if s.watch.http_token is not None:  # the daemon's routes need it (as `adrap status` sends)
+        request.add_header("Authorization", f"Bearer {s.watch.http_token.get_secret_value()}")
     deadline = time.monotonic() + s.query.daemon_wait_seconds
     while True:
         try:
-            with urllib.request.urlopen(f"http://{address}/{route}?{query}", timeout=600) as resp:
+            with urllib.request.urlopen(request, timeout=600) as resp:
                 out: dict[str, Any] = json.loads(resp.read())
             break
         except urllib.error.HTTPError as exc:

@@ -1,6 +1,7 @@
 """The ``adrap watch`` daemon: reconcile, watch, and serve health, metrics, status and queries.
 
-HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default).
+HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default), and the
+dashboard's routes (:mod:`ingestor.service.dashboard.routes`) mounted beside them.
 
 Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a whole batch, including
 summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
@@ -20,9 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from starlette.applications import Starlette
+
 from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.pipeline import Pipeline
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
+from ingestor.service.dashboard.routes import dashboard_routes
+from ingestor.service.dashboard.view import TreeView
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
 from ingestor.service.http import (
     HttpLimits,
@@ -247,18 +252,23 @@ class Daemon:
         if self.http_port < 0:
             return
         require_token_off_loopback(self.http_host, self.http_token)
-        app = build_app(daemon_routes(self, self.limits), self.http_token)
-        self.server = HttpServer(app, self.http_host, self.http_port, self.limits)
+        self.server = HttpServer(self.app(), self.http_host, self.http_port, self.limits)
         self.server.start()
         host, port = self.server.address
         if self.state_lock is not None:
             self.state_lock.describe(http=f"{host}:{port}")
         log.info(
-            "serving /healthz /readyz /metrics /status /query on http://%s:%d%s",
+            "serving /healthz /readyz /metrics /status /query /dashboard on http://%s:%d%s",
             host,
             port,
             " (bearer token required)" if self.http_token else "",
         )
+
+    def app(self) -> Starlette:
+        """Return the ASGI app: the daemon's routes and the dashboard's, behind the token."""
+        view = TreeView(self.store, self.pipeline.tree)
+        pages = dashboard_routes(view, self.dashboard_updates, lambda: self.metrics.ready)
+        return build_app([*daemon_routes(self, self.limits), *pages], self.http_token)
 
     def stop_http(self) -> None:
         """Stop the HTTP server and join its thread."""
@@ -273,6 +283,10 @@ class Daemon:
             for source, q in self.quarantine.items().items()
         }
         return out | self.guard.status()
+
+    def dashboard_updates(self) -> dict[str, Any]:
+        """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates."""
+        return self.status() | {"updates": self.metrics.recent()}
 
     def _gauges(self) -> dict[str, Any]:
         g = self.guard.status()

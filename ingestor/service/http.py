@@ -12,6 +12,8 @@ dashboard, can be mounted beside them):
 - ``GET /ask?q=...`` (the same parameters): the JSON of ``adrap ask --json``.
 - ``POST /retry?path=...``: release quarantined files (all, or those under ``path``).
 - ``POST /confirm-deletions``: let a held bulk deletion through.
+- ``GET /dashboard`` and ``/dashboard/api/...``: the web page of the tree
+  (:mod:`ingestor.service.dashboard.routes`; the page itself needs no token, its data does).
 
 Limits: request bodies over ``MAX_BODY`` bytes are refused (413); ``max_tokens`` and ``top_k`` are
 bounded by settings (400 beyond); a query gets ``query_timeout`` seconds (504 after); uvicorn caps
@@ -50,8 +52,9 @@ log = logging.getLogger(__name__)
 
 #: Largest request body accepted, bytes (the API takes parameters, not documents).
 MAX_BODY = 64 * 1024
-#: Paths served without the bearer token (container health checks).
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+#: Paths served without the bearer token: container health checks, and the dashboard page (a
+#: static document with no tree data; its script sends the token on every data request).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard"})
 
 
 @dataclass(frozen=True)

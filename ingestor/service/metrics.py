@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,6 +14,8 @@ from ingestor.tree.state import TreeState
 
 #: Upper bounds (seconds) of the update latency histogram.
 LATENCY_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Applied updates remembered for the dashboard (most recent last).
+HISTORY = 20
 
 
 class Metrics:
@@ -38,6 +40,7 @@ class Metrics:
         self.latency_sum = 0.0
         self.latency_count = 0
         self.last: dict[str, Any] | None = None
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
         self.started = time.time()
 
     def snapshot(self, state: TreeState) -> None:
@@ -72,10 +75,24 @@ class Metrics:
                 "files_removed": report.files_removed,
                 "leaves_added": s.leaves_added,
                 "leaves_removed": s.leaves_removed,
+                "clusters_changed": s.clusters_changed,
+                "clusters_created": s.clusters_created,
+                "clusters_split": s.clusters_split,
+                "clusters_removed": s.clusters_removed,
+                "layers_added": s.layers_added,
+                "layers_dropped": s.layers_dropped,
                 "summaries_regenerated": s.summaries_regenerated,
+                "summary_cache_hits": s.summary_cache_hits,
                 "summary_tokens": s.summary_tokens,
+                "rebuilt": report.rebuilt,
             }
+            self.history.append(self.last)
         self.snapshot(state)
+
+    def recent(self) -> list[dict[str, Any]]:
+        """Return the last :data:`HISTORY` applied updates, most recent first."""
+        with self._lock:
+            return list(reversed(self.history))
 
     def error(self, kind: str) -> None:
         """Count one failed update by the exception's class name."""

@@ -371,6 +371,31 @@ def test_iter_ids_pages_through_every_point_of_a_tree(
     assert list(store.iter_ids("empty")) == []
 
 
+def test_scroll_pages_one_layer_in_id_order_from_an_offset(store: Any) -> None:
+    """The dashboard's per-layer paging: each page starts where the last ended, none repeats."""
+    nodes = [make_node(f"n{i}", layer=i % 3) for i in range(25)] + [
+        make_node("x", tree="t2", layer=1)
+    ]
+    store.upsert(nodes, unit_vectors(26))
+    layer1 = sorted(n.node_id for n in nodes[:25] if n.layer == 1)
+    flt = SearchFilter(tree="t1", min_layer=1, max_layer=1)
+
+    seen: list[str] = []
+    page, offset = store.scroll(flt, 3)
+    seen += [n.node_id for n in page]
+    while offset is not None:
+        assert offset == layer1[len(seen)]  # the next page starts at the next id
+        page, offset = store.scroll(flt, 3, offset)
+        seen += [n.node_id for n in page]
+    assert seen == layer1
+    assert all(n.layer == 1 and n.tree == "t1" for n in store.scroll(flt, 100)[0])
+    assert store.scroll(SearchFilter(tree="empty"), 5) == ([], None)
+    with pytest.raises(ValueError, match="limit"):
+        store.scroll(flt, 0)
+    with pytest.raises(ValueError, match="not a uuid"):
+        store.scroll(flt, 5, "nope")
+
+
 def test_upsert_batches_and_large_limits(
     store: Any, module: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -1,0 +1,117 @@
+"""``adrap explore``: the dashboard page of a tree that is not being watched, as one HTML file."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.factories import MODELS_DIR, reading_store
+from ingestor.config import Settings
+from ingestor.service.dashboard.export import DEFAULT_MAX_NODES
+from ingestor.service.locking import WriterActiveError
+from models_store import ModelStore
+
+log = logging.getLogger(__name__)
+
+
+@main.command()
+@click.option("--tree", default=None, help="The tree to export (default: ADRAP_TREE).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=Path("tree.html"),
+    show_default=True,
+    help="The HTML file written.",
+)
+@click.option(
+    "--max-nodes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_NODES,
+    show_default=True,
+    help="Nodes embedded at most: the top layers whole, then their children up to the cap.",
+)
+@click.pass_obj
+def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
+    """Write the tree's dashboard page as one self-contained HTML file (opens offline).
+
+    The same page as the daemon's /dashboard, with the tree embedded: layers from the top, each
+    node's text, sources, parents and children. Search is off in the file (it needs the embedding
+    model); a watched tree is explored live at http://HOST:PORT/dashboard instead.
+
+    \b
+    Example:
+      adrap explore -o tree.html --max-nodes 2000 && xdg-open tree.html
+    """
+    from ingestor.service.dashboard.export import export_data
+    from ingestor.service.dashboard.page import render_page
+    from ingestor.service.dashboard.view import TreeView
+
+    s = ctx.settings if tree is None else ctx.settings.model_copy(update={"tree": tree})
+
+    def body() -> None:
+        t0 = time.perf_counter()
+        try:
+            with reading_store(s) as store:
+                data = export_data(
+                    TreeView(store, s.tree), max_nodes=max_nodes, updates=_snapshot(s)
+                )
+        except WriterActiveError as exc:
+            http = exc.holder.get("http")
+            where = f" at http://{http}/dashboard" if http else ""
+            raise click.ClickException(
+                f"{exc}; a running `adrap watch` serves this page live{where}"
+            ) from exc
+        if not data["layers"]:
+            raise click.ClickException(
+                f"tree {s.tree!r} has no nodes in this store; build it first (`adrap build DIR`) "
+                "or name another tree with --tree"
+            )
+        html = render_page(data)
+        output.write_text(html, encoding="utf-8")
+        click.echo(
+            f"wrote {output} ({len(html.encode()) / 1e6:.1f} MB, {len(data['nodes'])} nodes"
+            f"{', truncated by --max-nodes' if data['truncated'] else ''}) in "
+            f"{time.perf_counter() - t0:.1f} s",
+            err=True,
+        )
+
+    run(ctx, body)
+
+
+def _snapshot(s: Settings) -> dict[str, Any]:
+    """What the page shows under "Updates" for an unwatched tree: the state's counters."""
+    from ingestor.pipeline import load_state, state_exists
+    from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
+
+    out: dict[str, Any] = {
+        "note": "Not watched: this is the tree as last built or updated.",
+        "quarantined": {
+            k: {"reason": v.reason, "since": v.at}
+            for k, v in read_quarantine(s.state_dir / QUARANTINE_FILE).items()
+        },
+        "updates": [],
+    }
+    folder = s.state_dir / MODELS_DIR
+    models = ModelStore(folder) if folder.is_dir() else None
+    state = (
+        load_state(models, s.tree, readonly=True)
+        if models and state_exists(models, s.tree)
+        else None
+    )
+    if state is not None:
+        out["documents"] = len(state.sources)
+        out["state"] = {
+            "root": state.root,
+            "built_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(state.built_at)),
+            "generation": state.generation,
+            "leaves_added_since_build": state.added_since_build,
+            "leaves_removed_since_build": state.removed_since_build,
+            "embed_model": state.embed_model,
+        }
+    return out

@@ -1,0 +1,10 @@
+"""The dashboard: a web page of the living tree, served by the daemon and exported by ``adrap explore``.
+
+- :mod:`~ingestor.service.dashboard.view`: paged, read-only views of a tree in the node store
+  (layers, one page of a layer, a node, a node's children); the JSON both the routes and the export
+  are made of.
+- :mod:`~ingestor.service.dashboard.routes`: the ``/dashboard`` page and its JSON endpoints.
+- :mod:`~ingestor.service.dashboard.page`: the page itself, one HTML document with its CSS and
+  JavaScript inlined (``static/``), optionally carrying the tree as an embedded JSON blob.
+- :mod:`~ingestor.service.dashboard.export`: that blob for ``adrap explore``.
+"""
