@@ -106,7 +106,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
                 points = [
-                    qe.Point(node.node_id, {VECTOR_NAME: row}, node.to_payload())
+                    qe.Point(node.node_id, {VECTOR_NAME: row}, _edge_payload(node))
                     for node, row in zip(batch, rows, strict=True)
                 ]
                 shard.update(qe.UpdateOperation.upsert_points(points))
@@ -335,3 +335,10 @@ def _edge_filter(flt: SearchFilter) -> qe.Filter | None:
             return None
         must.append(qe.HasIdCondition(set(ids)))
     return qe.Filter(must=must)
+
+
+def _edge_payload(node: NodePayload) -> dict[str, Any]:
+    """The node's payload with its lists as tuples: qdrant-edge converts a tuple of strings about
+    1.7x faster than a list (measured: 6.5 vs 11.2 ms for 1,500 sources), and a summary high in a
+    big tree lists hundreds of sources. The stored payload is the same."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in node.to_payload().items()}

@@ -12,6 +12,7 @@ hits in score order while the running sum of ``n_tokens`` stays within the budge
 from __future__ import annotations
 
 import enum
+import functools
 import posixpath
 import uuid
 from dataclasses import dataclass
@@ -95,11 +96,13 @@ def point_id(key: str) -> str:
 META_POINT_ID: Final = point_id(META_TREE)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def source_dirs(source: str) -> tuple[str, ...]:
     """Return every directory prefix of a relative source path, each ending in ``/``.
 
     ``"reports/2024/q1.md"`` → ``("reports/", "reports/2024/")``. Stored on every node so that
-    "only documents under reports/" is one exact keyword match, in any Qdrant client.
+    "only documents under reports/" is one exact keyword match, in any Qdrant client. Cached:
+    a summary's payload asks for the directories of every source under it.
     """
     parts = posixpath.dirname(source).split("/")
     return tuple("/".join(parts[: i + 1]) + "/" for i in range(len(parts)) if parts[0])

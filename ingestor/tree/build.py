@@ -276,6 +276,7 @@ class TreeBuilder:
         links, so an update rewrites the summaries it regenerates, not their children [cost,
         issue 8]. Else the node is new, content-addressed by its children.
         """
+        state.nodes.prefetch(n for m in clusters.values() for n in m)  # one query, not one a node
         parts = {cid: self._fit_input_limit(state, m) for cid, m in clusters.items() if m}
         groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
         stats.clusters_per_layer[layer] = len(groups)

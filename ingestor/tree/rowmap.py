@@ -11,7 +11,7 @@ update path).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -107,6 +107,16 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         return {k: self._cache[k] for k in self._dirty if k in self._cache}
 
     # -- the mapping -----------------------------------------------------------------------------
+
+    def prefetch(self, keys: Iterable[str]) -> None:
+        """Read the given keys' rows in one query (later reads hit the cache); marks nothing."""
+        if self._complete or self._rows is None:
+            return
+        todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._deleted]
+        if len(todo) < 2:
+            return
+        for k, data in self._rows.get_many(self.ns, todo).items():
+            self._cache[k] = loads(data)  # type: ignore[assignment]
 
     def _fetch(self, key: str) -> object:
         if key in self._cache:
