@@ -184,6 +184,19 @@ class RowStore:
                     out[k] = bytes(v)
         return out
 
+    def items_prefix(self, ns: str, prefix: str) -> list[tuple[str, bytes]]:
+        """Return the ``(key, value)`` rows of a namespace whose key starts with ``prefix``, in key
+        order (one index range scan: the cost of those rows, not of the namespace)."""
+        if not prefix:
+            return list(self.items(ns))
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT key, value FROM rows WHERE ns = ? AND key >= ? AND key < ? ORDER BY key",
+                (ns, prefix, upper),
+            ).fetchall()
+        return [(k, bytes(v)) for k, v in rows]
+
     def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
         """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""
         after = ""
