@@ -9,9 +9,11 @@ cluster had to be cut to fit the summariser's input limit; one node for several 
 clustering gave them the same members).
 
 Every node of the layer is exactly one point: adRAP moves a regenerated summary by removing its
-predecessor's point and placing the new node at its new embedding. A global cluster too small for a
-local UMAP + GMM at build time ("guarded") is one cluster until it grows past ``tau_c`` members;
-then it gets its own local UMAP and online GMM, fitted on its members, and follows Algorithm 2.
+predecessor's point and placing the new node at its new embedding. A global cluster ("group") too
+small for a local UMAP + GMM ("guarded") is one cluster until it grows past ``tau_c`` members. A
+group whose points changed by more than ``max(tau_c, refit_share x`` its fitted size) since its
+local model was fitted, and a guarded group past ``tau_c``, get the build's steps run on their
+current members (:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from ingestor.cluster.incremental import LayerDelta
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
+
+__all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
 
 GUARDED = -1  # point id of a node in a global cluster too small for a local UMAP + GMM
 
@@ -70,8 +74,10 @@ class AdaptiveLayer:
         tau_n, tau_c: Algorithm 2's thresholds, for the online GMMs of promoted groups.
         ids: the layer's cluster id counter (shared by its OnlineGMMs).
         placed: summary layers only: node id → digest of the vector its point was placed from.
-        refits: how many local models were fitted after the build (a guarded group promoted);
-            the clusterer's ``local_models_`` changed each time.
+        refits: how many local models were fitted after the build (a group refitted or
+            promoted); the clusterer's ``local_models_`` changed each time.
+        refit_share: a group is refitted once more than ``max(tau_c, refit_share x n_fitted)``
+            of its points changed (0.5; ``inf`` keeps the build's local models, as the paper).
     """
 
     layer: int
@@ -320,12 +326,12 @@ class AdaptiveLayer:
         return gmm.churn + coming > max(self.tau_c, self.refit_share * gmm.fitted)
 
     def _refit_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
-        """Fit group ``g``'s local UMAP + GMM afresh on its members, as a build would.
+        """Fit group ``g``'s local model afresh on its members, as a build of them would.
 
-        The number of clusters is chosen by BIC (so every cluster is offered its split, and a
+        Numbers of clusters are chosen by BIC (so every cluster is offered its split, and a
         group whose clusters shrank gets fewer). Clusters keep the id of the old cluster they
         overlap most; the delta gets the ones whose members changed, appeared or disappeared.
-        Cost: the group's size (a local UMAP and a BIC search on its members).
+        Cost: the group's size (UMAPs and BIC searches on its members, never the layer's).
         """
         gmm = self.gmms[g]
         if gmm is None:
@@ -369,14 +375,7 @@ class AdaptiveLayer:
         split = [c for c in old if gmm is None and created]  # a promotion splits the group
         delta.absorb(changed, created, split, old.keys() - fit.clusters.keys())
         self._note(g, created)
-        log.debug(
-            "layer %d group %d refitted on %d members: %d -> %d clusters",
-            self.layer,
-            g,
-            len(nodes),
-            len(old),
-            len(fit.clusters),
-        )
+        log.debug("layer %d group %d refitted: %d clusters", self.layer, g, len(fit.clusters))
 
     def remove(self, node_id: str, delta: LayerDelta) -> None:
         """Drop a node from its clusters; clusters left empty are removed."""

@@ -9,13 +9,13 @@ that space chose one component) while the online GMM, whose full-EM refits only 
 components, held 67 clusters there; layer-1 ARI against a rebuild was 0.13, and 0.43 with every
 group's local UMAP + GMM fitted afresh (a rebuild with another seed: 0.54).
 
-:func:`refit_group` is the build's own local step (``TreeClusterer._reduce`` + ``_select_gmm``,
-soft assignment) run on one group's current members, so its cost is that of the group, never of
-the tree. The paper allows it for deletions ("recompute the local clustering by trying smaller
-values for K" [A §4.4]); here it also covers insertions, triggered by how much of the group
-changed (:class:`~ingestor.cluster.adaptive.AdaptiveLayer`). New clusters take the ids of the old
-clusters they overlap most (optimal matching), so a cluster the refit leaves as it was keeps its
-id and its summary.
+:func:`refit_group` runs the build's clustering (``TreeClusterer``, both steps) on one group's
+current members, so its cost is that of the group, never of the tree. The paper allows it for
+deletions ("recompute the local clustering by trying smaller values for K" [A §4.4]); here it also
+covers insertions, triggered by how much of the group changed
+(:class:`~ingestor.cluster.adaptive.AdaptiveLayer`). New clusters take the ids of the old clusters
+they overlap most (optimal matching), so a cluster the refit leaves as it was keeps its id and its
+summary.
 """
 
 from __future__ import annotations
@@ -97,10 +97,16 @@ def refit_group(
     tau_n: int,
     tau_c: int,
 ) -> GroupFit:
-    """Fit a local UMAP + GMM (K by BIC) on one group's members, as the build's local step does.
+    """Cluster one group's members as a build of them alone would, for its new local model.
+
+    The build's two steps run on the members (a UMAP with √m neighbours and a GMM by BIC, then
+    a local UMAP + GMM inside each part): a group grown from stale global placements can hold
+    several of a rebuild's global clusters, which one local step would keep together (short
+    soak: layer-1 clusters of 66 members against a rebuild's 27 at most). The group's online
+    GMM lives in the first step's UMAP space, its components the M-step of the clusters found.
 
     Args:
-        clusterer: the layer's fitted ``TreeClusterer`` (its parameters and local step are used).
+        clusterer: the layer's fitted ``TreeClusterer`` (a fresh one with its parameters runs).
         nodes: the group's member node ids (at least one).
         X: (len(nodes), d) their embeddings.
         old: the group's clusters before the refit (cluster id → member node ids).
