@@ -100,6 +100,7 @@ class Comparison:
     recall: float
     recall_rebuild: float
     n_questions: int
+    ari_reference: float | None = None  # a rebuild against a rebuild with another seed
 
 
 def compare_with_rebuild(
@@ -110,8 +111,13 @@ def compare_with_rebuild(
     summarizer: Any,
     questions: int,
     rng: random.Random,
+    reference_seed: int | None = None,
 ) -> Comparison:
-    """Build the final folder from scratch and compare the adRAP tree with it."""
+    """Build the final folder from scratch and compare the adRAP tree with it.
+
+    With ``reference_seed``, a second rebuild with that clusterer seed gives the reference ARI:
+    how much two equally good trees of the same folder agree.
+    """
     epochs = p.builder.make_clusterer().n_epochs  # type: ignore[attr-defined]
     full = make_pipeline(
         state_dir, p.embedder, summarizer, chunk_tokens=p.chunk_tokens, n_epochs=epochs
@@ -124,6 +130,24 @@ def compare_with_rebuild(
         ari = adjusted_rand_score([ref[i] for i in common], [got[i] for i in common])
         qs = present_questions(corpus, root, questions, rng)
         sizes, sizes_full = cluster_sizes(p), cluster_sizes(full)
+        ari_reference = None
+        if reference_seed is not None:
+            other = make_pipeline(
+                state_dir / "reference",
+                p.embedder,
+                summarizer,
+                chunk_tokens=p.chunk_tokens,
+                n_epochs=epochs,
+                seed=reference_seed,
+            )
+            try:
+                other.build(root)
+                again = layer1_labels(other)
+                ari_reference = adjusted_rand_score(
+                    [ref[i] for i in common], [again[i] for i in common]
+                )
+            finally:
+                other.store.close()
         return Comparison(
             ari,
             max(sizes, default=0),
@@ -133,6 +157,7 @@ def compare_with_rebuild(
             answer_recall(p, qs),
             answer_recall(full, qs),
             len(qs),
+            ari_reference,
         )
     finally:
         full.store.close()
@@ -271,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summarizer", choices=["extractive", "echo"], default="extractive")
     ap.add_argument("--questions", type=int, default=1000)
     ap.add_argument("--progress", type=int, default=500, help="print a line every N operations")
+    ap.add_argument(
+        "--reference-seed",
+        type=int,
+        default=1,
+        help="also rebuild with this clusterer seed: the ARI two rebuilds reach (-1: skip)",
+    )
     ap.add_argument("--daemon", action="store_true", help="drive `adrap watch` (fewer ops)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -337,10 +368,22 @@ def main(argv: list[str] | None = None) -> int:
             f"layers {state.layer_counts()}"
         )
         cmp = compare_with_rebuild(
-            p, root, tmp / "rebuild", corpus, _summarizer(args.summarizer), args.questions, rng
+            p,
+            root,
+            tmp / "rebuild",
+            corpus,
+            _summarizer(args.summarizer),
+            args.questions,
+            rng,
+            reference_seed=None if args.reference_seed < 0 else args.reference_seed,
         )
         print("against a full rebuild of the final folder:")
-        print(f"  ARI of layer-1 memberships {cmp.ari:.3f}")
+        reference = (
+            f" (a rebuild with seed {args.reference_seed} against it: {cmp.ari_reference:.3f})"
+            if cmp.ari_reference is not None
+            else ""
+        )
+        print(f"  ARI of layer-1 memberships {cmp.ari:.3f}{reference}")
         print(f"  layer-1 cluster sizes adRAP   {_quantiles(cmp.sizes)}")
         print(f"  layer-1 cluster sizes rebuild {_quantiles(cmp.sizes_rebuild)}")
         ratio = cmp.largest / max(1, cmp.largest_rebuild)

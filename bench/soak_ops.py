@@ -159,11 +159,12 @@ def make_pipeline(
     *,
     chunk_tokens: int = 250,
     n_epochs: int = 200,
+    seed: int = 0,
 ) -> Pipeline:
     builder = TreeBuilder(
         embedder,
         summarizer,
-        lambda: TreeClusterer(random_state=0, n_epochs=n_epochs),
+        lambda: TreeClusterer(random_state=seed, n_epochs=n_epochs),
         TreeParams(),
     )
     return Pipeline(

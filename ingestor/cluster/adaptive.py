@@ -9,13 +9,16 @@ cluster had to be cut to fit the summariser's input limit; one node for several 
 clustering gave them the same members).
 
 Every node of the layer is exactly one point: adRAP moves a regenerated summary by removing its
-predecessor's point and placing the new node at its new embedding. A global cluster too small for a
-local UMAP + GMM at build time ("guarded") is one cluster until it grows past ``tau_c`` members;
-then it gets its own local UMAP and online GMM, fitted on its members, and follows Algorithm 2.
+predecessor's point and placing the new node at its new embedding. A global cluster ("group") too
+small for a local UMAP + GMM ("guarded") is one cluster until it grows past ``tau_c`` members. A
+group whose points changed by more than ``max(tau_c, refit_share x`` its fitted size) since its
+local model was fitted, and a guarded group past ``tau_c``, get the build's steps run on their
+current members (:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -25,9 +28,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.cluster.gmm import soft_assign
+from ingestor.cluster.group_refit import refit_group
+from ingestor.cluster.incremental import LayerDelta
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
-from ingestor.cluster.two_step import LocalModel
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
 
 GUARDED = -1  # point id of a node in a global cluster too small for a local UMAP + GMM
 
@@ -53,37 +60,6 @@ def same_digest(a: tuple[float, ...] | None, b: tuple[float, ...]) -> bool:
 
 
 @dataclass
-class LayerDelta:
-    """Cluster ids touched by a batch of operations on one layer."""
-
-    dirty: set[int] = field(default_factory=set)
-    created: set[int] = field(default_factory=set)
-    split: set[int] = field(default_factory=set)
-    removed: set[int] = field(default_factory=set)
-
-    def absorb(
-        self,
-        dirty: Iterable[int],
-        created: Iterable[int],
-        split: Iterable[int],
-        removed: Iterable[int],
-    ) -> None:
-        """Merge one operation's result into the batch's delta, in operation order."""
-        dirty, created, removed = set(dirty), set(created), set(removed)
-        # A cluster emptied earlier in the batch and populated again (a guarded group keeps its
-        # id) exists at the end: it must be regenerated, not removed.
-        revived = (dirty | created) & self.removed
-        self.removed -= revived
-        self.dirty |= revived
-        self.created |= created - revived
-        self.removed |= removed
-        self.created -= self.removed
-        self.dirty |= dirty
-        self.dirty -= self.removed
-        self.split |= set(split)
-
-
-@dataclass
 class AdaptiveLayer:
     """Online clustering of layer ``layer``'s nodes into the summaries of layer ``layer + 1``.
 
@@ -98,8 +74,10 @@ class AdaptiveLayer:
         tau_n, tau_c: Algorithm 2's thresholds, for the online GMMs of promoted groups.
         ids: the layer's cluster id counter (shared by its OnlineGMMs).
         placed: summary layers only: node id → digest of the vector its point was placed from.
-        refits: how many local models were fitted after the build (a guarded group promoted);
-            the clusterer's ``local_models_`` changed each time.
+        refits: how many local models were fitted after the build (a group refitted or
+            promoted); the clusterer's ``local_models_`` changed each time.
+        refit_share: a group is refitted once more than ``max(tau_c, refit_share x n_fitted)``
+            of its points changed (0.5; ``inf`` keeps the build's local models, as the paper).
     """
 
     layer: int
@@ -115,6 +93,7 @@ class AdaptiveLayer:
     ids: IdCounter = field(default_factory=IdCounter)
     placed: dict[str, tuple[float, ...]] = field(default_factory=dict)
     refits: int = 0
+    refit_share: float = 0.5
 
     @classmethod
     def from_fit(
@@ -276,31 +255,42 @@ class AdaptiveLayer:
         delta: LayerDelta,
         vectors: Vectors | None = None,
     ) -> None:
-        """Place new nodes one after the other, with their UMAP transforms computed in one go.
+        """Place new nodes one after the other, with their UMAP transforms computed in one go,
+        then refit the local model of every group of this batch that changed enough.
 
         The stored UMAP models do not change with the online GMMs, so transforming the whole
         batch first gives the same reduced points as transforming each on arrival, for a
         fraction of the cost (one nearest-neighbour query and layout per global cluster).
-        A guarded group that ends the batch with more than ``tau_c`` members is promoted: its
-        members (embeddings from ``vectors``) get a local UMAP + GMM and an online GMM.
+        Call it once per batch, after the batch's removals (with an empty ``node_ids`` if there
+        are no new nodes): the groups those touched are checked here too. A group's local UMAP +
+        GMM is fitted afresh on its members (embeddings from ``vectors``) when
+
+        * it is guarded and ends the batch with more than ``tau_c`` members (promotion), or
+        * more than ``max(tau_c, refit_share x n_fitted)`` of its points were added or removed
+          since its local model was fitted on ``n_fitted`` points (a bounded local refit, see
+          :mod:`ingestor.cluster.group_refit`); the new points of a group about to be refitted
+          join its most probable cluster on the way, as the refit recomputes them all anyway.
         """
-        if not node_ids:
-            return
         if any(node_id in self.point_of for node_id in node_ids):
             dup = [n for n in node_ids if n in self.point_of]
             raise ValueError(f"layer {self.layer} already holds node(s) {dup[:3]}: remove first")
-        groups = self.clusterer.predict_global(X)
+        touched: set[int] = self.__dict__.pop("touched_groups", set())
+        groups = self.clusterer.predict_global(X) if node_ids else np.zeros(0, dtype=np.intp)
         local: dict[int, NDArray[np.float32]] = {}
+        refit: set[int] = set()  # groups whose new points only need a cheap placement
         for label in np.unique(groups):
-            rows = np.flatnonzero(groups == label)
-            if self.gmms[int(label)] is not None:
-                reduced = self.clusterer.transform_local(int(label), X[rows])
+            g, rows = int(label), np.flatnonzero(groups == label)
+            gmm = self.gmms[g]
+            if gmm is not None:
+                reduced = self.clusterer.transform_local(g, X[rows])
                 for r, point in zip(rows.tolist(), reduced, strict=True):
                     local[r] = point
-        grown: set[int] = set()
+                if vectors is not None and self._due(gmm, len(rows)):
+                    refit.add(g)
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
             gmm = self.gmms[g]
+            touched.add(g)
             if self.layer > 0:
                 self.placed[node_id] = vector_digest(X[row])
             if gmm is None:
@@ -308,66 +298,90 @@ class AdaptiveLayer:
                 nodes.add(node_id)
                 self.point_of[node_id] = (g, GUARDED)
                 delta.absorb([cid], [], [], [])
-                grown.add(g)
                 continue
-            result = gmm.add_greedy(local[row]) if self.greedy else gmm.add(local[row])
+            greedy = self.greedy or g in refit
+            result = gmm.add_greedy(local[row]) if greedy else gmm.add(local[row])
             self.point_of[node_id] = (g, result.point)
             self.node_at[(g, result.point)] = node_id
             delta.absorb(result.dirty, result.created, result.split, result.removed)
             self._note(g, result.created)
-        for g in sorted(grown):
-            if not self.greedy and len(self.guarded[g][1]) > max(self.tau_c, 3):
+        if self.greedy:
+            return
+        for g in sorted(touched):
+            gmm = self.gmms[g]
+            if gmm is None:
+                if len(self.guarded[g][1]) <= max(self.tau_c, 3):
+                    continue
                 if vectors is None:
                     raise ValueError(
                         f"layer {self.layer}: global cluster {g} outgrew tau_c={self.tau_c}; "
                         "pass vectors= so it can get a local model"
                     )
-                self._promote(g, vectors, delta)
+                self._refit_group(g, vectors, delta)
+            elif vectors is not None and gmm.n > 0 and self._due(gmm, 0):
+                self._refit_group(g, vectors, delta)
 
-    def _promote(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
-        """Give guarded group ``g`` a local UMAP + GMM fitted on its members, as a build would.
+    def _due(self, gmm: OnlineGMM, coming: int) -> bool:
+        """Whether a group's local model is stale once ``coming`` more points have changed."""
+        return gmm.churn + coming > max(self.tau_c, self.refit_share * gmm.fitted)
 
-        The GMM's number of clusters is chosen by BIC (the split offer); the largest cluster
-        keeps the group's cluster id, so its summary is regenerated rather than replaced.
+    def _refit_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+        """Fit group ``g``'s local model afresh on its members, as a build of them would.
+
+        Numbers of clusters are chosen by BIC (so every cluster is offered its split, and a
+        group whose clusters shrank gets fewer). Clusters keep the id of the old cluster they
+        overlap most; the delta gets the ones whose members changed, appeared or disappeared.
+        Cost: the group's size (UMAPs and BIC searches on its members, never the layer's).
         """
-        cid, nodes = self.guarded[g]
-        ids = sorted(nodes)
-        c = self.clusterer
-        # TreeClusterer's own local step (UMAP n_neighbors = local_n_neighbors, GMM by BIC).
-        umap, Y = c._reduce(vectors(ids), np.arange(len(ids)), c.local_n_neighbors, "local")
-        gmm = c._select_gmm(Y)
-        chosen = soft_assign(gmm.predict_proba(Y), c.threshold)
-        largest = int(np.argmax(chosen.sum(axis=0)))
-        online = OnlineGMM.from_gmm(
-            gmm,
-            Y,
-            cluster_ids=[cid if j == largest else -1 for j in range(chosen.shape[1])],
-            memberships=[set(np.flatnonzero(row).tolist()) for row in chosen],
-            threshold=c.threshold,
+        gmm = self.gmms[g]
+        if gmm is None:
+            cid, members = self.guarded[g]
+            nodes = sorted(members)
+            old = {cid: frozenset(nodes)}
+            pids = list(range(len(nodes)))
+        else:
+            at = {p: self.node_at[(g, p)] for p in gmm.point_ids}
+            nodes = sorted(at.values())
+            old = {cid: frozenset(at[p] for p in m) for cid, m in gmm.members.items()}
+            pid_of = {n: p for p, n in at.items()}
+            pids = [pid_of[n] for n in nodes]
+        fit = refit_group(
+            self.clusterer,
+            nodes,
+            vectors(nodes),
+            old,
+            point_ids=pids,
+            ids=self.ids,
             tau_n=self.tau_n,
             tau_c=self.tau_c,
-            ids=self.ids,
-            random_state=c.random_state,
         )
-        comp_ids = [-1] * chosen.shape[1]  # per GMM component, as TreeClusterer records them
-        kept = [j for j in range(chosen.shape[1]) if chosen[:, j].any()]
-        for j, kept_id in zip(kept, online.cluster_ids, strict=True):
-            comp_ids[j] = kept_id
-        c.local_models_[g] = LocalModel(np.arange(len(ids)), umap, gmm, Y, tuple(comp_ids))
-        del self.guarded[g]
-        self.gmms[g] = online
-        for pid, node_id in enumerate(ids):
-            self.point_of[node_id] = (g, pid)
-            self.node_at[(g, pid)] = node_id
+        self.clusterer.local_models_[g] = fit.local
+        self.gmms[g] = fit.online
+        if fit.online is None:
+            (cid,) = fit.clusters
+            self.guarded[g] = (cid, set(nodes))
+            for n, p in zip(nodes, pids, strict=True):
+                self.point_of[n] = (g, GUARDED)
+                if gmm is not None:
+                    del self.node_at[(g, p)]
+        elif gmm is None:
+            del self.guarded[g]
+            for n, p in zip(nodes, pids, strict=True):
+                self.point_of[n] = (g, p)
+                self.node_at[(g, p)] = n
         self.refits += 1
-        created = set(online.members) - {cid}
-        delta.absorb([cid], created, [cid] if created else [], [])
+        created = fit.clusters.keys() - old.keys()
+        changed = [c for c in fit.clusters.keys() & old.keys() if fit.clusters[c] != old[c]]
+        split = [c for c in old if gmm is None and created]  # a promotion splits the group
+        delta.absorb(changed, created, split, old.keys() - fit.clusters.keys())
         self._note(g, created)
+        log.debug("layer %d group %d refitted: %d clusters", self.layer, g, len(fit.clusters))
 
     def remove(self, node_id: str, delta: LayerDelta) -> None:
         """Drop a node from its clusters; clusters left empty are removed."""
         g, pid = self.point_of.pop(node_id)
         self.placed.pop(node_id, None)
+        self.__dict__.setdefault("touched_groups", set()).add(g)  # add_many checks its refit
         if pid == GUARDED:
             cid, nodes = self.guarded[g]
             nodes.discard(node_id)

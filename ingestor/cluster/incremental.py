@@ -1,11 +1,13 @@
 """The pieces an :class:`~ingestor.cluster.online_gmm.OnlineGMM` updates one point at a time.
 
 Equation 3 of [A §4.3] (the incremental M-step, in its exact form), the growable point buffer with
-stable ids, the per-layer cluster id counter, and the result every update reports.
+stable ids, the per-layer cluster id counter, the result every update reports, and what a batch of
+them did to one layer (:class:`LayerDelta`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,3 +129,34 @@ class PointBuffer:
             self.ids[r] = self.ids[last]
             self.row[self.ids[r]] = r
         self.ids.pop()
+
+
+@dataclass
+class LayerDelta:
+    """Cluster ids touched by a batch of operations on one layer."""
+
+    dirty: set[int] = field(default_factory=set)
+    created: set[int] = field(default_factory=set)
+    split: set[int] = field(default_factory=set)
+    removed: set[int] = field(default_factory=set)
+
+    def absorb(
+        self,
+        dirty: Iterable[int],
+        created: Iterable[int],
+        split: Iterable[int],
+        removed: Iterable[int],
+    ) -> None:
+        """Merge one operation's result into the batch's delta, in operation order."""
+        dirty, created, removed = set(dirty), set(created), set(removed)
+        # A cluster emptied earlier in the batch and populated again (a guarded group keeps its
+        # id) exists at the end: it must be regenerated, not removed.
+        revived = (dirty | created) & self.removed
+        self.removed -= revived
+        self.dirty |= revived
+        self.created |= created - revived
+        self.removed |= removed
+        self.created -= self.removed
+        self.dirty |= dirty
+        self.dirty -= self.removed
+        self.split |= set(split)

@@ -132,6 +132,8 @@ class OnlineGMM:
         self.members: dict[int, set[int]] = {}
         self.offered: dict[int, int] = {}
         self._install(params, comps, given)
+        self.fitted = self.n  # points the model (and the local UMAP placing them) was fitted on
+        self.churn = 0  # points added or removed since then (see AdaptiveLayer's local refit)
 
     @classmethod
     def from_gmm(cls, gmm: GaussianMixture, points: NDArray[np.floating], **kwargs: Any) -> Self:
@@ -182,6 +184,7 @@ class OnlineGMM:
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         pid = self._next_point
         self._next_point += 1
+        self.churn += 1
         old_ids = frozenset(self.members)
         if self.params.k == 0:  # everything was removed: the point starts a cluster of its own
             self._points.append(pid, x)
@@ -223,6 +226,7 @@ class OnlineGMM:
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         pid = self._next_point
         self._next_point += 1
+        self.churn += 1
         old_ids = frozenset(self.members)
         _, post = responsibilities(x[None, :], self.params)
         cid = self.cluster_ids[int(np.argmax(post[0]))]
@@ -242,6 +246,7 @@ class OnlineGMM:
         old_ids = frozenset(self.members)
         before = {cid: frozenset(m) for cid, m in self.members.items() if point in m}
         self._points.pop(point)
+        self.churn += 1
         for m in self.members.values():
             m.discard(point)
         keep = [j for j, cid in enumerate(self.cluster_ids) if self.members[cid]]
@@ -285,6 +290,8 @@ class OnlineGMM:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("offered", {})  # saved before offers were recorded: none is known
+        state.setdefault("churn", 0)  # saved before churn was counted: count from now
+        state.setdefault("fitted", state["_points"].n)
         self.__dict__.update(state)
 
     def _refit(self) -> None:

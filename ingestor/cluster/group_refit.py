@@ -1,0 +1,162 @@
+"""Re-fit one global cluster's local model on its current members: adRAP's bounded local refit.
+
+adRAP keeps a layer's global clustering and, inside each global cluster ("group"), the local UMAP
+fitted at build time; new nodes are placed through that UMAP's ``transform`` and the online GMM
+(Algorithm 2). Once most of a group's members have been added or removed since its local model
+was fitted, that UMAP describes points that are gone: measured on the soak (1,500 operations,
+bench/soak.py), the 155 members of one group were transformed into one blob (a fresh BIC fit in
+that space chose one component) while the online GMM, whose full-EM refits only ever add
+components, held 67 clusters there; layer-1 ARI against a rebuild was 0.13, and 0.43 with every
+group's local UMAP + GMM fitted afresh (a rebuild with another seed: 0.54).
+
+:func:`refit_group` runs the build's clustering (``TreeClusterer``, both steps) on one group's
+current members, so its cost is that of the group, never of the tree. The paper allows it for
+deletions ("recompute the local clustering by trying smaller values for K" [A §4.4]); here it also
+covers insertions, triggered by how much of the group changed
+(:class:`~ingestor.cluster.adaptive.AdaptiveLayer`). New clusters take the ids of the old clusters
+they overlap most (optimal matching), so a cluster the refit leaves as it was keeps its id and its
+summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import linear_sum_assignment
+
+from ingestor.cluster.gmm import gaussian_parameters, to_sklearn
+from ingestor.cluster.incremental import IdCounter
+from ingestor.cluster.online_gmm import OnlineGMM
+from ingestor.cluster.two_step import LocalModel
+
+__all__ = ["GroupFit", "match_ids", "refit_group"]
+
+#: The clusterer parameters a group's own clusterer copies from its layer's.
+_PARAMS = (
+    "n_components",
+    "threshold",
+    "max_clusters",
+    "local_n_neighbors",
+    "metric",
+    "random_state",
+    "fit_sample",
+    "max_iter",
+    "n_epochs",
+    "exhaustive_bic",
+)
+
+
+@dataclass
+class GroupFit:
+    """A group's new local model.
+
+    Attributes:
+        local: the clusterer's record of it (``TreeClusterer.local_models_[g]``).
+        online: its online GMM over the members (point ids as given), or None when the group is
+            too small for a local UMAP (then it is one cluster, "guarded", as in a build).
+        clusters: cluster id → member node ids.
+    """
+
+    local: LocalModel
+    online: OnlineGMM | None
+    clusters: dict[int, frozenset[str]]
+
+
+def match_ids(
+    new: Sequence[frozenset[str]], old: Mapping[int, frozenset[str]] | Mapping[int, set[str]]
+) -> list[int]:
+    """Give each new cluster the id of the old cluster it shares most members with (-1: none).
+
+    An optimal one-to-one matching on the overlap counts (Hungarian), so an old cluster names at
+    most one new cluster and a new cluster without any shared member gets no old id.
+    """
+    old_ids = sorted(old)
+    overlap = np.array([[len(part & old[cid]) for cid in old_ids] for part in new], dtype=float)
+    ids = [-1] * len(new)
+    if overlap.size == 0:
+        return ids
+    rows, cols = linear_sum_assignment(-overlap)
+    for r, c in zip(rows, cols, strict=True):
+        if overlap[r, c] > 0:
+            ids[r] = old_ids[c]
+    return ids
+
+
+def refit_group(
+    clusterer: Any,
+    nodes: Sequence[str],
+    X: NDArray[np.float32],
+    old: Mapping[int, frozenset[str]],
+    *,
+    point_ids: Sequence[int],
+    ids: IdCounter,
+    tau_n: int,
+    tau_c: int,
+) -> GroupFit:
+    """Cluster one group's members as a build of them alone would, for its new local model.
+
+    The build's two steps run on the members (a UMAP with √m neighbours and a GMM by BIC, then
+    a local UMAP + GMM inside each part): a group grown from stale global placements can hold
+    several of a rebuild's global clusters, which one local step would keep together (short
+    soak: layer-1 clusters of 66 members against a rebuild's 27 at most). The group's online
+    GMM lives in the first step's UMAP space, its components the M-step of the clusters found.
+
+    Args:
+        clusterer: the layer's fitted ``TreeClusterer`` (a fresh one with its parameters runs).
+        nodes: the group's member node ids (at least one).
+        X: (len(nodes), d) their embeddings.
+        old: the group's clusters before the refit (cluster id → member node ids).
+        point_ids: the point id each node gets in the new online GMM.
+        ids: the layer's cluster id counter (fresh ids for clusters no old one matches).
+        tau_n, tau_c: Algorithm 2's thresholds for the new online GMM.
+
+    Returns:
+        The new local model, its online GMM (None when the group has at most
+        ``n_components + 1`` members: one cluster, as the build guards it) and its clusters.
+    """
+    c = clusterer
+    m = len(nodes)
+    if m == 0:
+        raise ValueError("refit_group needs at least one member; an empty group has no model")
+    rows = np.arange(m)
+    if m <= c.n_components + 1:  # the build's guard: too few to reduce, one cluster
+        (cid,) = match_ids([frozenset(nodes)], old)
+        cid = cid if cid >= 0 else ids.take()
+        return GroupFit(LocalModel(rows, None, None, None, (cid,)), None, {cid: frozenset(nodes)})
+    # The build's two steps on this group alone: a stale global partition can leave one group
+    # with several of the build's global clusters, which one local step would keep together.
+    sub = type(c)(**{k: getattr(c, k) for k in _PARAMS}).fit(X)
+    umap = sub.global_umap_
+    Y = umap.embedding_ if m <= sub.fit_sample else sub.transform_global(X)
+    Y = np.asarray(Y, dtype=np.float64)
+    chosen = np.zeros((m, len(sub.clusters_)), dtype=bool)
+    for j, members in enumerate(sub.clusters_):
+        chosen[list(members), j] = True
+    # The group's online GMM lives in the sub-clustering's global UMAP space; its components
+    # are the M-step of the clusters found (a soft member counts for each of its clusters).
+    params = gaussian_parameters(Y, chosen / chosen.sum(axis=1, keepdims=True))
+    gmm = to_sklearn(params, random_state=c.random_state)
+    parts = [frozenset(nodes[i] for i in np.flatnonzero(col).tolist()) for col in chosen.T]
+    online = OnlineGMM(
+        params,
+        Y,
+        cluster_ids=match_ids(parts, old),
+        point_ids=list(point_ids),
+        memberships=[set(np.flatnonzero(row).tolist()) for row in chosen],
+        threshold=c.threshold,
+        tau_n=tau_n,
+        tau_c=tau_c,
+        ids=ids,
+        random_state=c.random_state,
+    )
+    comp_ids = [-1] * gmm.n_components  # per GMM component, as TreeClusterer records them
+    kept = [j for j in range(gmm.n_components) if parts[j]]
+    for j, cid in zip(kept, online.cluster_ids, strict=True):
+        comp_ids[j] = cid
+    node_of = dict(zip(point_ids, nodes, strict=True))
+    clusters = {cid: frozenset(node_of[p] for p in pids) for cid, pids in online.members.items()}
+    return GroupFit(LocalModel(rows, umap, gmm, Y, tuple(comp_ids)), online, clusters)
