@@ -1,6 +1,7 @@
 """The ``adrap watch`` daemon: reconcile, watch, and serve health, metrics, status and queries.
 
-HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default).
+HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default); with the
+embedded store, a read-only Qdrant REST API is served beside it (:mod:`ingestor.service.qdrant_rest`).
 
 Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a whole batch, including
 summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
@@ -36,7 +37,7 @@ from ingestor.service.metrics import Metrics
 from ingestor.service.share import ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.build import Progress, _noop
-from retriever import Embedder
+from retriever import DEFAULT_COLLECTION, Embedder
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Daemon:
         query_embedder: the embedder of queries (default: a copy of the pipeline's).
         queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
             ``query_defaults`` and no LLM); it is rebound to the locked store and query embedder.
+        collection: the name Qdrant clients read the embedded store under (``/collections/...``).
     """
 
     def __init__(
@@ -93,6 +95,7 @@ class Daemon:
         confirm_deletions: bool = False,
         query_embedder: Embedder | None = None,
         queries: QueryService | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -108,6 +111,7 @@ class Daemon:
         self.exclude = exclude or []
         self.state_lock = state_lock
         self.query_defaults = query_defaults
+        self.collection = collection
         self.state_dir = state_dir or pipeline.models.root.parent
         self.lock = threading.Lock()  # the writer's: reconciliation and batches
         pipeline.store = LockedStore(pipeline.store)
@@ -247,17 +251,38 @@ class Daemon:
         if self.http_port < 0:
             return
         require_token_off_loopback(self.http_host, self.http_token)
-        app = build_app(daemon_routes(self, self.limits), self.http_token)
+        routes = daemon_routes(self, self.limits) + self._qdrant_routes()
+        app = build_app(routes, self.http_token)
         self.server = HttpServer(app, self.http_host, self.http_port, self.limits)
         self.server.start()
         host, port = self.server.address
         if self.state_lock is not None:
             self.state_lock.describe(http=f"{host}:{port}")
         log.info(
-            "serving /healthz /readyz /metrics /status /query on http://%s:%d%s",
+            "serving /healthz /readyz /metrics /status /query%s on http://%s:%d%s",
+            f" and Qdrant's read API (collection {self.collection!r})" if self.embedded else "",
             host,
             port,
             " (bearer token required)" if self.http_token else "",
+        )
+
+    @property
+    def embedded(self) -> bool:
+        """True if the store is the embedded one (served read-only to Qdrant clients)."""
+        from retriever import EdgeNodeStore
+
+        return isinstance(self.store.inner, EdgeNodeStore)
+
+    def _qdrant_routes(self) -> list[Any]:
+        """The read-only Qdrant REST routes over the embedded store (none in server mode)."""
+        if not self.embedded:
+            return []  # clients read the Qdrant server itself
+        from ingestor.service.qdrant_rest import qdrant_routes
+        from retriever import EdgeRestReader
+
+        reader = EdgeRestReader(self.store, self.collection)  # each engine call: the store's lock
+        return qdrant_routes(
+            reader, root=self.root, limits=self.limits, ready=lambda: self.metrics.ready
         )
 
     def stop_http(self) -> None:
