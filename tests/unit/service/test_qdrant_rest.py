@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from qdrant_client import QdrantClient, models
 from qdrant_client.common.version_check import get_server_version, is_compatible
@@ -405,3 +406,14 @@ def test_root_reports_a_version_the_client_accepts_and_redirects_browsers(served
     assert (code, headers["location"]) == (307, "/dashboard")
     curl = {"api-key": TOKEN, "Accept": "*/*"}
     assert call(served.base + "/", headers=curl)[0] == 200
+
+
+def test_a_kept_alive_connection_is_answered_without_the_delayed_ack_stall(served: Served) -> None:
+    """Replies were held ~40 ms each (Nagle + delayed ACK: the socket lacked TCP_NODELAY)."""
+    times = []
+    with httpx.Client(base_url=served.base, headers={"api-key": TOKEN}) as client:  # keep-alive
+        for _ in range(15):
+            t0 = time.perf_counter()
+            assert client.post("/collections/adrap/points/count", json={}).status_code == 200
+            times.append(time.perf_counter() - t0)
+    assert sorted(times)[len(times) // 2] < 0.025
