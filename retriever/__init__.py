@@ -32,6 +32,7 @@ from retriever.search import (
 )
 
 if TYPE_CHECKING:
+    from retriever.edge_rest import EdgeRestReader, RestSearchRequest
     from retriever.edge_store import EdgeNodeStore
     from retriever.embedding import SentenceTransformerEmbedder
     from retriever.embedding_openai import OpenAIEmbedder
@@ -40,6 +41,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "EdgeNodeStore": "retriever.edge_store",
+    "EdgeRestReader": "retriever.edge_rest",
+    "RestSearchRequest": "retriever.edge_rest",
     "QdrantNodeStore": "retriever.qdrant_store",
     "connect": "retriever.qdrant_collection",
     "SentenceTransformerEmbedder": "retriever.embedding",
@@ -63,6 +66,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "VECTOR_NAME",
     "EdgeNodeStore",
+    "EdgeRestReader",
     "Embedder",
     "EmbeddingError",
     "F",
@@ -72,6 +76,7 @@ __all__ = [
     "NodeStore",
     "OpenAIEmbedder",
     "QdrantNodeStore",
+    "RestSearchRequest",
     "RetrieverError",
     "SchemaMismatchError",
     "ScoredNode",

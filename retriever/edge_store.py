@@ -26,8 +26,8 @@ Payloads: the engine parses a point's whole payload to return any of it (~10-25 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import qdrant_edge as qe
@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 UPSERT_BATCH: Final = 256
 #: Points per scroll page in :meth:`EdgeNodeStore.iter_ids`.
 SCROLL_PAGE: Final = 1024
+_T = TypeVar("_T")
+
 #: First batch of payloads :meth:`EdgeNodeStore.search_budget` reads (~2000 tokens of nodes).
 BUDGET_BATCH: Final = 16
 
@@ -268,6 +270,21 @@ class EdgeNodeStore(EdgeShardLifecycle):
             matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
             total = shard.info().points_count
         return self.planner.plan(matches, total, limit)
+
+    def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
+        """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
+
+        The one door to the raw shard, for readers that speak the engine's own request types
+        (:mod:`retriever.edge_rest`, Qdrant's REST API over this store). ``read`` must not write:
+        every write goes through :meth:`upsert` and :meth:`delete`, which keep the tree's
+        invariants.
+
+        Raises:
+            StoreError: no shard yet (nothing built), the store is closed, or the engine failed.
+        """
+        shard = self._require()
+        with self._engine(action):
+            return read(shard)
 
     # -- internals -------------------------------------------------------------------------------
 

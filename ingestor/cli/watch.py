@@ -115,6 +115,7 @@ def watch(
                 max_delete_fraction=w.max_delete_fraction,
                 confirm_deletions=confirm_deletions,
                 queries=make_query_service(s, store, embedder),
+                collection=s.qdrant.collection,
             )
             daemon.run(stop, show)
 

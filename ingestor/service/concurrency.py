@@ -52,6 +52,11 @@ class LockedStore:
 
         return call
 
+    @property
+    def inner(self) -> Any:
+        """The wrapped store (to ask what kind it is; call it through the proxy)."""
+        return self._inner
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("_inner", "_lock"):
             object.__setattr__(self, name, value)

@@ -1,7 +1,8 @@
 """The ``adrap watch`` daemon: reconcile, watch, and serve health, metrics, status and queries.
 
-HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default), and the
-dashboard's routes (:mod:`ingestor.service.dashboard.routes`) mounted beside them.
+HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default); the
+dashboard's routes (:mod:`ingestor.service.dashboard.routes`) and, with the embedded store, a
+read-only Qdrant REST API (:mod:`ingestor.service.qdrant_rest`) are mounted beside them.
 
 Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a whole batch, including
 summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
@@ -41,7 +42,7 @@ from ingestor.service.metrics import Metrics
 from ingestor.service.share import ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.build import Progress, _noop
-from retriever import Embedder
+from retriever import DEFAULT_COLLECTION, Embedder
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Daemon:
         query_embedder: the embedder of queries (default: a copy of the pipeline's).
         queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
             ``query_defaults`` and no LLM); it is rebound to the locked store and query embedder.
+        collection: the name Qdrant clients read the embedded store under (``/collections/...``).
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class Daemon:
         confirm_deletions: bool = False,
         query_embedder: Embedder | None = None,
         queries: QueryService | None = None,
+        collection: str = DEFAULT_COLLECTION,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -113,6 +116,7 @@ class Daemon:
         self.exclude = exclude or []
         self.state_lock = state_lock
         self.query_defaults = query_defaults
+        self.collection = collection
         self.state_dir = state_dir or pipeline.models.root.parent
         self.lock = threading.Lock()  # the writer's: reconciliation and batches
         pipeline.store = LockedStore(pipeline.store)
@@ -258,17 +262,39 @@ class Daemon:
         if self.state_lock is not None:
             self.state_lock.describe(http=f"{host}:{port}")
         log.info(
-            "serving /healthz /readyz /metrics /status /query /dashboard on http://%s:%d%s",
+            "serving /healthz /readyz /metrics /status /query /dashboard%s on http://%s:%d%s",
+            f" and Qdrant's read API (collection {self.collection!r})" if self.embedded else "",
             host,
             port,
             " (bearer token required)" if self.http_token else "",
         )
 
     def app(self) -> Starlette:
-        """Return the ASGI app: the daemon's routes and the dashboard's, behind the token."""
+        """Return the ASGI app: the daemon's routes, the dashboard's and (embedded store) Qdrant's
+        read API, behind the token."""
         view = TreeView(self.store, self.pipeline.tree)
         pages = dashboard_routes(view, self.dashboard_updates, lambda: self.metrics.ready)
-        return build_app([*daemon_routes(self, self.limits), *pages], self.http_token)
+        routes = [*daemon_routes(self, self.limits), *pages, *self._qdrant_routes()]
+        return build_app(routes, self.http_token)
+
+    @property
+    def embedded(self) -> bool:
+        """True if the store is the embedded one (served read-only to Qdrant clients)."""
+        from retriever import EdgeNodeStore
+
+        return isinstance(self.store.inner, EdgeNodeStore)
+
+    def _qdrant_routes(self) -> list[Any]:
+        """The read-only Qdrant REST routes over the embedded store (none in server mode)."""
+        if not self.embedded:
+            return []  # clients read the Qdrant server itself
+        from ingestor.service.qdrant_rest import qdrant_routes
+        from retriever import EdgeRestReader
+
+        reader = EdgeRestReader(self.store, self.collection)  # each engine call: the store's lock
+        return qdrant_routes(
+            reader, root=self.root, limits=self.limits, ready=lambda: self.metrics.ready
+        )
 
     def stop_http(self) -> None:
         """Stop the HTTP server and join its thread."""

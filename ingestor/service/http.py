@@ -1,7 +1,7 @@
 """The daemon's HTTP API on starlette + uvicorn: routes, limits, the bearer token, the server thread.
 
-Routes (``build_app`` takes a list, so other routers, e.g. a read-only Qdrant facade or a
-dashboard, can be mounted beside them):
+Routes (``build_app`` takes a list, so other routers, e.g. the read-only Qdrant facade of
+:mod:`ingestor.service.qdrant_rest` or a dashboard, are mounted beside them):
 
 - ``GET /healthz``: 200 while the process runs (no token needed).
 - ``GET /readyz``: 200 once start-up reconciliation is done, 503 before (no token needed).
@@ -14,6 +14,9 @@ dashboard, can be mounted beside them):
 - ``POST /confirm-deletions``: let a held bulk deletion through.
 - ``GET /dashboard`` and ``/dashboard/api/...``: the web page of the tree
   (:mod:`ingestor.service.dashboard.routes`; the page itself needs no token, its data does).
+
+Auth: with a token set, every route but /healthz and /readyz needs it, as
+``Authorization: Bearer <token>`` or as ``api-key: <token>`` (the header Qdrant clients send).
 
 Limits: request bodies over ``MAX_BODY`` bytes are refused (413); ``max_tokens`` and ``top_k`` are
 bounded by settings (400 beyond); a query gets ``query_timeout`` seconds (504 after); uvicorn caps
@@ -52,9 +55,10 @@ log = logging.getLogger(__name__)
 
 #: Largest request body accepted, bytes (the API takes parameters, not documents).
 MAX_BODY = 64 * 1024
-#: Paths served without the bearer token: container health checks, and the dashboard page (a
-#: static document with no tree data; its script sends the token on every data request).
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard"})
+#: Paths served without the bearer token: container health checks, the dashboard page (a
+#: static document with no tree data; its script sends the token on every data request) and
+#: ``/`` (Qdrant's title and version, as Qdrant serves it; a browser is sent to the dashboard).
+OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/dashboard"})
 
 
 @dataclass(frozen=True)
@@ -110,17 +114,28 @@ class GuardMiddleware:
         ):
             await _error(413, f"request body over {MAX_BODY} bytes")(scope, receive, send)
             return
-        if self.token is not None and scope["path"] not in OPEN_PATHS:
-            given = headers.get("authorization", "")
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                value.strip().encode(), self.token.encode()
-            ):
-                resp = _error(401, "missing or wrong bearer token (Authorization: Bearer ...)")
-                resp.headers["WWW-Authenticate"] = "Bearer"
-                await resp(scope, receive, send)
-                return
+        if (
+            self.token is not None
+            and scope["path"] not in OPEN_PATHS
+            and not _authorized(headers, self.token)
+        ):
+            resp = _error(
+                401,
+                "missing or wrong token: send `Authorization: Bearer <token>` (or "
+                "`api-key: <token>`, as Qdrant clients do), the daemon's "
+                "ADRAP_WATCH__HTTP_TOKEN",
+            )
+            resp.headers["WWW-Authenticate"] = "Bearer"
+            await resp(scope, receive, send)
+            return
         await self.app(scope, receive, send)
+
+
+def _authorized(headers: dict[str, str], token: str) -> bool:
+    """Return True if the request carries ``token``: as a bearer token, or Qdrant's ``api-key``."""
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    given = value.strip() if scheme.lower() == "bearer" else headers.get("api-key", "").strip()
+    return hmac.compare_digest(given.encode(), token.encode())
 
 
 def _error(code: int, message: str) -> JSONResponse:
@@ -232,7 +247,10 @@ class HttpServer:
         import uvicorn
 
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
+        # (accepted ones inherit it); with proto 0, Nagle + delayed ACK stall every response on a
+        # kept-alive connection by ~40 ms.
+        self.sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self.sock.bind((host, port))

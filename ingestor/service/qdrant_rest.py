@@ -1,0 +1,258 @@
+"""A read-only subset of Qdrant's REST API on the daemon's HTTP port, over the embedded store.
+
+Why: the embedded shard can be opened by one process only; while ``adrap watch`` owns it, this is
+how any Qdrant client reads the tree. Served at Qdrant's own paths, so
+``QdrantClient(url="http://127.0.0.1:8765")``, the JS client and ``curl .../points/query`` work
+unchanged. The translation to the engine is :class:`retriever.EdgeRestReader`; requests are
+parsed and replies shaped with qdrant-client's REST models.
+
+Routes (``{c}`` = ``/collections/{name}``, the name being ``ADRAP_QDRANT__COLLECTION``):
+
+- ``GET /``: ``{"title": "qdrant - vector search engine", "version": ...}`` (the REST API version
+  of the installed qdrant-client, so clients' version checks pass); a browser (``Accept``
+  preferring ``text/html``) is redirected (307) to ``/dashboard``.
+- ``GET /collections``, ``GET {c}``, ``GET {c}/exists``, ``GET /aliases``, ``GET {c}/aliases``.
+- ``POST {c}/points/query`` (and ``/query/batch``), ``POST {c}/points/search`` (and
+  ``/search/batch``), ``POST {c}/points/scroll``, ``POST {c}/points`` (retrieve),
+  ``GET {c}/points/{id}``, ``POST {c}/points/count``.
+- Any write (``PUT``/``POST``/``PATCH``/``DELETE`` on another path under ``/collections``,
+  ``/aliases``, ``/snapshots`` or ``/cluster``) gets 403 saying that adrap owns the collection and
+  how to change the tree; Qdrant's other read endpoints (recommend, discover, groups, facet,
+  matrix) get 501.
+
+Replies use Qdrant's envelope ``{"result": ..., "status": "ok", "time": seconds}``; errors are
+``{"status": {"error": "..."}, "time": seconds}``: 400 invalid body, 404 unknown collection or
+point, 503 while the daemon reconciles (as ``/query``), 504 after ``query_timeout``.
+
+Auth: the daemon's bearer token, which :class:`~ingestor.service.http.GuardMiddleware` also takes
+as ``api-key: <token>`` (what Qdrant clients send for ``api_key=``/``apiKey``).
+
+Concurrency: like ``/query``, each request runs in a worker thread under ``query_timeout``, and
+each engine call holds only the store's short lock (``LockedStore``), never the writer's.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import anyio
+from pydantic import BaseModel, ValidationError
+from qdrant_client.http import models
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ingestor.service.http import HttpLimits
+from retriever import EdgeRestReader, RestSearchRequest, RetrieverError
+
+log = logging.getLogger(__name__)
+
+#: Qdrant's title for ``GET /``; clients and dashboards look for it.
+TITLE: Final = "qdrant - vector search engine"
+#: Methods that change something; refused with 403.
+WRITES: Final = ["PUT", "POST", "PATCH", "DELETE"]
+#: Qdrant's read-only ``POST`` endpoints this facade does not serve (501, not 403).
+UNSERVED_READS: Final = (
+    "/points/recommend{rest:path}",
+    "/points/discover{rest:path}",
+    "/points/search/groups",
+    "/points/search/matrix/{rest:path}",
+    "/points/query/groups",
+    "/facet",
+)
+
+
+def api_version() -> str:
+    """Return the Qdrant REST API version spoken: the installed qdrant-client's ``major.minor.0``."""
+    major, minor, *_ = importlib.metadata.version("qdrant-client").split(".")
+    return f"{major}.{minor}.0"
+
+
+def prefers_html(accept: str) -> bool:
+    """Return True if an ``Accept`` header ranks ``text/html`` above JSON (a browser)."""
+    html = json = 0.0
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        q = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        media = media.lower()
+        if media == "text/html":
+            html = max(html, q)
+        elif media in ("application/json", "application/*", "*/*"):
+            json = max(json, q)
+    return html > json
+
+
+def qdrant_routes(
+    reader: EdgeRestReader, *, root: Path, limits: HttpLimits, ready: Callable[[], bool]
+) -> list[BaseRoute]:
+    """Return the facade's routes, to mount beside the daemon's (``build_app``).
+
+    Args:
+        reader: answers the requests from the embedded store.
+        root: the watched folder (named in the 403 of a write).
+        limits: ``query_timeout`` bounds every request.
+        ready: False while the daemon reconciles (503, as ``/query``).
+    """
+    name = reader.collection
+    version = api_version()
+    owned = (
+        f"adrap owns the collection {name!r} and serves it read-only here: its points are the "
+        f"RAPTOR tree of {root}, written only by `adrap watch`. To change the tree, add, edit or "
+        f"delete files in {root} (the daemon applies them within seconds); to write points of "
+        "your own, use a collection of your own on a Qdrant server"
+    )
+
+    def missing() -> LookupError:
+        return LookupError(f"Not found: Collection `{name}` doesn't exist!")
+
+    def answer(
+        fn: Callable[[Any], Any], body: type[BaseModel] | None = None, *, collection: bool = True
+    ) -> Callable[[Request], Any]:
+        async def route(request: Request) -> Response:
+            t0 = time.perf_counter()
+            if not ready():
+                return _error(503, "adrap is reconciling the store with the folder; retry", t0)
+            asked = request.path_params.get("collection")
+            if collection and asked != name:
+                return _error(404, f"Not found: Collection `{asked}` doesn't exist!", t0)
+            arg: Any = dict(request.path_params)
+            if body is not None:
+                try:
+                    arg = body.model_validate_json(await request.body() or b"{}")
+                except ValidationError as exc:
+                    return _error(400, f"Format error in JSON body: {_first_error(exc)}", t0)
+
+            def run() -> Any:
+                if collection and not reader.exists():
+                    raise missing()  # nothing built yet
+                return fn(arg)
+
+            try:
+                with anyio.fail_after(limits.query_timeout):
+                    out = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            except TimeoutError:
+                return _error(504, f"the request took longer than {limits.query_timeout:.0f} s", t0)
+            except LookupError as exc:
+                return _error(404, str(exc.args[0]), t0)
+            except ValueError as exc:
+                return _error(400, f"Wrong input: {exc}", t0)
+            except RetrieverError as exc:
+                log.warning(
+                    "Qdrant facade: %s %s failed: %s", request.method, request.url.path, exc
+                )
+                return _error(500, f"Service internal error: {exc}", t0)
+            return JSONResponse({"result": _dump(out), "status": "ok", "time": _since(t0)})
+
+        return route
+
+    async def root_info(request: Request) -> Response:
+        if prefers_html(request.headers.get("accept", "")):
+            return RedirectResponse("/dashboard", status_code=307)
+        return JSONResponse(
+            models.VersionInfo(title=TITLE, version=version).model_dump(mode="json")
+        )
+
+    def collections(_: Any) -> models.CollectionsResponse:
+        listed = [models.CollectionDescription(name=name)] if reader.exists() else []
+        return models.CollectionsResponse(collections=listed)
+
+    def exists(params: dict[str, str]) -> models.CollectionExistence:
+        return models.CollectionExistence(exists=params["collection"] == name and reader.exists())
+
+    def point(params: dict[str, str]) -> models.Record:
+        raw = params["id"]
+        pid: int | str = int(raw) if raw.isdigit() else raw
+        found = reader.retrieve(models.PointRequest(ids=[pid], with_vector=True))
+        if not found:
+            raise LookupError(f"Not found: No point with id {raw} found")
+        return found[0]
+
+    def query_batch(req: models.QueryRequestBatch) -> list[models.QueryResponse]:
+        return [reader.query(q) for q in req.searches]
+
+    def search_batch(req: SearchBatch) -> list[list[models.ScoredPoint]]:
+        return [reader.search(q) for q in req.searches]
+
+    async def refuse(_: Request) -> Response:
+        return _error(403, owned, time.perf_counter())
+
+    async def unserved(request: Request) -> Response:
+        return _error(
+            501,
+            f"{request.method} {request.url.path} is a Qdrant read that adrap's facade does not "
+            "serve; use points/query (nearest, filter, limit, offset), search, scroll, "
+            "retrieve or count",
+            time.perf_counter(),
+        )
+
+    def no_aliases(_: Any) -> models.CollectionsAliasesResponse:
+        return models.CollectionsAliasesResponse(aliases=[])
+
+    c = "/collections/{collection}"
+    return [
+        Route("/", root_info, methods=["GET"]),
+        Route("/collections", answer(collections, collection=False), methods=["GET"]),
+        Route("/aliases", answer(no_aliases, collection=False), methods=["GET"]),
+        Route(c, answer(lambda _: reader.info()), methods=["GET"]),
+        Route(c + "/exists", answer(exists, collection=False), methods=["GET"]),
+        Route(c + "/aliases", answer(no_aliases), methods=["GET"]),
+        Route(c + "/points/query", answer(reader.query, models.QueryRequest), methods=["POST"]),
+        Route(
+            c + "/points/query/batch",
+            answer(query_batch, models.QueryRequestBatch),
+            methods=["POST"],
+        ),
+        Route(c + "/points/search", answer(reader.search, RestSearchRequest), methods=["POST"]),
+        Route(c + "/points/search/batch", answer(search_batch, SearchBatch), methods=["POST"]),
+        Route(c + "/points/scroll", answer(reader.scroll, models.ScrollRequest), methods=["POST"]),
+        Route(c + "/points/count", answer(reader.count, models.CountRequest), methods=["POST"]),
+        Route(c + "/points", answer(reader.retrieve, models.PointRequest), methods=["POST"]),
+        Route(c + "/points/{id}", answer(point), methods=["GET"]),
+        *(Route(c + path, unserved, methods=["POST"]) for path in UNSERVED_READS),
+        *(Route(p + "{rest:path}", refuse, methods=WRITES) for p in WRITE_PREFIXES),
+    ]
+
+
+#: Path prefixes whose writes are refused (Qdrant's collection, alias, snapshot, cluster APIs).
+WRITE_PREFIXES: Final = ("/collections", "/aliases", "/snapshots", "/cluster")
+
+
+class SearchBatch(BaseModel):
+    """The body of ``POST {c}/points/search/batch``."""
+
+    searches: list[RestSearchRequest]
+
+
+def _since(t0: float) -> float:
+    return round(time.perf_counter() - t0, 6)
+
+
+def _error(code: int, message: str, t0: float) -> JSONResponse:
+    return JSONResponse({"status": {"error": message}, "time": _since(t0)}, status_code=code)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "body"
+    more = exc.error_count() - 1
+    return f"{where}: {err['msg']}" + (f" (and {more} more)" if more else "")
+
+
+def _dump(out: Any) -> Any:
+    if isinstance(out, BaseModel):
+        return out.model_dump(mode="json", by_alias=True)
+    if isinstance(out, list):
+        return [_dump(x) for x in out]
+    return out
