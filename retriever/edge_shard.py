@@ -31,6 +31,9 @@ log = logging.getLogger(__name__)
 
 #: ``upsert`` runs the optimizers once this many points are not in an HNSW index.
 AUTO_OPTIMIZE_POINTS: Final = 20_000
+#: A deferred optimize (the daemon's, when idle) also waits for this share of the store to be
+#: unindexed: each optimize rebuilds the whole graph, so its cost is amortised over as many points.
+OPTIMIZE_SHARE: Final = 0.1
 
 
 class EdgeShardLifecycle:
@@ -47,6 +50,7 @@ class EdgeShardLifecycle:
     ) -> None:
         self.path = Path(path)
         self.auto_optimize_points = auto_optimize_points
+        self.deferred_optimize_points: int | None = None
         self.planner = planner if planner is not None else Planner(hnsw_ef=hnsw_ef)
         self.hnsw = hnsw if hnsw is not None else HnswConfig()
         self.dim: int | None = None
@@ -119,6 +123,24 @@ class EdgeShardLifecycle:
         shard = self._require()
         with self._engine("flush to disk"):
             shard.flush()
+
+    def defer_optimize(self) -> None:
+        """Keep index builds off the write path: ``upsert`` no longer optimizes; the owner calls
+        :meth:`optimize` when :meth:`optimize_due` says so (the daemon: when idle)."""
+        if self.auto_optimize_points is not None:
+            self.deferred_optimize_points = self.auto_optimize_points
+        self.auto_optimize_points = None
+
+    def optimize_due(self) -> bool:
+        """Return True if a deferred optimize should run: at least ``deferred_optimize_points``
+        and ``OPTIMIZE_SHARE`` of the points are outside the HNSW index."""
+        least = self.deferred_optimize_points
+        if least is None or self._shard is None:
+            return False
+        with self._engine("read the store's info"):
+            info = self._shard.info()
+        unindexed = info.points_count - info.indexed_vectors_count
+        return unindexed >= max(least, OPTIMIZE_SHARE * info.points_count)
 
     def optimize(self) -> bool:
         """Run the engine's segment optimizers (build the HNSW index), blocking until done.

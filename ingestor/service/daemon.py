@@ -119,6 +119,8 @@ class Daemon:
         self.collection = collection
         self.state_dir = state_dir or pipeline.models.root.parent
         self.lock = threading.Lock()  # the writer's: reconciliation and batches
+        if hasattr(pipeline.store, "defer_optimize"):
+            pipeline.store.defer_optimize()  # index builds in idle time, never inside an update
         pipeline.store = LockedStore(pipeline.store)
         self.store = pipeline.store
         self.query_embedder = query_embedder or copy.deepcopy(pipeline.embedder)
@@ -188,6 +190,7 @@ class Daemon:
                 quarantine=self.quarantine,
                 settle=self.poll_interval if self.polling else 0.0,
                 guard=self.guard,
+                on_idle=self._maintain,
                 **kwargs,
             )
             # Watch before the worker starts: events during start-up wait in the queue.
@@ -276,6 +279,13 @@ class Daemon:
         pages = dashboard_routes(view, self.dashboard_updates, lambda: self.metrics.ready)
         routes = [*daemon_routes(self, self.limits), *pages, *self._qdrant_routes()]
         return build_app(routes, self.http_token)
+
+    def _maintain(self) -> None:
+        """Idle-time maintenance (the watcher's thread, so never during an update): build the
+        embedded store's HNSW index once enough points wait outside it."""
+        due = getattr(self.store.inner, "optimize_due", None)
+        if due is not None and due():
+            self.store.optimize()
 
     @property
     def embedded(self) -> bool:

@@ -76,6 +76,8 @@ class Watcher:
         quarantine: Quarantine | None = None,
         settle: float = 0.0,
         guard: DeletionGuard | None = None,
+        on_idle: Callable[[], None] | None = None,
+        idle_after: float = 10.0,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
@@ -91,6 +93,10 @@ class Watcher:
         self.quarantine = quarantine if quarantine is not None else Quarantine()
         self.settle = settle
         self.guard = guard
+        self.on_idle = on_idle
+        self.idle_after = idle_after
+        self._active_at = time.monotonic()
+        self._idle_next = 0.0
         self.paths: queue.Queue[Path | None] = queue.Queue()
         self.handler = EnqueueHandler(self.paths)
         self.batches = 0
@@ -140,6 +146,7 @@ class Watcher:
             batch = self.next_batch()
             if batch:
                 self._guarded(batch)
+                self._active_at = time.monotonic()
         rest = self._drain() | self._retry | set(self._unsettled)
         for half in self._split:
             rest.update(half)
@@ -175,6 +182,7 @@ class Watcher:
             try:
                 item = self.paths.get(timeout=_TICK)
             except queue.Empty:
+                self._idle(now)
                 continue
             if item is not None:
                 batch.add(item)
@@ -193,6 +201,19 @@ class Watcher:
                 batch.add(item)
                 last = time.monotonic()
         return batch
+
+    def _idle(self, now: float) -> None:
+        """Run ``on_idle`` (maintenance: the daemon builds the search index) once nothing has
+        happened for ``idle_after`` seconds, and at most every ``idle_after`` seconds after."""
+        if self.on_idle is None or self.pending() or now < self._idle_next:
+            return
+        if now - self._active_at < self.idle_after:
+            return
+        self._idle_next = now + self.idle_after
+        try:
+            self.on_idle()
+        except Exception:  # maintenance must never stop the watcher
+            log.exception("idle maintenance failed; the watcher goes on")
 
     def _drain(self) -> set[Path]:
         out: set[Path] = set()

@@ -775,3 +775,28 @@ def test_new_stores_get_the_configured_hnsw_graph(tmp_path: Path) -> None:
         )
         assert created["optimizers_config"] == models.OptimizersConfigDiff(indexing_threshold=700)
     assert len(client.created) == 2
+
+
+def test_a_deferred_optimize_leaves_upserts_alone_until_the_owner_runs_it(tmp_path: Path) -> None:
+    """The daemon keeps index builds (O(store), GIL held) off the update path: upsert no longer
+    optimizes; optimize_due() says when enough of the store (and at least the threshold) waits."""
+    nodes = [make_node(f"n{i}", n_tokens=10) for i in range(60)]
+    with EdgeNodeStore(tmp_path / "s", auto_optimize_points=20) as store:
+        store.ensure_collection(DIM, MODEL)
+        ran: list[bool] = []
+        optimize = store.optimize
+
+        def counting() -> bool:
+            ran.append(True)
+            return optimize()
+
+        store.optimize = counting  # type: ignore[method-assign]
+        store.upsert(nodes[:30], unit_vectors(30))
+        assert ran == [True], "not deferred: upsert optimizes past the threshold"
+        store.defer_optimize()
+        assert store.deferred_optimize_points == 20
+        store.upsert(nodes[30:], unit_vectors(30, seed=2))
+        assert ran == [True], "deferred: upsert leaves it to the owner"
+        assert store.optimize_due()  # 60 unindexed (tiny stores are never indexed) >= 20
+        store.deferred_optimize_points = 100
+        assert not store.optimize_due()

@@ -524,3 +524,26 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
         t.join(60)
         p.store.close()
     assert not t.is_alive()
+
+
+def test_idle_maintenance_runs_when_quiet_and_never_while_paths_wait(
+    tree: tuple[Pipeline, Path],
+) -> None:
+    """The daemon builds the search index in idle time (``on_idle``), not inside an update."""
+    p, root = tree
+    calls: list[int] = []
+    w = Watcher(
+        p, p.require_state(), root, debounce=0.05, on_idle=lambda: calls.append(1), idle_after=0.3
+    )
+    w.start()
+    try:
+        wait_for(lambda: len(calls) >= 1, timeout=10)
+        (root / "new.txt").write_text(doc_text(random.Random(5), 5))
+        before = len(calls)
+        w.enqueue([root / "new.txt"])
+        wait_for(lambda: w.batches >= 1 and w.pending() == 0, timeout=60)
+        assert len(calls) - before <= 1, "at most the check that ran before the path arrived"
+        wait_for(lambda: len(calls) >= before + 1, timeout=10)  # idle again: runs again
+    finally:
+        w.stop()
+    assert_agrees(p, root)
