@@ -201,10 +201,22 @@ class ApplyStage(BuildStage):
             self.store_state(state)
             report.state_bytes = state.last_commit_bytes
             return
+        if self.leaves_first and added:
+            self.show_leaves(state, [n.node_id for n in added])
         report.stats = TreeUpdater(self.builder).apply(state, [n.node_id for n in added], removed)
         report.stats.upserted.update(touched)
         self.store_changes(state, report.stats.upserted, report.stats.deleted)
         report.state_bytes = state.last_commit_bytes
+
+    def show_leaves(self, state: TreeState, ids: list[str]) -> None:
+        """Make new leaves searchable before adRAP places them (file → searchable is the
+        embedding, not the summaries over it): they are written without parents, under an intent,
+        so a crash or a failed update before the commit deletes them again (:meth:`recover`)."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        self._intent(state, ids, [])
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
 
     def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
         """Upsert changed nodes, commit the state, then delete the points of removed nodes.

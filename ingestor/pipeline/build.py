@@ -67,6 +67,8 @@ class BuildStage:
         self.ignore = ignore
         self.tokenizer = tokenizer or default_tokenizer()
         self.drift_threshold = drift_threshold
+        #: Write an update's new leaves before adRAP places them, so they are searchable at once.
+        self.leaves_first = True
 
     def read(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
         """Read every supported file under ``root``; log and record each skipped one."""

@@ -7,18 +7,19 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ingestor.errors import TreeError
+from ingestor.errors import SummarizationError, TreeError
 from ingestor.pipeline import Pipeline, load_state, state_exists
 from ingestor.tree import persist
 from ingestor.tree.persist import commit_state, pending_intent, state_path
 from models_store import IncompatibleModelError, ModelStore, ModelStoreError, RowStore
-from retriever import StoreError
+from retriever import SearchFilter, StoreError
 from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
@@ -292,3 +293,66 @@ def test_a_first_build_interrupted_half_way_resumes_without_embedding_again(
     embedded_leaves = sum(calls) - sum(n for layer, n in report.layers.items() if layer > 0)
     assert embedded_leaves == leaves - 24, "the 24 stored leaves were not embedded again"
     check_invariants(p)
+
+
+class GatedSummarizer(EchoSummarizer):
+    """Holds every summary call until released (an LLM taking its time), or fails it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.waiting = threading.Event()
+        self.fail = False
+
+    def summarize_many(self, groups: Any, *, max_tokens: int, query: str | None = None) -> Any:
+        self.waiting.set()
+        assert self.gate.wait(60), "never released"
+        if self.fail:
+            raise SummarizationError("endpoint http://llm/v1 returned 503; check the server")
+        return super().summarize_many(groups, max_tokens=max_tokens, query=query)
+
+
+def test_new_leaves_are_searchable_while_their_summaries_are_written(tmp_path: Path) -> None:
+    """File -> searchable is the embedding, not adRAP: a new file's leaves are in the store
+    before the summaries over them; an update that then fails leaves none of them behind."""
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(0), 14)
+    s = GatedSummarizer()
+    s.gate.set()
+    p = make_pipeline(tmp_path, s)
+    p.build(root)
+    s.gate.clear()
+    s.waiting.clear()
+    flt = SearchFilter(tree="t", source_prefix="new.txt", max_layer=0)
+
+    for fail in (False, True):
+        (root / "new.txt").write_text(doc_text(random.Random(7 + fail), 6))
+        s.fail = fail
+        errors: list[BaseException] = []
+
+        def run(errors: list[BaseException] = errors) -> None:
+            try:
+                p.update([root / "new.txt"])
+            except BaseException as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=run)
+        t.start()
+        assert s.waiting.wait(60)
+        leaves = p.store.count(flt)
+        assert leaves > 0, "the new leaves wait for their summaries"
+        s.gate.set()
+        t.join(60)
+        s.gate.clear()
+        s.waiting.clear()
+        if fail:
+            assert errors
+            assert isinstance(errors[0], SummarizationError)
+            p.require_state(recover=True)  # what the next writer (or the daemon's retry) runs
+            assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+            assert "new.txt" not in p.require_state().sources
+        else:
+            assert not errors
+            check_invariants(p)
+            (root / "new.txt").unlink()
+            p.update([root / "new.txt"])
