@@ -260,10 +260,11 @@ def main() -> None:
             name = f"new-{i}.txt"
             before = d.metrics.updates
             flt = SearchFilter(tree=p.tree, source_prefix=name, max_layer=0)
+            n_chunks = len(chunks)
             w0 = time.perf_counter()
             (folder / name).write_text(text)
             # Searchable: a query (the store's short lock, as /query takes it) finds every leaf.
-            wait(lambda flt=flt, n=len(chunks): d.store.count(flt) == n)
+            wait(lambda flt=flt, n=n_chunks: d.store.count(flt) == n)
             latencies.append(time.perf_counter() - w0)
             wait(lambda before=before: d.metrics.updates > before)
             committed.append(time.perf_counter() - w0)
