@@ -239,10 +239,10 @@ class GroupMap(RowMap[Any]):
         for j, cid in enumerate(head["cluster_ids"]):
             flat = np.frombuffer(comps[cid], dtype=np.float64)
             means[j], covs[j] = flat[:dim], flat[dim:].reshape(dim, dim)
+        head["_points"] = PointBuffer(X, list(order))
+        head["params"] = GaussianParams(np.asarray(weights, dtype=np.float64), means, covs)
         gmm = OnlineGMM.__new__(OnlineGMM)
-        gmm.__dict__.update(head)
-        gmm._points = PointBuffer(X, list(order))
-        gmm.params = GaussianParams(np.asarray(weights, dtype=np.float64), means, covs)
+        gmm.__setstate__(head)  # its defaults for fields added since the row was written
         self._stored[key] = _Stored(
             hashlib.blake2b(data).digest(),
             set(order),

@@ -10,6 +10,7 @@ import numpy as np
 from ingestor.cluster.gmm import fit_gmm, params_of
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.tree.layer_store import GroupMap
+from ingestor.tree.rowmap import dumps, loads
 from models_store import Changes, RowStore
 
 
@@ -105,3 +106,21 @@ def test_a_group_given_a_new_model_is_written_whole(tmp_path: Path) -> None:
     loaded["0"] = refitted
     commit(loaded, rows)
     same(reopen(rows)["0"], refitted)
+
+
+def test_a_group_written_before_a_field_existed_loads_with_its_default(tmp_path: Path) -> None:
+    """Rows written by an older adrap lack newer OnlineGMM fields; __setstate__ fills them in."""
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    g = group(400)
+    m = GroupMap("L0.gmms")
+    m.bind(rows)
+    m["0"] = g
+    ch = Changes()
+    m.changes(ch)
+    head = loads(ch.put[("L0.gmms", "0")])
+    assert isinstance(head, dict)
+    del head["churn"], head["fitted"]  # as written before group refits were counted
+    ch.put[("L0.gmms", "0")] = dumps(head)
+    rows.commit(ch)
+    loaded = reopen(rows)["0"]
+    assert (loaded.churn, loaded.fitted) == (0, loaded.n)
