@@ -8,6 +8,7 @@ not stored; between the two, readers see no tree.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -60,10 +61,11 @@ class CountingProxy:
                     headers={"content-type": "application/json"},
                     timeout=120,
                 )
-                self.send_response(resp.status_code)
-                self.send_header("content-type", "application/json")
-                self.end_headers()
-                self.wfile.write(resp.content)
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # client killed
+                    self.send_response(resp.status_code)
+                    self.send_header("content-type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(resp.content)
 
             def log_message(self, *args: object) -> None:
                 return None
@@ -177,9 +179,9 @@ def test_kill_9_during_a_first_build_then_build_again_pays_only_for_the_rest(
             stderr=err,
         )
         try:
-            # Past the first batches (2, then about 5 s of summaries each): some are stored.
+            # Past the first batch (2 summaries, then about 5 s of them each): some are stored.
             deadline = time.monotonic() + 600
-            while proxy.count() < 16:
+            while proxy.count() < 8:
                 assert proc.poll() is None, (tmp_path / "build-1.log").read_text()
                 assert time.monotonic() < deadline, "the build asked for too few summaries"
                 time.sleep(0.1)
