@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -20,19 +22,24 @@ from ingestor.pipeline.reports import BuildReport
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document, iter_documents
 from ingestor.read.tokens import Tokenizer, default_tokenizer
-from ingestor.tree.build import Progress, TreeBuilder, _noop
+from ingestor.tree.build import BuildStats, Progress, TreeBuilder, _noop
 from ingestor.tree.persist import (
     begin_intent,
+    checkpoint_cache,
     commit_state,
+    drop_checkpoint,
     end_intent,
     load_state,
+    open_checkpoint,
     pending_intent,
 )
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
-from models_store import ModelStore, ModelStoreError
+from models_store import ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore, StoreError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 UPSERT_BATCH = 512
 EMBED_BATCH = 128
@@ -114,14 +121,17 @@ class BuildStage:
         return out
 
     def build(self, root: Path, progress: Progress = _noop) -> BuildReport:
-        """Build the whole tree over ``root`` from scratch and store it."""
+        """Build the whole tree over ``root`` from scratch and store it.
+
+        Paid work survives a stop or a kill: leaf vectors go to the node store as they are
+        embedded (a first build, see :meth:`embed_leaves`) and summaries to the state database
+        or, before the first commit, to a checkpoint beside it (see :meth:`build_layers`); run
+        again, the build takes both back instead of paying for them again.
+        """
         t_start = time.perf_counter()
-        report = BuildReport()
-        stats = report.stats
-        root = root.resolve()
         state = TreeState(
             tree=self.tree,
-            root=str(root),
+            root=str(root.resolve()),
             embed_model=self.embedder.model_id,
             dim=self.embedder.dim,
         )
@@ -129,9 +139,30 @@ class BuildStage:
         if previous is not None:  # a rebuild re-summarises only what changed
             state.summary_cache = previous.summary_cache
             state.generation = previous.generation
+            if drop_checkpoint(self.models, self.tree):  # imported by the commit that made it
+                log.info("removed the summary checkpoint of an already committed build")
+            return self._build(state, previous.rows, progress, t_start, first=False)
+        rows = self._guard(lambda: open_checkpoint(self.models, state), "open a checkpoint beside")
+        try:
+            report = self._build(state, rows, progress, t_start, first=True)
+        finally:
+            rows.close()
+        drop_checkpoint(self.models, self.tree)  # the commit imported it into the state's cache
+        return report
 
+    def _build(
+        self,
+        state: TreeState,
+        cache_rows: RowStore | None,
+        progress: Progress,
+        t_start: float,
+        *,
+        first: bool,
+    ) -> BuildReport:
+        report = BuildReport()
+        stats = report.stats
         t0 = time.perf_counter()
-        docs = self.read(root, report, progress)
+        docs = self.read(Path(state.root), report, progress)
         leaves: list[Node] = []
         for doc in docs:
             doc_leaves = self.leaves_of(doc)
@@ -148,10 +179,10 @@ class BuildStage:
         report.files = len(docs)
 
         t0 = time.perf_counter()
-        self.embed_leaves(state, leaves, progress, checkpoint=previous is None)
+        self.embed_leaves(state, leaves, progress, checkpoint=first)
         stats.add_time("embed_leaves", time.perf_counter() - t0)
 
-        built = self.builder.build(state, progress)
+        built = self.build_layers(state, cache_rows, progress)
         built.seconds = stats.seconds | built.seconds  # read and embed stages first
         report.stats = stats = built
 
@@ -162,6 +193,39 @@ class BuildStage:
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t_start
         return report
+
+    def build_layers(
+        self, state: TreeState, cache_rows: RowStore | None, progress: Progress
+    ) -> BuildStats:
+        """Build the summary layers, storing each batch of paid summaries in ``cache_rows``.
+
+        ``cache_rows`` is the database ``state.summary_cache`` is bound to (the committed
+        state's, or a first build's checkpoint): a build stopped or killed half-way leaves its
+        summaries there and the next build takes them from the cache. Nothing else is written
+        (no tree is committed here), so readers keep seeing the previous tree, or none.
+        """
+        if cache_rows is None:
+            return self.builder.build(state, progress)
+        rows = cache_rows
+
+        def checkpoint(s: TreeState) -> None:
+            self._guard(lambda: checkpoint_cache(s, rows), "write the summary checkpoint to")
+
+        self.builder.checkpoint = checkpoint
+        try:
+            return self.builder.build(state, progress)
+        finally:
+            self.builder.checkpoint = None
+
+    def _guard(self, action: Callable[[], T], what: str) -> T:
+        """Run a state-database ``action``, turning its failure into a TreeError with the fix."""
+        try:
+            return action()
+        except (OSError, ModelStoreError) as exc:
+            raise TreeError(
+                f"cannot {what} the tree state in {self.models.root}: {exc}; check free space "
+                "and permissions of ADRAP_STATE_DIR, then run the command again"
+            ) from exc
 
     def embed_leaves(
         self, state: TreeState, leaves: list[Node], progress: Progress, *, checkpoint: bool
@@ -301,7 +365,7 @@ class BuildStage:
         t0 = time.perf_counter()
         state = self.require_state(recover=True)
         report = BuildReport(files=len(state.sources), leaves=state.layer_counts().get(0, 0))
-        report.stats = self.builder.build(state, progress)
+        report.stats = self.build_layers(state, state.rows, progress)
         self.store_state(state, progress)
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t0

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 #: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar from it).
 Progress = Callable[[str, int, int], None]
+#: Summaries are paid for in batches of about this many seconds (checkpointed, stoppable between).
+SUMMARY_BATCH_SECONDS = 5.0
+SUMMARY_BATCH_MAX = 64
 
 
 class Clusterer(Protocol):
@@ -90,6 +93,13 @@ def _noop(stage: str, done: int, total: int) -> None:
     return None
 
 
+def _next_batch(done: int, seconds: float, floor: int) -> int:
+    """Size the next summary batch to take about SUMMARY_BATCH_SECONDS, in whole rounds of
+    ``floor`` (the summariser's concurrency), between ``floor`` and SUMMARY_BATCH_MAX."""
+    want = SUMMARY_BATCH_MAX if seconds <= 0 else int(SUMMARY_BATCH_SECONDS * done / seconds)
+    return max(floor, min(SUMMARY_BATCH_MAX, want) // floor * floor)
+
+
 def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     """Return the nodes of the top layer: the summaries of ``below`` (the last clustered layer),
     or every leaf of a tree without summary layers."""
@@ -129,7 +139,12 @@ class TreeBuilder:
         make_clusterer: returns a fresh, unfitted clusterer for one layer.
         params: tree shape.
         tokenizer: counts summary tokens (cl100k_base by default).
+
+    ``checkpoint``, when set (by a build), is called with the state after each batch of paid
+    summaries, to make them durable before the build goes on (see ``summarize_groups``).
     """
+
+    checkpoint: Callable[[TreeState], None] | None = None
 
     def __init__(
         self,
@@ -398,27 +413,39 @@ class TreeBuilder:
         progress: Progress = _noop,
         layer: int = 1,
     ) -> list[str]:
-        """Return one summary per group of node ids, reusing the content-addressed cache."""
+        """Return one summary per group of node ids, reusing the content-addressed cache.
+
+        Missing summaries are paid for in batches of about :data:`SUMMARY_BATCH_SECONDS` (at
+        least the summariser's ``concurrency``, at most :data:`SUMMARY_BATCH_MAX`); after each,
+        ``self.checkpoint(state)`` (when set: a build) stores them, then ``progress`` may stop
+        the build (the daemon's SIGTERM). So a stopped or killed build loses one batch at most.
+        """
         max_tokens = self.params.summary_max_tokens
         keys = [
             cache_key(self.summarizer, max_tokens, [_node(state, c).content_hash for c in g])
             for g in groups
         ]
+        state.summary_cache.prefetch(keys)  # one query (a checkpoint or a stored cache)
         missing = [i for i, k in enumerate(keys) if k not in state.summary_cache]
         stats.cache_hits += len(groups) - len(missing)
         stage = f"summaries L{layer}"
         progress(stage, len(groups) - len(missing), len(groups))
-        batch = 64
-        for start in range(0, len(missing), batch):
-            todo = missing[start : start + batch]
+        floor = max(1, int(getattr(self.summarizer, "concurrency", 1)))
+        start, size = 0, min(floor, SUMMARY_BATCH_MAX)
+        while start < len(missing):
+            todo = missing[start : start + size]
             texts = [[_node(state, c).text for c in groups[i]] for i in todo]
-            before = _tokens_used(self.summarizer)
+            before, t0 = _tokens_used(self.summarizer), time.perf_counter()
             out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
+            size = _next_batch(len(todo), time.perf_counter() - t0, floor)
             stats.summary_calls += len(todo)
             stats.summary_tokens += _tokens_used(self.summarizer) - before
             for i, summary in zip(todo, out, strict=True):
                 state.summary_cache[keys[i]] = summary
-            progress(stage, len(groups) - len(missing) + start + len(todo), len(groups))
+            if self.checkpoint is not None:
+                self.checkpoint(state)
+            start += len(todo)
+            progress(stage, len(groups) - len(missing) + start, len(groups))
         return [state.summary_cache[k] for k in keys]
 
     def _fit_input_limit(self, state: TreeState, members: list[str]) -> list[list[str]]:

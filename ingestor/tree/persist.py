@@ -9,6 +9,13 @@ The manifest holds the tree's scalars (root, embedding model, counters, nodes pe
 
 An update commits in three short transactions: the intent (before touching Qdrant), the state
 with the intent marked committed (after the upserts), and the intent's removal (after the deletes).
+
+A build checkpoints the summaries it pays for as it goes (:func:`checkpoint_cache`), so a build
+killed half-way does not pay for them again: into the ``cache`` namespace of the tree's state
+database when there is one (the cache is content-addressed and no reader reads it, so rows added
+there change nothing a reader sees), else into ``checkpoint-<tree>.sqlite`` beside it, a database
+holding only a ``cache`` namespace that no reader opens; the build's first commit imports it and
+:func:`drop_checkpoint` deletes it. Its existence never makes a tree look built.
 """
 
 from __future__ import annotations
@@ -58,6 +65,58 @@ def state_path(models: ModelStore, tree: str) -> Path:
 def state_exists(models: ModelStore, tree: str) -> bool:
     """Return whether ``tree`` has a committed state (without creating anything)."""
     return state_path(models, tree).exists() or models.exists(state_name(tree))
+
+
+def checkpoint_path(models: ModelStore, tree: str) -> Path:
+    """Return the summary checkpoint of a first build of ``tree`` (no ``tree-`` prefix: never a state)."""
+    return models.root / f"checkpoint-{tree}.sqlite"
+
+
+def open_checkpoint(models: ModelStore, state: TreeState) -> RowStore:
+    """Back the summary cache of a first build of ``state`` by its checkpoint database.
+
+    Summaries a killed build paid for are found there by the next build (``summarize_groups``
+    looks them up in the cache); those of the new build are written there by
+    :func:`checkpoint_cache`. Returns the database, which the caller closes.
+
+    Raises:
+        models_store.ModelStoreError: the checkpoint cannot be created or read.
+    """
+    rows = RowStore(checkpoint_path(models, state.tree), create=True)
+    state.summary_cache.bind(rows)
+    found = rows.count("cache")
+    if found:
+        log.info("a previous build of tree %r left %d summaries: reusing them", state.tree, found)
+    return rows
+
+
+def checkpoint_cache(state: TreeState, rows: RowStore) -> int:
+    """Write the summaries set in ``state``'s cache since the last write into ``rows``, now.
+
+    ``rows`` is the database the cache is bound to: the committed state's (a rebuild) or the
+    checkpoint's (a first build). Only ``cache`` rows are written, stamped with the generation the
+    build will commit as, in one transaction; the tree's other rows and manifest are untouched,
+    so readers still see the previous tree (or none). Returns the bytes written.
+
+    Raises:
+        models_store.ModelStoreError: the database could not be written (nothing was).
+    """
+    ch = Changes()
+    state.summary_cache.changes(ch)
+    if not ch:
+        return 0
+    written = rows.commit(ch, stamp=state.generation + 1)
+    state.summary_cache.committed()
+    return written
+
+
+def drop_checkpoint(models: ModelStore, tree: str) -> bool:
+    """Delete the summary checkpoint of ``tree`` (after a commit imported it); return if one was."""
+    path = checkpoint_path(models, tree)
+    found = path.exists()
+    for extra in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{extra}").unlink(missing_ok=True)
+    return found
 
 
 def load_state(
