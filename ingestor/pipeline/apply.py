@@ -189,7 +189,9 @@ class ApplyStage(BuildStage):
             for node_id in removed:
                 state.nodes.pop(node_id, None)
                 state.vectors.pop(node_id, None)
-            stats = self.builder.build(state)
+            # Paid summaries are checkpointed into the state's cache as they come (a drift rebuild
+            # with an LLM is long; a kill or a failed batch keeps them for the retry).
+            stats = self.build_layers(state, state.rows, lambda *_: None)
             report.rebuilt = True
             report.stats = UpdateStats(
                 leaves_added=len(added),

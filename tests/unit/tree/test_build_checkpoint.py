@@ -180,3 +180,27 @@ def test_summary_batches_last_about_the_target_in_whole_rounds_of_the_concurrenc
     assert tree_build._next_batch(4, 1.0, 4) == 20, "5 s at 4 a second"
     assert tree_build._next_batch(3, 2.0, 2) == 6, "7.5 wanted, in whole rounds of 2"
     assert tree_build._next_batch(64, 0.01, 1) == 64, "fast: the most"
+
+
+def test_a_drift_rebuild_inside_an_update_keeps_what_it_paid_for(
+    tmp_path: Path, small_batches: None
+) -> None:
+    """A drift-triggered rebuild (an update past the drift threshold) checkpoints its summaries in
+    the state's cache: the retry of a failed one pays only for the rest."""
+    root = corpus(tmp_path)
+    s = DyingSummarizer()
+    p = make_pipeline(tmp_path, s, drift=0.01)  # any update rebuilds the layers
+    p.build(root)
+    generation = p.require_state().generation
+    (root / "new.txt").write_text("A new note about river boats. " * 30)
+    s.die_after = s.calls + 7
+    with pytest.raises(Killed):
+        p.update([root / "new.txt"])
+    assert p.require_state().generation == generation, "nothing committed: the old tree stays"
+    s.die_after = None
+    before = s.calls
+    report = p.update([root / "new.txt"])
+    assert report.rebuilt
+    paid_again = set(s.seen[before:]) & set(s.seen[:before])
+    assert not paid_again, "the retry asked again for summaries the failed rebuild paid for"
+    check_invariants(p)
