@@ -22,7 +22,7 @@ from ingestor.pipeline.reports import BuildReport
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document, iter_documents
 from ingestor.read.tokens import Tokenizer, default_tokenizer
-from ingestor.tree.build import BuildStats, Progress, TreeBuilder, _noop
+from ingestor.tree.build import BuildStats, TreeBuilder
 from ingestor.tree.persist import (
     begin_intent,
     checkpoint_cache,
@@ -34,6 +34,7 @@ from ingestor.tree.persist import (
     pending_intent,
 )
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
+from ingestor.tree.summaries import Progress, _noop
 from models_store import ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore, StoreError
 

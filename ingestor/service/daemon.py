@@ -41,7 +41,7 @@ from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
 from ingestor.service.share import ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
-from ingestor.tree.build import Progress, _noop
+from ingestor.tree.summaries import Progress, _noop
 from retriever import DEFAULT_COLLECTION, Embedder
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,9 @@ summariser's input limit is clustered again, then cut in order, until it fits [R
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol, Self
 
@@ -21,16 +20,28 @@ from numpy.typing import NDArray
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
-from ingestor.tree.state import Node, TreeState, sha256_text, summary_id
+from ingestor.tree.state import TreeState
+from ingestor.tree.summaries import (
+    Progress,
+    Regeneration,
+    SummaryWriter,
+    _noop,
+    cache_key,
+)
 from retriever import Embedder
 
 log = logging.getLogger(__name__)
 
-#: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar from it).
-Progress = Callable[[str, int, int], None]
-#: Summaries are paid for in batches of about this many seconds (checkpointed, stoppable between).
-SUMMARY_BATCH_SECONDS = 5.0
-SUMMARY_BATCH_MAX = 64
+__all__ = [
+    "BuildStats",
+    "Clusterer",
+    "Progress",
+    "Regeneration",
+    "TreeBuilder",
+    "TreeParams",
+    "cache_key",
+    "top_ids",
+]
 
 
 class Clusterer(Protocol):
@@ -74,32 +85,6 @@ class BuildStats:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
 
 
-def cache_key(summarizer: Summarizer, max_tokens: int, child_hashes: Sequence[str]) -> str:
-    """Return the summary-cache key: summariser, prompt version, length and children's content."""
-    h = hashlib.sha256(f"{summarizer.id}\0{summarizer.prompt_version}\0{max_tokens}".encode())
-    for c in sorted(child_hashes):
-        h.update(c.encode())
-    return h.hexdigest()
-
-
-def _tokens_used(summarizer: Summarizer) -> int:
-    """Return the tokens a summariser has spent so far (prompt + completion; 0 if it does not say)."""
-    return int(getattr(summarizer, "prompt_tokens", 0)) + int(
-        getattr(summarizer, "completion_tokens", 0)
-    )
-
-
-def _noop(stage: str, done: int, total: int) -> None:
-    return None
-
-
-def _next_batch(done: int, seconds: float, floor: int) -> int:
-    """Size the next summary batch to take about SUMMARY_BATCH_SECONDS, in whole rounds of
-    ``floor`` (the summariser's concurrency), between ``floor`` and SUMMARY_BATCH_MAX."""
-    want = SUMMARY_BATCH_MAX if seconds <= 0 else int(SUMMARY_BATCH_SECONDS * done / seconds)
-    return max(floor, min(SUMMARY_BATCH_MAX, want) // floor * floor)
-
-
 def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     """Return the nodes of the top layer: the summaries of ``below`` (the last clustered layer),
     or every leaf of a tree without summary layers."""
@@ -110,27 +95,7 @@ def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     )
 
 
-@dataclass
-class Regeneration:
-    """An update's summary regeneration in place (adRAP): what it may reuse, what it did.
-
-    Attributes:
-        reuse: per regenerated cluster, its previous summary nodes it may rewrite in place.
-        changed: nodes rewritten in place below (same id, new content): a summary over them is
-            regenerated even when its children's ids are the same.
-        created: summary nodes made new.
-        rewritten: summary nodes rewritten in place (same id, new text, children, embedding).
-        relinked: nodes whose parents changed.
-    """
-
-    reuse: dict[int, list[str]] = field(default_factory=dict)
-    changed: set[str] = field(default_factory=set)
-    created: set[str] = field(default_factory=set)
-    rewritten: set[str] = field(default_factory=set)
-    relinked: set[str] = field(default_factory=set)
-
-
-class TreeBuilder:
+class TreeBuilder(SummaryWriter):
     """Builds the summary layers of a tree whose leaves are already in the state.
 
     Args:
@@ -140,11 +105,8 @@ class TreeBuilder:
         params: tree shape.
         tokenizer: counts summary tokens (cl100k_base by default).
 
-    ``checkpoint``, when set (by a build), is called with the state after each batch of paid
-    summaries, to make them durable before the build goes on (see ``summarize_groups``).
+    Summaries (the cache, checkpoints, regeneration in place) are :class:`SummaryWriter`'s.
     """
-
-    checkpoint: Callable[[TreeState], None] | None = None
 
     def __init__(
         self,
@@ -269,214 +231,3 @@ class TreeBuilder:
             len(ids),
         )
         return made
-
-    def summarize_clusters(
-        self,
-        state: TreeState,
-        layer: int,
-        clusters: dict[int, list[str]],
-        stats: BuildStats,
-        progress: Progress = _noop,
-        regen: Regeneration | None = None,
-    ) -> dict[int, list[str]]:
-        """Make the summary node(s) of each cluster of node ids; return cluster id → node ids.
-
-        Each cluster becomes one node of ``layer``, or several when its texts exceed the
-        summariser's input limit [RAPTOR §3]. Soft clustering can give two clusters one
-        membership: that membership is summarised once. Empty clusters are left out.
-
-        A membership that already has its node (same children, none of them changed) keeps it
-        as it is. Otherwise, when ``regen.reuse`` offers a cluster its previous summary node(s),
-        the new summary is written under the old id: the nodes under it and over it keep their
-        links, so an update rewrites the summaries it regenerates, not their children [cost,
-        issue 8]. Else the node is new, content-addressed by its children.
-        """
-        state.nodes.prefetch(n for m in clusters.values() for n in m)  # one query, not one a node
-        parts = {cid: self._fit_input_limit(state, m) for cid, m in clusters.items() if m}
-        groups = list({tuple(sorted(g)): g for ps in parts.values() for g in ps}.values())
-        stats.clusters_per_layer[layer] = len(groups)
-        stats.mean_cluster_size[layer] = float(np.mean([len(g) for g in groups])) if groups else 0.0
-        ids = [summary_id(state.tree, layer, g) for g in groups]
-        if regen is not None and regen.reuse:
-            self._reuse_ids(state, parts, groups, ids, regen.reuse)
-        made = self.add_summaries(state, layer, groups, stats, progress, ids, regen)
-        node_of = {tuple(sorted(g)): n for g, n in zip(groups, made, strict=True)}
-        return {
-            cid: list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
-            for cid, ps in parts.items()
-        }
-
-    @staticmethod
-    def _reuse_ids(
-        state: TreeState,
-        parts: dict[int, list[list[str]]],
-        groups: list[list[str]],
-        ids: list[str],
-        reuse: dict[int, list[str]],
-    ) -> None:
-        """Give each new membership an old summary id of its cluster, where one is free."""
-        index = {tuple(sorted(g)): i for i, g in enumerate(groups)}
-        claimed = {n for n in ids if n in state.nodes}  # memberships whose node exists
-        for cid, ps in sorted(parts.items()):
-            free = [n for n in reuse.get(cid, []) if n not in claimed]
-            for g in ps:
-                i = index[tuple(sorted(g))]
-                if ids[i] in claimed or not free:
-                    continue
-                ids[i] = free.pop(0)
-                claimed.add(ids[i])
-
-    def add_summaries(
-        self,
-        state: TreeState,
-        layer: int,
-        groups: list[list[str]],
-        stats: BuildStats,
-        progress: Progress = _noop,
-        ids: list[str] | None = None,
-        regen: Regeneration | None = None,
-    ) -> list[str]:
-        """Summarise and embed each group of node ids into a node of ``layer``; link parents.
-
-        ``ids`` default to content addresses (by children). A group whose node already exists
-        with these children, none of them in ``regen.changed``, is reused as it is. A node that
-        exists otherwise is rewritten in place (children it lost drop it from their parents).
-        ``regen`` collects what was created, rewritten and relinked.
-        """
-        if ids is None:
-            ids = [summary_id(state.tree, layer, g) for g in groups]
-        regen = regen if regen is not None else Regeneration()
-        first: dict[str, int] = {}
-        for i, node_id in enumerate(ids):
-            first.setdefault(node_id, i)
-        todo: list[int] = []
-        for node_id, i in first.items():
-            old = state.nodes.peek(node_id)
-            if old is None:
-                regen.created.add(node_id)
-            elif sorted(old.children) != sorted(groups[i]):
-                self._unlink_children(state, old, set(groups[i]), regen.relinked)
-                regen.rewritten.add(node_id)
-            elif not regen.changed.isdisjoint(groups[i]):
-                regen.rewritten.add(node_id)
-            else:
-                continue
-            todo.append(i)
-        t0 = time.perf_counter()
-        texts = self.summarize_groups(state, [groups[i] for i in todo], stats, progress, layer)
-        stats.add_time("summarize", time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        vectors = self.embedder.embed_documents(texts)
-        stats.add_time("embed_summaries", time.perf_counter() - t0)
-        now = time.time()
-        for i, text, vec in zip(todo, texts, vectors, strict=True):
-            members = groups[i]
-            old = state.nodes.peek(ids[i])
-            state.nodes[ids[i]] = Node(
-                node_id=ids[i],
-                layer=layer,
-                text=text,
-                n_tokens=len(self.tokenizer.encode(text)),
-                content_hash=sha256_text(text),
-                sources=frozenset().union(*(_node(state, c).sources for c in members)),
-                children=list(members),
-                parents=list(old.parents) if old is not None else [],
-                summarizer=self.summarizer.id,
-                updated_at=now,
-            )
-            state.vectors[ids[i]] = vec
-            for c in members:
-                child = _node(state, c)
-                if ids[i] not in child.parents:
-                    child.parents.append(ids[i])
-                    state.nodes[c] = child  # changed: written back at the commit
-                    regen.relinked.add(c)
-        return ids
-
-    @staticmethod
-    def _unlink_children(state: TreeState, node: Node, keep: set[str], relinked: set[str]) -> None:
-        """Drop ``node`` from the parents of its children not in ``keep``."""
-        for c in node.children:
-            if c in keep:
-                continue
-            child = state.nodes.peek(c)
-            if child is not None and node.node_id in child.parents:
-                child.parents.remove(node.node_id)
-                state.nodes[c] = child
-                relinked.add(c)
-
-    def summarize_groups(
-        self,
-        state: TreeState,
-        groups: list[list[str]],
-        stats: BuildStats,
-        progress: Progress = _noop,
-        layer: int = 1,
-    ) -> list[str]:
-        """Return one summary per group of node ids, reusing the content-addressed cache.
-
-        Missing summaries are paid for in batches of about :data:`SUMMARY_BATCH_SECONDS` (at
-        least the summariser's ``concurrency``, at most :data:`SUMMARY_BATCH_MAX`); after each,
-        ``self.checkpoint(state)`` (when set: a build) stores them, then ``progress`` may stop
-        the build (the daemon's SIGTERM). So a stopped or killed build loses one batch at most.
-        """
-        max_tokens = self.params.summary_max_tokens
-        keys = [
-            cache_key(self.summarizer, max_tokens, [_node(state, c).content_hash for c in g])
-            for g in groups
-        ]
-        state.summary_cache.prefetch(keys)  # one query (a checkpoint or a stored cache)
-        missing = [i for i, k in enumerate(keys) if k not in state.summary_cache]
-        stats.cache_hits += len(groups) - len(missing)
-        stage = f"summaries L{layer}"
-        progress(stage, len(groups) - len(missing), len(groups))
-        floor = max(1, int(getattr(self.summarizer, "concurrency", 1)))
-        start, size = 0, min(floor, SUMMARY_BATCH_MAX)
-        while start < len(missing):
-            todo = missing[start : start + size]
-            texts = [[_node(state, c).text for c in groups[i]] for i in todo]
-            before, t0 = _tokens_used(self.summarizer), time.perf_counter()
-            out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
-            size = _next_batch(len(todo), time.perf_counter() - t0, floor)
-            stats.summary_calls += len(todo)
-            stats.summary_tokens += _tokens_used(self.summarizer) - before
-            for i, summary in zip(todo, out, strict=True):
-                state.summary_cache[keys[i]] = summary
-            if self.checkpoint is not None:
-                self.checkpoint(state)
-            start += len(todo)
-            progress(stage, len(groups) - len(missing) + start, len(groups))
-        return [state.summary_cache[k] for k in keys]
-
-    def _fit_input_limit(self, state: TreeState, members: list[str]) -> list[list[str]]:
-        """Cut a cluster whose texts exceed the summariser's input limit [RAPTOR §3].
-
-        The cluster is clustered again, or cut in order when clustering cannot separate it,
-        until every part fits; parts keep the members' order.
-        """
-        limit = self.params.max_input_tokens
-        if limit is None or sum(_node(state, m).n_tokens for m in members) <= limit:
-            return [list(members)]
-        X = state.matrix(members)
-        out: list[list[int]] = []
-        todo = [list(range(len(members)))]
-        while todo:
-            g = todo.pop()
-            total = sum(_node(state, members[i]).n_tokens for i in g)
-            if total <= limit or len(g) == 1:
-                out.append(g)
-                continue
-            sub = [[g[j] for j in c] for c in self.make_clusterer().fit(X[g]).clusters_]
-            if len(sub) <= 1 or any(len(s) == len(g) for s in sub):
-                half = len(g) // 2  # clustering cannot separate it: cut it in order
-                sub = [g[:half], g[half:]]
-            todo.extend(sub)
-        return [[members[i] for i in g] for g in sorted(out, key=lambda g: g[0])]
-
-
-def _node(state: TreeState, node_id: str) -> Node:
-    """Read a node without marking it for write-back (the state writes what changed only)."""
-    node = state.nodes.peek(node_id)
-    if node is None:
-        raise KeyError(node_id)
-    return node

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import ingestor.tree.build as tree_build
+import ingestor.tree.summaries as tree_build
 from ingestor.pipeline import load_state
 from ingestor.service.daemon import Daemon
 from tests.fakes import EchoSummarizer

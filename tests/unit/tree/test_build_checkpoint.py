@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import ingestor.tree.build as tree_build
+import ingestor.tree.summaries as tree_build
 from ingestor.cli import main
 from ingestor.pipeline import Pipeline, load_state, state_exists
 from ingestor.tree.persist import checkpoint_path, state_path
