@@ -353,6 +353,10 @@ class Watcher:
         kind = classify(exc)
         self._paid.update(self.state.summary_cache.pending_items())  # paid work survives
         self._stale = True  # the next batch starts from the committed state, reloaded
+        try:  # now: the failed update's early leaves leave the store (search = committed tree)
+            self._reload()
+        except Exception as again:  # the store or state is down too: the next batch retries
+            log.warning("cannot reload the committed state yet (%s); the next batch will", again)
         if self.on_error:
             self.on_error(type(exc).__name__)
         if kind == "unexpected":
