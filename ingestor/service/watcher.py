@@ -57,6 +57,8 @@ class Watcher:
         settle: seconds a file's (size, mtime) must stay unchanged before it is read (polling
             mode: a file still being copied onto a share is not indexed half); 0 reads at once.
         guard: filters the deletions of a batch (the share guard); None deletes freely.
+        on_idle: maintenance run in the worker after ``idle_after`` quiet seconds (the daemon
+            builds the embedded store's index there, never inside an update).
     """
 
     def __init__(
@@ -205,9 +207,8 @@ class Watcher:
     def _idle(self, now: float) -> None:
         """Run ``on_idle`` (maintenance: the daemon builds the search index) once nothing has
         happened for ``idle_after`` seconds, and at most every ``idle_after`` seconds after."""
-        if self.on_idle is None or self.pending() or now < self._idle_next:
-            return
-        if now - self._active_at < self.idle_after:
+        quiet = now - self._active_at >= self.idle_after and now >= self._idle_next
+        if self.on_idle is None or not quiet or self.pending():
             return
         self._idle_next = now + self.idle_after
         try:
@@ -352,10 +353,12 @@ class Watcher:
         self.failures += 1
         kind = classify(exc)
         self._paid.update(self.state.summary_cache.pending_items())  # paid work survives
-        self._stale = True  # the next batch starts from the committed state, reloaded
-        try:  # now: the failed update's early leaves leave the store (search = committed tree)
+        self._stale = (
+            True  # reloaded now (its early leaves leave the store), else by the next batch
+        )
+        try:
             self._reload()
-        except Exception as again:  # the store or state is down too: the next batch retries
+        except Exception as again:  # the store or state is down too
             log.warning("cannot reload the committed state yet (%s); the next batch will", again)
         if self.on_error:
             self.on_error(type(exc).__name__)

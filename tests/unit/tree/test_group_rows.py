@@ -9,7 +9,7 @@ import numpy as np
 
 from ingestor.cluster.gmm import fit_gmm, params_of
 from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.tree.layer_store import GroupMap
+from ingestor.tree.group_rows import GroupMap
 from ingestor.tree.rowmap import dumps, loads
 from models_store import Changes, RowStore
 
