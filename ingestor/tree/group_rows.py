@@ -14,7 +14,7 @@ import numpy as np
 from ingestor.cluster.gmm import GaussianParams
 from ingestor.cluster.incremental import PointBuffer
 from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.tree.rowmap import _MISSING, RowMap, dumps, loads
+from ingestor.tree.rowmap import RowMap, dumps, loads
 from models_store import Changes, RowStore
 
 
@@ -55,25 +55,7 @@ class GroupMap(RowMap[Any]):
         super().__setitem__(key, value)
         self._replaced.add(key)
 
-    def _fetch(self, key: str) -> object:
-        if key in self._cache or self._complete or key in self._deleted or self._rows is None:
-            return super()._fetch(key)
-        data = self._rows.get(self.ns, key)
-        if data is None:
-            return _MISSING
-        value = self._assemble(key, data)
-        self._cache[key] = value
-        return value
-
-    def _load_all(self) -> None:
-        if self._complete or self._rows is None:
-            return
-        for key, data in self._rows.items(self.ns):
-            if key not in self._cache and key not in self._deleted:
-                self._cache[key] = self._assemble(key, data)
-        self._complete = True
-
-    def _assemble(self, key: str, data: bytes) -> OnlineGMM | None:
+    def _decode(self, key: str, data: bytes) -> OnlineGMM | None:
         head: Any = loads(data)
         if isinstance(head, OnlineGMM):  # pickled whole (before groups were stored by parts)
             self._stored[key] = _Stored(b"", set(), {})  # its next commit writes it by parts

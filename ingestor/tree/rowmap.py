@@ -116,7 +116,11 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         if len(todo) < 2:
             return
         for k, data in self._rows.get_many(self.ns, todo).items():
-            self._cache[k] = loads(data)  # type: ignore[assignment]
+            self._cache[k] = self._decode(k, data)
+
+    def _decode(self, key: str, data: bytes) -> V:
+        """Turn a stored row into its value (a subclass may read more rows for it)."""
+        return loads(data)  # type: ignore[return-value]
 
     def _fetch(self, key: str) -> object:
         if key in self._cache:
@@ -126,8 +130,8 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         data = self._rows.get(self.ns, key)
         if data is None:
             return _MISSING
-        value = loads(data)
-        self._cache[key] = value  # type: ignore[assignment]
+        value = self._decode(key, data)
+        self._cache[key] = value
         return value
 
     def __getitem__(self, key: str) -> V:
@@ -165,7 +169,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
             return
         for key, data in self._rows.items(self.ns):
             if key not in self._cache and key not in self._deleted:
-                self._cache[key] = loads(data)  # type: ignore[assignment]
+                self._cache[key] = self._decode(key, data)
         self._complete = True
 
     def __iter__(self) -> Iterator[str]:
