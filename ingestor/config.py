@@ -110,6 +110,9 @@ class ClusterSettings(_Section):
     local_n_neighbors: int = Field(default=10, ge=2)
     random_state: int | None = 0
     fit_sample: int = Field(default=5000, ge=100)
+    #: A global cluster past this many nodes is cut in two (0: never; per-update cost then grows
+    #: with the tree, see docs/architecture.md).
+    max_group: int = Field(default=1000, ge=0)
     max_layers: int = Field(default=5, ge=2)
     min_top_nodes: int = Field(default=10, ge=1)
 
@@ -138,6 +141,9 @@ class AdrapSettings(_Section):
     """In-place updates [adRAP §4]: online GMM thresholds, drift before a full rebuild."""
 
     tau_c: int = Field(default=11, ge=2)
+    #: Online GMMs of at most this many points refit by full EM on every insert [A Algorithm 2];
+    #: 0: the paper's max(100, sqrt(layer size)), whose cost grows with the tree.
+    tau_n: int = Field(default=100, ge=0)
     drift_threshold: float = Field(default=0.3, gt=0)
     greedy: bool = False
 

@@ -144,6 +144,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             local_n_neighbors=c.local_n_neighbors,
             random_state=c.random_state,
             fit_sample=c.fit_sample,
+            max_group=c.max_group or None,
         )
 
     builder = TreeBuilder(
@@ -156,6 +157,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             summary_max_tokens=summary.max_tokens,
             max_input_tokens=limit,
             tau_c=settings.adrap.tau_c,
+            tau_n=settings.adrap.tau_n or None,
             greedy=settings.adrap.greedy,
         ),
     )

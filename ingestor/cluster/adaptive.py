@@ -28,35 +28,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.cluster.group_refit import refit_group
-from ingestor.cluster.incremental import LayerDelta
+from ingestor.cluster import group_upkeep
+from ingestor.cluster.digest import same_digest, vector_digest
+from ingestor.cluster.incremental import GUARDED, LayerDelta
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
 
 __all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
 
-GUARDED = -1  # point id of a node in a global cluster too small for a local UMAP + GMM
 
 #: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
 Vectors = Callable[[list[str]], NDArray[np.float32]]
-
-
-def vector_digest(x: NDArray[np.floating]) -> tuple[float, ...]:
-    """Return a short fingerprint of an embedding (records which vector a point was placed from).
-
-    The first components of the unit vector, rounded: a store that normalises or re-encodes
-    vectors (Qdrant does, for cosine) returns a vector with the same fingerprint within 1e-3,
-    while another summary's vector differs far more. Compare with :func:`same_digest`.
-    """
-    v = np.asarray(x, dtype=np.float64).ravel()
-    v = v / max(float(np.linalg.norm(v)), 1e-12)
-    return tuple(round(float(t), 5) for t in v[:8])
-
-
-def same_digest(a: tuple[float, ...] | None, b: tuple[float, ...]) -> bool:
-    """Return whether two fingerprints of :func:`vector_digest` name the same vector."""
-    return a is not None and len(a) == len(b) and bool(np.allclose(a, b, atol=1e-3))
 
 
 @dataclass
@@ -94,6 +77,8 @@ class AdaptiveLayer:
     placed: dict[str, tuple[float, ...]] = field(default_factory=dict)
     refits: int = 0
     refit_share: float = 0.5
+    group_splits: int = 0
+    global_version: int = 0
 
     @classmethod
     def from_fit(
@@ -214,7 +199,7 @@ class AdaptiveLayer:
             self.__dict__["cluster_index_built"] = True
         return index
 
-    def _note(self, g: int, created: Iterable[int]) -> None:
+    def note(self, g: int, created: Iterable[int]) -> None:
         """Record the global group of clusters that just appeared (see :meth:`members`)."""
         index = self._cluster_index()
         for cid in created:
@@ -269,7 +254,9 @@ class AdaptiveLayer:
         * more than ``max(tau_c, refit_share x n_fitted)`` of its points were added or removed
           since its local model was fitted on ``n_fitted`` points (a bounded local refit, see
           :mod:`ingestor.cluster.group_refit`); the new points of a group about to be refitted
-          join its most probable cluster on the way, as the refit recomputes them all anyway.
+          join its most probable cluster on the way, as the refit recomputes them all anyway;
+        * it holds more than the clusterer's ``max_group`` points: it is cut into parts of at
+          most that size, each with its own local model (:mod:`ingestor.cluster.global_split`).
         """
         if any(node_id in self.point_of for node_id in node_ids):
             dup = [n for n in node_ids if n in self.point_of]
@@ -285,7 +272,9 @@ class AdaptiveLayer:
                 reduced = self.clusterer.transform_local(g, X[rows])
                 for r, point in zip(rows.tolist(), reduced, strict=True):
                     local[r] = point
-                if vectors is not None and self._due(gmm, len(rows)):
+                if vectors is not None and (
+                    self._due(gmm, len(rows)) or self._oversized(gmm.n + len(rows))
+                ):
                     refit.add(g)
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
@@ -304,10 +293,12 @@ class AdaptiveLayer:
             self.point_of[node_id] = (g, result.point)
             self.node_at[(g, result.point)] = node_id
             delta.absorb(result.dirty, result.created, result.split, result.removed)
-            self._note(g, result.created)
+            self.note(g, result.created)
         if self.greedy:
             return
-        for g in sorted(touched):
+        work = sorted(touched)
+        while work:
+            g = work.pop(0)
             gmm = self.gmms[g]
             if gmm is None:
                 if len(self.guarded[g][1]) <= max(self.tau_c, 3):
@@ -318,6 +309,8 @@ class AdaptiveLayer:
                         "pass vectors= so it can get a local model"
                     )
                 self._refit_group(g, vectors, delta)
+            elif vectors is not None and self._oversized(gmm.n):
+                self._split_group(g, vectors, delta)
             elif vectors is not None and gmm.n > 0 and self._due(gmm, 0):
                 self._refit_group(g, vectors, delta)
 
@@ -325,57 +318,18 @@ class AdaptiveLayer:
         """Whether a group's local model is stale once ``coming`` more points have changed."""
         return gmm.churn + coming > max(self.tau_c, self.refit_share * gmm.fitted)
 
-    def _refit_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
-        """Fit group ``g``'s local model afresh on its members, as a build of them would.
+    def _oversized(self, n: int) -> bool:
+        """Whether a group of ``n`` points must be cut (see :mod:`~ingestor.cluster.global_split`)."""
+        limit = getattr(self.clusterer, "max_group", None)
+        return limit is not None and n > limit
 
-        Numbers of clusters are chosen by BIC (so every cluster is offered its split, and a
-        group whose clusters shrank gets fewer). Clusters keep the id of the old cluster they
-        overlap most; the delta gets the ones whose members changed, appeared or disappeared.
-        Cost: the group's size (UMAPs and BIC searches on its members, never the layer's).
-        """
-        gmm = self.gmms[g]
-        if gmm is None:
-            cid, members = self.guarded[g]
-            nodes = sorted(members)
-            old = {cid: frozenset(nodes)}
-            pids = list(range(len(nodes)))
-        else:
-            at = {p: self.node_at[(g, p)] for p in gmm.point_ids}
-            nodes = sorted(at.values())
-            old = {cid: frozenset(at[p] for p in m) for cid, m in gmm.members.items()}
-            pid_of = {n: p for p, n in at.items()}
-            pids = [pid_of[n] for n in nodes]
-        fit = refit_group(
-            self.clusterer,
-            nodes,
-            vectors(nodes),
-            old,
-            point_ids=pids,
-            ids=self.ids,
-            tau_n=self.tau_n,
-            tau_c=self.tau_c,
-        )
-        self.clusterer.local_models_[g] = fit.local
-        self.gmms[g] = fit.online
-        if fit.online is None:
-            (cid,) = fit.clusters
-            self.guarded[g] = (cid, set(nodes))
-            for n, p in zip(nodes, pids, strict=True):
-                self.point_of[n] = (g, GUARDED)
-                if gmm is not None:
-                    del self.node_at[(g, p)]
-        elif gmm is None:
-            del self.guarded[g]
-            for n, p in zip(nodes, pids, strict=True):
-                self.point_of[n] = (g, p)
-                self.node_at[(g, p)] = n
-        self.refits += 1
-        created = fit.clusters.keys() - old.keys()
-        changed = [c for c in fit.clusters.keys() & old.keys() if fit.clusters[c] != old[c]]
-        split = [c for c in old if gmm is None and created]  # a promotion splits the group
-        delta.absorb(changed, created, split, old.keys() - fit.clusters.keys())
-        self._note(g, created)
-        log.debug("layer %d group %d refitted: %d clusters", self.layer, g, len(fit.clusters))
+    def _refit_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+        """Fit group ``g``'s local model afresh on its members (:func:`group_upkeep.refit`)."""
+        group_upkeep.refit(self, g, vectors, delta)
+
+    def _split_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+        """Cut group ``g`` into parts of at most ``max_group`` (:func:`group_upkeep.split`)."""
+        group_upkeep.split(self, g, vectors, delta)
 
     def remove(self, node_id: str, delta: LayerDelta) -> None:
         """Drop a node from its clusters; clusters left empty are removed."""

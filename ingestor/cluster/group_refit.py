@@ -47,6 +47,7 @@ _PARAMS = (
     "max_iter",
     "n_epochs",
     "exhaustive_bic",
+    "max_group",
 )
 
 

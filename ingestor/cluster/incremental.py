@@ -15,6 +15,9 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.gmm import REG_COVAR, GaussianParams
 
+#: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
+GUARDED = -1
+
 
 @dataclass
 class IdCounter:

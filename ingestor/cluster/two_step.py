@@ -37,6 +37,7 @@ from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
+from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
 from ingestor.cluster.gmm import soft_assign
 from ingestor.cluster.umap_reduce import ExactCosineIndex, load_umap, umap_call, unit_rows
 
@@ -82,6 +83,8 @@ class TreeClusterer:
         max_iter: EM iterations per GMM fit.
         n_epochs: UMAP layout epochs (its default is 500 below 10k points).
         exhaustive_bic: try every k instead of the coarse-to-fine BIC search.
+        max_group: a global cluster holding more points is cut in two in the global UMAP space,
+            until none does (:mod:`ingestor.cluster.global_split`); None: never.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class TreeClusterer:
         max_iter: int = 100,
         n_epochs: int = 200,
         exhaustive_bic: bool = False,
+        max_group: int | None = DEFAULT_MAX_GROUP,
     ) -> None:
         self.n_components = n_components
         self.threshold = threshold
@@ -107,6 +111,7 @@ class TreeClusterer:
         self.max_iter = max_iter
         self.n_epochs = n_epochs
         self.exhaustive_bic = exhaustive_bic
+        self.max_group = max_group
 
     def fit(self, X: NDArray[np.floating]) -> Self:
         """Cluster the rows of X.
@@ -147,6 +152,10 @@ class TreeClusterer:
         self.global_umap_, Y = self._reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global")
         self.global_gmm_ = self._select_gmm(Y[fit_idx])
         component = self.global_gmm_.predict(Y)
+        if self.max_group is not None:
+            self.global_gmm_, component = bound_groups(
+                self.global_gmm_, Y, component, self.max_group, random_state=self.random_state
+            )
         self.global_components_ = np.unique(component)  # components that received a point
         self.global_labels_ = np.searchsorted(self.global_components_, component)
         for g in range(len(self.global_components_)):
@@ -215,6 +224,9 @@ class TreeClusterer:
         return np.asarray(Y, dtype=np.float32)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.setdefault(
+            "max_group", DEFAULT_MAX_GROUP
+        )  # pickled before global clusters were bounded
         self.__dict__.update(state)
         reducers = [self.__dict__.get("global_umap_")]
         # local_models_ is None while the state database stores them one row each.

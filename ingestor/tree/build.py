@@ -67,6 +67,9 @@ class TreeParams:
     summary_max_tokens: int = 150
     max_input_tokens: int | None = None
     tau_c: int = 11
+    #: Full-EM size of the online GMMs [A Algorithm 2]; None: the paper's max(100, √n), which
+    #: makes an insert cost grow as the square root of the layer (see AdaptiveLayer.from_fit).
+    tau_n: int | None = 100
     greedy: bool = False
 
 
@@ -219,6 +222,7 @@ class TreeBuilder(SummaryWriter):
                 list(ids),
                 cluster_nodes,
                 tau_c=self.params.tau_c,
+                tau_n=self.params.tau_n,
                 greedy=self.params.greedy,
                 vectors=X,
             )

@@ -213,7 +213,7 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
     }
     ch.set(f"L{i}.head", "scalars", dumps(scalars))
     ch.set(f"L{i}.head", "lengths", dumps([len(al.gmms), len(al.clusterer.local_models_)]))
-    if persist["head"]:
+    if persist["head"] or persist.get("global_version", 0) != al.global_version:
         c = al.clusterer
         local, c.local_models_ = c.local_models_, None
         try:
@@ -227,6 +227,7 @@ def layer_committed(al: AdaptiveLayer) -> None:
     for part in _containers(al):
         part.committed()
     al.__dict__["_persist"]["head"] = False
+    al.__dict__["_persist"]["global_version"] = al.global_version  # a cut global cluster: written
 
 
 def remove_layer(i: int, ch: Changes) -> None:
@@ -261,5 +262,10 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
     local: RowMap[Any] = RowMap(f"L{i}.local")
     local.bind(rows)
     clusterer.local_models_ = RowList(local, n_local, on_load=_relink_local)
-    al.__dict__["_persist"] = {"index": i, "head": False, "db": str(rows.path)}
+    al.__dict__["_persist"] = {
+        "index": i,
+        "head": False,
+        "db": str(rows.path),
+        "global_version": al.global_version,
+    }
     return al

@@ -1,0 +1,172 @@
+"""Keeping a layer's groups fit: local refits and cuts of oversized global clusters [A §4.4].
+
+Both act on one global cluster ("group") of an :class:`~ingestor.cluster.adaptive.AdaptiveLayer`
+and cost its size, never the layer's:
+
+* :func:`refit` runs the build's clustering on a group whose members changed too much since its
+  local model was fitted (:mod:`ingestor.cluster.group_refit`), or on a guarded group that grew
+  past ``tau_c`` (its promotion to a local model);
+* :func:`split` cuts a group past the clusterer's ``max_group`` points into parts of at most that
+  size (:mod:`ingestor.cluster.global_split`), each with a local model of its own.
+
+Clusters keep the id of the old cluster they overlap most, so a cluster a refit leaves as it was
+keeps its summary; the layer's delta gets the clusters that changed, appeared or disappeared.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ingestor.cluster.global_split import bound_groups
+from ingestor.cluster.group_refit import GroupFit, refit_group
+from ingestor.cluster.incremental import GUARDED, LayerDelta
+
+if TYPE_CHECKING:
+    from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
+
+__all__ = ["members_of", "refit", "split"]
+
+log = logging.getLogger(__name__)
+
+
+def members_of(al: AdaptiveLayer, g: int) -> tuple[list[str], list[int], dict[int, frozenset[str]]]:
+    """Return group g's member nodes (sorted), their point ids and its clusters' members."""
+    gmm = al.gmms[g]
+    if gmm is None:
+        cid, members = al.guarded[g]
+        nodes = sorted(members)
+        return nodes, list(range(len(nodes))), {cid: frozenset(nodes)}
+    at = {p: al.node_at[(g, p)] for p in gmm.point_ids}
+    pid_of = {n: p for p, n in at.items()}
+    nodes = sorted(pid_of)
+    old = {cid: frozenset(at[p] for p in m) for cid, m in gmm.members.items()}
+    return nodes, [pid_of[n] for n in nodes], old
+
+
+def refit(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+    """Fit group ``g``'s local model afresh on its members, as a build of them would.
+
+    Numbers of clusters are chosen by BIC (so every cluster is offered its split, and a
+    group whose clusters shrank gets fewer). Clusters keep the id of the old cluster they
+    overlap most; the delta gets the ones whose members changed, appeared or disappeared.
+    Cost: the group's size (UMAPs and BIC searches on its members, never the layer's).
+    """
+    nodes, pids, old = members_of(al, g)
+    placed = al.gmms[g] is not None
+    fit = _fit(al, nodes, vectors(nodes), old, pids)
+    _install(al, g, fit, nodes, pids, placed=placed)
+    _report(old, fit.clusters, delta, split=not placed and len(fit.clusters) > 1)
+    log.debug("layer %d group %d refitted: %d clusters", al.layer, g, len(fit.clusters))
+
+
+def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+    """Cut group ``g`` (past ``max_group`` points) into parts of at most ``max_group`` points.
+
+    The cuts are made in the global UMAP space and replace the group's component of the
+    global mixture, so later nodes are routed to the parts; the first part stays group
+    ``g``, the others become new groups; each part gets a local model of its own. Old
+    cluster ids go to the new clusters overlapping them most, each to one at most. Cost: the
+    group (one global UMAP transform of its members, one local fit per part), amortised over
+    the ``max_group / 2`` insertions it takes to fill a part again.
+    """
+    c = al.clusterer
+    nodes, pids, old = members_of(al, g)
+    X = vectors(nodes)
+    k_before = int(c.global_gmm_.n_components)
+    comp = np.full(len(nodes), int(c.global_components_[g]), dtype=np.intp)
+    c.global_gmm_, comp = bound_groups(
+        c.global_gmm_, c.transform_global(X), comp, c.max_group, random_state=c.random_state
+    )
+    new_comps = list(range(k_before, int(c.global_gmm_.n_components)))
+    c.global_components_ = np.concatenate([c.global_components_, new_comps]).astype(np.intp)
+    al.global_version += 1
+    unmatched = dict(old)
+    made: dict[int, frozenset[str]] = {}
+    for j, part in enumerate([int(c.global_components_[g]), *new_comps]):
+        rows = np.flatnonzero(comp == part)
+        group = g if j == 0 else len(al.gmms)
+        members = [nodes[r] for r in rows]
+        ids = [pids[r] for r in rows] if j == 0 else list(range(len(rows)))
+        if j == 0:
+            for r in np.flatnonzero(comp != part):
+                del al.node_at[(g, pids[r])]
+        fit = _fit(al, members, X[rows], unmatched, ids)
+        _install(al, group, fit, members, ids, placed=j == 0)
+        for cid in fit.clusters:
+            unmatched.pop(cid, None)
+        made.update(fit.clusters)
+    _report(old, made, delta, split=True)
+    al.group_splits += 1
+    log.info(
+        "layer %d: global cluster %d (%d nodes) cut into %d parts of at most %d",
+        al.layer,
+        g,
+        len(nodes),
+        len(new_comps) + 1,
+        c.max_group,
+    )
+
+
+def _fit(
+    al: AdaptiveLayer,
+    nodes: list[str],
+    X: NDArray[np.float32],
+    old: dict[int, frozenset[str]],
+    pids: list[int],
+) -> GroupFit:
+    return refit_group(
+        al.clusterer,
+        nodes,
+        X,
+        old,
+        point_ids=pids,
+        ids=al.ids,
+        tau_n=al.tau_n,
+        tau_c=al.tau_c,
+    )
+
+
+def _install(
+    al: AdaptiveLayer, g: int, fit: GroupFit, nodes: list[str], pids: list[int], *, placed: bool
+) -> None:
+    """Make ``fit`` group ``g``'s model (``g == len(gmms)``: a new group). ``placed``: the
+    nodes hold points ``(g, pid)`` already (a refit of a group that had a local model)."""
+    if g == len(al.gmms):
+        al.gmms.append(fit.online)
+        al.clusterer.local_models_.append(fit.local)
+    else:
+        al.gmms[g] = fit.online
+        al.clusterer.local_models_[g] = fit.local
+    al.refits += 1
+    if fit.online is None:
+        (cid,) = fit.clusters
+        al.guarded[g] = (cid, set(nodes))
+        for n, p in zip(nodes, pids, strict=True):
+            al.point_of[n] = (g, GUARDED)
+            if placed:
+                del al.node_at[(g, p)]
+    else:
+        if g in al.guarded:
+            del al.guarded[g]
+        if not placed:
+            for n, p in zip(nodes, pids, strict=True):
+                al.point_of[n] = (g, p)
+                al.node_at[(g, p)] = n
+    al.note(g, fit.clusters)
+
+
+def _report(
+    old: dict[int, frozenset[str]],
+    new: dict[int, frozenset[str]],
+    delta: LayerDelta,
+    *,
+    split: bool,
+) -> None:
+    """Add to ``delta`` the clusters a refit changed, created and removed."""
+    created = new.keys() - old.keys()
+    changed = [c for c in new.keys() & old.keys() if new[c] != old[c]]
+    delta.absorb(changed, created, list(old) if split and created else [], old.keys() - new)
