@@ -202,7 +202,9 @@ def part1(tmp: Path) -> None:
     )
 
 
-def synthetic_docs(root: Path, n_leaves: int, rng: random.Random) -> list[str]:
+def synthetic_docs(
+    root: Path, n_leaves: int, rng: random.Random, *, write: bool = True
+) -> list[str]:
     import json
 
     sentences = [
@@ -212,6 +214,8 @@ def synthetic_docs(root: Path, n_leaves: int, rng: random.Random) -> list[str]:
         for s in p["context"].split(". ")
         if len(s) > 40
     ]
+    if not write:
+        return sentences
     root.mkdir(parents=True, exist_ok=True)
     n_docs = max(1, n_leaves // 5)
     for d in range(n_docs):
@@ -263,21 +267,25 @@ def part2(tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True) ->
     for size in sizes:
         rng = random.Random(0)
         root = tmp / f"synthetic{size}"
-        sentences = synthetic_docs(root, size, rng)
+        built = (tmp / f"s{size}" / "models").exists()  # --keep: a tree built by an earlier run
+        sentences = synthetic_docs(root, size, rng, write=not built)
         s = CountingSummarizer()
         emb = TimedEmbedder(384)
         p = pipeline(tmp / f"s{size}", emb, s)
         t0, c0 = time.perf_counter(), cpu()
-        p.build(root)
+        if not built:
+            p.build(root)
         state = p.require_state()
         wall, cpu_s = time.perf_counter() - t0, cpu() - c0
         n_leaves = state.layer_counts().get(0, 0)
-        print(f"  {n_leaves:>7} {'build':<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}")
+        what = "build" if not built else "reused"
+        print(f"  {n_leaves:>7} {what:<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}", flush=True)
+        rng = random.Random(time.time_ns()) if built else rng  # new names: a reused tree has them
         docs = sorted(root.glob("doc*.txt"))
         results: dict[str, list[tuple[float, float, int, int]]] = {}
         for k in range(repeats):
             victim, edited = docs[2 * k], docs[2 * k + 1]
-            new = root / f"zz-new{k}.txt"
+            new = root / f"zz-new{k}-{rng.randrange(10**9)}.txt"
             for name in ("add", "remove", "edit"):
                 before, e0, s0 = s.calls, emb.cpu, s.cpu
                 t0, c0 = time.perf_counter(), cpu()
@@ -352,10 +360,15 @@ def main() -> None:
     ap.add_argument(
         "--no-rebuild", action="store_true", help="skip the layers-only rebuild (long at 200k)"
     )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        help="build the trees in this folder and keep them; a later run reuses them (part 2)",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
-        tmp = Path(tmp_s)
+        tmp = Path(tmp_s) if args.keep is None else args.keep
         if args.part in ("1", "all"):
             part1(tmp)
         if args.part in ("2", "all"):
