@@ -97,6 +97,7 @@ def watch(
                 polling=w.polling if polling is None else polling,
                 poll_interval=w.poll_interval,
                 debounce=w.debounce_seconds if debounce is None else debounce,
+                close_grace=w.close_grace_seconds,
                 max_backoff=w.max_backoff_seconds,
                 http_host=w.http_host,
                 http_port=port,

@@ -59,6 +59,8 @@ class Daemon:
             taken only once their size and mtime are stable across two polls.
         poll_interval: seconds between polls.
         debounce: quiet seconds that end a burst of events.
+        close_grace: quiet seconds that end a burst whose files were all closed after writing or
+            moved into place (native observer; polling always waits ``debounce``).
         max_backoff: cap of the retry delay after a failed batch.
         http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
         http_port: see ``http_host``.
@@ -86,6 +88,7 @@ class Daemon:
         polling: bool = False,
         poll_interval: float = 2.0,
         debounce: float = 1.0,
+        close_grace: float = 0.2,
         max_backoff: float = 60.0,
         http_host: str = "127.0.0.1",
         http_port: int = -1,
@@ -107,6 +110,7 @@ class Daemon:
         self.polling = polling
         self.poll_interval = poll_interval
         self.debounce = debounce
+        self.close_grace = close_grace
         self.max_backoff = max_backoff
         self.http_host = http_host
         self.http_port = http_port
@@ -182,6 +186,7 @@ class Daemon:
                 state,
                 self.root,
                 debounce=self.debounce,
+                close_grace=self.close_grace,
                 exclude=self.exclude,
                 lock=self.lock,
                 max_backoff=self.max_backoff,
@@ -201,10 +206,13 @@ class Daemon:
                 self.watcher.start()
                 self.metrics.ready = True
                 log.info(
-                    "watching %s (%s observer, debounce %.1f s)",
+                    "watching %s (%s observer, debounce %.1f s, %s)",
                     self.root,
                     "polling" if self.polling else "native",
                     self.debounce,
+                    "files stable across two polls"
+                    if self.polling
+                    else f"{min(self.close_grace, self.debounce):.1f} s after a closed write",
                 )
                 while not stop.wait(1.0):
                     if not observer.is_alive():
