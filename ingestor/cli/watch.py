@@ -99,6 +99,7 @@ def watch(
                 debounce=w.debounce_seconds if debounce is None else debounce,
                 close_grace=w.close_grace_seconds,
                 max_backoff=w.max_backoff_seconds,
+                writer_nice=w.writer_nice,
                 http_host=w.http_host,
                 http_port=port,
                 http_token=token,

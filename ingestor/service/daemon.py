@@ -62,6 +62,8 @@ class Daemon:
         close_grace: quiet seconds that end a burst whose files were all closed after writing or
             moved into place (native observer; polling always waits ``debounce``).
         max_backoff: cap of the retry delay after a failed batch.
+        writer_nice: nice increment of the update worker thread (Linux), so that ``/query``
+            keeps its CPU while the writer embeds and clusters; 0 keeps the normal priority.
         http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
         http_port: see ``http_host``.
         http_token: bearer token required by every route but /healthz and /readyz; required
@@ -90,6 +92,7 @@ class Daemon:
         debounce: float = 1.0,
         close_grace: float = 0.2,
         max_backoff: float = 60.0,
+        writer_nice: int = 10,
         http_host: str = "127.0.0.1",
         http_port: int = -1,
         http_token: str | None = None,
@@ -112,6 +115,7 @@ class Daemon:
         self.debounce = debounce
         self.close_grace = close_grace
         self.max_backoff = max_backoff
+        self.writer_nice = writer_nice
         self.http_host = http_host
         self.http_port = http_port
         self.http_token = http_token
@@ -196,6 +200,7 @@ class Daemon:
                 settle=self.poll_interval if self.polling else 0.0,
                 guard=self.guard,
                 on_idle=self._maintain,
+                nice=self.writer_nice,
                 **kwargs,
             )
             # Watch before the worker starts: events during start-up wait in the queue.

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import DEFAULT_IGNORE, Document
+from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Settling, not_quarantined
@@ -67,6 +68,8 @@ class Watcher:
         guard: filters the deletions of a batch (the share guard); None deletes freely.
         on_idle: maintenance run in the worker after ``idle_after`` quiet seconds (the daemon
             builds the embedded store's index there, never inside an update).
+        nice: added to the worker thread's nice value (Linux), so that queries keep their CPU
+            while it embeds and clusters; 0 keeps the normal priority.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class Watcher:
         guard: DeletionGuard | None = None,
         on_idle: Callable[[], None] | None = None,
         idle_after: float = 10.0,
+        nice: int = 0,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
@@ -107,6 +111,7 @@ class Watcher:
         self.guard = guard
         self.on_idle = on_idle
         self.idle_after = idle_after
+        self.nice = nice
         self._active_at = time.monotonic()
         self._idle_next = 0.0
         self.paths: queue.Queue[Change | None] = queue.Queue()
@@ -152,6 +157,7 @@ class Watcher:
 
     def run(self) -> None:
         """The worker loop: batch, apply, repeat; after ``stop``, apply what is left once."""
+        lower_thread_priority(self.nice)
         while not self._stopping.is_set():
             batch = self.next_batch()
             if batch:

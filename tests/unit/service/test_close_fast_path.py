@@ -1,5 +1,6 @@
 """The closed-after-write fast path: a burst whose files were all closed after writing (or moved
 into place) ends after the close grace instead of the debounce; anything else keeps the debounce.
+And the update worker yields the CPU to queries (its nice value).
 
 Timing tests use a long debounce (5 s) against a short grace (0.2 s), so that a busy machine
 cannot blur which of the two ended a burst.
@@ -7,12 +8,15 @@ cannot blur which of the two ended a burst.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from watchdog.events import (
@@ -41,7 +45,7 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     p.store.close()
 
 
-def watcher(p: Pipeline, root: Path, **kwargs: float) -> Watcher:
+def watcher(p: Pipeline, root: Path, **kwargs: Any) -> Watcher:
     root.mkdir(parents=True, exist_ok=True)
     state = TreeState(tree="t", root=str(root), embed_model="x", dim=1)
     return Watcher(p, state, root, **{"debounce": DEBOUNCE, "close_grace": GRACE, **kwargs})
@@ -192,3 +196,27 @@ def test_polling_mode_keeps_the_debounce_even_after_a_close(
     w.handler.dispatch(FileClosedEvent(str(root / "n.txt")))
     _, took = timed_batch(w)
     assert took >= 0.9
+
+
+# -- readers first -------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux only")
+def test_the_update_worker_runs_at_a_lower_priority_than_query_threads(
+    pipeline: Pipeline, tmp_path: Path
+) -> None:
+    """Queries keep their CPU during an update: the worker thread's nice value is raised."""
+    w = watcher(pipeline, tmp_path / "docs", nice=5)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    w.start()
+    try:
+        assert w._thread is not None
+        tid = w._thread.native_id
+        assert tid is not None
+        wait_until = time.monotonic() + 5
+        while os.getpriority(os.PRIO_PROCESS, tid) == mine and time.monotonic() < wait_until:
+            time.sleep(0.01)
+        assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, mine + 5)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # only it
+    finally:
+        w.stop(timeout=10)
