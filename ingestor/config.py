@@ -182,7 +182,12 @@ class WatchSettings(_Section):
     polling: bool = False
     poll_interval: float = Field(default=2.0, gt=0)
     debounce_seconds: float = Field(default=1.0, ge=0)
+    #: Quiet seconds ending a burst whose files were all closed after writing or moved into
+    #: place (native observer only); set it to the debounce to always wait the debounce.
+    close_grace_seconds: float = Field(default=0.2, ge=0)
     max_backoff_seconds: float = Field(default=60.0, gt=0)
+    #: Nice increment of the update worker thread (Linux): queries keep their CPU during updates.
+    writer_nice: int = Field(default=10, ge=0, le=19)
     http_host: str = "127.0.0.1"
     http_port: int = Field(default=8765, ge=-1, le=65535)  # 0: any free port, -1: no HTTP
     #: Bearer token of every route but /healthz and /readyz; required beyond loopback.

@@ -59,7 +59,11 @@ class Daemon:
             taken only once their size and mtime are stable across two polls.
         poll_interval: seconds between polls.
         debounce: quiet seconds that end a burst of events.
+        close_grace: quiet seconds that end a burst whose files were all closed after writing or
+            moved into place (native observer; polling always waits ``debounce``).
         max_backoff: cap of the retry delay after a failed batch.
+        writer_nice: nice increment of the update worker thread (Linux), so that ``/query``
+            keeps its CPU while the writer embeds and clusters; 0 keeps the normal priority.
         http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
         http_port: see ``http_host``.
         http_token: bearer token required by every route but /healthz and /readyz; required
@@ -86,7 +90,9 @@ class Daemon:
         polling: bool = False,
         poll_interval: float = 2.0,
         debounce: float = 1.0,
+        close_grace: float = 0.2,
         max_backoff: float = 60.0,
+        writer_nice: int = 10,
         http_host: str = "127.0.0.1",
         http_port: int = -1,
         http_token: str | None = None,
@@ -107,7 +113,9 @@ class Daemon:
         self.polling = polling
         self.poll_interval = poll_interval
         self.debounce = debounce
+        self.close_grace = close_grace
         self.max_backoff = max_backoff
+        self.writer_nice = writer_nice
         self.http_host = http_host
         self.http_port = http_port
         self.http_token = http_token
@@ -182,6 +190,7 @@ class Daemon:
                 state,
                 self.root,
                 debounce=self.debounce,
+                close_grace=self.close_grace,
                 exclude=self.exclude,
                 lock=self.lock,
                 max_backoff=self.max_backoff,
@@ -191,6 +200,7 @@ class Daemon:
                 settle=self.poll_interval if self.polling else 0.0,
                 guard=self.guard,
                 on_idle=self._maintain,
+                nice=self.writer_nice,
                 **kwargs,
             )
             # Watch before the worker starts: events during start-up wait in the queue.
@@ -201,10 +211,13 @@ class Daemon:
                 self.watcher.start()
                 self.metrics.ready = True
                 log.info(
-                    "watching %s (%s observer, debounce %.1f s)",
+                    "watching %s (%s observer, debounce %.1f s, %s)",
                     self.root,
                     "polling" if self.polling else "native",
                     self.debounce,
+                    "files stable across two polls"
+                    if self.polling
+                    else f"{min(self.close_grace, self.debounce):.1f} s after a closed write",
                 )
                 while not stop.wait(1.0):
                     if not observer.is_alive():

@@ -1,4 +1,10 @@
-"""watchdog glue: the observer (native or polling) and a handler that only enqueues paths."""
+"""watchdog glue: the observer (native or polling) and a handler that only enqueues changes.
+
+Each queued :class:`Change` says whether the event leaves the file complete: closed after a
+write (inotify's ``IN_CLOSE_WRITE``, watchdog's ``EVENT_TYPE_CLOSED``) or the destination of a
+move (a rename-over is complete at once). The worker ends a burst whose paths are all complete
+after a short grace instead of the full debounce (:mod:`ingestor.service.intake`).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,10 @@ import os
 import queue
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from watchdog.events import (
+    EVENT_TYPE_CLOSED,
     EVENT_TYPE_CREATED,
     EVENT_TYPE_DELETED,
     EVENT_TYPE_MODIFIED,
@@ -35,25 +43,44 @@ def make_observer(*, polling: bool = False, interval: float = 2.0) -> BaseObserv
     return Observer()
 
 
-class EnqueueHandler(FileSystemEventHandler):
-    """Puts the path(s) of every change event on a queue; nothing else (it runs in watchdog's thread).
+class Change(NamedTuple):
+    """One queued event of a path.
 
-    Opened/closed/attribute events and directory "modified" events (a child changed, which has
-    its own event) carry no content change and are not queued: reading a file must not trigger a
-    batch.
+    ``changed``: its content (or existence) changed. ``complete``: as of this event no writer
+    holds it open (closed after a write, the destination of a move, a new folder), so its burst
+    may end after the close grace instead of the debounce. A close without a change in the
+    same burst (``changed=False``) adds nothing: what was written is already read.
     """
 
-    def __init__(self, paths: queue.Queue[Path | None]) -> None:
+    path: Path
+    changed: bool = True
+    complete: bool = False
+
+
+class EnqueueHandler(FileSystemEventHandler):
+    """Puts a :class:`Change` per change event on a queue; nothing else (it runs in watchdog's thread).
+
+    Opened, closed-without-write and attribute events and directory "modified" events (a child
+    changed, which has its own event) carry no content change and are not queued: reading a file
+    must not trigger a batch. A close after a write is queued as a completion mark only.
+    """
+
+    def __init__(self, paths: queue.Queue[Change | None]) -> None:
         self.paths = paths
 
     def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.event_type not in _CHANGES:
+        kind = event.event_type
+        src = Path(os.fsdecode(event.src_path))
+        if kind == EVENT_TYPE_CLOSED and not event.is_directory:
+            self.paths.put(Change(src, changed=False, complete=True))
             return
-        if event.is_directory and event.event_type == EVENT_TYPE_MODIFIED:
+        if kind not in _CHANGES or (event.is_directory and kind == EVENT_TYPE_MODIFIED):
             return
-        self.paths.put(Path(os.fsdecode(event.src_path)))
-        if event.event_type == EVENT_TYPE_MOVED:
-            self.paths.put(Path(os.fsdecode(event.dest_path)))
+        if kind == EVENT_TYPE_MOVED:
+            self.paths.put(Change(src))  # like a deletion: a new file may follow under its name
+            self.paths.put(Change(Path(os.fsdecode(event.dest_path)), complete=True))
+        else:
+            self.paths.put(Change(src, complete=event.is_directory and kind == EVENT_TYPE_CREATED))
 
 
 class PathFilter:
@@ -65,8 +92,8 @@ class PathFilter:
         self.ignore = tuple(ignore)
         self.exclude = [Path(os.path.abspath(p)) for p in exclude]
 
-    def wanted(self, path: Path) -> bool:
-        """Return False for paths outside the root, ignored names, excluded folders, outward links."""
+    def named(self, path: Path) -> bool:
+        """Return False for paths outside the root, ignored names and excluded folders (no I/O)."""
         path = Path(os.path.abspath(path))
         try:
             rel = path.relative_to(self.root)
@@ -74,7 +101,12 @@ class PathFilter:
             return False
         if any(fnmatch.fnmatch(part, pat) for part in rel.parts for pat in self.ignore):
             return False
-        if any(path == ex or ex in path.parents for ex in self.exclude):
+        return not any(path == ex or ex in path.parents for ex in self.exclude)
+
+    def wanted(self, path: Path) -> bool:
+        """Return False for paths outside the root, ignored names, excluded folders, outward links."""
+        path = Path(os.path.abspath(path))
+        if not self.named(path):
             return False
         if path.is_symlink():
             try:

@@ -1,13 +1,17 @@
 """Watch a folder and keep its tree up to date: events → queue → debounced batches → adRAP.
 
-watchdog calls handlers in the observer thread, so :class:`EnqueueHandler` only puts paths on a
+watchdog calls handlers in the observer thread, so :class:`EnqueueHandler` only puts changes on a
 queue. One worker thread (:class:`Watcher`) waits for a quiet period, coalesces every path of the
 burst into one set, drops ignored/hidden/temp names, and applies the set as ONE adRAP batch on the
-state it keeps in memory. A failed batch commits nothing; the state is reloaded from disk, keeping
-the summaries the failed attempt already paid for. Then, by the failure's kind
-(:mod:`ingestor.service.failures`): transient -> the paths stay pending and are retried with
-exponential backoff; permanent or unexpected -> the batch is split in halves until the offending
-path is alone, which is quarantined, while the other paths land.
+state it keeps in memory. The quiet period is ``debounce``, or only ``close_grace`` when every
+path of the burst was closed after its write or moved into place (native observer): a saved file
+is then searchable in about its embedding time (:mod:`ingestor.service.intake`).
+
+A failed batch commits nothing; the state is reloaded from disk, keeping the summaries the
+failed attempt already paid for. Then, by the failure's kind (:mod:`ingestor.service.failures`):
+transient -> the paths stay pending and are retried with exponential backoff; permanent or
+unexpected -> the batch is split in halves until the offending path is alone, which is
+quarantined, while the other paths land.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import DEFAULT_IGNORE, Document
-from ingestor.service.events import EnqueueHandler, PathFilter, make_observer
+from ingestor.service.concurrency import lower_thread_priority
+from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
+from ingestor.service.intake import Burst, Settling, not_quarantined
 from ingestor.tree.state import TreeState
 
 if TYPE_CHECKING:
@@ -45,6 +51,9 @@ class Watcher:
         state: the committed state, kept in memory between batches.
         root: the watched folder (the tree's root).
         debounce: quiet seconds that end a burst.
+        close_grace: quiet seconds that end a burst whose every path is complete (closed after a
+            write, or moved into place); None, or any value >= ``debounce``, always waits
+            ``debounce``. Ignored when ``settle`` > 0 (polling reports no closes).
         max_wait: longest a burst is coalesced before it is applied anyway (default 30 times debounce,
             at least 5 s), so a folder that never goes quiet is still indexed.
         ignore: glob patterns matched against each path component relative to ``root``.
@@ -59,6 +68,8 @@ class Watcher:
         guard: filters the deletions of a batch (the share guard); None deletes freely.
         on_idle: maintenance run in the worker after ``idle_after`` quiet seconds (the daemon
             builds the embedded store's index there, never inside an update).
+        nice: added to the worker thread's nice value (Linux), so that queries keep their CPU
+            while it embeds and clusters; 0 keeps the normal priority.
     """
 
     def __init__(
@@ -68,6 +79,7 @@ class Watcher:
         root: Path,
         *,
         debounce: float = 1.0,
+        close_grace: float | None = 0.2,
         max_wait: float | None = None,
         ignore: Sequence[str] = DEFAULT_IGNORE,
         exclude: Iterable[Path] = (),
@@ -80,6 +92,7 @@ class Watcher:
         guard: DeletionGuard | None = None,
         on_idle: Callable[[], None] | None = None,
         idle_after: float = 10.0,
+        nice: int = 0,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
@@ -87,19 +100,21 @@ class Watcher:
         self.root = self.filter.root
         self.real_root = self.filter.real_root
         self.debounce = debounce
+        self.close_grace = None if settle > 0 or close_grace is None else min(close_grace, debounce)
         self.max_wait = max_wait if max_wait is not None else max(5.0, 30 * debounce)
         self.lock = lock or threading.Lock()
         self.max_backoff = max_backoff
         self.on_applied = on_applied
         self.on_error = on_error
         self.quarantine = quarantine if quarantine is not None else Quarantine()
-        self.settle = settle
+        self.settling = Settling(settle)
         self.guard = guard
         self.on_idle = on_idle
         self.idle_after = idle_after
+        self.nice = nice
         self._active_at = time.monotonic()
         self._idle_next = 0.0
-        self.paths: queue.Queue[Path | None] = queue.Queue()
+        self.paths: queue.Queue[Change | None] = queue.Queue()
         self.handler = EnqueueHandler(self.paths)
         self.batches = 0
         self.failures = 0
@@ -108,8 +123,6 @@ class Watcher:
         self._retry_at = 0.0
         self._backoff = 0.0
         self._split: list[list[Path]] = []  # halves of a failed batch, applied first
-        self._unsettled: dict[Path, tuple[int, int]] = {}  # path -> (size, mtime_ns) last seen
-        self._settle_at = 0.0
         self._in_hand = 0
         self._stale = False
         self._paid: dict[str, str] = {}  # summaries of a failed attempt, for its retry
@@ -135,27 +148,28 @@ class Watcher:
     def pending(self) -> int:
         """Return the number of paths waiting: queued, in hand, to be retried, split or settling."""
         split = sum(len(b) for b in self._split)
-        return self.paths.qsize() + self._in_hand + len(self._retry) + split + len(self._unsettled)
+        return self.paths.qsize() + self._in_hand + len(self._retry) + split + len(self.settling)
 
     def enqueue(self, paths: Iterable[Path]) -> None:
         """Queue paths as if the observer had reported them (start-up changes, ``adrap retry``)."""
         for path in paths:
-            self.paths.put(path)
+            self.paths.put(Change(path))
 
     def run(self) -> None:
         """The worker loop: batch, apply, repeat; after ``stop``, apply what is left once."""
+        lower_thread_priority(self.nice)
         while not self._stopping.is_set():
             batch = self.next_batch()
             if batch:
                 self._guarded(batch)
                 self._active_at = time.monotonic()
-        rest = self._drain() | self._retry | set(self._unsettled)
+        rest = self._drain() | self._retry | self.settling.take()
         for half in self._split:
             rest.update(half)
-        self._retry, self._split, self._unsettled = set(), [], {}
+        self._retry, self._split = set(), []
         if rest:
             log.info("applying the last %d pending paths before stopping", len(rest))
-            self.settle = 0.0
+            self.settling.settle = 0.0
             self._guarded(rest)
             while self._split:  # isolate offenders even while stopping: the rest must land
                 self._guarded(set(self._split.pop(0)))
@@ -163,46 +177,47 @@ class Watcher:
     # -- batching --------------------------------------------------------------------------------
 
     def next_batch(self) -> set[Path]:
-        """Block until a burst of events has been quiet for ``debounce`` seconds; return its paths.
+        """Block until a burst of events has been quiet long enough; return its paths.
 
-        Halves of a failed batch come first; paths waiting for a retry join once their backoff has
+        Quiet long enough: ``close_grace`` seconds if every path of the burst is complete (closed
+        after its write, moved into place), else ``debounce``; at most ``max_wait`` in all. Halves
+        of a failed batch come first; paths waiting for a retry join once their backoff has
         elapsed, and settling files once ``settle`` has passed. Returns early (possibly empty) when
         the watcher is stopping.
         """
         if self._split:
             return set(self._split.pop(0))
-        batch: set[Path] = set()
+        burst = Burst(self.filter.named)
         while not self._stopping.is_set():
             now = time.monotonic()
             if self._retry and now >= self._retry_at:
-                batch |= self._retry
+                burst.join(self._retry)
                 self._retry = set()
                 break
-            if self._unsettled and now >= self._settle_at:
-                batch |= set(self._unsettled)
+            if self.settling.due(now):
+                burst.join(self.settling.unsettled)
                 break
             try:
                 item = self.paths.get(timeout=_TICK)
             except queue.Empty:
                 self._idle(now)
                 continue
-            if item is not None:
-                batch.add(item)
+            if item is not None and burst.add(item):
                 break
         start = last = time.monotonic()
         while not self._stopping.is_set():
-            now = time.monotonic()
-            wait = min(last + self.debounce, start + self.max_wait) - now
+            grace = self.close_grace
+            quiet = grace if grace is not None and burst.complete else self.debounce
+            wait = min(last + quiet, start + self.max_wait) - time.monotonic()
             if wait <= 0:
                 break
             try:
                 item = self.paths.get(timeout=wait)
             except queue.Empty:
                 break
-            if item is not None:
-                batch.add(item)
+            if item is not None and burst.add(item):
                 last = time.monotonic()
-        return batch
+        return burst.paths
 
     def _idle(self, now: float) -> None:
         """Run ``on_idle`` (maintenance: the daemon builds the search index) once nothing has
@@ -223,51 +238,12 @@ class Watcher:
                 item = self.paths.get_nowait()
             except queue.Empty:
                 return out
-            if item is not None:
-                out.add(item)
+            if item is not None and item.changed:
+                out.add(item.path)
 
     def wanted(self, path: Path) -> bool:
         """Return False for paths outside the root, ignored names, excluded folders, outward links."""
         return self.filter.wanted(path)
-
-    def _settled(self, paths: list[Path]) -> list[Path]:
-        """Return the paths whose (size, mtime) did not change since the last look; hold the rest."""
-        if self.settle <= 0:
-            return paths
-        out = []
-        for path in paths:
-            try:
-                st = path.stat()
-            except OSError:
-                self._unsettled.pop(path, None)
-                out.append(path)  # gone: a deletion needs no settling
-                continue
-            if not path.is_file():
-                out.append(path)
-                continue
-            now = (st.st_size, st.st_mtime_ns)
-            if self._unsettled.get(path) == now:
-                del self._unsettled[path]
-                out.append(path)
-            else:
-                if path not in self._unsettled:
-                    log.debug("%s: waiting until its size and mtime are stable", path)
-                self._unsettled[path] = now
-        if self._unsettled:
-            self._settle_at = time.monotonic() + self.settle
-        return out
-
-    def _not_quarantined(self, paths: list[Path]) -> list[Path]:
-        out = []
-        for path in paths:
-            try:
-                source = path.relative_to(self.root).as_posix()
-            except ValueError:
-                out.append(path)
-                continue
-            if not self.quarantine.holds(source, path):
-                out.append(path)
-        return out
 
     # -- applying --------------------------------------------------------------------------------
 
@@ -284,7 +260,7 @@ class Watcher:
         Must be called from one thread at a time (the worker, or a test instead of the worker).
         """
         wanted = sorted(Path(os.path.abspath(p)) for p in batch if self.wanted(p))
-        paths = self._settled(self._not_quarantined(wanted))
+        paths = self.settling.settled(not_quarantined(wanted, self.root, self.quarantine))
         if not paths:
             return True
         self._in_hand = len(paths)
@@ -407,4 +383,4 @@ class Watcher:
                 st = None
             if st is None or st.st_size != doc.size or st.st_mtime != doc.mtime:
                 log.info("%s changed while being read; it will be read again", doc.source)
-                self.paths.put(path)
+                self.paths.put(Change(path))

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from watchdog.events import (
     DirModifiedEvent,
+    FileClosedEvent,
     FileClosedNoWriteEvent,
     FileCreatedEvent,
     FileDeletedEvent,
@@ -31,6 +32,7 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.errors import SummarizationError
 from ingestor.pipeline import Pipeline
 from ingestor.service.daemon import Daemon
+from ingestor.service.events import Change
 from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
@@ -120,7 +122,7 @@ def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
 def test_handler_only_enqueues_change_events_and_both_ends_of_a_move(tmp_path: Path) -> None:
     import queue
 
-    q: queue.Queue[Path | None] = queue.Queue()
+    q: queue.Queue[Change | None] = queue.Queue()
     h = EnqueueHandler(q)
     h.dispatch(FileCreatedEvent(str(tmp_path / "a.txt")))
     h.dispatch(FileModifiedEvent(str(tmp_path / "b.txt")))
@@ -129,8 +131,16 @@ def test_handler_only_enqueues_change_events_and_both_ends_of_a_move(tmp_path: P
     h.dispatch(FileOpenedEvent(str(tmp_path / "f.txt")))
     h.dispatch(FileClosedNoWriteEvent(str(tmp_path / "f.txt")))
     h.dispatch(DirModifiedEvent(str(tmp_path)))
+    h.dispatch(FileClosedEvent(str(tmp_path / "b.txt")))
     got = [q.get_nowait() for _ in range(q.qsize())]
-    assert [p.name for p in got if p] == ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"]
+    assert [(c.path.name, c.changed, c.complete) for c in got if c] == [
+        ("a.txt", True, False),
+        ("b.txt", True, False),
+        ("c.txt", True, False),
+        ("d.txt", True, False),
+        ("e.txt", True, True),  # moved into place: complete at once
+        ("b.txt", False, True),  # closed after writing: a completion mark, no change
+    ]
 
 
 # -- batching ------------------------------------------------------------------------------------
