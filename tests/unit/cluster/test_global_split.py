@@ -12,8 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
-from ingestor.cluster.gmm import fit_gmm
 from ingestor.cluster.global_split import bound_groups, split_component
+from ingestor.cluster.gmm import fit_gmm
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import load_state
 from tests.fakes import EchoSummarizer
