@@ -8,9 +8,11 @@ re-enters the layer above at its new embedding, through the UMAP transform and t
 (removed, then placed again), like a new cluster's summary [A §4]; the summaries no cluster names
 any more are deleted there, recursively. Two clusters with the same members share one summary
 node; the lists handed to the layer above (new nodes, moved nodes, gone nodes) are disjoint by
-construction, however clusters share. Last, Algorithm 1's condition is re-checked at the top
-(``TreeBuilder.settle_top``): a layer is added over a top that outgrew ``min_top_nodes``, and a
-redundant top layer is dropped.
+construction, however clusters share. A summary regenerated because a child changed, whose text
+comes out the same (same children), keeps its vector and its place above: nothing over it is
+regenerated for it, only the sources of its ancestors are brought up to date. Last, Algorithm 1's
+condition is re-checked at the top (``TreeBuilder.settle_top``): a layer is added over a top that
+outgrew ``min_top_nodes``, and a redundant top layer is dropped.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class UpdateStats:
     layers_added: int = 0
     layers_dropped: int = 0
     summaries_regenerated: int = 0
+    summaries_unchanged: int = 0  # regenerated with the same text: nothing above moved for them
     summary_cache_hits: int = 0
     summary_tokens: int = 0
     upserted: set[str] = field(default_factory=set)
@@ -78,11 +81,13 @@ class TreeUpdater:
         stats = UpdateStats(leaves_added=len(new_leaves), leaves_removed=len(removed_leaves))
         stats.upserted |= set(new_leaves)
         pending = _Pending(add=list(new_leaves), remove=list(removed_leaves))
+        refreshed: set[str] = set()
         layer = 0
         while pending.add or pending.move or pending.remove:
             al: AdaptiveLayer | None = state.layers[layer] if layer < len(state.layers) else None
-            pending = self._apply_layer(state, layer, al, pending, stats)
+            pending = self._apply_layer(state, layer, al, pending, stats, refreshed)
             layer += 1
+        self._refresh_sources(state, refreshed, stats)
         depth = len(state.layers)
         build_stats = BuildStats()
         upserted, deleted = self.builder.settle_top(state, build_stats)
@@ -104,6 +109,7 @@ class TreeUpdater:
         al: AdaptiveLayer | None,
         todo: _Pending,
         stats: UpdateStats,
+        refreshed: set[str],
     ) -> _Pending:
         if al is None:  # the top layer: its nodes have no parents
             for node_id in todo.remove:
@@ -149,7 +155,9 @@ class TreeUpdater:
         )
         al.cluster_nodes.update(regenerated)
         self._count_summaries(stats, build_stats)
-        stats.upserted |= regen.created | regen.rewritten | regen.relinked
+        stats.upserted |= regen.created | regen.rewritten | regen.relinked | regen.refreshed
+        stats.summaries_unchanged += len(regen.refreshed)
+        refreshed |= regen.refreshed
 
         # The layer above: summaries made now enter it, rewritten ones are placed again there,
         # summaries no cluster names leave it.
@@ -210,6 +218,33 @@ class TreeUpdater:
                     free.append(n)
             out[cid] = free
         return out
+
+    @staticmethod
+    def _refresh_sources(state: TreeState, start: set[str], stats: UpdateStats) -> None:
+        """Bring the ancestors' sources up to date above summaries whose text came out the same.
+
+        Such a summary stays where it is in the layer above and its parents are not regenerated
+        for it, but a document added or removed under it changed its sources, and a summary's
+        sources are the union of its children's (DESIGN §4). Cost: the ancestors whose sources
+        change, each the union of its children's.
+        """
+        todo = sorted(start)
+        while todo:
+            node = state.nodes.peek(todo.pop())
+            if node is None:
+                continue
+            for p in node.parents:
+                parent = state.nodes.peek(p)
+                if parent is None:
+                    continue
+                state.nodes.prefetch(parent.children)
+                kids = [k for c in parent.children if (k := state.nodes.peek(c)) is not None]
+                union = frozenset().union(*(k.sources for k in kids))
+                if union != parent.sources:
+                    parent.sources = union
+                    state.nodes[p] = parent
+                    stats.upserted.add(p)
+                    todo.append(p)
 
     @staticmethod
     def _count_summaries(stats: UpdateStats, build_stats: BuildStats) -> None:

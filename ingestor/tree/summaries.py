@@ -67,6 +67,9 @@ class Regeneration:
         created: summary nodes made new.
         rewritten: summary nodes rewritten in place (same id, new text, children, embedding).
         relinked: nodes whose parents changed.
+        refreshed: summary nodes regenerated because a child changed, whose text came out the
+            same (same children): their vector and place above stay, only their sources may
+            have changed; nothing above is regenerated for them.
     """
 
     reuse: dict[int, list[str]] = field(default_factory=dict)
@@ -74,6 +77,7 @@ class Regeneration:
     created: set[str] = field(default_factory=set)
     rewritten: set[str] = field(default_factory=set)
     relinked: set[str] = field(default_factory=set)
+    refreshed: set[str] = field(default_factory=set)
 
 
 class SummaryWriter:
@@ -192,6 +196,11 @@ class SummaryWriter:
         for i, text, vec in zip(todo, texts, vectors, strict=True):
             members = groups[i]
             old = state.nodes.peek(ids[i])
+            same = old is not None and sorted(old.children) == sorted(members)
+            if same and old is not None and old.content_hash == sha256_text(text):
+                regen.rewritten.discard(ids[i])  # the same summary: keep its vector and place
+                regen.refreshed.add(ids[i])
+                vec = state.vectors[ids[i]]
             state.nodes[ids[i]] = Node(
                 node_id=ids[i],
                 layer=layer,

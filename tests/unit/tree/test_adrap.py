@@ -57,9 +57,11 @@ def make_pipeline(tmp: Path, summarizer: EchoSummarizer, drift: float = 100.0) -
     )
 
 
-def check_invariants(p: Pipeline) -> None:
+def check_invariants(p: Pipeline, min_top_nodes: int = 10) -> None:
+    from ingestor.tree.invariants import violations
+
     state = p.require_state()
-    assert state.invariant_violations() == []
+    assert violations(state, min_top_nodes=min_top_nodes) == []
     stored = set(p.store.iter_ids("t"))
     assert stored == set(state.nodes), "store and state disagree"
     for payload in p.store.retrieve(list(state.nodes)):
