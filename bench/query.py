@@ -8,7 +8,7 @@ Synthetic but tree-shaped data: 384-d normalised vectors, leaves clustered by to
 sentence embeddings), each summary the normalised mean of ~6 children, layer sizes shrinking 6x
 per layer (~83 % leaves), two trees (~60/40), sources in nested folders. Queries are perturbed
 leaves. For each size the embedded store (qdrant-edge) is built in a temp dir, optimised (HNSW
-built), then queried with three filters; each query is planned (retriever.plan: a scan when the
+built), then queried with four filters; each query is planned (retriever.plan: a scan when the
 filter keeps few points, else an HNSW walk whose breadth grows as the filter narrows), and the
 ``plan`` column shows what the planner chose: ``scan`` (the engine's scan of the int8 copy,
 rescored), ``exact`` (float scan: a store made with ``--no-quantize``) or ``ef=N``. ``cpu`` is the
