@@ -2,14 +2,18 @@
 
     python bench/query.py [--sizes 10000 100000] [--queries 200] [--ef 64 128]
                           [--m 32] [--ef-construct 128] [--exact-max-points 12000]
+                          [--no-quantize] [--oversampling 2.0]
 
 Synthetic but tree-shaped data: 384-d normalised vectors, leaves clustered by topic (like real
 sentence embeddings), each summary the normalised mean of ~6 children, layer sizes shrinking 6x
 per layer (~83 % leaves), two trees (~60/40), sources in nested folders. Queries are perturbed
 leaves. For each size the embedded store (qdrant-edge) is built in a temp dir, optimised (HNSW
-built), then queried with three filters; each query is planned (retriever.plan: exact scan when
-the filter keeps few points, else an HNSW walk whose breadth grows as the filter narrows), and the
-``plan`` column shows what the planner chose. The server adapter runs on ``QdrantClient(":memory:")``
+built), then queried with four filters; each query is planned (retriever.plan: a scan when the
+filter keeps few points, else an HNSW walk whose breadth grows as the filter narrows), and the
+``plan`` column shows what the planner chose: ``scan`` (the engine's scan of the int8 copy,
+rescored), ``exact`` (float scan: a store made with ``--no-quantize``) or ``ef=N``. ``cpu`` is the
+process CPU time of ``search_budget`` (every thread, the engine's search pool included): on a
+shared machine it moves less than the wall time. The server adapter runs on ``QdrantClient(":memory:")``
 at 10k only: local mode, a pure-Python test double, not a production store.
 
 Brute force = a matrix-vector product over the vectors the filter keeps (pre-masked, contiguous)
@@ -77,10 +81,11 @@ class Row:
     match: float
     fill: list[float]  # store.search + fill_budget
     budget: list[float]  # store.search_budget
+    cpu: list[float]  # process CPU time of store.search_budget
     brute: list[float]
     recall: float  # recall@limit of the ANN hits vs exact
     fill_recall: float  # share of the exact fill's nodes that the ANN fill also returns
-    plan: str  # what the planner chose: "exact" or "ef=N"
+    plan: str  # what the planner chose: "scan", "exact" or "ef=N"
 
 
 def run_queries(
@@ -103,6 +108,7 @@ def run_queries(
             store.search(q, case.flt, limit)
         fill: list[float] = []
         budget: list[float] = []
+        cpu: list[float] = []
         brute: list[float] = []
         recalls: list[float] = []
         fill_recalls: list[float] = []
@@ -110,7 +116,9 @@ def run_queries(
             t0 = time.perf_counter()
             hits = fill_budget(store.search(q, case.flt, limit), MAX_TOKENS)
             t1 = time.perf_counter()
+            c1 = time.process_time()
             store.search_budget(q, case.flt, limit, MAX_TOKENS)
+            cpu.append(time.process_time() - c1)
             t2 = time.perf_counter()
             scores = sub @ q
             top = np.argpartition(-scores, k - 1)[:k]
@@ -134,10 +142,11 @@ def run_queries(
                 float(case.mask.mean()),
                 fill,
                 budget,
+                cpu,
                 brute,
                 float(np.mean(recalls)),
                 float(np.mean(fill_recalls)),
-                "exact" if plan.exact else f"ef={plan.hnsw_ef}",
+                plan.label,
             )
         )
     return rows
@@ -146,7 +155,7 @@ def run_queries(
 def print_rows(rows: Sequence[Row], limit: int) -> None:
     head = (
         f"{'adapter':<15} {'nodes':>7} {'filter':<14} {'match':>6} {'plan':>6} "
-        f"{'search+fill p50':>15} {'p95':>6} {'search_budget p50':>17} {'p95':>6} "
+        f"{'search+fill p50':>15} {'p95':>6} {'search_budget p50':>17} {'p95':>6} {'cpu p50':>7} "
         f"{'brute p50':>9} {'p95':>6} {'ratio':>6} {'recall@' + str(limit):>10} {'fill-recall':>11}"
     )
     print(head)
@@ -156,7 +165,7 @@ def print_rows(rows: Sequence[Row], limit: int) -> None:
         print(
             f"{r.adapter:<15} {r.size:>7} {r.name:<14} {r.match:>6.1%} {r.plan:>6} "
             f"{f50:>12.2f} ms {pct(r.fill, 95):>6.2f} "
-            f"{pct(r.budget, 50):>14.2f} ms {pct(r.budget, 95):>6.2f} "
+            f"{pct(r.budget, 50):>14.2f} ms {pct(r.budget, 95):>6.2f} {pct(r.cpu, 50):>7.2f} "
             f"{b50:>6.2f} ms {pct(r.brute, 95):>6.2f} {f50 / b50:>6.1f} "
             f"{r.recall:>10.3f} {r.fill_recall:>11.3f}"
         )
@@ -192,7 +201,8 @@ def bench_edge(
         t2 = time.perf_counter()
         disk = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
         build = (
-            f"edge   {len(c.nodes):>7} nodes (m={hnsw.m}, ef_construct={hnsw.ef_construct}): "
+            f"edge   {len(c.nodes):>7} nodes (m={hnsw.m}, ef_construct={hnsw.ef_construct}, "
+            f"{'int8' if hnsw.quantize else 'float32 only'}): "
             f"upsert {len(c.nodes) / (t1 - t0):>8,.0f} points/s, optimize (HNSW build) "
             f"{t2 - t1:6.1f} s; RSS {before:,.0f} MB with the corpus -> {rss_mb():,.0f} MB with "
             f"the store, peak {peak_mb():,.0f} MB; on disk {disk:,.0f} MB with the WAL"
@@ -200,7 +210,11 @@ def bench_edge(
         print(build, flush=True)
         rows = run_queries(store, c, cases, limit, n, "edge")
         for ef in efs:
-            store.planner = Planner(exact_max_points=planner.exact_max_points, hnsw_ef=ef)
+            store.planner = Planner(
+                exact_max_points=planner.exact_max_points,
+                hnsw_ef=ef,
+                oversampling=planner.oversampling,
+            )
             rows += run_queries(store, c, cases, limit, n, f"edge ef={ef}")
     return build, rows
 
@@ -233,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--m", type=int, default=HnswConfig().m, help="HNSW links per point")
     p.add_argument("--ef-construct", type=int, default=HnswConfig().ef_construct)
     p.add_argument("--exact-max-points", type=int, default=Planner().exact_max_points)
+    p.add_argument(
+        "--no-quantize", action="store_true", help="store without the int8 copy (float scans)"
+    )
+    p.add_argument("--oversampling", type=float, default=Planner().oversampling)
     p.add_argument("--server-size", type=int, default=10_000, help="0 skips the server adapter")
     p.add_argument("--server-queries", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
@@ -243,8 +261,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in args.sizes:
         c = make_corpus(size, rng)
         cases = make_cases(c, args.queries, rng)
-        hnsw = HnswConfig(m=args.m, ef_construct=args.ef_construct)
-        planner = Planner(exact_max_points=args.exact_max_points)
+        hnsw = HnswConfig(m=args.m, ef_construct=args.ef_construct, quantize=not args.no_quantize)
+        planner = Planner(exact_max_points=args.exact_max_points, oversampling=args.oversampling)
         build, found = bench_edge(c, cases, args.limit, args.queries, args.ef, hnsw, planner)
         builds.append(build)
         rows += found

@@ -2,8 +2,9 @@
 
 384-d normalised vectors, leaves clustered by topic (like real sentence embeddings), each summary
 the normalised mean of ~6 children, layer sizes shrinking 6x per layer (~83 % leaves), two trees
-(~60/40), sources in nested folders. Queries are perturbed leaves; three filters (tree, tree +
-layer >= 1, tree + folder) with the mask of the nodes each keeps, for brute force.
+(~60/40), sources in nested folders. Queries are perturbed leaves; four filters (tree, tree +
+layer >= 1, tree + folder, tree + leaves only as `--layers 0-0` and postQFRAP's default base ask)
+with the mask of the nodes each keeps, for brute force.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class Case:
 
 
 def make_cases(c: Corpus, k: int, rng: np.random.Generator) -> list[Case]:
-    """Three filters. Folder queries come from that folder ("search reports/ about reports")."""
+    """Four filters. Folder queries come from that folder ("search reports/ about reports")."""
     big = c.trees == TREES[0]
     folder = "area3/"
     in_folder = np.array([folder in f for f in c.folders])
@@ -152,6 +153,12 @@ def make_cases(c: Corpus, k: int, rng: np.random.Generator) -> list[Case]:
             SearchFilter(tree=TREES[0], source_prefix=folder),
             big & in_folder,
             make_queries(c, np.nonzero(big & in_folder & (c.layers == 0))[0], k, rng),
+        ),
+        Case(
+            "tree+leaves",
+            SearchFilter(tree=TREES[0], max_layer=0),
+            big & (c.layers == 0),
+            anywhere,
         ),
     ]
 

@@ -28,8 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from qdrant_client.http import models
 
 from retriever.edge_rest_filter import edge_filter, point_id
+from retriever.edge_store import edge_search_params
 from retriever.errors import StoreError
-from retriever.plan import HnswConfig, Planner
+from retriever.plan import HnswConfig, Planner, StoreIndex
 from retriever.schema import VECTOR_NAME
 
 _T = TypeVar("_T")
@@ -44,6 +45,7 @@ class ShardReader(Protocol):
     dim: int | None
     planner: Planner
     hnsw: HnswConfig
+    index: StoreIndex
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T: ...
 
@@ -112,7 +114,7 @@ class EdgeRestReader:
                 }
             ),
             hnsw_config=models.HnswConfig(
-                m=hnsw.m, ef_construct=hnsw.ef_construct, full_scan_threshold=hnsw.full_scan_kb
+                m=hnsw.m, ef_construct=hnsw.ef_construct, full_scan_threshold=hnsw.scan_kb(dim)
             ),
             optimizer_config=models.OptimizersConfig(
                 default_segment_number=0, flush_interval_sec=0, indexing_threshold=hnsw.indexing_kb
@@ -308,8 +310,7 @@ class EdgeRestReader:
             )
         total = shard.info().points_count
         matches = total if flt is None else shard.count(qe.CountRequest(exact=False, filter=flt))
-        plan = self.store.planner.plan(matches, total, limit)
-        return qe.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact)
+        return edge_search_params(self.store.planner.plan(matches, total, limit, self.store.index))
 
 
 def _refuse(value: object, part: str) -> None:

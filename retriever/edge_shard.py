@@ -4,6 +4,7 @@ The point operations are in :mod:`retriever.edge_store`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any, Final, Self
 import qdrant_edge as qe
 
 from retriever.errors import RetrieverError, SchemaMismatchError, StoreError
-from retriever.plan import HnswConfig, Planner
+from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
 from retriever.schema import (
     META_POINT_ID,
     PAYLOAD_INDEXES,
@@ -53,6 +54,9 @@ class EdgeShardLifecycle:
         self.deferred_optimize_points: int | None = None
         self.planner = planner if planner is not None else Planner(hnsw_ef=hnsw_ef)
         self.hnsw = hnsw if hnsw is not None else HnswConfig()
+        #: What the planner knows of the shard's index: read from the shard's own config, so an
+        #: existing shard is planned by the config it was created with, not ``hnsw``.
+        self.index = StoreIndex()
         self.dim: int | None = None
         self._shard: qe.EdgeShard | None = None
         self._closed = False
@@ -66,6 +70,7 @@ class EdgeShardLifecycle:
                 raise
             if meta is not None and isinstance(meta.get(F.EMBED_DIM), int):
                 self.dim = meta[F.EMBED_DIM]
+            self.index = _read_index(self.path)
             log.debug("opened embedded store %s (dim=%s)", self.path, self.dim)
 
     def ensure_collection(self, dim: int, embed_model: str) -> None:
@@ -83,17 +88,20 @@ class EdgeShardLifecycle:
             graph = qe.HnswIndexConfig(
                 m=self.hnsw.m,
                 ef_construct=self.hnsw.ef_construct,
-                full_scan_threshold=self.hnsw.full_scan_kb,
+                full_scan_threshold=self.hnsw.scan_kb(dim),
             )
+            int8 = qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, always_ram=True)
             config = qe.EdgeConfig(
                 vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
                 hnsw_config=graph,
+                quantization_config=int8 if self.hnsw.quantize else None,
                 optimizers=None
                 if self.hnsw.indexing_kb is None
                 else qe.EdgeOptimizersConfig(indexing_threshold=self.hnsw.indexing_kb),
             )
             with self._engine("create the store"):
                 self._shard = qe.EdgeShard.create(str(self.path), config)
+            self.index = self.hnsw.index_of(dim)
             log.info("created embedded store %s (%d-d, %s)", self.path, dim, embed_model)
         shard = self._shard
         meta = self._read_meta()
@@ -244,6 +252,25 @@ class EdgeShardLifecycle:
             f"folder is writable and has free space, or delete {self.path} and rebuild the tree "
             "(`adrap rebuild`)"
         )
+
+
+def _read_index(path: Path) -> StoreIndex:
+    """Return the planner's view of the shard in ``path`` from the config the engine persisted
+    (``edge_config.json``): int8 copy or not, and the plain-scan threshold in points.
+
+    A config that cannot be read plans as a store without an int8 copy: float exact scans, right
+    whatever the store holds, only slower.
+    """
+    try:
+        config = json.loads((path / "edge_config.json").read_text())
+        vector = config["vectors"][VECTOR_NAME]
+        dim = int(vector["size"])
+        kb = int((config.get("hnsw_config") or {}).get("full_scan_threshold") or FULL_SCAN_KB)
+        quantized = bool(vector.get("quantization_config") or config.get("quantization_config"))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.debug("planning %s as unquantized: its config is unreadable (%s)", path, exc)
+        return StoreIndex()
+    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim))
 
 
 def _index_schema(field: str, kind: IndexType) -> qe.PayloadSchemaType | qe.KeywordIndexParams:

@@ -16,8 +16,10 @@ other Python threads of the process stall meanwhile. ``upsert`` therefore optimi
 a writer calls ``optimize()`` once after a full build.
 
 Searching: each query is planned by :mod:`retriever.plan` from the payload indexes' estimate of
-the points the filter keeps (~20 us): an exact scan of few points, else an HNSW walk whose breadth
-grows as the filter narrows.
+the points the filter keeps (~20 us): a scan of few points (the engine's own scan of the int8
+copy, rescored, on a store created with quantization; a float exact scan on an older one), else an
+HNSW walk whose breadth grows as the filter narrows. What the shard was created with is read back
+from its ``edge_config.json`` when it is opened (:attr:`EdgeNodeStore.index`).
 
 Payloads: the engine parses a point's whole payload to return any of it (~10-25 us per hit), so
 :meth:`EdgeNodeStore.search_budget` reads payloads only for the hits the token fill can use.
@@ -80,7 +82,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
             shorthand for ``planner=Planner(hnsw_ef=...)``.
         planner: Chooses exact scan or HNSW walk (and its breadth) per query, see
             :mod:`retriever.plan`.
-        hnsw: The HNSW graph a new shard is created with (an existing shard keeps its own).
+        hnsw: The HNSW graph and int8 quantization a new shard is created with (an existing
+            shard keeps its own, and is planned by it).
 
     Raises:
         StoreError: the folder is locked by another process or is not a readable shard.
@@ -262,14 +265,14 @@ class EdgeNodeStore(EdgeShardLifecycle):
 
     def _plan(self, flt: SearchFilter, edge_filter: qe.Filter | None, limit: int) -> SearchPlan:
         if edge_filter is None:
-            return self.planner.plan(0, 0, limit)
+            return self.planner.plan(0, 0, limit, self.index)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
-            return self.planner.plan(len(flt.ids), len(flt.ids), limit)
+            return self.planner.plan(len(flt.ids), len(flt.ids), limit, self.index)
         shard = self._require()
         with self._engine("estimate the matching points"):
             matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
             total = shard.info().points_count
-        return self.planner.plan(matches, total, limit)
+        return self.planner.plan(matches, total, limit, self.index)
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
@@ -303,8 +306,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if edge_filter is None or limit == 0:
             return []
         shard = self._require()
-        plan = self._plan(flt, edge_filter, limit)
-        params = qe.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact)
+        params = edge_search_params(self._plan(flt, edge_filter, limit))
         request = qe.QueryRequest(
             limit=limit,
             query=qe.Query.Nearest(query, using=VECTOR_NAME),
@@ -328,6 +330,16 @@ class EdgeNodeStore(EdgeShardLifecycle):
             # The stub marks both flags optional but the engine requires them positionally.
             records = shard.retrieve(ids, with_payload, with_vector)
         return {str(r.id): r for r in records}
+
+
+def edge_search_params(plan: SearchPlan) -> qe.SearchParams:
+    """Return the engine's search parameters for ``plan`` (rescoring when it oversamples)."""
+    rescore = (
+        None
+        if plan.oversampling is None
+        else qe.QuantizationSearchParams(rescore=True, oversampling=plan.oversampling)
+    )
+    return qe.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact, quantization=rescore)
 
 
 def _edge_filter(flt: SearchFilter) -> qe.Filter | None:

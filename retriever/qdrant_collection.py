@@ -18,7 +18,7 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from retriever.errors import SchemaMismatchError, StoreError
-from retriever.plan import HnswConfig, Planner
+from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
 from retriever.schema import (
     META_POINT_ID,
     PAYLOAD_INDEXES,
@@ -104,6 +104,9 @@ class QdrantCollection:
         self.owns_client = owns_client
         self.planner = planner if planner is not None else Planner(hnsw_ef=hnsw_ef)
         self.hnsw = hnsw if hnsw is not None else HnswConfig()
+        #: What the planner knows of the collection's index, read from its config by
+        #: :meth:`ensure_collection` (an existing collection is planned by what it was created with).
+        self.index = StoreIndex()
         #: Per filter: (when, estimated matches, estimated points) for the planner.
         self._estimates: dict[Any, tuple[float, int, int]] = {}
         #: Distribution of a collection adrap creates on a cluster (None: the server's default, 1).
@@ -143,6 +146,7 @@ class QdrantCollection:
             info = self.client.get_collection(physical)
         self._check_vectors_config(info, physical, dim, embed_model)
         self._check_distribution(info, physical)
+        self.index = _read_index(info, dim)
         meta = self._read_meta()
         check_meta(meta, embed_model=embed_model, dim=dim, where=self._where())
         with self._call("create payload indexes"):
@@ -253,8 +257,13 @@ class QdrantCollection:
             hnsw_config=models.HnswConfigDiff(
                 m=self.hnsw.m,
                 ef_construct=self.hnsw.ef_construct,
-                full_scan_threshold=self.hnsw.full_scan_kb,
+                full_scan_threshold=self.hnsw.scan_kb(dim),
             ),
+            quantization_config=models.ScalarQuantization(
+                scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, always_ram=True)
+            )
+            if self.hnsw.quantize
+            else None,
             optimizers_config=None
             if self.hnsw.indexing_kb is None
             else models.OptimizersConfigDiff(indexing_threshold=self.hnsw.indexing_kb),
@@ -341,6 +350,15 @@ class QdrantCollection:
                     "check ADRAP_QDRANT__URL / API key"
                 )
             raise StoreError(f"Qdrant {self._where()}: failed to {action}: {exc}; {fix}") from exc
+
+
+def _read_index(info: models.CollectionInfo, dim: int) -> StoreIndex:
+    """Return the planner's view of a collection: int8 copy or not, plain-scan threshold."""
+    vectors = info.config.params.vectors
+    params = vectors.get(VECTOR_NAME) if isinstance(vectors, dict) else None
+    quantized = bool(info.config.quantization_config or (params and params.quantization_config))
+    kb = info.config.hnsw_config.full_scan_threshold or FULL_SCAN_KB
+    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim))
 
 
 def _create_alias(physical: str, alias: str) -> models.CreateAliasOperation:

@@ -64,7 +64,8 @@ class QdrantNodeStore(QdrantCollection):
             shorthand for ``planner=Planner(hnsw_ef=...)``.
         planner: Chooses exact scan or HNSW walk (and its breadth) per query, see
             :mod:`retriever.plan`; the plan is sent as the query's search params.
-        hnsw: The HNSW graph a new collection is created with (an existing one keeps its own).
+        hnsw: The HNSW graph and int8 quantization a new collection is created with (an existing
+            one keeps its own, and is planned by it).
     """
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -235,9 +236,9 @@ class QdrantNodeStore(QdrantCollection):
         """
         query_filter = _qdrant_filter(flt)
         if query_filter is None:
-            return self.planner.plan(0, 0, limit)
+            return self.planner.plan(0, 0, limit, self.index)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
-            return self.planner.plan(len(flt.ids), len(flt.ids), limit)
+            return self.planner.plan(len(flt.ids), len(flt.ids), limit, self.index)
         memo = self._estimates
         now = time.monotonic()
         seen = memo.get(flt)
@@ -249,7 +250,7 @@ class QdrantNodeStore(QdrantCollection):
             if len(memo) >= ESTIMATE_MEMO:
                 memo.clear()
             seen = memo[flt] = (now, matches.count, total.count)
-        return self.planner.plan(seen[1], seen[2], limit)
+        return self.planner.plan(seen[1], seen[2], limit, self.index)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -270,11 +271,7 @@ class QdrantNodeStore(QdrantCollection):
         self._require_open()
         plan = self.plan(flt, limit)
         # Local mode always scans exactly and warns about search params; a server obeys them.
-        params = (
-            None
-            if _is_local(self.client)
-            else models.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact)
-        )
+        params = None if _is_local(self.client) else search_params(plan)
         with self._call("search"):
             return self.client.query_points(
                 self.collection,
@@ -300,6 +297,16 @@ class QdrantNodeStore(QdrantCollection):
                 self.collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors
             )
         return {str(r.id): r for r in records}
+
+
+def search_params(plan: SearchPlan) -> models.SearchParams:
+    """Return the server's search parameters for ``plan`` (rescoring when it oversamples)."""
+    rescore = (
+        None
+        if plan.oversampling is None
+        else models.QuantizationSearchParams(rescore=True, oversampling=plan.oversampling)
+    )
+    return models.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact, quantization=rescore)
 
 
 def _is_local(client: QdrantClient) -> bool:

@@ -668,7 +668,8 @@ class RecordingClient(QdrantClient):
     """Local mode standing in for a server: records the search params a server would receive.
 
     It reports a URL so the adapter sends params (local mode itself scans exactly whatever they
-    say, and warns if given any, so they are recorded and then dropped).
+    say, and warns if given any, so they are recorded and then dropped), and reports the HNSW and
+    quantization config a collection was created with, as a server does (local mode forgets it).
     """
 
     def __init__(self) -> None:
@@ -681,8 +682,18 @@ class RecordingClient(QdrantClient):
         return {**super().init_options, "location": None, "url": "http://recorded:6333"}
 
     def create_collection(self, *args: Any, **kwargs: Any) -> bool:
-        self.created.append(kwargs)
+        self.created.append({"name": args[0] if args else kwargs["collection_name"], **kwargs})
         return super().create_collection(*args, **kwargs)
+
+    def get_collection(self, collection_name: str, **kwargs: Any) -> models.CollectionInfo:
+        info = super().get_collection(collection_name, **kwargs)
+        made = [c for c in self.created if c["name"] == collection_name]
+        if made:
+            info.config.quantization_config = made[-1]["quantization_config"]
+            info.config.hnsw_config.full_scan_threshold = made[-1][
+                "hnsw_config"
+            ].full_scan_threshold
+        return info
 
     def query_points(self, *args: Any, **kwargs: Any) -> Any:
         self.sent.append(kwargs.get("search_params"))
@@ -697,22 +708,40 @@ def _selective_corpus(n: int, dim: int) -> tuple[list[NodePayload], NDArray[np.f
     return nodes, unit_vectors(n, dim, seed=4)
 
 
-def test_store_plans_an_exact_scan_under_the_threshold_and_a_walk_above(store: Any) -> None:
+@pytest.mark.parametrize("quantize", [True, False])
+def test_store_plans_a_scan_under_the_threshold_and_a_walk_above(
+    tmp_path: Path, quantize: bool
+) -> None:
+    """A new (quantized) store scans with the engine and rescores; one without an int8 copy scans
+    exactly; both walk a broad filter. The server adapter plans the same from the same config."""
     nodes, vectors = _selective_corpus(300, DIM)
-    store.upsert(nodes, vectors)
-    store.planner = Planner(exact_max_points=100)
-    selective = SearchFilter(tree="t1", min_layer=1)
-    assert 0 < store.count(selective) <= 100
-    plan = store.plan(selective, 10)
-    assert plan.exact
-    assert plan.hnsw_ef is None
-    ids = tuple(n.node_id for n in nodes[:5])
-    assert store.plan(SearchFilter(tree="t1", ids=ids), 10).exact  # bounded by len(ids)
-    broad = store.plan(SearchFilter(tree="t1"), 10)
-    assert not broad.exact
-    assert broad.hnsw_ef is not None
-    assert broad.hnsw_ef >= 10
-    assert store.plan(SearchFilter(tree="t1", ids=()), 10).exact  # matches nothing
+    planner = Planner(exact_max_points=100)
+    hnsw = HnswConfig(quantize=quantize)
+    client = RecordingClient()
+    with (
+        EdgeNodeStore(tmp_path / "e", planner=planner, hnsw=hnsw) as edge,
+        QdrantNodeStore(client, "adrap", owns_client=True, planner=planner, hnsw=hnsw) as server,
+    ):
+        plans = []
+        for store in (edge, server):
+            store.ensure_collection(DIM, MODEL)
+            store.upsert(nodes, vectors)
+            selective = SearchFilter(tree="t1", min_layer=1)
+            assert 0 < store.count(selective) <= 100
+            plan = store.plan(selective, 10)
+            assert plan.label == ("scan" if quantize else "exact")
+            assert plan.oversampling == (planner.oversampling if quantize else None)
+            ids = tuple(n.node_id for n in nodes[:5])
+            assert store.plan(SearchFilter(tree="t1", ids=ids), 10).label == plan.label
+            broad = store.plan(SearchFilter(tree="t1"), 10)
+            assert not broad.exact
+            assert not broad.scan
+            assert broad.hnsw_ef is not None
+            assert broad.hnsw_ef >= 10
+            assert broad.oversampling == plan.oversampling
+            assert store.plan(SearchFilter(tree="t1", ids=()), 10).label == plan.label
+            plans.append((plan.label, broad.scan, broad.oversampling))
+        assert plans[0] == plans[1]  # the estimates may differ a little: the engines' own
 
 
 def test_selective_filter_on_an_hnsw_graph_returns_exactly_the_brute_force_top_k(
@@ -730,12 +759,13 @@ def test_selective_filter_on_an_hnsw_graph_returns_exactly_the_brute_force_top_k
         EdgeNodeStore(
             tmp_path / "e", auto_optimize_points=None, hnsw=sparse, planner=planner
         ) as edge,
-        QdrantNodeStore(client, "adrap", owns_client=True, planner=planner) as server,
+        QdrantNodeStore(client, "adrap", owns_client=True, planner=planner, hnsw=sparse) as server,
     ):
         for s in (edge, server):
             s.ensure_collection(dim, MODEL)
             s.upsert(nodes, vectors)
         edge.optimize()
+        assert edge.plan(selective, limit).exact  # the engine would walk: full_scan_kb=1
         walk_recalls = []
         for seed in range(5):
             query = unit_vectors(1, dim, seed=100 + seed)[0]
@@ -755,6 +785,72 @@ def test_selective_filter_on_an_hnsw_graph_returns_exactly_the_brute_force_top_k
     assert broad is not None
     assert not broad.exact
     assert (broad.hnsw_ef or 0) >= limit
+    assert broad.quantization == models.QuantizationSearchParams(
+        rescore=True, oversampling=planner.oversampling
+    )
+
+
+def test_the_engine_scans_a_quantized_store_and_rescores_to_the_float_top_k(
+    tmp_path: Path,
+) -> None:
+    """A new store is indexed with an int8 copy; the planner's scan of a selective filter is the
+    engine's scan of that copy, whose best candidates are rescored with the float vectors."""
+    dim, limit = 32, 20
+    nodes, vectors = _selective_corpus(3000, dim)
+    selective = SearchFilter(tree="t1", min_layer=1)
+    graph = HnswConfig(m=8, ef_construct=16, indexing_kb=1)  # a graph, and the int8 copy
+    with EdgeNodeStore(tmp_path / "e", auto_optimize_points=None, hnsw=graph) as edge:
+        edge.ensure_collection(dim, MODEL)
+        edge.upsert(nodes, vectors)
+        edge.optimize()
+        plan = edge.plan(selective, limit)
+        assert plan.scan
+        differs = 0
+        for seed in range(5):
+            query = unit_vectors(1, dim, seed=200 + seed)[0]
+            want, want_scores = _brute_force(nodes, vectors, query, selective, limit)
+            hits = edge.search(query, selective, limit)
+            assert [h.node.node_id for h in hits] == want
+            np.testing.assert_allclose([h.score for h in hits], want_scores, atol=1e-5)
+            request = qdrant_edge.QueryRequest(
+                limit=limit,
+                query=qdrant_edge.Query.Nearest(query.tolist(), using="dense"),
+                filter=edge_store._edge_filter(selective),
+                with_payload=False,
+                with_vector=False,
+                params=qdrant_edge.SearchParams(
+                    hnsw_ef=plan.hnsw_ef,
+                    quantization=qdrant_edge.QuantizationSearchParams(rescore=False),
+                ),
+            )
+
+            def unrescored(
+                shard: qdrant_edge.EdgeShard, r: qdrant_edge.QueryRequest = request
+            ) -> list[qdrant_edge.ScoredPoint]:
+                return shard.query(r)
+
+            raw = edge.read_shard("query without rescoring", unrescored)
+            int8_scores = np.array([h.score for h in raw])
+            differs += not np.allclose(np.sort(int8_scores), np.sort(want_scores), atol=1e-5)
+        assert differs, "no int8 copy was scanned: the scores without rescoring are the floats'"
+
+
+def test_an_existing_store_is_planned_by_the_config_it_was_created_with(tmp_path: Path) -> None:
+    old = HnswConfig(quantize=False, full_scan_kb=10_000)
+    with EdgeNodeStore(tmp_path / "e", hnsw=old) as edge:
+        edge.ensure_collection(DIM, MODEL)
+    with EdgeNodeStore(tmp_path / "e") as edge:  # today's defaults: quantize, larger threshold
+        edge.ensure_collection(DIM, MODEL)
+        assert not edge.index.quantized
+        assert edge.index.scan_points == 10_000 * 1024 // (DIM * 4)
+    persisted = json.loads((tmp_path / "e" / "edge_config.json").read_text())
+    assert persisted.get("quantization_config") is None
+    client = RecordingClient()
+    with QdrantNodeStore(client, "adrap", hnsw=old) as server:
+        server.ensure_collection(DIM, MODEL)
+    with QdrantNodeStore(client, "adrap", owns_client=True) as server:
+        server.ensure_collection(DIM, MODEL)
+        assert server.index == edge.index
 
 
 def test_new_stores_get_the_configured_hnsw_graph(tmp_path: Path) -> None:
@@ -765,6 +861,12 @@ def test_new_stores_get_the_configured_hnsw_graph(tmp_path: Path) -> None:
     assert persisted["hnsw_config"]["m"] == 20
     assert persisted["hnsw_config"]["ef_construct"] == 50
     assert persisted["hnsw_config"]["full_scan_threshold"] == 300
+    assert persisted["quantization_config"] == {"scalar": {"type": "int8", "always_ram": True}}
+    with EdgeNodeStore(tmp_path / "d") as edge:
+        edge.ensure_collection(DIM, MODEL)
+        assert edge.index == HnswConfig().index_of(DIM)
+    persisted = json.loads((tmp_path / "d" / "edge_config.json").read_text())
+    assert persisted["hnsw_config"]["full_scan_threshold"] == HnswConfig().scan_kb(DIM)
     client = RecordingClient()
     with QdrantNodeStore(client, "adrap", owns_client=True, hnsw=graph) as server:
         server.ensure_collection(DIM, MODEL)
@@ -774,6 +876,9 @@ def test_new_stores_get_the_configured_hnsw_graph(tmp_path: Path) -> None:
             m=20, ef_construct=50, full_scan_threshold=300
         )
         assert created["optimizers_config"] == models.OptimizersConfigDiff(indexing_threshold=700)
+        assert created["quantization_config"] == models.ScalarQuantization(
+            scalar=models.ScalarQuantizationConfig(type=models.ScalarType.INT8, always_ram=True)
+        )
     assert len(client.created) == 2
 
 

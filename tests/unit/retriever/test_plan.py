@@ -1,10 +1,21 @@
-"""The search planner: exact scan under a cardinality threshold, a widening HNSW walk above it."""
+"""The search planner: a scan under a cardinality threshold (the engine's int8 scan on a quantized
+store, a float exact scan otherwise), a widening HNSW walk above it."""
 
 from __future__ import annotations
 
 import pytest
 
-from retriever.plan import BASE_HNSW_EF, EXACT_MAX_POINTS, HnswConfig, Planner, SearchPlan
+from retriever.plan import (
+    BASE_HNSW_EF,
+    EXACT_MAX_POINTS,
+    FULL_SCAN_KB,
+    OVERSAMPLING,
+    HnswConfig,
+    Planner,
+    SearchPlan,
+    StoreIndex,
+    scan_points,
+)
 
 
 def test_planner_scans_exactly_at_or_under_the_threshold() -> None:
@@ -27,7 +38,48 @@ def test_planner_widens_the_walk_as_the_filter_narrows_within_bounds() -> None:
     assert Planner(exact_max_points=0).plan(5, 5, 1).hnsw_ef == BASE_HNSW_EF
 
 
-@pytest.mark.parametrize("kwargs", [{"exact_max_points": -1}, {"hnsw_ef": 0}, {"max_hnsw_ef": 0}])
+def test_a_quantized_store_scans_its_int8_copy_and_rescores_everything() -> None:
+    planner = Planner(exact_max_points=500)
+    index = StoreIndex(quantized=True, scan_points=1000)
+    scan = planner.plan(500, 10_000, 100, index)
+    assert (scan.scan, scan.exact, scan.oversampling) == (True, False, OVERSAMPLING)
+    assert scan.hnsw_ef is not None
+    assert scan.hnsw_ef >= 100  # should the engine walk after all
+    assert scan.label == "scan"
+    walk = planner.plan(501, 10_000, 100, index)
+    assert (walk.scan, walk.exact, walk.oversampling) == (False, False, OVERSAMPLING)
+    assert walk.label == f"ef={walk.hnsw_ef}"
+    unquantized = planner.plan(501, 10_000, 100)
+    assert unquantized.oversampling is None  # nothing to rescore
+    assert planner.plan(500, 10_000, 100).label == "exact"
+
+
+def test_a_quantized_store_whose_engine_would_walk_gets_a_float_exact_scan() -> None:
+    """An older store's engine scans only below Qdrant's default threshold (6,666 points at
+    384-d): between it and the planner's threshold ``exact`` is the only way to scan, and it
+    ignores the int8 copy."""
+    index = StoreIndex(quantized=True, scan_points=scan_points(FULL_SCAN_KB, 384))
+    assert index.scan_points == 6666
+    assert Planner().plan(6665, 100_000, 100, index).scan
+    plan = Planner().plan(6666, 100_000, 100, index)
+    assert plan == SearchPlan(exact=True, hnsw_ef=None, matches=6666)
+
+
+def test_new_stores_scan_up_to_the_planner_threshold() -> None:
+    for dim in (16, 384, 768, 1536):
+        index = HnswConfig().index_of(dim)
+        assert index.quantized
+        assert EXACT_MAX_POINTS < index.scan_points < EXACT_MAX_POINTS * 1.01  # KB rounding
+        assert Planner().plan(EXACT_MAX_POINTS, 10**6, 100, index).scan
+    assert HnswConfig().scan_kb(384) == 18_002  # Qdrant's threshold is in KB of float vectors
+    assert HnswConfig(full_scan_kb=300).scan_kb(384) == 300
+    assert not HnswConfig(quantize=False).index_of(384).quantized
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"exact_max_points": -1}, {"hnsw_ef": 0}, {"max_hnsw_ef": 0}, {"oversampling": 0.5}],
+)
 def test_planner_rejects_bad_knobs(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError, match=next(iter(kwargs))):
         Planner(**kwargs)
