@@ -272,7 +272,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         with self._engine("estimate the matching points"):
             matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
             total = shard.info().points_count
-        return self.planner.plan(matches, total, limit, self.index)
+        return self.planner.plan(matches, total, limit, self.index, leaves_only=flt.leaves_only)
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.

@@ -37,6 +37,12 @@ from typing import Final
 EXACT_MAX_POINTS: Final = 12_000
 #: HNSW breadth of an unfiltered search (also the floor for filtered ones); never below ``limit``.
 BASE_HNSW_EF: Final = 128
+#: Leaves-only filters (``layer == 0``, e.g. postQFRAP's default base) are scanned exactly up to
+#: this many matching points: a summary is the hub of its children in the graph, and a walk that
+#: may not step through summaries falls apart (bench/query.py, 100k nodes: recall@100 0.17-0.46
+#: at any ef up to 1024, against 0.97-1.00 for the other filters). Exact is right; it costs
+#: ~0.25 us a point (~12 ms for 50k leaves).
+LEAVES_EXACT_MAX_POINTS: Final = 250_000
 #: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it).
 MAX_HNSW_EF: Final = 512
 #: HNSW graph built by both adapters: links per point (32: recall@100 0.97 at ef=128 under a 60 %
@@ -146,12 +152,15 @@ class Planner:
         hnsw_ef: Breadth of an unfiltered walk; ``None`` uses :data:`BASE_HNSW_EF`.
         max_hnsw_ef: Cap on the breadth the selectivity rule asks for.
         oversampling: Candidates per hit scored on a quantized store's int8 copy, rescored.
+        leaves_exact_max_points: Scan leaves-only filters exactly up to this many matching
+            points (see :data:`LEAVES_EXACT_MAX_POINTS`).
     """
 
     exact_max_points: int = EXACT_MAX_POINTS
     hnsw_ef: int | None = None
     max_hnsw_ef: int = MAX_HNSW_EF
     oversampling: float = OVERSAMPLING
+    leaves_exact_max_points: int = LEAVES_EXACT_MAX_POINTS
 
     def __post_init__(self) -> None:
         if self.exact_max_points < 0:
@@ -164,17 +173,27 @@ class Planner:
             raise ValueError(f"oversampling must be >= 1.0, got {self.oversampling}")
 
     def plan(
-        self, matches: int, total: int, limit: int, index: StoreIndex | None = None
+        self,
+        matches: int,
+        total: int,
+        limit: int,
+        index: StoreIndex | None = None,
+        *,
+        leaves_only: bool = False,
     ) -> SearchPlan:
         """Return the plan for a query whose filter keeps ``matches`` of ``total`` points.
 
-        ``index`` describes the store (``None``: no int8 copy, so scans are float ``exact``).
+        ``index`` describes the store (``None``: no int8 copy, so scans are float ``exact``);
+        ``leaves_only``: the filter keeps no summary (scanned up to ``leaves_exact_max_points``).
         """
         index = index if index is not None else StoreIndex()
         base = self.hnsw_ef if self.hnsw_ef is not None else BASE_HNSW_EF
         ef = hnsw_ef_for(matches, total, limit, base=base, cap=max(self.max_hnsw_ef, base))
         rescore = self.oversampling if index.quantized else None
-        if matches <= self.exact_max_points:
+        scan_max = self.exact_max_points
+        if leaves_only and total > 0:
+            scan_max = max(scan_max, self.leaves_exact_max_points)
+        if matches <= scan_max:
             if index.quantized and matches < index.scan_points:
                 return SearchPlan(False, ef, matches, oversampling=rescore, scan=True)
             return SearchPlan(exact=True, hnsw_ef=None, matches=matches)

@@ -250,7 +250,7 @@ class QdrantNodeStore(QdrantCollection):
             if len(memo) >= ESTIMATE_MEMO:
                 memo.clear()
             seen = memo[flt] = (now, matches.count, total.count)
-        return self.planner.plan(seen[1], seen[2], limit, self.index)
+        return self.planner.plan(seen[1], seen[2], limit, self.index, leaves_only=flt.leaves_only)
 
     # -- internals -------------------------------------------------------------------------------
 

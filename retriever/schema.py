@@ -230,6 +230,11 @@ class SearchFilter:
     ids: tuple[str, ...] | None = None
     kind: Kind | None = None
 
+    @property
+    def leaves_only(self) -> bool:
+        """Whether the filter keeps leaves only (no summary can match)."""
+        return self.max_layer == 0 or self.kind == Kind.CHUNK
+
     def source_condition(self) -> tuple[str, str] | None:
         """Return ``(field, value)`` of the exact keyword match that implements source_prefix."""
         if self.source_prefix is None:
