@@ -102,7 +102,8 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     index = StoreIndex(quantized=True, scan_points=12_000)
     assert not planner.plan(50_000, 100_000, 100, index).exact  # any other filter: walked
     leaves = planner.plan(50_000, 100_000, 100, index, leaves_only=True)
-    assert leaves.exact and leaves.label == "exact"
+    assert leaves.exact
+    assert leaves.label == "exact"
     small = planner.plan(5_000, 100_000, 100, index, leaves_only=True)
     assert small.scan, "few leaves: the engine's quantized scan, rescored"
     huge = planner.plan(LEAVES_EXACT_MAX_POINTS + 1, 10**7, 100, index, leaves_only=True)
