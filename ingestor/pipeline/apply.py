@@ -180,6 +180,8 @@ class ApplyStage(BuildStage):
         for node, vec in zip(added, vecs, strict=True):
             state.nodes[node.node_id] = node
             state.vectors[node.node_id] = vec
+        if self.leaves_first and added:  # searchable now, whether adRAP or a rebuild places them
+            self.show_leaves(state, [n.node_id for n in added])
         n_leaves = state.layer_counts().get(0, 0) - len(removed)
         drift = (
             state.added_since_build + state.removed_since_build + len(added) + len(removed)
@@ -203,8 +205,6 @@ class ApplyStage(BuildStage):
             self.store_state(state)
             report.state_bytes = state.last_commit_bytes
             return
-        if self.leaves_first and added:
-            self.show_leaves(state, [n.node_id for n in added])
         report.stats = TreeUpdater(self.builder).apply(state, [n.node_id for n in added], removed)
         report.stats.upserted.update(touched)
         self.store_changes(state, report.stats.upserted, report.stats.deleted)

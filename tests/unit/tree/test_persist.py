@@ -312,14 +312,18 @@ class GatedSummarizer(EchoSummarizer):
         return super().summarize_many(groups, max_tokens=max_tokens, query=query)
 
 
-def test_new_leaves_are_searchable_while_their_summaries_are_written(tmp_path: Path) -> None:
+@pytest.mark.parametrize("drift", [100.0, 0.0], ids=["adrap", "drift-rebuild"])
+def test_new_leaves_are_searchable_while_their_summaries_are_written(
+    tmp_path: Path, drift: float
+) -> None:
     """File -> searchable is the embedding, not adRAP: a new file's leaves are in the store
-    before the summaries over them; an update that then fails leaves none of them behind."""
+    before the summaries over them, also when the update is a drift rebuild (a small tree
+    growing by 30 %: often, for a new user); an update that then fails leaves none behind."""
     root = tmp_path / "docs"
     write_corpus(root, random.Random(0), 14)
     s = GatedSummarizer()
     s.gate.set()
-    p = make_pipeline(tmp_path, s)
+    p = make_pipeline(tmp_path, s, drift=drift)
     p.build(root)
     s.gate.clear()
     s.waiting.clear()
@@ -355,4 +359,7 @@ def test_new_leaves_are_searchable_while_their_summaries_are_written(tmp_path: P
             assert not errors
             check_invariants(p)
             (root / "new.txt").unlink()
+            s.gate.set()  # (a drift rebuild summarises again)
             p.update([root / "new.txt"])
+            s.gate.clear()
+            s.waiting.clear()
