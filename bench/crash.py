@@ -273,7 +273,7 @@ class CrashBench:
         seen = w.phases()
         for (t0, p), (t1, _) in pairwise(seen):
             self.lengths[p].append(t1 - t0)
-        if seen:
+        if seen and seen[-1][1] == "exit":  # a no-op update logs no phase after its lock
             self.whole.append(seen[-1][0] - seen[0][0])  # locked -> done
 
     def typical(self, phase: str) -> float:
@@ -285,7 +285,7 @@ class CrashBench:
         w = Writer(args, self.env)
         if self.rng.random() < UNIFORM_SHARE:
             target, start = "uniform", w.wait_phase("start")
-            delay = self.rng.random() * statistics.median(self.whole)
+            delay = self.rng.random() * statistics.median(self.whole or [0.0])
         else:
             target = self.rng.choice(TARGETS)
             start, delay = w.wait_phase(target), self.rng.random() * self.typical(target)
@@ -340,7 +340,7 @@ class CrashBench:
         for _ in range(calibration):
             self.calibrate()
         self.out(
-            f"typical seconds: update {statistics.median(self.whole):.2f} (from its lock), "
+            f"typical seconds: update {statistics.median(self.whole or [0.0]):.2f} (from its lock), "
             + ", ".join(f"{p} {self.typical(p):.3f}" for p in PHASES if self.lengths[p])
         )
         try:
