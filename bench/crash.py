@@ -136,10 +136,15 @@ class Writer:
         return alive
 
     def finish(self, timeout: float = 900) -> tuple[int, str]:
-        """Wait for the writer to end; return its exit code and stdout."""
-        out, _ = self.proc.communicate(timeout=timeout)
+        """Wait for the writer to end; return its exit code and stdout.
+
+        Not ``communicate()``: it would read stderr too, racing the reader thread for log lines.
+        """
+        code = self.proc.wait(timeout)
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
         self.reader.join(30)
-        return self.proc.returncode, out
+        return code, out
 
     def last(self) -> str:
         """Return the phase of the last phase line logged and the last line itself."""
@@ -202,6 +207,7 @@ class Totals:
     rerun_failures: int = 0
     recoveries_expected: int = 0
     recoveries_run: int = 0
+    intents_left: int = 0  # an intent still pending after the rerun
     queries: int = 0
     wall: float = 0.0
 
@@ -218,6 +224,7 @@ class Totals:
             + self.rerun_failures
             + self.recoveries_expected
             - self.recoveries_run
+            + self.intents_left
         )
 
 
@@ -322,6 +329,7 @@ class CrashBench:
         t.recoveries_expected += after.intent != "none"
         t.recoveries_run += recovered and after.intent != "none"
         end = inspect(self.state_dir, self.root)
+        t.intents_left += end.intent != "none"
         for name in ("orphans", "missing", "mismatched", "invariants", "sources_differ"):
             setattr(t, name, getattr(t, name) + getattr(end, name))
         t.rounds += 1
@@ -331,7 +339,7 @@ class CrashBench:
             f"{after.missing}, payloads differ {after.mismatched}; {reader} | rerun rc {rcode}"
             f"{' recovered' if recovered else ''}{' (already removed)' if already else ''} | "
             f"orphans {end.orphans} missing {end.missing} payloads {end.mismatched} "
-            f"invariants {end.invariants} sources {end.sources_differ}"
+            f"invariants {end.invariants} sources {end.sources_differ} intent {end.intent}"
         )
 
     def run(self, rounds: int, calibration: int = 2, query_every: int = 1) -> Totals:
@@ -363,7 +371,7 @@ def summary(t: Totals) -> str:
         f"right after the kills: committed nodes missing from the store {t.missing_after_kill}, "
         f"reader failures {t.reader_failures} ({t.rounds} status, {t.queries} query); reruns "
         f"failed {t.rerun_failures}; recoveries run {t.recoveries_run} of "
-        f"{t.recoveries_expected} expected\n"
+        f"{t.recoveries_expected} expected, intents left after the reruns {t.intents_left}\n"
         f"wall {t.wall:.0f}s ({t.wall / max(1, t.rounds):.1f}s a round)"
     )
 

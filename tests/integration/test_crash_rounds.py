@@ -32,6 +32,7 @@ def test_killed_updates_leave_no_orphan_no_missing_point_and_equal_payloads(
     assert totals.missing_after_kill == totals.reader_failures == 0, summary(totals)
     assert totals.rerun_failures == 0, summary(totals)
     assert totals.recoveries_run == totals.recoveries_expected, summary(totals)
+    assert totals.intents_left == 0, summary(totals)
     assert totals.failures() == 0
 
     # The check itself sees a stale payload, an orphan and a missing point.
