@@ -142,8 +142,11 @@ class Writer:
         """
         code = self.proc.wait(timeout)
         assert self.proc.stdout is not None
+        assert self.proc.stderr is not None
         out = self.proc.stdout.read()
+        self.proc.stdout.close()
         self.reader.join(30)
+        self.proc.stderr.close()
         return code, out
 
     def last(self) -> str:

@@ -14,7 +14,12 @@ from ingestor.tree.persist import load_state
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    # Reading a state unpickles umap, which warns that TensorFlow (ParametricUMAP) is absent.
+    pytest.mark.filterwarnings("ignore::ImportWarning"),
+]
 
 
 def test_killed_updates_leave_no_orphan_no_missing_point_and_equal_payloads(
