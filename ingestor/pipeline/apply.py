@@ -176,11 +176,15 @@ class ApplyStage(BuildStage):
                 report.files_removed += 1
         if not added and not removed and not touched:
             return
+        # Phase lines (debug): bench/crash.py reads them to place its kills and report where
+        # each one landed; they also date each step of a slow update under -v.
+        log.debug("update: embedding %d new leaves (%d removed)", len(added), len(removed))
         vecs = self.embedder.embed_documents([n.text for n in added])
         for node, vec in zip(added, vecs, strict=True):
             state.nodes[node.node_id] = node
             state.vectors[node.node_id] = vec
         if self.leaves_first and added:  # searchable now, whether adRAP or a rebuild places them
+            log.debug("update: writing %d new leaves first", len(added))
             self.show_leaves(state, [n.node_id for n in added])
         n_leaves = state.layer_counts().get(0, 0) - len(removed)
         drift = (
@@ -205,6 +209,7 @@ class ApplyStage(BuildStage):
             self.store_state(state)
             report.state_bytes = state.last_commit_bytes
             return
+        log.debug("update: placing %d leaves, removing %d (adRAP)", len(added), len(removed))
         report.stats = TreeUpdater(self.builder).apply(state, [n.node_id for n in added], removed)
         report.stats.upserted.update(touched)
         self.store_changes(state, report.stats.upserted, report.stats.deleted)
@@ -230,13 +235,20 @@ class ApplyStage(BuildStage):
         ids = sorted(i for i in upserted if i in state.nodes)
         gone = sorted(i for i in deleted if i not in state.nodes)
         self._intent(state, ids, gone)
+        log.debug("update: intent recorded; upserting %d points", len(ids))
         for start in range(0, len(ids), UPSERT_BATCH):
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
+        log.debug("update: upserted; committing the state")
         self._commit(state)
+        log.debug(
+            "update: committed generation %d; deleting %d points", state.generation, len(gone)
+        )
         if gone:
             self.store.delete(gone)
+        log.debug("update: deleted; dropping the intent")
         self._intent(state, None, None)
+        log.debug("update: done")
 
     def apply_batch(
         self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport

@@ -84,7 +84,9 @@ class Node:
             children=tuple(self.children),
             summarizer=self.summarizer,
             embed_model=embed_model,
-            updated_at=self.updated_at,
+            # Microseconds: the embedded store keeps 16 significant digits of a float, so a
+            # 17-digit time.time() came back changed and every reconcile re-stored the node.
+            updated_at=round(self.updated_at, 6),
         )
 
 

@@ -363,3 +363,17 @@ def test_new_leaves_are_searchable_while_their_summaries_are_written(
             p.update([root / "new.txt"])
             s.gate.clear()
             s.waiting.clear()
+
+
+def test_stored_payloads_come_back_equal_so_a_daemon_start_re_stores_nothing(
+    built: tuple[Pipeline, Path],
+) -> None:
+    """qdrant-edge keeps 16 significant digits of a float, so a time.time() stamp of 17 digits
+    came back changed: every daemon start found those payloads "different" and wrote them again."""
+    p, _ = built
+    assert p.reconcile_store(p.require_state()) == (0, 0)
+    state = p.require_state()
+    node_id = sorted(state.nodes)[0]
+    state.nodes[node_id].updated_at = 1795399810.6701941  # 17 significant digits
+    p.store.upsert(state.payloads([node_id]), state.matrix([node_id]))
+    assert p.store.retrieve([node_id]) == state.payloads([node_id])
