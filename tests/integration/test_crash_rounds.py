@@ -4,6 +4,7 @@ killed, then run again; the store must hold exactly the state's nodes with the s
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +53,7 @@ def test_killed_updates_leave_no_orphan_no_missing_point_and_equal_payloads(
         vec = store.retrieve_vectors([victim.node_id])
         store.upsert([victim.model_copy(update={"text": victim.text + " (stale)"})], vec)
         store.upsert(
-            [victim.model_copy(update={"node_id": victim.node_id + "-orphan"})],
+            [victim.model_copy(update={"node_id": str(uuid.UUID(int=1))})],
             vec.astype(np.float32),
         )
         store.delete([gone.node_id])
