@@ -115,6 +115,10 @@ class ClusterSettings(_Section):
     max_group: int = Field(default=1000, ge=0)
     max_layers: int = Field(default=5, ge=2)
     min_top_nodes: int = Field(default=10, ge=1)
+    #: A summary over more files (folders) than this lists none in its payload and matches no
+    #: file (folder) filter (0: all listed; an update then costs more as the collection grows).
+    #: Takes effect when a tree is (re)built.
+    max_node_sources: int = Field(default=100, ge=0)
 
 
 class OpenAISettings(_Section):

@@ -53,6 +53,8 @@ class F:
     SOURCE: Final = "source"
     SOURCES: Final = "sources"
     SOURCE_DIRS: Final = "source_dirs"
+    SOURCES_CAPPED: Final = "sources_capped"
+    SOURCE_DIRS_CAPPED: Final = "source_dirs_capped"
     CHUNK_INDEX: Final = "chunk_index"
     CHAR_START: Final = "char_start"
     CHAR_END: Final = "char_end"
@@ -124,6 +126,12 @@ class NodePayload(BaseModel):
     source: str | None = None
     sources: tuple[str, ...] = ()
     source_dirs: tuple[str, ...] = ()
+    #: The node lies over more files (folders) than the tree's per-node limit: ``sources``
+    #: (``source_dirs``) is left empty and a file (folder) filter does not match it. A summary of
+    #: hundreds of documents is about none of them in particular, and listing them all made every
+    #: update rewrite the top summaries' lists, at a cost growing with the collection.
+    sources_capped: bool = False
+    source_dirs_capped: bool = False
     chunk_index: int | None = None
     char_start: int | None = None
     char_end: int | None = None
@@ -221,6 +229,8 @@ class SearchFilter:
 
     ``source_prefix`` ending in ``/`` matches every node with a source under that folder
     (summaries included); otherwise it matches nodes with exactly that source among their sources.
+    A summary over more files (folders) than its tree's ``max_node_sources`` lists none
+    (``sources_capped``) and matches no file (folder) filter.
     """
 
     tree: str

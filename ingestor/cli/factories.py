@@ -159,6 +159,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             tau_c=settings.adrap.tau_c,
             tau_n=settings.adrap.tau_n or None,
             greedy=settings.adrap.greedy,
+            max_node_sources=c.max_node_sources,
         ),
     )
     return Pipeline(

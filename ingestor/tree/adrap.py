@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
-from ingestor.tree.state import TreeState
+from ingestor.tree.state import Provenance, TreeState
 
 log = logging.getLogger(__name__)
 
@@ -225,8 +225,9 @@ class TreeUpdater:
 
         Such a summary stays where it is in the layer above and its parents are not regenerated
         for it, but a document added or removed under it changed its sources, and a summary's
-        sources are the union of its children's (DESIGN §4). Cost: the ancestors whose sources
-        change, each the union of its children's.
+        sources are the union of its children's (DESIGN §4), capped past the tree's limit. Cost:
+        the ancestors whose sources change, each the union of its children's: bounded by the
+        limit, since an ancestor that is already capped stays capped and stops the walk.
         """
         todo = sorted(start)
         while todo:
@@ -239,9 +240,9 @@ class TreeUpdater:
                     continue
                 state.nodes.prefetch(parent.children)
                 kids = [k for c in parent.children if (k := state.nodes.peek(c)) is not None]
-                union = frozenset().union(*(k.sources for k in kids))
-                if union != parent.sources:
-                    parent.sources = union
+                prov = Provenance.merge(kids, state.max_node_sources)
+                if not prov.of(parent):
+                    prov.set_on(parent)
                     state.nodes[p] = parent
                     stats.upserted.add(p)
                     todo.append(p)

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
-from ingestor.tree.state import TreeState
+from ingestor.tree.state import MAX_NODE_SOURCES_PARAM, TreeState
 from ingestor.tree.summaries import (
     Progress,
     Regeneration,
@@ -71,6 +71,10 @@ class TreeParams:
     #: makes an insert cost grow as the square root of the layer (see AdaptiveLayer.from_fit).
     tau_n: int | None = 100
     greedy: bool = False
+    #: A summary over more files (folders) than this lists none (``sources_capped``; 0: lists
+    #: all, and an update then rewrites lists as long as the collection). Recorded in the state
+    #: at a build: a tree keeps the limit it was built with until it is rebuilt.
+    max_node_sources: int = 100
 
 
 @dataclass
@@ -128,6 +132,7 @@ class TreeBuilder(SummaryWriter):
     def build(self, state: TreeState, progress: Progress = _noop) -> BuildStats:
         """Replace every summary layer of ``state`` by a fresh build over its leaves."""
         stats = BuildStats()
+        state.params[MAX_NODE_SOURCES_PARAM] = self.params.max_node_sources  # fixed until rebuilt
         for node_id in [i for i, n in state.nodes.items() if n.layer > 0]:
             del state.nodes[node_id]
             state.vectors.pop(node_id, None)

@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
+from ingestor.tree.state import Provenance, folders_of
 
 
 def violations(
@@ -66,6 +67,7 @@ def _links(state: Any, n_leaves: int, min_top_nodes: int) -> list[str]:
     """Parent/child links both ways, sources, vectors, leaves with parents."""
     bad: list[str] = []
     nodes = state.nodes
+    limit = int(getattr(state, "max_node_sources", 0))
     for nid, node in nodes.items():
         for c in node.children:
             child = _peek(nodes, c)
@@ -83,11 +85,15 @@ def _links(state: Any, n_leaves: int, min_top_nodes: int) -> list[str]:
             if not node.children:
                 bad.append(f"{nid}: summary without children")
             kids = [k for k in (_peek(nodes, c) for c in node.children) if k is not None]
-            union = frozenset().union(*(k.sources for k in kids))
-            if union != node.sources:
-                bad.append(f"{nid}: sources differ from the union of its children's")
-        elif n_leaves > min_top_nodes and not node.parents:
-            bad.append(f"{nid}: leaf without parent in a tree of {n_leaves} leaves")
+            if not Provenance.merge(kids, limit).of(node):
+                bad.append(
+                    f"{nid}: sources differ from the union of its children's (capped past {limit})"
+                )
+        else:
+            if node.sources != {node.source} or node.dirs != folders_of(node.sources):
+                bad.append(f"{nid}: a leaf of {node.source!r} lists sources {sorted(node.sources)}")
+            if n_leaves > min_top_nodes and not node.parents:
+                bad.append(f"{nid}: leaf without parent in a tree of {n_leaves} leaves")
     vectors = getattr(state, "vectors", None)
     if vectors is not None and not _lazy(state):  # a stored state reads vectors from the store
         bad += [f"{nid}: no vector" for nid in nodes if nid not in vectors]

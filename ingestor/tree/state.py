@@ -40,9 +40,72 @@ def summary_id(tree: str, layer: int, children: list[str]) -> str:
     return point_id(f"{tree}/summary/{layer}/{digest}")
 
 
+#: The key of ``TreeState.params`` that records a tree's per-node limit of listed sources.
+MAX_NODE_SOURCES_PARAM = "max_node_sources"
+
+
+def folders_of(sources: frozenset[str]) -> frozenset[str]:
+    """Return every folder prefix of the given source paths (``retriever.source_dirs``)."""
+    return frozenset(d for s in sources for d in source_dirs(s))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """A summary's files and folders: the union of its children's, or capped past a limit.
+
+    A set past the limit is not kept (``capped``, the set empty): a summary of hundreds of
+    documents is about none of them in particular, and keeping every path made each update
+    rewrite the top summaries' lists, at a cost growing with the collection.
+    """
+
+    sources: frozenset[str]
+    sources_capped: bool
+    dirs: frozenset[str]
+    dirs_capped: bool
+
+    @classmethod
+    def merge(cls, kids: list[Node], limit: int) -> Provenance:
+        """The union of ``kids``' files and folders, each capped past ``limit`` (0: never).
+
+        Exact: a child past the limit has more than ``limit`` files under it, so its parent has
+        too; otherwise every child's set is whole and so is their union.
+        """
+        files = _union([(k.sources, k.sources_capped) for k in kids], limit)
+        dirs = _union([(k.dirs or frozenset(), k.dirs_capped) for k in kids], limit)
+        return cls(*files, *dirs)
+
+    def of(self, node: Node) -> bool:
+        """Return True if ``node`` already holds this provenance."""
+        return (node.sources, node.sources_capped, node.dirs, node.dirs_capped) == (
+            self.sources,
+            self.sources_capped,
+            self.dirs,
+            self.dirs_capped,
+        )
+
+    def set_on(self, node: Node) -> None:
+        """Give ``node`` this provenance."""
+        node.sources, node.sources_capped = self.sources, self.sources_capped
+        node.dirs, node.dirs_capped = self.dirs, self.dirs_capped
+
+
+def _union(sets: list[tuple[frozenset[str], bool]], limit: int) -> tuple[frozenset[str], bool]:
+    if limit and any(capped for _, capped in sets):
+        return frozenset(), True
+    out = frozenset().union(*(s for s, _ in sets))
+    if limit and len(out) > limit:
+        return frozenset(), True
+    return out, False
+
+
 @dataclass
 class Node:
-    """One node of the tree (leaf chunk at layer 0, summary above)."""
+    """One node of the tree (leaf chunk at layer 0, summary above).
+
+    ``sources``/``dirs``: the files under the node and their folders (a leaf: its file); for a
+    summary the union of its children's, left empty and ``*_capped`` past the tree's
+    ``max_node_sources`` (:class:`Provenance`).
+    """
 
     node_id: str
     layer: int
@@ -58,6 +121,19 @@ class Node:
     children: list[str] = field(default_factory=list)
     summarizer: str | None = None
     updated_at: float = field(default_factory=time.time)
+    sources_capped: bool = False
+    dirs: frozenset[str] | None = None  # None when made: the folders of ``sources``
+    dirs_capped: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dirs is None:
+            self.dirs = folders_of(self.sources)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Read a stored node; one stored before the limit lists every file and no folders."""
+        self.__dict__.update(state)
+        if state.get("dirs") is None:
+            self.dirs = folders_of(self.sources)
 
     @property
     def kind(self) -> Literal[Kind.CHUNK, Kind.SUMMARY]:
@@ -65,7 +141,7 @@ class Node:
 
     def payload(self, tree: str, embed_model: str) -> NodePayload:
         """Return the Qdrant payload of this node (the contract of retriever.schema)."""
-        dirs = sorted({d for s in self.sources for d in source_dirs(s)})
+        dirs = sorted(self.dirs or ())
         return NodePayload(
             node_id=self.node_id,
             tree=tree,
@@ -77,6 +153,8 @@ class Node:
             source=self.source,
             sources=tuple(sorted(self.sources)),
             source_dirs=tuple(dirs),
+            sources_capped=self.sources_capped,
+            source_dirs_capped=self.dirs_capped,
             chunk_index=self.chunk_index,
             char_start=self.char_start,
             char_end=self.char_end,
@@ -165,6 +243,12 @@ class TreeState:
     intent_open: bool = False
     #: Bytes the last commit wrote.
     last_commit_bytes: int = 0
+
+    @property
+    def max_node_sources(self) -> int:
+        """The per-node limit of listed files and folders this tree was built with (0: none;
+        a state built before the limit has none)."""
+        return int(self.params.get(MAX_NODE_SOURCES_PARAM, 0))
 
     def layer_counts(self) -> dict[int, int]:
         """Return the number of nodes per layer (kept as nodes change: O(layers))."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer
-from ingestor.tree.state import Node, TreeState, sha256_text, summary_id
+from ingestor.tree.state import Node, Provenance, TreeState, sha256_text, summary_id
 from retriever import Embedder
 
 if TYPE_CHECKING:
@@ -201,13 +201,17 @@ class SummaryWriter:
                 regen.rewritten.discard(ids[i])  # the same summary: keep its vector and place
                 regen.refreshed.add(ids[i])
                 vec = state.vectors[ids[i]]
+            prov = Provenance.merge([_node(state, c) for c in members], state.max_node_sources)
             state.nodes[ids[i]] = Node(
                 node_id=ids[i],
                 layer=layer,
                 text=text,
                 n_tokens=len(self.tokenizer.encode(text)),
                 content_hash=sha256_text(text),
-                sources=frozenset().union(*(_node(state, c).sources for c in members)),
+                sources=prov.sources,
+                sources_capped=prov.sources_capped,
+                dirs=prov.dirs,
+                dirs_capped=prov.dirs_capped,
                 children=list(members),
                 parents=list(old.parents) if old is not None else [],
                 summarizer=self.summarizer.id,

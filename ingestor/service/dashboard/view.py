@@ -46,6 +46,7 @@ def preview(node: NodePayload) -> dict[str, Any]:
         F.CHAR_START: node.char_start,
         F.CHAR_END: node.char_end,
         "n_sources": len(node.sources),
+        F.SOURCES_CAPPED: node.sources_capped,
         "n_children": len(node.children),
         "preview": node.text[:PREVIEW_CHARS],
     }

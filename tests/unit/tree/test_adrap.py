@@ -68,6 +68,8 @@ def check_invariants(p: Pipeline, min_top_nodes: int = 10) -> None:
         node = state.nodes[payload.node_id]
         assert list(payload.parents) == node.parents
         assert list(payload.children) == node.children
+        # The whole payload (sources, folders and their caps included) is the state's.
+        assert payload == node.payload(state.tree, state.embed_model), payload.node_id
 
 
 def write_corpus(root: Path, rng: random.Random, n_docs: int) -> None:

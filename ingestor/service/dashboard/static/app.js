@@ -71,6 +71,7 @@
     return {
       node_id: n.node_id, layer: n.layer, kind: n.kind, n_tokens: n.n_tokens, source: n.source,
       char_start: n.char_start, char_end: n.char_end, n_sources: n.sources.length,
+      sources_capped: Boolean(n.sources_capped),
       n_children: n.children.length, preview: n.text.slice(0, PREVIEW),
     };
   }
@@ -132,6 +133,7 @@
     label.append(el("span", "kind k-" + p.kind, p.layer === 0 ? "leaf" : "L" + p.layer));
     label.append(el("span", "text", p.preview));
     if (p.source) label.append(el("span", "src", p.source + ":" + p.char_start + "–" + p.char_end));
+    else if (p.sources_capped) label.append(el("span", "src", "many files"));
     else if (p.n_sources) label.append(el("span", "src", p.n_sources + " files"));
     label.append(el("span", "tok", p.n_tokens + " tok"));
     head.append(toggle, el("span", "rank"), label);
@@ -257,7 +259,8 @@
         add("source", n.source + " · characters " + n.char_start + "–" + n.char_end + " · chunk " + n.chunk_index);
       } else {
         const more = n.sources.length < n.n_sources ? " … and " + (n.n_sources - n.sources.length) + " more" : "";
-        add("sources (" + n.n_sources + ")", n.sources.join(", ") + more);
+        if (n.sources_capped) add("sources", "more files than the tree's max_node_sources: not listed");
+        else add("sources (" + n.n_sources + ")", n.sources.join(", ") + more);
         if (n.summarizer) add("summarizer", n.summarizer);
       }
       add("updated", new Date(n.updated_at * 1000).toLocaleString());
