@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster import group_upkeep
 from ingestor.cluster.digest import same_digest, vector_digest
-from ingestor.cluster.incremental import GUARDED, LayerDelta
+from ingestor.cluster.incremental import GUARDED, LayerDelta, prefetch
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
@@ -181,8 +181,15 @@ class AdaptiveLayer:
             gcid, nodes = self.guarded[g]
             return sorted(nodes) if gcid == cid else None
         if cid in gmm.members:
-            return sorted(self.node_at[(g, p)] for p in gmm.members[cid])
+            keys = [(g, p) for p in gmm.members[cid]]
+            prefetch(self.node_at, keys)
+            return sorted(self.node_at[k] for k in keys)
         return None
+
+    def prefetch(self, node_ids: Iterable[str]) -> None:
+        """Load where the given nodes sit in one read, before asking for each (a stored layer
+        reads its maps row by row on first use)."""
+        prefetch(self.point_of, node_ids)
 
     def _cluster_index(self) -> dict[int, int]:
         """Return cluster id -> global group, made on first use (one pass over the groups)."""

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.global_split import bound_groups
 from ingestor.cluster.group_refit import GroupFit, refit_group
-from ingestor.cluster.incremental import GUARDED, LayerDelta
+from ingestor.cluster.incremental import GUARDED, LayerDelta, prefetch
 
 if TYPE_CHECKING:
     from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
@@ -40,6 +40,7 @@ def members_of(al: AdaptiveLayer, g: int) -> tuple[list[str], list[int], dict[in
         cid, members = al.guarded[g]
         nodes = sorted(members)
         return nodes, list(range(len(nodes))), {cid: frozenset(nodes)}
+    prefetch(al.node_at, [(g, p) for p in gmm.point_ids])
     at = {p: al.node_at[(g, p)] for p in gmm.point_ids}
     pid_of = {n: p for p, n in at.items()}
     nodes = sorted(pid_of)

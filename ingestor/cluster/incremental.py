@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -163,3 +164,10 @@ class LayerDelta:
         self.dirty |= dirty
         self.dirty -= self.removed
         self.split |= set(split)
+
+
+def prefetch(mapping: object, keys: Iterable[Any]) -> None:
+    """Ask a lazily stored mapping to read ``keys`` in one query (a plain dict needs nothing)."""
+    fetch = getattr(mapping, "prefetch", None)
+    if fetch is not None:
+        fetch(keys)

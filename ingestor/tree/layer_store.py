@@ -23,7 +23,7 @@ Opening a layer reads only its head; groups, local models and map entries load o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, MutableMapping, MutableSequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
 from typing import Any, Generic, TypeVar, overload
 
 from ingestor.cluster.adaptive import AdaptiveLayer
@@ -69,6 +69,10 @@ class KeyedRowMap(MutableMapping[K, V], Generic[K, V]):
 
     def __getitem__(self, key: K) -> V:
         return self.rows[self._enc(key)]
+
+    def prefetch(self, keys: Iterable[K]) -> None:
+        """Read the rows of ``keys`` not yet loaded in one query (see ``RowMap.prefetch``)."""
+        self.rows.prefetch(self._enc(k) for k in keys)
 
     def __setitem__(self, key: K, value: V) -> None:
         self.rows[self._enc(key)] = value

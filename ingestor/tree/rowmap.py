@@ -57,6 +57,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._read: set[str] = set()
         self._complete = True  # the cache holds every row (nothing stored, or all loaded)
         self._cleared = False
+        self._absent: set[str] = set()  # keys a prefetch found missing (set() puts them back)
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle (or copy) as a plain in-memory mapping: every row loaded, no database."""
@@ -72,6 +73,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._dirty.clear()
         self._deleted.clear()
         self._read.clear()
+        self._absent.clear()
         self._complete = False
         self._cleared = False
 
@@ -115,8 +117,10 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._deleted]
         if len(todo) < 2:
             return
-        for k, data in self._rows.get_many(self.ns, todo).items():
+        found = self._rows.get_many(self.ns, todo)
+        for k, data in found.items():
             self._cache[k] = self._decode(k, data)
+        self._absent.update(k for k in todo if k not in found)
 
     def _decode(self, key: str, data: bytes) -> V:
         """Turn a stored row into its value (a subclass may read more rows for it)."""
@@ -125,7 +129,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
     def _fetch(self, key: str) -> object:
         if key in self._cache:
             return self._cache[key]
-        if self._complete or key in self._deleted or self._rows is None:
+        if self._complete or key in self._deleted or key in self._absent or self._rows is None:
             return _MISSING
         data = self._rows.get(self.ns, key)
         if data is None:
@@ -156,6 +160,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._cache[key] = value
         self._dirty.add(key)
         self._deleted.discard(key)
+        self._absent.discard(key)
 
     def __delitem__(self, key: str) -> None:
         if self._fetch(key) is _MISSING:

@@ -140,6 +140,7 @@ class SummaryWriter:
     ) -> None:
         """Give each new membership an old summary id of its cluster, where one is free."""
         index = {tuple(sorted(g)): i for i, g in enumerate(groups)}
+        state.nodes.prefetch(ids)
         claimed = {n for n in ids if n in state.nodes}  # memberships whose node exists
         for cid, ps in sorted(parts.items()):
             free = [n for n in reuse.get(cid, []) if n not in claimed]
