@@ -261,7 +261,7 @@ def part2(tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True) ->
     )
     print(
         f"  {'leaves':>7} {'operation':<10} {'wall s':>7} {'cpu s':>7} {'summaries':>9} "
-        f"{'state KB written':>16}"
+        f"{'state KB written':>16} {'cpu mean':>8} {'p90':>6} {'ms/summary':>10}"
     )
     first: dict[str, float] = {}
     for size in sizes:
@@ -306,10 +306,16 @@ def part2(tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True) ->
                 )
         for name, rows in results.items():
             wall, cpu_s, calls, written = (float(np.median([r[i] for r in rows])) for i in range(4))
+            cpus = [r[1] for r in rows]
+            # The cost of an update follows how many summaries it regenerates (soft clusters fan
+            # out: 20-100 for one document), so medians of a few updates are noisy: the mean,
+            # the p90 and the CPU per regenerated summary say more.
+            per_summary = 1000 * sum(cpus) / max(1, sum(r[2] for r in rows))
             first.setdefault(name, cpu_s)
             print(
                 f"  {'':>7} {name:<10} {wall:7.2f} {cpu_s:7.3f} {calls:9.0f} {written / 1024:16.1f}"
-                f"   (x{cpu_s / first[name]:.2f} of the smallest tree)"
+                f" {float(np.mean(cpus)):8.3f} {float(np.percentile(cpus, 90)):6.3f}"
+                f" {per_summary:10.1f}   (x{cpu_s / first[name]:.2f} of the smallest tree)"
             )
         if not rebuild:
             print(
