@@ -197,6 +197,22 @@ class RowStore:
             ).fetchall()
         return [(k, bytes(v)) for k, v in rows]
 
+    def keys_prefix(self, ns: str, prefix: str) -> list[str]:
+        """Return the keys of a namespace that start with ``prefix``, in order (one index range
+        scan, no value read: the cost of those keys, not of the namespace)."""
+        with self._lock:
+            if not prefix:
+                rows = self._db.execute(
+                    "SELECT key FROM rows WHERE ns = ? ORDER BY key", (ns,)
+                ).fetchall()
+            else:
+                upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+                rows = self._db.execute(
+                    "SELECT key FROM rows WHERE ns = ? AND key >= ? AND key < ? ORDER BY key",
+                    (ns, prefix, upper),
+                ).fetchall()
+        return [k for (k,) in rows]
+
     def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
         """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""
         after = ""

@@ -45,7 +45,7 @@ class ApplyStage(BuildStage):
                 ) from None
             prefix = "" if rel == "." else rel + "/"
             if not path.exists():
-                gone.extend(s for s in state.sources if s == rel or s.startswith(prefix))
+                gone.extend(_sources_at(state, rel))
                 continue
             found: list[tuple[Path, Document | SourceError]] = []
             unchanged: list[str] = []
@@ -66,7 +66,7 @@ class ApplyStage(BuildStage):
                 docs.append(item)
             if path.is_dir():
                 report.files_unchanged += len(unchanged)
-                gone.extend(s for s in state.sources if s.startswith(prefix) and s not in seen)
+                gone.extend(s for s in state.sources.keys_with_prefix(prefix) if s not in seen)
         return docs, gone
 
     def _changed_under(
@@ -121,8 +121,7 @@ class ApplyStage(BuildStage):
                 raise TreeError(
                     f"{str(path)!r} is outside the tree's root {state.root!r}"
                 ) from None
-            prefix = "" if rel == "." else rel + "/"
-            found = [s for s in state.sources if s == rel or s.startswith(prefix)]
+            found = _sources_at(state, rel)
             if not found:
                 raise TreeError(
                     f"{str(path)!r} is not in tree {state.tree!r} (no document at or under "
@@ -281,6 +280,14 @@ class ApplyStage(BuildStage):
             self.apply(state, docs, gone, report)
         finally:
             self.embedder = inner
+
+
+def _sources_at(state: TreeState, rel: str) -> list[str]:
+    """Return the source ``rel`` if the tree has it, else the sources under folder ``rel``
+    (one key lookup or one range scan: never a pass over every source)."""
+    if rel != "." and rel in state.sources:
+        return [rel]
+    return state.sources.keys_with_prefix("" if rel == "." else rel + "/")
 
 
 def _source_of(path: Path, root: Path) -> str:

@@ -122,6 +122,15 @@ class RowMap(MutableMapping[str, V], Generic[V]):
             self._cache[k] = self._decode(k, data)
         self._absent.update(k for k in todo if k not in found)
 
+    def keys_with_prefix(self, prefix: str) -> list[str]:
+        """Return the keys starting with ``prefix``, sorted: one range scan of the database plus
+        what this process set or deleted, never a load of the namespace."""
+        mine = {k for k in self._cache if k.startswith(prefix)}
+        if self._complete or self._rows is None:
+            return sorted(mine)
+        stored = set(self._rows.keys_prefix(self.ns, prefix)) - self._deleted
+        return sorted(stored | mine)
+
     def _decode(self, key: str, data: bytes) -> V:
         """Turn a stored row into its value (a subclass may read more rows for it)."""
         return loads(data)  # type: ignore[return-value]

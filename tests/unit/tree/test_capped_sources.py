@@ -40,7 +40,10 @@ def test_merge_is_the_union_up_to_the_limit_and_capped_past_it() -> None:
     assert not p.dirs_capped
     p = Provenance.merge(kids, 2)
     assert (p.sources, p.sources_capped) == (frozenset(), True)
-    assert (p.dirs, p.dirs_capped) == (frozenset({"a/", "a/b/"}), False)  # two folders: within the limit
+    assert (p.dirs, p.dirs_capped) == (
+        frozenset({"a/", "a/b/"}),
+        False,
+    )  # two folders: within the limit
     # A capped child caps its parent (it has more than the limit under it), even with one child.
     assert Provenance.merge([summary(kids, 2)], 2).sources_capped
     assert not Provenance.merge([summary(kids, 2)], 2).dirs_capped
