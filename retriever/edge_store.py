@@ -16,13 +16,15 @@ other Python threads of the process stall meanwhile. ``upsert`` therefore optimi
 a writer calls ``optimize()`` once after a full build.
 
 Searching: each query is planned by :mod:`retriever.plan` from the payload indexes' estimate of
-the points the filter keeps (~20 us): a scan of few points (the engine's own scan of the int8
-copy, rescored, on a store created with quantization; a float exact scan on an older one), else an
-HNSW walk whose breadth grows as the filter narrows. What the shard was created with is read back
-from its ``edge_config.json`` when it is opened (:attr:`EdgeNodeStore.index`).
+the points the filter keeps (~20-50 us, remembered per filter until the next write): a scan of
+few points (the engine's own scan of the int8 copy, rescored, on a store created with
+quantization; a float exact scan on an older one), else an HNSW walk whose breadth grows as the
+filter narrows. What the shard was created with is read back from its ``edge_config.json`` when
+it is opened (:attr:`EdgeNodeStore.index`).
 
-Payloads: the engine parses a point's whole payload to return any of it (~10-25 us per hit), so
-:meth:`EdgeNodeStore.search_budget` reads payloads only for the hits the token fill can use.
+Payloads: the engine parses a point's whole payload to return any of it (~15-40 us per hit), so
+:meth:`EdgeNodeStore.search_budget` asks first for only the hits its budget could take (fewer
+candidates to rescore) and reads payloads only for the hits the token fill can use.
 """
 
 from __future__ import annotations
