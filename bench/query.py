@@ -2,7 +2,7 @@
 
     python bench/query.py [--sizes 10000 100000] [--queries 200] [--ef 64 128]
                           [--m 32] [--ef-construct 128] [--exact-max-points 12000]
-                          [--no-quantize] [--oversampling 2.0]
+                          [--no-quantize] [--oversampling 2.0] [--keep DIR]
 
 Synthetic but tree-shaped data: 384-d normalised vectors, leaves clustered by topic (like real
 sentence embeddings), each summary the normalised mean of ~6 children, layer sizes shrinking 6x
@@ -86,6 +86,7 @@ class Row:
     recall: float  # recall@limit of the ANN hits vs exact
     fill_recall: float  # share of the exact fill's nodes that the ANN fill also returns
     plan: str  # what the planner chose: "scan", "exact" or "ef=N"
+    budget_recall: float  # fill-recall of search_budget (its first query asks fewer hits)
 
 
 def run_queries(
@@ -112,12 +113,13 @@ def run_queries(
         brute: list[float] = []
         recalls: list[float] = []
         fill_recalls: list[float] = []
+        budget_recalls: list[float] = []
         for q in case.queries[:n]:
             t0 = time.perf_counter()
             hits = fill_budget(store.search(q, case.flt, limit), MAX_TOKENS)
             t1 = time.perf_counter()
             c1 = time.process_time()
-            store.search_budget(q, case.flt, limit, MAX_TOKENS)
+            kept = store.search_budget(q, case.flt, limit, MAX_TOKENS)
             cpu.append(time.process_time() - c1)
             t2 = time.perf_counter()
             scores = sub @ q
@@ -133,6 +135,8 @@ def run_queries(
             exact_fill = greedy(exact, tokens)
             got = {h.node.node_id for h in hits}
             fill_recalls.append(len(got & set(exact_fill)) / max(len(exact_fill), 1))
+            got = {h.node.node_id for h in kept}
+            budget_recalls.append(len(got & set(exact_fill)) / max(len(exact_fill), 1))
         plan = store.plan(case.flt, limit)
         rows.append(
             Row(
@@ -147,6 +151,7 @@ def run_queries(
                 float(np.mean(recalls)),
                 float(np.mean(fill_recalls)),
                 plan.label,
+                float(np.mean(budget_recalls)),
             )
         )
     return rows
@@ -156,7 +161,8 @@ def print_rows(rows: Sequence[Row], limit: int) -> None:
     head = (
         f"{'adapter':<15} {'nodes':>7} {'filter':<14} {'match':>6} {'plan':>6} "
         f"{'search+fill p50':>15} {'p95':>6} {'search_budget p50':>17} {'p95':>6} {'cpu p50':>7} "
-        f"{'brute p50':>9} {'p95':>6} {'ratio':>6} {'recall@' + str(limit):>10} {'fill-recall':>11}"
+        f"{'brute p50':>9} {'p95':>6} {'ratio':>6} {'recall@' + str(limit):>10} {'fill-recall':>11} "
+        f"{'budget':>6}"
     )
     print(head)
     print("-" * len(head))
@@ -167,7 +173,7 @@ def print_rows(rows: Sequence[Row], limit: int) -> None:
             f"{f50:>12.2f} ms {pct(r.fill, 95):>6.2f} "
             f"{pct(r.budget, 50):>14.2f} ms {pct(r.budget, 95):>6.2f} {pct(r.cpu, 50):>7.2f} "
             f"{b50:>6.2f} ms {pct(r.brute, 95):>6.2f} {f50 / b50:>6.1f} "
-            f"{r.recall:>10.3f} {r.fill_recall:>11.3f}"
+            f"{r.recall:>10.3f} {r.fill_recall:>11.3f} {r.budget_recall:>6.3f}"
         )
 
 
@@ -184,39 +190,50 @@ def bench_edge(
     efs: Sequence[int],
     hnsw: HnswConfig,
     planner: Planner,
+    keep: Path | None = None,
 ) -> tuple[str, list[Row]]:
-    """Build the embedded store in a temp dir (upsert, then the HNSW build) and query it."""
-    with (
-        tempfile.TemporaryDirectory(prefix="adrap-bench-") as tmp,
-        EdgeNodeStore(
-            Path(tmp) / "edge", auto_optimize_points=None, hnsw=hnsw, planner=planner
-        ) as store,
-    ):
-        store.ensure_collection(DIM, MODEL)
-        before = rss_mb()
-        t0 = time.perf_counter()
-        store.upsert(c.nodes, c.vectors)
-        t1 = time.perf_counter()
-        store.optimize()
-        t2 = time.perf_counter()
-        disk = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file()) / 2**20
-        build = (
-            f"edge   {len(c.nodes):>7} nodes (m={hnsw.m}, ef_construct={hnsw.ef_construct}, "
-            f"{'int8' if hnsw.quantize else 'float32 only'}): "
-            f"upsert {len(c.nodes) / (t1 - t0):>8,.0f} points/s, optimize (HNSW build) "
-            f"{t2 - t1:6.1f} s; RSS {before:,.0f} MB with the corpus -> {rss_mb():,.0f} MB with "
-            f"the store, peak {peak_mb():,.0f} MB; on disk {disk:,.0f} MB with the WAL"
-        )
-        print(build, flush=True)
-        rows = run_queries(store, c, cases, limit, n, "edge")
-        for ef in efs:
-            store.planner = Planner(
-                exact_max_points=planner.exact_max_points,
-                hnsw_ef=ef,
-                oversampling=planner.oversampling,
-            )
-            rows += run_queries(store, c, cases, limit, n, f"edge ef={ef}")
+    """Build the embedded store (upsert, then the HNSW build) and query it.
+
+    In a temp dir, or in ``keep``: a store already there (built by an earlier run with the same
+    ``--seed`` and size) is queried as it is, so one build serves several query runs.
+    """
+    with tempfile.TemporaryDirectory(prefix="adrap-bench-") as tmp:
+        folder = keep / f"edge-{len(c.nodes)}" if keep is not None else Path(tmp) / "edge"
+        reuse = folder.is_dir()
+        with EdgeNodeStore(folder, auto_optimize_points=None, hnsw=hnsw, planner=planner) as store:
+            if reuse:
+                build = f"edge   {len(c.nodes):>7} nodes: reused {folder} ({store.index})"
+            else:
+                build = _build(store, c, hnsw, folder)
+            print(build, flush=True)
+            rows = run_queries(store, c, cases, limit, n, "edge")
+            for ef in efs:
+                store.planner = Planner(
+                    exact_max_points=planner.exact_max_points,
+                    hnsw_ef=ef,
+                    oversampling=planner.oversampling,
+                )
+                rows += run_queries(store, c, cases, limit, n, f"edge ef={ef}")
     return build, rows
+
+
+def _build(store: EdgeNodeStore, c: Corpus, hnsw: HnswConfig, folder: Path) -> str:
+    """Upsert the corpus and build the HNSW graph; return the build line (speed, memory, disk)."""
+    store.ensure_collection(DIM, MODEL)
+    before = rss_mb()
+    t0 = time.perf_counter()
+    store.upsert(c.nodes, c.vectors)
+    t1 = time.perf_counter()
+    store.optimize()
+    t2 = time.perf_counter()
+    disk = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+    return (
+        f"edge   {len(c.nodes):>7} nodes (m={hnsw.m}, ef_construct={hnsw.ef_construct}, "
+        f"{'int8' if hnsw.quantize else 'float32 only'}): "
+        f"upsert {len(c.nodes) / (t1 - t0):>8,.0f} points/s, optimize (HNSW build) "
+        f"{t2 - t1:6.1f} s; RSS {before:,.0f} MB with the corpus -> {rss_mb():,.0f} MB with "
+        f"the store, peak {peak_mb():,.0f} MB; on disk {disk:,.0f} MB with the WAL"
+    )
 
 
 def bench_server(c: Corpus, cases: Sequence[Case], limit: int, n: int) -> tuple[str, list[Row]]:
@@ -254,6 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--server-size", type=int, default=10_000, help="0 skips the server adapter")
     p.add_argument("--server-queries", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--keep",
+        type=Path,
+        help="build the stores in DIR/edge-SIZE and keep them; reuse one found there (same seed)",
+    )
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
     rows: list[Row] = []
@@ -263,7 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cases = make_cases(c, args.queries, rng)
         hnsw = HnswConfig(m=args.m, ef_construct=args.ef_construct, quantize=not args.no_quantize)
         planner = Planner(exact_max_points=args.exact_max_points, oversampling=args.oversampling)
-        build, found = bench_edge(c, cases, args.limit, args.queries, args.ef, hnsw, planner)
+        build, found = bench_edge(
+            c, cases, args.limit, args.queries, args.ef, hnsw, planner, args.keep
+        )
         builds.append(build)
         rows += found
         if size == args.server_size:
@@ -277,7 +301,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "keeps;\n"
         f"{args.queries} queries per filter (after one untimed pass: warm page cache), 384-d; "
         "brute force = numpy exact (1 BLAS thread) "
-        "on the pre-masked vectors, ids only; ratio = search+fill / brute force"
+        "on the pre-masked vectors, ids only; ratio = search+fill / brute force;\n"
+        "recall@limit and fill-recall are of search + fill, budget = fill-recall of "
+        "search_budget (a smaller first query, see retriever.plan.first_hits)"
     )
     print("\n".join(builds) + "\n")
     print_rows(rows, args.limit)

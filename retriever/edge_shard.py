@@ -25,6 +25,7 @@ from retriever.schema import (
     F,
     IndexType,
     MetaPayload,
+    SearchFilter,
     check_meta,
 )
 
@@ -57,6 +58,8 @@ class EdgeShardLifecycle:
         #: What the planner knows of the shard's index: read from the shard's own config, so an
         #: existing shard is planned by the config it was created with, not ``hnsw``.
         self.index = StoreIndex()
+        #: The planner's estimate (matching, total points) per filter, until the next write.
+        self._estimates: dict[SearchFilter, tuple[int, int]] = {}
         self.dim: int | None = None
         self._shard: qe.EdgeShard | None = None
         self._closed = False
@@ -158,6 +161,7 @@ class EdgeShardLifecycle:
         """
         shard = self._require()
         start = time.perf_counter()
+        self._estimates.clear()  # merged segments estimate anew
         with self._engine("optimize (build the HNSW index)"):
             changed = shard.optimize()
             info = shard.info()

@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever.plan import SearchPlan
+from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits
 from retriever.qdrant_collection import QdrantCollection
 from retriever.schema import (
     META_POINT_ID,
@@ -49,8 +49,6 @@ UPSERT_BATCH: Final = 256
 SCROLL_PAGE: Final = 1024
 #: Seconds a filter's estimated cardinality is reused for planning (two count requests each).
 ESTIMATE_TTL: Final = 30.0
-#: Filters whose estimates are remembered at most (the memo is dropped beyond).
-ESTIMATE_MEMO: Final = 256
 
 
 class QdrantNodeStore(QdrantCollection):
@@ -127,9 +125,11 @@ class QdrantNodeStore(QdrantCollection):
     ) -> list[ScoredNode]:
         """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, fetching less.
 
-        One ANN query returning only ``n_tokens``, the greedy fill (hits in score order while the
-        running total stays <= ``max_tokens``, stopping at the first that does not fit) on those,
-        then one lookup of the kept nodes' payloads: two requests, a fraction of the payload bytes.
+        One ANN query returning only ``n_tokens``, first for only the hits the budget could take
+        (:func:`~retriever.plan.first_hits`; for ``limit`` hits only if every one fits), the
+        greedy fill (hits in score order while the running total stays <= ``max_tokens``,
+        stopping at the first that does not fit) on those, then one lookup of the kept nodes'
+        payloads: two requests, a fraction of the payload bytes.
 
         Raises:
             ValueError: as :meth:`search`, or ``max_tokens < 1``.
@@ -137,15 +137,13 @@ class QdrantNodeStore(QdrantCollection):
         """
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-        hits = self._query(vector, flt, limit, with_payload=[F.N_TOKENS])
-        kept: list[tuple[str, float]] = []
-        total = 0
-        for hit in hits:
-            n_tokens = int((hit.payload or {}).get(F.N_TOKENS, 0))
-            if total + n_tokens > max_tokens:
-                break
-            total += n_tokens
-            kept.append((str(hit.id), float(hit.score)))
+        first = first_hits(limit, max_tokens)
+        hits = self._query(vector, flt, first, with_payload=[F.N_TOKENS])
+        kept, stopped = _fill_ids(hits, max_tokens)
+        if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
+            kept, _ = _fill_ids(
+                self._query(vector, flt, limit, with_payload=[F.N_TOKENS]), max_tokens
+            )
         found = self._records([i for i, _ in kept], with_payload=True)
         return [
             ScoredNode(NodePayload.from_payload(found[i].payload), score)
@@ -297,6 +295,22 @@ class QdrantNodeStore(QdrantCollection):
                 self.collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors
             )
         return {str(r.id): r for r in records}
+
+
+def _fill_ids(
+    hits: Sequence[models.ScoredPoint], max_tokens: int
+) -> tuple[list[tuple[str, float]], bool]:
+    """Return the greedy fill's ``(id, score)`` on hits carrying ``n_tokens``, and whether a
+    node did not fit (it stopped)."""
+    kept: list[tuple[str, float]] = []
+    total = 0
+    for hit in hits:
+        n_tokens = int((hit.payload or {}).get(F.N_TOKENS, 0))
+        if total + n_tokens > max_tokens:
+            return kept, True
+        total += n_tokens
+        kept.append((str(hit.id), float(hit.score)))
+    return kept, False
 
 
 def search_params(plan: SearchPlan) -> models.SearchParams:

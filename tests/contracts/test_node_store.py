@@ -16,7 +16,7 @@ import qdrant_edge
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever import edge_store, qdrant_collection, qdrant_store
+from retriever import edge_store, edge_translate, qdrant_collection, qdrant_store
 from retriever.edge_store import EdgeNodeStore
 from retriever.errors import SchemaMismatchError, StoreError
 from retriever.plan import HnswConfig, Planner
@@ -203,16 +203,126 @@ def test_edge_search_budget_reads_few_payloads_past_the_first_batch(tmp_path: Pa
         store.ensure_collection(DIM, MODEL)
         store.upsert(nodes, unit_vectors(100))
         asked: list[int] = []
-        records = store._records
+        payloads = store._payloads
 
-        def counting(node_ids: Sequence[str], *, with_payload: bool) -> dict[str, Any]:
-            asked.append(len(node_ids))
-            return records(node_ids, with_payload=with_payload)
+        def counting(point_ids: list[Any]) -> dict[Any, dict[str, Any]]:
+            asked.append(len(point_ids))
+            return payloads(point_ids)
 
-        store._records = counting  # type: ignore[method-assign]
+        store._payloads = counting  # type: ignore[method-assign]
         got = store.search_budget(unit_vectors(1, seed=5)[0], SearchFilter(tree="t1"), 100, 205)
     assert len(got) == 20
     assert asked == [16, 5]  # 16, then (205 - 160) // 10 + 1: 4 that fit and 1 that does not
+
+
+class SpyHit:
+    """An engine hit whose id reads are counted (each read builds a uuid.UUID)."""
+
+    def __init__(self, hit: Any, spy: SpyShard) -> None:
+        self.hit, self.spy, self.score, self.payload = hit, spy, hit.score, hit.payload
+
+    @property
+    def id(self) -> Any:
+        self.spy.ids_read += 1
+        return self.hit.id
+
+
+class SpyShard:
+    """The real edge shard, with its cardinality estimates and hit-id reads counted."""
+
+    def __init__(self, shard: Any) -> None:
+        self.shard = shard
+        self.estimates = 0
+        self.ids_read = 0
+        self.limits: list[int] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.shard, name)
+
+    def count(self, request: Any) -> int:
+        self.estimates += 1
+        return int(self.shard.count(request))
+
+    def query(self, request: Any) -> list[SpyHit]:
+        self.limits.append(request.limit)
+        return [SpyHit(h, self) for h in self.shard.query(request)]
+
+
+class LimitClient(QdrantClient):
+    """Local mode, recording the ``limit`` of every query the adapter sends."""
+
+    def __init__(self) -> None:
+        super().__init__(":memory:")
+        self.limits: list[int] = []
+
+    def query_points(self, *args: Any, **kwargs: Any) -> Any:
+        self.limits.append(kwargs["limit"])
+        return super().query_points(*args, **kwargs)
+
+
+def test_search_budget_asks_first_for_the_hits_the_budget_can_take(tmp_path: Path) -> None:
+    """10-token nodes: a 55-token budget sends one query for first_hits(100, 55) = 16 hits; a
+    budget that all 16 fit in sends a second one for the whole limit, filled as a full search."""
+    nodes = [make_node(f"n{i}", n_tokens=10) for i in range(100)]
+    client = LimitClient()
+    with (
+        EdgeNodeStore(tmp_path / "e") as edge,
+        QdrantNodeStore(client, "adrap", owns_client=True) as server,
+    ):
+        for store in (edge, server):
+            store.ensure_collection(DIM, MODEL)
+            store.upsert(nodes, unit_vectors(100))
+        spy = SpyShard(edge._shard)
+        edge._shard = spy  # type: ignore[assignment]
+        query, flt = unit_vectors(1, seed=3)[0], SearchFilter(tree="t1")
+        for store, limits in ((edge, spy.limits), (server, client.limits)):
+            want = fill_budget(store.search(query, flt, 100), 300)
+            limits.clear()
+            assert len(store.search_budget(query, flt, 100, 55)) == 5
+            assert limits == [16]
+            got = store.search_budget(query, flt, 100, 300)
+            assert limits == [16, 16, 100]
+            assert [h.node for h in got] == [h.node for h in want]
+
+
+def test_edge_search_budget_reads_only_the_ids_of_the_hits_it_fetches(tmp_path: Path) -> None:
+    """Of 100 hits, a budget of 55 tokens fetches the first batch of 16: 16 ids read, not 100."""
+    nodes = [make_node(f"n{i}", n_tokens=10) for i in range(100)]
+    with EdgeNodeStore(tmp_path / "s") as store:
+        store.ensure_collection(DIM, MODEL)
+        store.upsert(nodes, unit_vectors(100))
+        query = unit_vectors(1, seed=5)[0]
+        want = fill_budget(store.search(query, SearchFilter(tree="t1"), 100), 55)
+        spy = SpyShard(store._shard)
+        store._shard = spy  # type: ignore[assignment]
+        got = store.search_budget(query, SearchFilter(tree="t1"), 100, 55)
+        assert [h.node for h in got] == [h.node for h in want]
+        assert len(got) == 5
+        assert spy.ids_read == 16
+
+
+def test_edge_plans_from_an_estimate_kept_until_the_next_write(tmp_path: Path) -> None:
+    """The cardinality estimate is read once per filter, and again after upsert/delete/optimize."""
+    nodes = [make_node(f"n{i}", layer=i % 2) for i in range(40)]
+    with EdgeNodeStore(tmp_path / "s") as store:
+        store.ensure_collection(DIM, MODEL)
+        store.upsert(nodes[:20], unit_vectors(20))
+        spy = SpyShard(store._shard)
+        store._shard = spy  # type: ignore[assignment]
+        flt, query = SearchFilter(tree="t1"), unit_vectors(1, seed=2)[0]
+        assert store.plan(flt, 10).matches == 20
+        store.search(query, flt, 10)
+        store.search_budget(query, flt, 10, 100)
+        assert spy.estimates == 1
+        store.plan(SearchFilter(tree="t1", min_layer=1), 10)
+        assert spy.estimates == 2
+        store.upsert(nodes[20:], unit_vectors(20, seed=1))
+        assert store.plan(flt, 10).matches == 40
+        store.delete(ids_of(nodes[:5]))
+        assert store.plan(flt, 10).matches == 35
+        store.optimize()
+        store.plan(flt, 10)
+        assert spy.estimates == 5
 
 
 def test_retrieve_keeps_given_order_and_skips_missing_ids(store: Any) -> None:
@@ -815,7 +925,7 @@ def test_the_engine_scans_a_quantized_store_and_rescores_to_the_float_top_k(
             request = qdrant_edge.QueryRequest(
                 limit=limit,
                 query=qdrant_edge.Query.Nearest(query.tolist(), using="dense"),
-                filter=edge_store._edge_filter(selective),
+                filter=edge_translate.edge_filter(selective),
                 with_payload=False,
                 with_vector=False,
                 params=qdrant_edge.SearchParams(

@@ -14,6 +14,7 @@ from retriever.plan import (
     Planner,
     SearchPlan,
     StoreIndex,
+    first_hits,
     scan_points,
 )
 
@@ -112,3 +113,14 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     assert SearchFilter(tree="t", kind=Kind.CHUNK).leaves_only
     assert not SearchFilter(tree="t", min_layer=1).leaves_only
     assert not SearchFilter(tree="t").leaves_only
+
+
+def test_search_budget_first_asks_for_what_the_budget_can_take_and_walks_as_broadly() -> None:
+    assert first_hits(100, 2000) == 32  # 2000 tokens of 64-token nodes, +1 that does not fit
+    assert first_hits(100, 55) == 16  # never below one payload batch
+    assert first_hits(10, 2000) == 10  # never above the limit
+    assert first_hits(400, 8000) == 126
+    index = StoreIndex(quantized=True, scan_points=12_001)
+    for matches in (60_000, 20_000):  # the first, smaller query walks the same breadth
+        full = Planner().plan(matches, 100_000, 100, index)
+        assert Planner().plan(matches, 100_000, first_hits(100, 2000), index) == full
