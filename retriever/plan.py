@@ -39,10 +39,11 @@ EXACT_MAX_POINTS: Final = 12_000
 BASE_HNSW_EF: Final = 128
 #: Leaves-only filters (``layer == 0``, e.g. postQFRAP's default base) are scanned exactly up to
 #: this many matching points: a summary is the hub of its children in the graph, and a walk that
-#: may not step through summaries falls apart (bench/query.py, 100k nodes: recall@100 0.17-0.46
-#: at any ef up to 1024, against 0.97-1.00 for the other filters). Exact is right; it costs
-#: ~0.25 us a point (~12 ms for 50k leaves).
-LEAVES_EXACT_MAX_POINTS: Final = 250_000
+#: may not step through summaries falls apart (bench/query.py, recall@100 0.17-0.46 at 100k
+#: nodes at any ef up to 1024, and 0.22 at 1M nodes, fill-recall 0.34; 0.93-1.00 for the other
+#: filters). Exact is right at any size; it costs ~0.25 us a point (~12 ms for 50k leaves,
+#: ~0.1 s for 500k). Hence no bound by default.
+LEAVES_EXACT_MAX_POINTS: Final = 2**62
 #: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it).
 MAX_HNSW_EF: Final = 512
 #: HNSW graph built by both adapters: links per point (32: recall@100 0.97 at ef=128 under a 60 %

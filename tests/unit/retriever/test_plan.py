@@ -107,8 +107,11 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     assert leaves.label == "exact"
     small = planner.plan(5_000, 100_000, 100, index, leaves_only=True)
     assert small.scan, "few leaves: the engine's quantized scan, rescored"
-    huge = planner.plan(LEAVES_EXACT_MAX_POINTS + 1, 10**7, 100, index, leaves_only=True)
-    assert not huge.exact, "beyond the bound the walk runs (as broad as the planner allows)"
+    huge = planner.plan(500_000, 1_000_005, 100, index, leaves_only=True)
+    assert huge.exact, "1M nodes: the walk found 22 % of the top 100 leaves; scanned instead"
+    bounded = Planner(leaves_exact_max_points=100_000)
+    assert not bounded.plan(500_000, 1_000_005, 100, index, leaves_only=True).exact
+    assert LEAVES_EXACT_MAX_POINTS > 10**9
     assert SearchFilter(tree="t", max_layer=0).leaves_only
     assert SearchFilter(tree="t", kind=Kind.CHUNK).leaves_only
     assert not SearchFilter(tree="t", min_layer=1).leaves_only
