@@ -274,6 +274,7 @@ class ScoredNode:
             F.KIND: str(n.kind),
             F.N_TOKENS: n.n_tokens,
             F.SOURCES: list(n.sources),
+            F.SOURCES_CAPPED: n.sources_capped,
             F.SOURCE: n.source,
             F.CHAR_START: n.char_start,
             F.CHAR_END: n.char_end,

@@ -226,11 +226,7 @@ def _echo_answer(out: dict[str, Any], as_json: bool) -> None:
         _echo_postqfrap(out, by)
         return
     for h in out["hits"]:
-        where = (
-            f"{h[F.SOURCE]}:{h[F.CHAR_START]}-{h[F.CHAR_END]}"
-            if h[F.LAYER] == 0
-            else ", ".join(h[F.SOURCES])
-        )
+        where = _where(h)
         head = f"[{h['score']:.3f}] layer {h[F.LAYER]} · {h[F.N_TOKENS]} tok · {where}"
         click.echo(click.style(head, bold=True))
         click.echo(h[F.TEXT] + "\n")
@@ -274,3 +270,12 @@ def _parse_layers(spec: str | None) -> tuple[int | None, int | None]:
     except ValueError:
         raise click.BadParameter(f"{spec!r}: use N, N-M, N- or -M", param_hint="--layers") from None
     return low, high
+
+
+def _where(hit: dict[str, Any]) -> str:
+    """Where a hit comes from: a leaf's file and span, a summary's files."""
+    if hit[F.LAYER] == 0:
+        return f"{hit[F.SOURCE]}:{hit[F.CHAR_START]}-{hit[F.CHAR_END]}"
+    if hit.get(F.SOURCES_CAPPED):
+        return "more files than the tree lists per summary (cluster.max_node_sources)"
+    return ", ".join(hit[F.SOURCES])

@@ -164,3 +164,16 @@ def test_file_and_folder_filters_skip_capped_summaries_only(tmp_path: Path) -> N
         assert {h.node.node_id for h in by_file} == expect
     finally:
         p.store.close()
+
+
+def test_a_capped_summary_says_so_in_query_output() -> None:
+    from ingestor.cli.query import _where
+    from retriever import ScoredNode
+
+    node = summary([leaf(f"a/{i}.txt") for i in range(6)], LIMIT)
+    hit = ScoredNode(node.payload("t", "m"), 0.5).to_json()
+    assert hit["sources_capped"] is True
+    assert hit["sources"] == []
+    assert "max_node_sources" in _where(hit)
+    small = ScoredNode(summary([leaf("a/1.txt"), leaf("b/2.txt")], LIMIT).payload("t", "m"), 0.5)
+    assert _where(small.to_json()) == "a/1.txt, b/2.txt"
