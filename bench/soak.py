@@ -196,7 +196,7 @@ def daemon_soak(n_ops: int, max_batch: int, seed: int, n_docs: int) -> int:
     import subprocess
     import urllib.request
 
-    from ingestor.tree.persist import state_name
+    from ingestor.tree.persist import load_state
 
     def http_json(url: str) -> dict[str, Any]:
         with urllib.request.urlopen(url, timeout=30) as resp:
@@ -204,7 +204,11 @@ def daemon_soak(n_ops: int, max_batch: int, seed: int, n_docs: int) -> int:
             return out
 
     def committed() -> Any:
-        return ModelStore(state_dir / "models").load(state_name("default"))
+        # The committed state, read as `adrap status` reads it (the daemon holds the writer lock).
+        state = load_state(ModelStore(state_dir / "models"), "default", readonly=True)
+        if state is None:
+            raise KeyError("not built yet")
+        return state
 
     rng = random.Random(seed)
     with tempfile.TemporaryDirectory() as tmp_s:
