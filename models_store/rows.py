@@ -132,7 +132,13 @@ class RowStore:
     def manifest(self) -> dict[str, Any]:
         """Return every manifest entry (JSON-decoded)."""
         with self._lock:
-            rows = self._db.execute("SELECT key, value FROM manifest").fetchall()
+            try:
+                rows = self._db.execute("SELECT key, value FROM manifest").fetchall()
+            except sqlite3.OperationalError as exc:  # a reader between create and first schema
+                raise ModelStoreError(
+                    f"the state database {self.path} is not initialised yet ({exc}): a first "
+                    "build is starting; run the command again in a moment"
+                ) from exc
         return {k: json.loads(v) for k, v in rows}
 
     def check(self, expect: Mapping[str, Any]) -> None:

@@ -29,7 +29,7 @@ from ingestor.errors import TreeError
 from ingestor.tree.layer_store import layer_changes, layer_committed, open_layer, remove_layer
 from ingestor.tree.rowmap import dumps, loads
 from ingestor.tree.state import STATE_FORMAT, TreeState
-from models_store import Changes, ModelStore, RowStore
+from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import SCHEMA_VERSION, Embedder
 
 log = logging.getLogger(__name__)
@@ -146,6 +146,11 @@ def load_state(
 
 def _open(rows: RowStore) -> TreeState:
     m = rows.manifest()
+    if "tree_name" not in m:  # created, nothing committed yet (a first build under way)
+        raise ModelStoreError(
+            f"the state database {rows.path} has no committed tree yet: a first build is under "
+            "way; run the command again when it is done"
+        )
     state = TreeState(tree=m["tree_name"], **{k: m[k] for k in _SCALARS})
     for rowmap in (state.nodes, state.sources, state.summary_cache):
         rowmap.bind(rows)

@@ -63,3 +63,22 @@ def test_a_damaged_object_is_detected_by_its_checksum(tmp_path: Path) -> None:
 def test_names_that_escape_the_root_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="invalid object name"):
         ModelStore(tmp_path).save("../x", 1)
+
+
+def test_a_reader_during_a_first_build_gets_a_clear_error(tmp_path: Path) -> None:
+    """`adrap status` (or a soak) opening the state while the first build has just created the
+    database: not a raw sqlite3 error, not a KeyError, but a ModelStoreError saying to retry."""
+    import sqlite3
+
+    from ingestor.tree.persist import load_state, state_path
+    from models_store import ModelStoreError, RowStore
+
+    models = ModelStore(tmp_path / "models")
+    path = state_path(models, "t")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sqlite3.connect(path).execute("PRAGMA user_version = 1").connection.close()  # file, no tables
+    with pytest.raises(ModelStoreError, match="not initialised yet"):
+        load_state(models, "t", readonly=True)
+    RowStore(path).close()  # the schema, nothing committed
+    with pytest.raises(ModelStoreError, match="no committed tree yet"):
+        load_state(models, "t", readonly=True)
