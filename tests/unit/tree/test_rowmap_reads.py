@@ -107,3 +107,44 @@ def test_removing_a_file_or_folder_reads_no_whole_namespace(
         check_invariants(p)
     finally:
         p.store.close()
+
+
+def test_a_layer_clusterer_is_read_once_per_content_and_never_shared(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon opens the state for every update; the clusterer row (~18 MB at 200k leaves) is
+    read again only when its content changed (a new token), and each open unpickles its own
+    copy, so a change made by an update that never commits is not seen by the next open."""
+    rng = random.Random(4)
+    root = tmp_path / "docs"
+    write_corpus(root, rng, 16)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    try:
+        p.build(root)
+        token = p.require_state().layers[0].clusterer_token
+        reads: list[str] = []
+        get = RowStore.get
+
+        def counting(self: RowStore, ns: str, key: str) -> bytes | None:
+            if key == "clusterer":
+                reads.append(ns)
+            return get(self, ns, key)
+
+        monkeypatch.setattr(RowStore, "get", counting)
+        first = p.require_state().layers[0]
+        first.clusterer.changed_in_place = True  # an update's change, never committed
+        again = p.require_state().layers[0]
+        assert reads == [], "the committed bytes were kept by the build's commit"
+        assert not hasattr(again.clusterer, "changed_in_place")
+        assert again.clusterer_token == token
+        p.rebuild()  # layers refitted: new clusterers, new tokens
+        fresh = p.require_state().layers[0]
+        assert fresh.clusterer_token != token
+        assert reads == []
+        from ingestor.tree import layer_store
+
+        layer_store._HEADS.clear()  # another process: nothing kept
+        p.require_state()
+        assert "L0.head" in reads
+    finally:
+        p.store.close()
