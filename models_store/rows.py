@@ -195,29 +195,23 @@ class RowStore:
         order (one index range scan: the cost of those rows, not of the namespace)."""
         if not prefix:
             return list(self.items(ns))
-        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT key, value FROM rows WHERE ns = ? AND key >= ? AND key < ? ORDER BY key",
-                (ns, prefix, upper),
-            ).fetchall()
-        return [(k, bytes(v)) for k, v in rows]
+        return [(k, bytes(v)) for k, v in self._range("key, value", ns, prefix)]
 
     def keys_prefix(self, ns: str, prefix: str) -> list[str]:
         """Return the keys of a namespace that start with ``prefix``, in order (one index range
         scan, no value read: the cost of those keys, not of the namespace)."""
+        return [k for (k,) in self._range("key", ns, prefix)]
+
+    def _range(self, columns: str, ns: str, prefix: str) -> list[Any]:
+        """Select ``columns`` of the rows of ``ns`` whose key starts with ``prefix``, in key order."""
+        where, args = "ns = ?", [ns]
+        if prefix:  # the keys in [prefix, prefix with its last character incremented)
+            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+            where, args = "ns = ? AND key >= ? AND key < ?", [ns, prefix, upper]
         with self._lock:
-            if not prefix:
-                rows = self._db.execute(
-                    "SELECT key FROM rows WHERE ns = ? ORDER BY key", (ns,)
-                ).fetchall()
-            else:
-                upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-                rows = self._db.execute(
-                    "SELECT key FROM rows WHERE ns = ? AND key >= ? AND key < ? ORDER BY key",
-                    (ns, prefix, upper),
-                ).fetchall()
-        return [k for (k,) in rows]
+            return self._db.execute(
+                f"SELECT {columns} FROM rows WHERE {where} ORDER BY key", args
+            ).fetchall()
 
     def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
         """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""

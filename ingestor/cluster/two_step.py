@@ -224,9 +224,8 @@ class TreeClusterer:
         return np.asarray(Y, dtype=np.float32)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        state.setdefault(
-            "max_group", DEFAULT_MAX_GROUP
-        )  # pickled before global clusters were bounded
+        # Pickled before global clusters were bounded: the default bound.
+        state.setdefault("max_group", DEFAULT_MAX_GROUP)
         self.__dict__.update(state)
         reducers = [self.__dict__.get("global_umap_")]
         # local_models_ is None while the state database stores them one row each.

@@ -249,7 +249,7 @@ class TreeUpdater:
                 state.nodes.prefetch(parent.children)
                 kids = [k for c in parent.children if (k := state.nodes.peek(c)) is not None]
                 prov = Provenance.merge(kids, state.max_node_sources)
-                if not prov.of(parent):
+                if prov != Provenance.of(parent):
                     prov.set_on(parent)
                     state.nodes[p] = parent
                     stats.upserted.add(p)

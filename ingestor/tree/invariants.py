@@ -85,7 +85,7 @@ def _links(state: Any, n_leaves: int, min_top_nodes: int) -> list[str]:
             if not node.children:
                 bad.append(f"{nid}: summary without children")
             kids = [k for k in (_peek(nodes, c) for c in node.children) if k is not None]
-            if not Provenance.merge(kids, limit).of(node):
+            if Provenance.merge(kids, limit) != Provenance.of(node):
                 bad.append(
                     f"{nid}: sources differ from the union of its children's (capped past {limit})"
                 )

@@ -74,14 +74,10 @@ class Provenance:
         dirs = _union([(k.dirs or frozenset(), k.dirs_capped) for k in kids], limit)
         return cls(*files, *dirs)
 
-    def of(self, node: Node) -> bool:
-        """Return True if ``node`` already holds this provenance."""
-        return (node.sources, node.sources_capped, node.dirs, node.dirs_capped) == (
-            self.sources,
-            self.sources_capped,
-            self.dirs,
-            self.dirs_capped,
-        )
+    @classmethod
+    def of(cls, node: Node) -> Provenance:
+        """Return the provenance ``node`` holds (compare with :meth:`merge`'s)."""
+        return cls(node.sources, node.sources_capped, node.dirs or frozenset(), node.dirs_capped)
 
     def set_on(self, node: Node) -> None:
         """Give ``node`` this provenance."""

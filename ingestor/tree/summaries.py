@@ -197,8 +197,12 @@ class SummaryWriter:
         for i, text, vec in zip(todo, texts, vectors, strict=True):
             members = groups[i]
             old = state.nodes.peek(ids[i])
-            same = old is not None and sorted(old.children) == sorted(members)
-            if same and old is not None and old.content_hash == sha256_text(text):
+            digest = sha256_text(text)
+            if (
+                old is not None
+                and old.content_hash == digest
+                and sorted(old.children) == sorted(members)
+            ):
                 regen.rewritten.discard(ids[i])  # the same summary: keep its vector and place
                 regen.refreshed.add(ids[i])
                 vec = state.vectors[ids[i]]
@@ -208,7 +212,7 @@ class SummaryWriter:
                 layer=layer,
                 text=text,
                 n_tokens=len(self.tokenizer.encode(text)),
-                content_hash=sha256_text(text),
+                content_hash=digest,
                 sources=prov.sources,
                 sources_capped=prov.sources_capped,
                 dirs=prov.dirs,
