@@ -190,8 +190,6 @@ def inspect(state_dir: Path, root: Path | None) -> Inspection:
     if root is not None:
         files = {f.relative_to(root).as_posix() for f in root.rglob("*.txt") if f.stat().st_size}
         out.sources_differ = len(set(state.sources) ^ files)
-    if state.rows is not None:
-        state.rows.close()
     return out
 
 

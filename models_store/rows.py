@@ -12,6 +12,17 @@ committed snapshot while the writer works, without blocking it and without seein
 
 Every row carries a ``stamp`` (the generation that last wrote or used it), indexed per namespace,
 so a bounded namespace (the summary cache) evicts its least recently used rows cheaply.
+
+Pages are 16 KiB (SQLite's default is 4 KiB): a node row (~1.5 KiB with its text) then sits in
+its leaf page instead of spilling into an overflow page, so a point read is one page, not two or
+three, and the database is 40 % smaller (a 199k-leaf state: 1.53 GB at 4 KiB, 0.93 GB at 16 KiB).
+A database made with other pages keeps them (SQLite fixes the page size of a WAL database).
+
+A process keeps one connection per database (:meth:`RowStore.shared`), so SQLite's page cache
+outlives an update: a daemon opens the state for every update, and each fresh connection read the
+B-tree's inner pages again (600 random node reads at 200k leaves: 45 ms cold, 6-20 ms warm).
+SQLite itself discards the cache when another process commits; a file deleted or replaced under
+the path is noticed by its identity (device, inode, change time) and opened afresh.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import os
 import sqlite3
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,6 +62,10 @@ CREATE TABLE IF NOT EXISTS manifest (
 """
 #: Keys IN (...) per statement (SQLite's default limit on host parameters is 32766).
 _CHUNK = 900
+#: Page size of a new database (see the module docstring).
+PAGE_SIZE = 16384
+#: Connections a process keeps open (:meth:`RowStore.shared`), least recently used dropped first.
+_SHARED_KEEP = 8
 
 
 def _fsync_dir(path: Path) -> None:
@@ -113,6 +129,8 @@ class RowStore:
                 uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0
             )
             if not readonly:
+                if created:  # before the first table: fixed from then on
+                    self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(_SCHEMA)
@@ -126,6 +144,30 @@ class RowStore:
         weakref.finalize(self, self._db.close)
         if created:
             _fsync_dir(self.path.parent)  # the new file's directory entry survives a crash
+        self.closed = False
+        self._identity = _identity(self.path)
+
+    @classmethod
+    def shared(cls, path: Path, *, create: bool = False, readonly: bool = False) -> RowStore:
+        """Return this process's open store of ``path`` (same arguments as the constructor),
+        opening it on first use or when the file at ``path`` is not the one it holds open.
+
+        Keeping the connection keeps SQLite's page cache across the opens of a state (a daemon
+        opens it for every update). It is safe across processes: SQLite discards the cache when
+        another connection commits. A store from here must not be closed by its users.
+        """
+        key = (os.getpid(), str(Path(path).absolute()), readonly)
+        with _SHARED_LOCK:
+            got = _SHARED.get(key)
+            if got is not None and not got.closed and got._identity == _identity(got.path):
+                _SHARED.move_to_end(key)
+                return got
+            _SHARED.pop(key, None)
+            store = cls(path, create=create, readonly=readonly)
+            _SHARED[key] = store
+            while len(_SHARED) > _SHARED_KEEP:
+                _SHARED.popitem(last=False)  # closed once its last user drops it
+            return store
 
     # -- manifest --------------------------------------------------------------------------------
 
@@ -276,6 +318,7 @@ class RowStore:
                     )
                     written += sum(len(json.dumps(v)) for v in manifest.values())
                 self._db.execute("COMMIT")
+                self._identity = _identity(self.path)  # a checkpoint may have written the file
             except BaseException as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")  # all or nothing, whatever interrupted it
@@ -303,9 +346,25 @@ class RowStore:
                 (ns, ns, excess),
             )
             self._db.execute("COMMIT")
+            self._identity = _identity(self.path)
         return excess
 
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
             self._db.close()
+            self.closed = True
+
+
+def _identity(path: Path) -> tuple[int, int, int] | None:
+    """The file at ``path`` as (device, inode, change time): another file (deleted and made
+    again, replaced) differs even where the new file reuses the inode number."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_ctime_ns)
+
+
+_SHARED: OrderedDict[tuple[int, str, bool], RowStore] = OrderedDict()
+_SHARED_LOCK = threading.Lock()

@@ -277,8 +277,12 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
         blob = rows.get(f"L{i}.head", "clusterer")
         if blob is None:
             raise KeyError(f"layer {i} of {rows.path} has no clusterer row")
-    if token:
-        _remember(token, blob)
+    if not token:
+        # A layer stored before tokens: name the bytes just read. The token reaches the database
+        # with the next commit's scalars (the bytes stay as they are); until then no other
+        # process can know it, so it names this content only.
+        token = scalars["clusterer_token"] = uuid.uuid4().hex
+    _remember(token, blob)
     clusterer: Any = loads(blob)
     al = AdaptiveLayer.__new__(AdaptiveLayer)
     al.__dict__.update(scalars)

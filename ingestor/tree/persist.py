@@ -136,7 +136,7 @@ def load_state(
         if models.exists(state_name(tree)):
             return _migrate(models, tree, embedder, readonly=readonly)
         return None
-    rows = RowStore(path, readonly=readonly)
+    rows = RowStore.shared(path, readonly=readonly)
     expect: dict[str, Any] = {"format": STATE_FORMAT}
     if embedder is not None:
         expect |= {"embed_model": embedder.model_id, "dim": embedder.dim}
@@ -242,7 +242,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     """
     if state.rows is None:
         path = state_path(models, state.tree)
-        state.rows = RowStore(path, create=True)
+        state.rows = RowStore.shared(path, create=True)
         for rowmap in (state.nodes, state.sources, state.summary_cache):
             rowmap.replace_all()
         fresh = True

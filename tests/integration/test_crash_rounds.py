@@ -46,8 +46,6 @@ def test_killed_updates_leave_no_orphan_no_missing_point_and_equal_payloads(
     state = load_state(ModelStore(state_dir / "models"), TREE, readonly=True)
     assert state is not None
     node_ids = sorted(state.nodes)
-    assert state.rows is not None
-    state.rows.close()
     with EdgeNodeStore(state_dir / "qdrant") as store:
         victim, gone = store.retrieve(node_ids[:2])
         vec = store.retrieve_vectors([victim.node_id])

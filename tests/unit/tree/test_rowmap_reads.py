@@ -148,3 +148,51 @@ def test_a_layer_clusterer_is_read_once_per_content_and_never_shared(
         assert "L0.head" in reads
     finally:
         p.store.close()
+
+
+def test_a_layer_stored_without_a_token_is_read_once_then_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree committed before clusterer tokens existed gets one on its next commit: its
+    clusterer bytes are read by the first open only, not by every update's open after it."""
+    from ingestor.tree import layer_store
+    from ingestor.tree.rowmap import loads
+
+    rng = random.Random(5)
+    root = tmp_path / "docs"
+    write_corpus(root, rng, 16)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    try:
+        p.build(root)
+        rows = p.require_state().rows
+        assert rows is not None
+        ch = Changes()
+        for i in range(len(p.require_state().layers)):  # as an older adrap stored it
+            scalars = loads(rows.get(f"L{i}.head", "scalars") or b"")
+            assert isinstance(scalars, dict)
+            scalars.pop("clusterer_token")
+            ch.set(f"L{i}.head", "scalars", dumps(scalars))
+        rows.commit(ch)
+        layer_store._HEADS.clear()
+        reads: list[str] = []
+        get = RowStore.get
+
+        def counting(self: RowStore, ns: str, key: str) -> bytes | None:
+            if key == "clusterer":
+                reads.append(ns)
+            return get(self, ns, key)
+
+        monkeypatch.setattr(RowStore, "get", counting)
+        (root / "new.txt").write_text(
+            " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(60))
+        )
+        p.update([root / "new.txt"])  # its open reads every layer's bytes once
+        first = list(reads)
+        assert "L0.head" in first
+        reads.clear()
+        p.require_state()
+        p.require_state()
+        assert reads == [], "the next opens read the clusterer bytes again"
+        check_invariants(p)
+    finally:
+        p.store.close()

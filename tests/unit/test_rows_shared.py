@@ -1,0 +1,84 @@
+"""One connection per state database and process: SQLite's page cache outlives an open of the
+state (a daemon opens it for every update), yet nothing stale is ever read through it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from models_store import Changes, ModelStoreError, RowStore
+from models_store.rows import PAGE_SIZE
+
+
+def put(rows: RowStore, key: str, value: bytes) -> None:
+    ch = Changes()
+    ch.set("ns", key, value)
+    rows.commit(ch)
+
+
+def test_opens_of_one_database_share_a_connection(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    writer = RowStore.shared(path, create=True)
+    assert RowStore.shared(path) is writer
+    reader = RowStore.shared(path, readonly=True)
+    assert reader is not writer, "a read-only open never gets the writer's connection"
+    assert RowStore.shared(path, readonly=True) is reader
+    put(writer, "a", b"1")
+    assert RowStore.shared(path) is writer, "its own commits keep the connection"
+    assert reader.get("ns", "a") == b"1"
+
+
+def _commit_from_another_process(path: str) -> None:
+    put(RowStore(Path(path)), "b", b"from the other process")
+
+
+def test_another_process_commit_is_seen_through_a_kept_connection(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    put(RowStore.shared(path, create=True), "b", b"before")
+    reader = RowStore.shared(path, readonly=True)
+    assert reader.get("ns", "b") == b"before"  # its page cache now holds the row
+    proc = multiprocessing.get_context("spawn").Process(
+        target=_commit_from_another_process, args=(str(path),)
+    )
+    proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert RowStore.shared(path, readonly=True).get("ns", "b") == b"from the other process"
+
+
+def test_a_database_deleted_and_made_again_is_opened_afresh(tmp_path: Path) -> None:
+    """The new file may even get the old one's inode number: its change time tells them apart."""
+    path = tmp_path / "s.sqlite"
+    old = RowStore.shared(path, create=True)
+    put(old, "k", b"old tree")
+    reader = RowStore.shared(path, readonly=True)
+    assert reader.get("ns", "k") == b"old tree"
+    for extra in ("", "-wal", "-shm"):
+        Path(f"{path}{extra}").unlink(missing_ok=True)
+    with pytest.raises(ModelStoreError, match="no state database"):
+        RowStore.shared(path, readonly=True)
+    new = RowStore.shared(path, create=True)
+    assert new is not old
+    put(new, "k", b"new tree")
+    assert RowStore.shared(path, readonly=True).get("ns", "k") == b"new tree"
+    assert RowStore.shared(path).get("ns", "k") == b"new tree"
+
+
+def test_a_closed_store_is_not_handed_out_again(tmp_path: Path) -> None:
+    path = tmp_path / "s.sqlite"
+    first = RowStore.shared(path, create=True)
+    first.close()
+    again = RowStore.shared(path)
+    assert again is not first
+    put(again, "x", b"y")
+
+
+def test_a_new_database_has_large_pages(tmp_path: Path) -> None:
+    """A ~1.5 KiB node row fits its leaf page (no overflow page per read)."""
+    path = tmp_path / "s.sqlite"
+    put(RowStore(path, create=True), "k", b"v")
+    (size,) = sqlite3.connect(path).execute("PRAGMA page_size").fetchone()
+    assert size == PAGE_SIZE == 16384
