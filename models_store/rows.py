@@ -66,6 +66,10 @@ _CHUNK = 900
 PAGE_SIZE = 16384
 #: Connections a process keeps open (:meth:`RowStore.shared`), least recently used dropped first.
 _SHARED_KEEP = 8
+#: The write-ahead log kept on disk between commits. A kept connection never closes, and closing
+#: was what removed the log: a build's commit would leave a log as large as the database beside
+#: it for the daemon's lifetime. A commit larger than this checkpoints and truncates the log.
+WAL_KEEP_BYTES = 64 * 1024 * 1024
 
 
 def _fsync_dir(path: Path) -> None:
@@ -132,6 +136,7 @@ class RowStore:
                 if created:  # before the first table: fixed from then on
                     self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
                 self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
                 self._db.execute("PRAGMA synchronous=FULL")
                 self._db.executescript(_SCHEMA)
             self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache
@@ -318,6 +323,8 @@ class RowStore:
                     )
                     written += sum(len(json.dumps(v)) for v in manifest.values())
                 self._db.execute("COMMIT")
+                if written > WAL_KEEP_BYTES:  # best effort: a reader on an old snapshot defers it
+                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 self._identity = _identity(self.path)  # a checkpoint may have written the file
             except BaseException as exc:
                 if self._db.in_transaction:

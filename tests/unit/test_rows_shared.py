@@ -82,3 +82,23 @@ def test_a_new_database_has_large_pages(tmp_path: Path) -> None:
     put(RowStore(path, create=True), "k", b"v")
     (size,) = sqlite3.connect(path).execute("PRAGMA page_size").fetchone()
     assert size == PAGE_SIZE == 16384
+
+
+def test_a_large_commit_leaves_no_large_log_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kept connection never closes: the log a build's commit grew is truncated by the commit,
+    not left beside the database (as large as it) for the daemon's lifetime."""
+    import models_store.rows as rows_module
+
+    monkeypatch.setattr(rows_module, "WAL_KEEP_BYTES", 256 * 1024)
+    path = tmp_path / "s.sqlite"
+    rows = RowStore.shared(path, create=True)
+    ch = Changes()
+    for i in range(400):
+        ch.set("ns", str(i), bytes(4096))
+    rows.commit(ch)  # ~1.6 MB: more than the log may keep
+    assert RowStore.shared(path) is rows, "the connection is still open"
+    wal = Path(f"{path}-wal")
+    assert not wal.exists() or wal.stat().st_size <= 256 * 1024
+    assert rows.count("ns") == 400
