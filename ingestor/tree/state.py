@@ -34,10 +34,14 @@ def leaf_id(tree: str, source: str, content_hash: str, occurrence: int) -> str:
     return point_id(f"{tree}/leaf/{source}/{content_hash}/{occurrence}")
 
 
-def summary_id(tree: str, layer: int, children: list[str]) -> str:
-    """Return a summary's node id, addressed by its (sorted) children."""
+def summary_id(tree: str, layer: int, children: list[str], salt: int = 0) -> str:
+    """Return a summary's node id, addressed by its (sorted) children.
+
+    ``salt`` > 0 gives the same children another address: for when the plain one names a node
+    that now holds other children (adRAP rewrites a summary in place under its old id).
+    """
     digest = hashlib.sha256("\n".join(sorted(children)).encode()).hexdigest()
-    return point_id(f"{tree}/summary/{layer}/{digest}")
+    return point_id(f"{tree}/summary/{layer}/{digest}" + (f"#{salt}" if salt else ""))
 
 
 #: The key of ``TreeState.params`` that records a tree's per-node limit of listed sources.

@@ -121,6 +121,8 @@ class SummaryWriter:
         stats.clusters_per_layer[layer] = len(groups)
         stats.mean_cluster_size[layer] = float(np.mean([len(g) for g in groups])) if groups else 0.0
         ids = [summary_id(state.tree, layer, g) for g in groups]
+        if regen is not None:
+            self._avoid_taken(state, layer, groups, ids, regen.reuse)
         if regen is not None and regen.reuse:
             self._reuse_ids(state, parts, groups, ids, regen.reuse)
         made = self.add_summaries(state, layer, groups, stats, progress, ids, regen)
@@ -129,6 +131,36 @@ class SummaryWriter:
             cid: list(dict.fromkeys(node_of[tuple(sorted(g))] for g in ps))
             for cid, ps in parts.items()
         }
+
+    @staticmethod
+    def _avoid_taken(
+        state: TreeState,
+        layer: int,
+        groups: list[list[str]],
+        ids: list[str],
+        reuse: dict[int, list[str]],
+    ) -> None:
+        """Move each membership off a content address that names another cluster's node.
+
+        An update rewrites a regenerated summary in place, under its old id, so a node's id is
+        not always the address of its children: a cluster that comes back to the membership
+        which first made an id finds that id on a node with other children. That node belongs to
+        another cluster unless every cluster naming it is regenerated now (it is in ``reuse``);
+        taking it would rewrite the summary of a cluster left as it was and orphan its children
+        (soak, seed 1: three leaves lost their parent in batch 14). Such a membership gets the
+        next free salted address (:func:`summary_id`) instead.
+        """
+        free = {n for ns in reuse.values() for n in ns}
+        state.nodes.prefetch(ids)
+        for i, g in enumerate(groups):
+            salt = 0
+            while (
+                (node := state.nodes.peek(ids[i])) is not None
+                and ids[i] not in free
+                and sorted(node.children) != sorted(g)
+            ):
+                salt += 1
+                ids[i] = summary_id(state.tree, layer, g, salt)
 
     @staticmethod
     def _reuse_ids(
