@@ -20,7 +20,7 @@ A database made with other pages keeps them (SQLite fixes the page size of a WAL
 
 A process keeps one connection per database (:meth:`RowStore.shared`), so SQLite's page cache
 outlives an update: a daemon opens the state for every update, and each fresh connection read the
-B-tree's inner pages again (600 random node reads at 200k leaves: 45 ms cold, 6-20 ms warm).
+B-tree's inner pages again (600 random node reads at 200k leaves: 28-50 ms cold, 6-30 warm).
 SQLite itself discards the cache when another process commits; a file deleted or replaced under
 the path is noticed by its identity (device, inode, change time) and opened afresh.
 """
