@@ -109,6 +109,20 @@ def test_removing_a_file_or_folder_reads_no_whole_namespace(
         p.store.close()
 
 
+def clusterer_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the namespace of every clusterer row read from now on."""
+    reads: list[str] = []
+    get = RowStore.get
+
+    def counting(self: RowStore, ns: str, key: str) -> bytes | None:
+        if key == "clusterer":
+            reads.append(ns)
+        return get(self, ns, key)
+
+    monkeypatch.setattr(RowStore, "get", counting)
+    return reads
+
+
 def test_a_layer_clusterer_is_read_once_per_content_and_never_shared(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -122,15 +136,7 @@ def test_a_layer_clusterer_is_read_once_per_content_and_never_shared(
     try:
         p.build(root)
         token = p.require_state().layers[0].clusterer_token
-        reads: list[str] = []
-        get = RowStore.get
-
-        def counting(self: RowStore, ns: str, key: str) -> bytes | None:
-            if key == "clusterer":
-                reads.append(ns)
-            return get(self, ns, key)
-
-        monkeypatch.setattr(RowStore, "get", counting)
+        reads = clusterer_reads(monkeypatch)
         first = p.require_state().layers[0]
         first.clusterer.changed_in_place = True  # an update's change, never committed
         again = p.require_state().layers[0]
@@ -174,15 +180,7 @@ def test_a_layer_stored_without_a_token_is_read_once_then_kept(
             ch.set(f"L{i}.head", "scalars", dumps(scalars))
         rows.commit(ch)
         layer_store._HEADS.clear()
-        reads: list[str] = []
-        get = RowStore.get
-
-        def counting(self: RowStore, ns: str, key: str) -> bytes | None:
-            if key == "clusterer":
-                reads.append(ns)
-            return get(self, ns, key)
-
-        monkeypatch.setattr(RowStore, "get", counting)
+        reads = clusterer_reads(monkeypatch)
         (root / "new.txt").write_text(
             " ".join(rng.choice(["alpha", "beta", "gamma"]) for _ in range(60))
         )
