@@ -114,7 +114,8 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         """Read the given keys' rows in one query (later reads hit the cache); marks nothing."""
         if self._complete or self._rows is None:
             return
-        todo = [k for k in dict.fromkeys(keys) if k not in self._cache and k not in self._deleted]
+        skip = (self._cache, self._deleted, self._absent)  # known: read, deleted, or missing
+        todo = [k for k in dict.fromkeys(keys) if not any(k in known for known in skip)]
         if len(todo) < 2:
             return
         found = self._rows.get_many(self.ns, todo)

@@ -51,6 +51,8 @@ def test_a_prefetch_answers_later_reads_of_found_and_missing_keys(tmp_path: Path
     assert "nope" not in m
     assert m.get("also-missing") is None
     assert rows.single == 0, "no row read one by one after the prefetch"
+    m.prefetch(["1", "nope", "also-missing"])  # all known: found, or found missing
+    assert rows.many == 1, "a second prefetch of known keys asked the database again"
     m["nope"] = 7  # a key found missing can still be set, and is then there
     assert m["nope"] == 7
     assert "3" in m  # not prefetched: read on its own
