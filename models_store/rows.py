@@ -323,9 +323,6 @@ class RowStore:
                     )
                     written += sum(len(json.dumps(v)) for v in manifest.values())
                 self._db.execute("COMMIT")
-                if written > WAL_KEEP_BYTES:  # best effort: a reader on an old snapshot defers it
-                    self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-                self._identity = _identity(self.path)  # a checkpoint may have written the file
             except BaseException as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")  # all or nothing, whatever interrupted it
@@ -335,7 +332,18 @@ class RowStore:
                     f"cannot commit the tree state to {self.path}: {exc}; check free space and "
                     "permissions of the state dir, then run the command again"
                 ) from exc
+            if written > WAL_KEEP_BYTES:
+                self._truncate_log()
+            self._identity = _identity(self.path)  # a checkpoint may have written the file
         return written
+
+    def _truncate_log(self) -> None:
+        """Checkpoint and truncate the write-ahead log, best effort: the commit before it is
+        durable whatever happens here (a reader on an old snapshot defers it to a later one)."""
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error as exc:
+            log.warning("could not truncate the write-ahead log of %s: %s", self.path, exc)
 
     def evict_oldest(self, ns: str, keep: int) -> int:
         """Delete the least recently stamped rows of ``ns`` beyond ``keep``; return how many."""

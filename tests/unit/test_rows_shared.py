@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,3 +103,30 @@ def test_a_large_commit_leaves_no_large_log_behind(
     wal = Path(f"{path}-wal")
     assert not wal.exists() or wal.stat().st_size <= 256 * 1024
     assert rows.count("ns") == 400
+
+
+class _FailingCheckpoint:
+    """A connection whose log truncation fails (the commit before it has succeeded)."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+        if "wal_checkpoint" in sql:
+            raise sqlite3.OperationalError("database table is locked")
+        return self.db.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.db, name)
+
+
+def test_a_failed_log_truncation_does_not_fail_the_commit_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import models_store.rows as rows_module
+
+    monkeypatch.setattr(rows_module, "WAL_KEEP_BYTES", 1024)
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    rows._db = _FailingCheckpoint(rows._db)  # type: ignore[assignment]
+    put(rows, "k", bytes(4096))  # committed: the truncation after it is best effort
+    assert RowStore(tmp_path / "s.sqlite", readonly=True).get("ns", "k") == bytes(4096)
