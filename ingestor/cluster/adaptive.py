@@ -12,7 +12,8 @@ Every node of the layer is exactly one point: adRAP moves a regenerated summary 
 predecessor's point and placing the new node at its new embedding. A global cluster ("group") too
 small for a local UMAP + GMM ("guarded") is one cluster until it grows past ``tau_c`` members. A
 group whose points changed by more than ``max(tau_c, refit_share x`` its fitted size) since its
-local model was fitted, and a guarded group past ``tau_c``, get the build's steps run on their
+local model was fitted (a node moved within its group is one changed point, not a removal and an
+addition), and a guarded group past ``tau_c``, get the build's steps run on their
 current members (:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
 """
 
@@ -269,7 +270,13 @@ class AdaptiveLayer:
             dup = [n for n in node_ids if n in self.point_of]
             raise ValueError(f"layer {self.layer} already holds node(s) {dup[:3]}: remove first")
         touched: set[int] = self.__dict__.pop("touched_groups", set())
+        moved_from: dict[str, int] = self.__dict__.pop("moving", {})
         groups = self.clusterer.predict_global(X) if node_ids else np.zeros(0, dtype=np.intp)
+        # A node moved within its group (a rewritten summary placed again) is one changed point:
+        # its removal was not counted, its placement is.
+        stay = np.array(
+            [moved_from.get(n) == int(g) for n, g in zip(node_ids, groups, strict=True)]
+        )
         local: dict[int, NDArray[np.float32]] = {}
         refit: set[int] = set()  # groups whose new points only need a cheap placement
         for label in np.unique(groups):
@@ -279,28 +286,41 @@ class AdaptiveLayer:
                 reduced = self.clusterer.transform_local(g, X[rows])
                 for r, point in zip(rows.tolist(), reduced, strict=True):
                     local[r] = point
+                coming = int(len(rows) - stay[rows].sum())
                 if vectors is not None and (
-                    self._due(gmm, len(rows)) or self._oversized(gmm.n + len(rows))
+                    self._due(gmm, coming) or self._oversized(gmm.n + len(rows))
                 ):
                     refit.add(g)
+        rows_of: dict[int, list[int]] = defaultdict(list)  # placed groups, rows in batch order
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
-            gmm = self.gmms[g]
             touched.add(g)
             if self.layer > 0:
                 self.placed[node_id] = vector_digest(X[row])
-            if gmm is None:
-                cid, nodes = self.guarded[g]
-                nodes.add(node_id)
-                self.point_of[node_id] = (g, GUARDED)
-                delta.absorb([cid], [], [], [])
+            if self.gmms[g] is not None:
+                rows_of[g].append(row)
                 continue
-            greedy = self.greedy or g in refit
-            result = gmm.add_greedy(local[row]) if greedy else gmm.add(local[row])
-            self.point_of[node_id] = (g, result.point)
-            self.node_at[(g, result.point)] = node_id
-            delta.absorb(result.dirty, result.created, result.split, result.removed)
-            self.note(g, result.created)
+            cid, nodes = self.guarded[g]
+            nodes.add(node_id)
+            self.point_of[node_id] = (g, GUARDED)
+            delta.absorb([cid], [], [], [])
+        for g, batch in rows_of.items():
+            gmm = self.gmms[g]
+            assert gmm is not None
+            if self.greedy or g in refit:
+                results = [gmm.add_greedy(local[r]) for r in batch]
+                pids = [result.point for result in results]
+            else:  # Algorithm 2 per point, one full-EM refit per run of points while n ≤ τ_n
+                pids, results = gmm.add_many(np.stack([local[r] for r in batch]))
+            for row, pid in zip(batch, pids, strict=True):
+                node_id = node_ids[row]
+                if moved_from.get(node_id) == g:  # its removal from this group was counted
+                    gmm.churn -= 1
+                self.point_of[node_id] = (g, pid)
+                self.node_at[(g, pid)] = node_id
+            for result in results:
+                delta.absorb(result.dirty, result.created, result.split, result.removed)
+                self.note(g, result.created)
         if self.greedy:
             return
         work = sorted(touched)
@@ -338,9 +358,15 @@ class AdaptiveLayer:
         """Cut group ``g`` into parts of at most ``max_group`` (:func:`group_upkeep.split`)."""
         group_upkeep.split(self, g, vectors, delta)
 
-    def remove(self, node_id: str, delta: LayerDelta) -> None:
-        """Drop a node from its clusters; clusters left empty are removed."""
+    def remove(self, node_id: str, delta: LayerDelta, *, moving: bool = False) -> None:
+        """Drop a node from its clusters; clusters left empty are removed.
+
+        ``moving``: the node is placed again by this batch's :meth:`add_many` (a rewritten
+        summary); it then counts as one changed point of its group, not two.
+        """
         g, pid = self.point_of.pop(node_id)
+        if moving:
+            self.__dict__.setdefault("moving", {})[node_id] = g
         self.placed.pop(node_id, None)
         self.__dict__.setdefault("touched_groups", set()).add(g)  # add_many checks its refit
         if pid == GUARDED:

@@ -215,6 +215,49 @@ class OnlineGMM:
                 self.offered[cid] = len(self.members[cid])
         return self._result(pid, old_ids, before, split=split)
 
+    def add_many(self, X: NDArray[np.floating]) -> tuple[list[int], list[UpdateResult]]:
+        """Insert points in order, as :meth:`add` each, with one full-EM refit per run of points
+        that arrive while n ≤ τ_n instead of one per point.
+
+        That refit is EM to convergence from the current parameters on all points (and the
+        fresh fits by BIC), so running it once after the run's last point lands where the last
+        of the per-point refits would have started from, without the intermediate fits: each of
+        those could move boundary points between clusters, and every cluster it touched had its
+        summary regenerated, although the batch's final memberships were all that mattered.
+
+        Returns:
+            The new points' ids (in the order of ``X``) and the results in operation order
+            (a run's refit is one result, its ``point`` -1).
+        """
+        pids: list[int] = []
+        results: list[UpdateResult] = []
+        run: tuple[frozenset[int], dict[int, frozenset[int]]] | None = None
+        for x in np.asarray(X, dtype=np.float64).reshape(len(X), -1):
+            if self.params.k > 0 and self.n <= self.tau_n:
+                if run is None:
+                    run = (frozenset(self.members), self.clusters())
+                pid = self._next_point
+                self._next_point += 1
+                self.churn += 1
+                self._points.append(pid, x)  # members are recomputed by the run's refit
+                pids.append(pid)
+                continue
+            if run is not None:
+                results.append(self._refit_run(*run))
+                run = None
+            result = self.add(x)
+            pids.append(result.point)
+            results.append(result)
+        if run is not None:
+            results.append(self._refit_run(*run))
+        return pids, results
+
+    def _refit_run(
+        self, old_ids: frozenset[int], before: dict[int, frozenset[int]]
+    ) -> UpdateResult:
+        self._refit()
+        return self._result(-1, old_ids, before, refit=True, assigned=False)
+
     def add_greedy(self, x: NDArray[np.floating]) -> UpdateResult:
         """Insert one point the way the paper's greedy baseline does [A §6.4].
 

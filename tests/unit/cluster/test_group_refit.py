@@ -171,3 +171,42 @@ def test_no_refit_before_the_threshold(share: float) -> None:
     al.add_many([], X[:0], delta, vectors=lambda nodes: np.stack([vec[n] for n in nodes]))
     assert al.refits == 1
     assert al.gmms[g] is not gmm
+
+
+def test_a_node_moved_within_its_group_counts_as_one_changed_point() -> None:
+    """A rewritten summary is removed and placed again: one changed point, not two, so moves
+    alone bring a group to its refit half as fast as before."""
+    X = four_blobs()
+    al, ids = layer_over(X, "a")
+    g, gmm = largest_group(al)
+    members = sorted(al.node_at[(g, p)] for p in gmm.point_ids)[:5]
+    vec = dict(zip(ids, X, strict=True))
+    delta = LayerDelta()
+    for n in members:
+        al.remove(n, delta, moving=True)
+    al.add_many(members, np.stack([vec[n] for n in members]), delta)
+    assert gmm.churn == 5
+    other = members[0]
+    al.remove(other, delta)  # a plain removal and a new node: two changed points
+    al.add_many([other], vec[other][None, :], delta)
+    assert gmm.churn == 7
+
+
+def test_a_batch_into_a_small_group_refits_its_mixture_once() -> None:
+    """Algorithm 2's full-EM branch (n ≤ τ_n) runs once per batch and group, not per point."""
+    X = four_blobs()
+    al, ids = layer_over(X, "a")
+    g, gmm = largest_group(al)
+    assert gmm.n <= gmm.tau_n
+    members = sorted(al.node_at[(g, p)] for p in gmm.point_ids)[:6]
+    vec = dict(zip(ids, X, strict=True))
+    delta = LayerDelta()
+    for n in members:
+        al.remove(n, delta, moving=True)
+    calls = []
+    real = gmm._refit
+    gmm._refit = lambda: calls.append(real())  # type: ignore[method-assign]
+    al.add_many(members, np.stack([vec[n] for n in members]), delta)
+    assert len(calls) == 1
+    assert {al.point_of[n][0] for n in members} == {g}
+    assert all(al.clusters_of(n) for n in members)

@@ -253,3 +253,35 @@ def test_greedy_baseline_joins_the_most_probable_cluster_without_refitting() -> 
         assert not result.created
         assert not result.split
     np.testing.assert_array_equal(online.params.means, means)
+
+
+def test_a_batch_at_small_n_runs_one_refit_for_the_run_of_points(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """n ≤ τ_n: ``add_many`` refits once after the run, not once per point (each refit could
+    move boundary points, and each cluster moved had its summary regenerated)."""
+    X, gmm = three_blobs()
+    new = np.array([[10.2, 0.1], [0.3, 9.8], [0.1, -0.2], [9.7, 0.4]])
+    one_by_one = OnlineGMM.from_gmm(gmm, X, cluster_ids=[7, 8, 9], tau_n=100)
+    batched = OnlineGMM.from_gmm(gmm, X, cluster_ids=[7, 8, 9], tau_n=100)
+    refits = []
+    monkeypatch.setattr(batched, "_refit", lambda: refits.append(OnlineGMM._refit(batched)))
+    pids, results = batched.add_many(new)
+    assert len(refits) == 1
+    assert [r.refit for r in results] == [True]
+    for x in new:
+        one_by_one.add(x)
+    assert pids == one_by_one.point_ids[-4:]
+    assert batched.clusters() == one_by_one.clusters()  # four separated points: the same end
+    assert results[0].changed == {7, 8, 9}  # each blob gained a point
+    assert batched.churn == 4
+
+
+def test_a_batch_crossing_tau_n_refits_the_run_then_goes_on_incrementally() -> None:
+    X, gmm = three_blobs()  # 30 points
+    online = OnlineGMM.from_gmm(gmm, X, cluster_ids=[7, 8, 9], tau_n=31)
+    pids, results = online.add_many(np.array([[10.2, 0.1], [0.3, 9.8], [0.1, -0.2], [9.7, 0.4]]))
+    assert len(pids) == 4
+    assert [r.refit for r in results] == [True, False, False]  # n = 30, 31 refit; 32, 33 do not
+    assert [r.point for r in results] == [-1, pids[2], pids[3]]
+    assert online.n == 34
