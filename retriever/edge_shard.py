@@ -142,6 +142,25 @@ class EdgeShardLifecycle:
             self.deferred_optimize_points = self.auto_optimize_points
         self.auto_optimize_points = None
 
+    @contextmanager
+    def bulk_writes(self) -> Iterator[None]:
+        """Upserts inside the block do not optimize; the bulk writer (a build) optimizes once at
+        its end.
+
+        An optimize that finds work merges every segment into one, rebuilding the graph of the
+        whole store, and the engine keeps the segments it merged away on disk until the next
+        ``flush``. A build that optimized every ``auto_optimize_points`` upserted points therefore
+        indexed its points over and over (a 265k-leaf build: 13 merges of 20k to 265k points)
+        and held every intermediate segment: 6.9 GB of segments, mapped into the process (8.9
+        GiB of its 13.6 GiB RSS were those file pages).
+        """
+        saved = self.auto_optimize_points
+        self.auto_optimize_points = None
+        try:
+            yield
+        finally:
+            self.auto_optimize_points = saved
+
     def optimize_due(self) -> bool:
         """Return True if a deferred optimize should run: at least ``deferred_optimize_points``
         and ``OPTIMIZE_SHARE`` of the points are outside the HNSW index."""

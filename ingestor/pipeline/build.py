@@ -11,6 +11,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TypeVar
 
@@ -179,17 +180,18 @@ class BuildStage:
         stats.add_time("read_chunk", time.perf_counter() - t0)
         report.files = len(docs)
 
-        t0 = time.perf_counter()
-        self.embed_leaves(state, leaves, progress, checkpoint=first)
-        stats.add_time("embed_leaves", time.perf_counter() - t0)
+        with bulk_writes(self.store):  # one index build, after every point is written
+            t0 = time.perf_counter()
+            self.embed_leaves(state, leaves, progress, checkpoint=first)
+            stats.add_time("embed_leaves", time.perf_counter() - t0)
 
-        built = self.build_layers(state, cache_rows, progress)
-        built.seconds = stats.seconds | built.seconds  # read and embed stages first
-        report.stats = stats = built
+            built = self.build_layers(state, cache_rows, progress)
+            built.seconds = stats.seconds | built.seconds  # read and embed stages first
+            report.stats = stats = built
 
-        t0 = time.perf_counter()
-        self.store_state(state, progress)
-        stats.add_time("store", time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            self.store_state(state, progress)
+            stats.add_time("store", time.perf_counter() - t0)
         report.leaves = len(leaves)
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t_start
@@ -367,7 +369,8 @@ class BuildStage:
         state = self.require_state(recover=True)
         report = BuildReport(files=len(state.sources), leaves=state.layer_counts().get(0, 0))
         report.stats = self.build_layers(state, state.rows, progress)
-        self.store_state(state, progress)
+        with bulk_writes(self.store):
+            self.store_state(state, progress)
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t0
         return report
@@ -396,3 +399,11 @@ class BuildStage:
         if orphans:
             self.store.delete(orphans)
             log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
+
+
+def bulk_writes(store: NodeStore) -> AbstractContextManager[None]:
+    """The store's bulk-write mode where it has one (embedded: no index build per upsert batch,
+    see :meth:`~retriever.edge_shard.EdgeShardLifecycle.bulk_writes`); a server indexes by
+    itself."""
+    bulk = getattr(store, "bulk_writes", None)
+    return bulk() if bulk is not None else nullcontext()
