@@ -175,6 +175,10 @@ class EdgeShardLifecycle:
     def optimize(self) -> bool:
         """Run the engine's segment optimizers (build the HNSW index), blocking until done.
 
+        An optimize that rebuilt segments flushes: the engine keeps the segments it merged away
+        on disk until a flush, so a store optimized again and again (a long-running daemon)
+        would hold a copy of itself per optimize.
+
         Returns:
             True if any segment was rebuilt, False if the store was already optimal.
         """
@@ -183,6 +187,8 @@ class EdgeShardLifecycle:
         self._estimates.clear()  # merged segments estimate anew
         with self._engine("optimize (build the HNSW index)"):
             changed = shard.optimize()
+            if changed:  # the engine deletes the segments it merged away at a flush, not before
+                shard.flush()
             info = shard.info()
         if changed:
             log.info(

@@ -1015,3 +1015,22 @@ def test_a_deferred_optimize_leaves_upserts_alone_until_the_owner_runs_it(tmp_pa
         assert store.optimize_due()  # 60 unindexed (tiny stores are never indexed) >= 20
         store.deferred_optimize_points = 100
         assert not store.optimize_due()
+
+
+def test_an_optimize_that_merged_segments_leaves_one_set_on_disk(tmp_path: Path) -> None:
+    """The engine keeps the segments an optimize merged away until a flush: a store optimized
+    again and again (a build, a long-running daemon) piled up a copy of itself per optimize
+    (6.9 GB of segments in a 265k-leaf build). optimize() flushes when it rebuilt anything."""
+    graph = HnswConfig(m=8, ef_construct=16, indexing_kb=32)  # 32 KB: 512 points of 16-d
+    with EdgeNodeStore(tmp_path / "s", auto_optimize_points=None, hnsw=graph) as store:
+        store.ensure_collection(DIM, MODEL)
+        sizes = []
+        for part in range(4):
+            nodes = [make_node(f"p{part}-{i}") for i in range(1500)]
+            store.upsert(nodes, unit_vectors(1500, seed=part))
+            assert store.optimize()
+            sizes.append(len(list((tmp_path / "s" / "segments").iterdir())))
+        assert max(sizes) <= 2, f"segment folders after each optimize: {sizes}"
+        hits = store.search(unit_vectors(1, seed=3)[0], SearchFilter(tree="t1"), 3)
+        assert hits, "the store lost its points"
+        assert hits[0].score > 0.99  # the last part's first vector is still found
