@@ -26,10 +26,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import linear_sum_assignment
 
 from ingestor.cluster.gmm import gaussian_parameters, to_sklearn
-from ingestor.cluster.incremental import IdCounter
+from ingestor.cluster.incremental import IdCounter, match_ids
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.cluster.two_step import LocalModel
 
@@ -65,26 +64,6 @@ class GroupFit:
     local: LocalModel
     online: OnlineGMM | None
     clusters: dict[int, frozenset[str]]
-
-
-def match_ids(
-    new: Sequence[frozenset[str]], old: Mapping[int, frozenset[str]] | Mapping[int, set[str]]
-) -> list[int]:
-    """Give each new cluster the id of the old cluster it shares most members with (-1: none).
-
-    An optimal one-to-one matching on the overlap counts (Hungarian), so an old cluster names at
-    most one new cluster and a new cluster without any shared member gets no old id.
-    """
-    old_ids = sorted(old)
-    overlap = np.array([[len(part & old[cid]) for cid in old_ids] for part in new], dtype=float)
-    ids = [-1] * len(new)
-    if overlap.size == 0:
-        return ids
-    rows, cols = linear_sum_assignment(-overlap)
-    for r, c in zip(rows, cols, strict=True):
-        if overlap[r, c] > 0:
-            ids[r] = old_ids[c]
-    return ids
 
 
 def refit_group(

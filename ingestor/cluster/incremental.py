@@ -7,14 +7,22 @@ them did to one layer (:class:`LayerDelta`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy.optimize import linear_sum_assignment
 
-from ingestor.cluster.gmm import REG_COVAR, GaussianParams
+from ingestor.cluster.gmm import (
+    REG_COVAR,
+    GaussianParams,
+    bic,
+    fit_gmm,
+    params_of,
+    responsibilities,
+)
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
 GUARDED = -1
@@ -171,3 +179,56 @@ def prefetch(mapping: object, keys: Iterable[Any]) -> None:
     fetch = getattr(mapping, "prefetch", None)
     if fetch is not None:
         fetch(keys)
+
+
+def match_ids(
+    new: Sequence[frozenset[Any]],
+    old: Mapping[int, frozenset[Any]] | Mapping[int, set[Any]],
+    *,
+    order: Sequence[int] | None = None,
+) -> list[int]:
+    """Give each new cluster the id of the old cluster it shares most members with (-1: none).
+
+    An optimal one-to-one matching on the overlap counts (Hungarian), so an old cluster names at
+    most one new cluster and a new cluster without any shared member gets no old id. ``order``:
+    the old ids in the order ties are broken by (default: sorted).
+    """
+    old_ids = list(order) if order is not None else sorted(old)
+    overlap = np.array([[len(part & old[cid]) for cid in old_ids] for part in new], dtype=float)
+    ids = [-1] * len(new)
+    if overlap.size == 0:
+        return ids
+    rows, cols = linear_sum_assignment(-overlap)
+    for r, c in zip(rows, cols, strict=True):
+        if overlap[r, c] > 0:
+            ids[r] = old_ids[c]
+    return ids
+
+
+def best_split(
+    X: NDArray[np.float64],
+    pids: Sequence[int],
+    assign: Callable[[NDArray[np.float64]], list[frozenset[int]]],
+    *,
+    random_state: int | None,
+    max_iter: int,
+    min_size: int,
+) -> tuple[int, GaussianParams, list[set[int]]]:
+    """Algorithm 2's split offer: mixtures of k' = 1, 2, 3 components on one cluster's points
+    ``X`` (point ids ``pids``), compared by BIC; ``assign`` turns posteriors into memberships.
+
+    A candidate whose parts would hold fewer than ``min_size`` members is passed over (a
+    full-covariance component fitted to one point has an unbounded likelihood). Returns the
+    chosen k', its parameters and the point ids of each part.
+    """
+    candidates = []
+    for k in (1, 2, 3):
+        sub = params_of(fit_gmm(X, k, random_state=random_state, max_iter=max_iter))
+        parts: list[set[int]] = [set() for _ in range(k)]
+        for pid, cs in zip(pids, assign(responsibilities(X, sub)[1]), strict=True):
+            for j in cs:
+                parts[j].add(pid)
+        if k == 1 or min(len(p) for p in parts) >= min_size:
+            candidates.append((bic(X, sub), k, sub, parts))
+    _, k, sub, parts = min(candidates, key=lambda c: (c[0], c[1]))
+    return k, sub, parts

@@ -41,7 +41,6 @@ from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import linear_sum_assignment
 from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.gmm import (
@@ -55,7 +54,14 @@ from ingestor.cluster.gmm import (
     soft_assign,
     to_sklearn,
 )
-from ingestor.cluster.incremental import IdCounter, PointBuffer, UpdateResult, incremental_m_step
+from ingestor.cluster.incremental import (
+    IdCounter,
+    PointBuffer,
+    UpdateResult,
+    best_split,
+    incremental_m_step,
+    match_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -353,24 +359,11 @@ class OnlineGMM:
                 best, best_bic = fresh, score
         log.debug("online GMM refit on %d points: K %d -> %d", len(X), self.params.k, best.k)
         comps = self._assign(responsibilities(X, best)[1])
-        self._install(best, comps, self._match_ids(comps, best.k))
-
-    def _match_ids(self, comps: Sequence[frozenset[int]], k: int) -> list[int]:
-        """Give each new component the id of the old cluster it overlaps most (-1: none)."""
-        old = list(self.members)
-        overlap = np.zeros((k, len(old)))
-        index = {cid: i for i, cid in enumerate(old)}
-        for pid, cs in zip(self._points.ids, comps, strict=True):
-            for cid in old:
-                if pid in self.members[cid]:
-                    for comp in cs:
-                        overlap[comp, index[cid]] += 1
-        ids = [-1] * k
-        rows, cols = linear_sum_assignment(-overlap)
-        for r, col in zip(rows, cols, strict=True):
-            if overlap[r, col] > 0:
-                ids[r] = old[col]
-        return ids
+        parts = [
+            frozenset(p for p, cs in zip(self._points.ids, comps, strict=True) if j in cs)
+            for j in range(best.k)
+        ]
+        self._install(best, comps, match_ids(parts, self.members, order=list(self.members)))
 
     def _try_split(self, cid: int) -> bool:
         """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC; return True if it split.
@@ -382,16 +375,14 @@ class OnlineGMM:
         comp = self.cluster_ids.index(cid)
         pids = sorted(self.members[cid])
         Xc = self._points.view()[[self._points.row[p] for p in pids]]
-        candidates = []
-        for k in (1, 2, 3):
-            sub = params_of(fit_gmm(Xc, k, random_state=self.random_state, max_iter=self.max_iter))
-            parts: list[set[int]] = [set() for _ in range(k)]
-            for pid, cs in zip(pids, self._assign(responsibilities(Xc, sub)[1]), strict=True):
-                for j in cs:
-                    parts[j].add(pid)
-            if k == 1 or min(len(p) for p in parts) >= self.min_split_size:
-                candidates.append((bic(Xc, sub), k, sub, parts))
-        _, k, sub, parts = min(candidates, key=lambda c: (c[0], c[1]))
+        k, sub, parts = best_split(
+            Xc,
+            pids,
+            self._assign,
+            random_state=self.random_state,
+            max_iter=self.max_iter,
+            min_size=self.min_split_size,
+        )
         if k == 1:
             return False
         order = sorted(range(k), key=lambda j: -len(parts[j]))  # the largest part keeps the id
