@@ -113,6 +113,10 @@ class ClusterSettings(_Section):
     #: A global cluster past this many nodes is cut in two (0: never; per-update cost then grows
     #: with the tree, see docs/architecture.md).
     max_group: int = Field(default=1000, ge=0)
+    #: The local step fits at least ceil(m / this) clusters to a global cluster of m nodes, so
+    #: clusters stay about this size on average as the tree grows (0: BIC alone; per-update cost
+    #: then grows with the tree). Takes effect when a layer or group is (re)fitted.
+    max_cluster_size: int = Field(default=24, ge=0)
     max_layers: int = Field(default=5, ge=2)
     min_top_nodes: int = Field(default=10, ge=1)
     #: A summary over more files (folders) than this lists none in its payload and matches no

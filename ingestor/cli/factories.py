@@ -145,6 +145,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             random_state=c.random_state,
             fit_sample=c.fit_sample,
             max_group=c.max_group or None,
+            max_cluster_size=c.max_cluster_size or None,
         )
 
     builder = TreeBuilder(

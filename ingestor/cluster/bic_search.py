@@ -53,8 +53,9 @@ def select_gmm_by_bic(
     random_state: int | None,
     max_iter: int = 100,
     exhaustive: bool = False,
+    k_min: int = 1,
 ) -> GaussianMixture:
-    """Return the mixture with the lowest BIC over k = 1..k_max.
+    """Return the mixture with the lowest BIC over k = k_min..k_max.
 
     Args:
         Y: (n, c) points.
@@ -62,19 +63,21 @@ def select_gmm_by_bic(
         random_state: seed of every fit.
         max_iter: EM iterations per fit.
         exhaustive: fit every k (RAPTOR's reference behaviour) instead of the coarse-to-fine search.
+        k_min: smallest k tried (clipped to [1, k_max]): a bound on the mean cluster size.
 
     Returns:
         The fitted ``GaussianMixture`` with the lowest BIC among the k evaluated (ties: smaller k).
     """
     points = np.asarray(Y, dtype=np.float64)
     k_max = max(1, min(k_max, len(points)))
+    k_min = max(1, min(k_min, k_max))
     search = _BicSearch(points, random_state=random_state, max_iter=max_iter)
     with _threadpools().limit(limits=1):
         if exhaustive:
-            for k in range(1, k_max + 1):
+            for k in range(k_min, k_max + 1):
                 search.bic(k)
-        else:
-            _coarse_to_fine(search.bic, k_max)
+        else:  # the search runs on 1..(k_max - k_min + 1), shifted
+            _coarse_to_fine(lambda j: search.bic(j + k_min - 1), k_max - k_min + 1)
     return search.best()
 
 

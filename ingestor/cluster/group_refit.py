@@ -47,6 +47,7 @@ _PARAMS = (
     "n_epochs",
     "exhaustive_bic",
     "max_group",
+    "max_cluster_size",
 )
 
 

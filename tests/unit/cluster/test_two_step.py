@@ -259,3 +259,38 @@ def test_select_gmm_by_bic_finds_separated_components() -> None:
 
 def test_warm_up_compiles_without_warnings() -> None:
     warm_up()
+
+
+def test_the_bic_search_starts_at_k_min() -> None:
+    """A floor on k: the search only evaluates k_min..k_max (isotropic noise: BIC alone says 1)."""
+    Y = np.random.default_rng(5).standard_normal((400, 4))
+    assert select_gmm_by_bic(Y, 20, random_state=0).n_components == 1
+    for exhaustive in (False, True):
+        got = select_gmm_by_bic(Y, 20, random_state=0, k_min=6, exhaustive=exhaustive)
+        assert 6 <= got.n_components <= 20
+    assert select_gmm_by_bic(Y, 3, random_state=0, k_min=9).n_components == 3  # clipped
+
+
+def test_local_clusters_keep_a_bounded_mean_size_where_bic_alone_makes_few() -> None:
+    """Structure-less points: BIC alone fits few local components, so clusters grow with the
+    global cluster (265k synthetic leaves: 40 leaves a cluster on average, 217 at most). With
+    max_cluster_size the local step fits at least ceil(m / size) components to m points."""
+    X, _ = sphere_blobs(n_blobs=1, per_blob=480, dim=24, spread=1.0, seed=4)
+
+    def local_ks(size: int | None) -> list[tuple[int, int]]:
+        c = TreeClusterer(random_state=0, n_epochs=30, max_cluster_size=size).fit(X)
+        return [
+            (len(m.members), sum(1 for cid in m.cluster_ids if cid >= 0))
+            for m in c.local_models_
+            if m.gmm is not None
+        ]
+
+    unbounded = local_ks(None)
+    assert any(k < -(-m // 24) for m, k in unbounded), f"BIC alone was already bounded: {unbounded}"
+    bounded = local_ks(24)
+    assert bounded, "no local model was fitted"
+    for m, k in bounded:
+        assert k >= -(-m // 24) - 1, f"{m} points in {k} clusters"  # an empty component: no id
+    c = TreeClusterer(random_state=0, n_epochs=30, max_cluster_size=24).fit(X)
+    sizes = [len(members) for members in c.clusters_]
+    assert np.mean(sizes) <= 24 * 1.5, sizes
