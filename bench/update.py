@@ -11,6 +11,7 @@ Part 2, per-document cost: one ~5-chunk document added, one removed, one edited,
 20k leaves (hashed 384-d embeddings, extractive summaries), against a full rebuild of the layers.
 
     python bench/update.py [--part 1|2|all] [--sizes 2000 20000] [--repeats 3] [--no-rebuild]
+        [--keep DIR] [--max-group N] [--warm]
 """
 
 from __future__ import annotations
@@ -94,11 +95,15 @@ class CountingSummarizer:
             self.cpu += cpu() - c0
 
 
+#: Global-cluster bound of the benchmark's trees (``--max-group``; the clusterer's default).
+MAX_GROUP: int | None = TreeClusterer().max_group
+
+
 def pipeline(tmp: Path, embedder: object, summarizer: object, *, greedy: bool = False) -> Pipeline:
     builder = TreeBuilder(
         embedder,  # type: ignore[arg-type]
         summarizer,  # type: ignore[arg-type]
-        lambda: TreeClusterer(random_state=0),
+        lambda: TreeClusterer(random_state=0, max_group=MAX_GROUP),
         TreeParams(greedy=greedy),
     )
     return Pipeline(
@@ -253,7 +258,34 @@ def state_bytes(p: Pipeline) -> int:
     return sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
 
 
-def part2(tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True) -> None:
+def resident_fraction(path: Path) -> float:
+    """Return the fraction of ``path``'s pages in the OS page cache (``fincore``), or NaN."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["fincore", "--bytes", "--noheadings", "--output", "RES,SIZE", str(path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        return int(out[0]) / max(1, int(out[1]))
+    except (OSError, subprocess.CalledProcessError, ValueError, IndexError):
+        return float("nan")
+
+
+def warm(path: Path) -> None:
+    """Read the state database once, so its pages are in the OS page cache as in a running
+    daemon's steady state (a cold cache adds the disk reads of every row an update touches)."""
+    for f in path.parent.glob(path.name + "*"):
+        with f.open("rb") as fh:
+            while fh.read(1 << 24):
+                pass
+
+
+def part2(
+    tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True, warm_cache: bool = False
+) -> None:
     """Per one-document update: CPU excluding embedding and summary generation, state bytes."""
     print(
         "per-document update cost (hashed 384-d embeddings, extractive summaries; cpu s excludes "
@@ -280,6 +312,14 @@ def part2(tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True) ->
         n_leaves = state.layer_counts().get(0, 0)
         what = "build" if not built else "reused"
         print(f"  {n_leaves:>7} {what:<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}", flush=True)
+        from ingestor.tree.persist import state_path
+
+        db = state_path(p.models, p.tree)
+        if warm_cache:
+            warm(db)
+        print(
+            f"  state database in the page cache: {100 * resident_fraction(db):.0f} %", flush=True
+        )
         names = random.Random(time.time_ns())  # new names: a reused tree has the old ones
         docs = sorted(root.glob("doc*.txt"))
         results: dict[str, list[tuple[float, float, int, int]]] = {}
@@ -366,6 +406,7 @@ def _uncached(fn):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
+    global MAX_GROUP
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", choices=["1", "2", "all"], default="all")
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000])
@@ -378,14 +419,27 @@ def main() -> None:
         type=Path,
         help="build the trees in this folder and keep them; a later run reuses them (part 2)",
     )
+    ap.add_argument(
+        "--max-group",
+        type=int,
+        default=MAX_GROUP,
+        help=f"the clusterer's global-cluster bound (default {MAX_GROUP}; 0: none)",
+    )
+    ap.add_argument(
+        "--warm",
+        action="store_true",
+        help="read the state database into the page cache before the updates (a running "
+        "daemon's steady state); without it a kept tree may be partly on disk only",
+    )
     args = ap.parse_args()
+    MAX_GROUP = args.max_group or None
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s) if args.keep is None else args.keep
         if args.part in ("1", "all"):
             part1(tmp)
         if args.part in ("2", "all"):
-            part2(tmp, args.sizes, args.repeats, rebuild=not args.no_rebuild)
+            part2(tmp, args.sizes, args.repeats, rebuild=not args.no_rebuild, warm_cache=args.warm)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

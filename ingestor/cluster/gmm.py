@@ -22,6 +22,7 @@ Computation is in float64 whatever the input dtype, so that the incremental upda
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,6 +73,23 @@ class GaussianParams:
     @property
     def k(self) -> int:
         return len(self.weights)
+
+    def subset(self, keep: Sequence[int]) -> GaussianParams:
+        """The components ``keep`` (in that order), their weights renormalised."""
+        w = self.weights[list(keep)]
+        return GaussianParams(
+            w / w.sum() if len(w) else w, self.means[list(keep)], self.covariances[list(keep)]
+        )
+
+    def split(self, comp: int, parts: GaussianParams, order: Sequence[int]) -> GaussianParams:
+        """Component ``comp`` replaced by the components ``order`` of ``parts`` (a mixture fitted
+        to its points, sharing its weight), appended after the other components."""
+        rest = [j for j in range(self.k) if j != comp]
+        return GaussianParams(
+            np.concatenate([self.weights[rest], parts.weights[list(order)] * self.weights[comp]]),
+            np.concatenate([self.means[rest], parts.means[list(order)]]),
+            np.concatenate([self.covariances[rest], parts.covariances[list(order)]]),
+        )
 
 
 def gaussian_parameters(X: Array, resp: Array, reg_covar: float = REG_COVAR) -> GaussianParams:

@@ -22,6 +22,7 @@ from ingestor.cluster.gmm import (
     fit_gmm,
     params_of,
     responsibilities,
+    run_em,
 )
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
@@ -232,3 +233,30 @@ def best_split(
             candidates.append((bic(X, sub), k, sub, parts))
     _, k, sub, parts = min(candidates, key=lambda c: (c[0], c[1]))
     return k, sub, parts
+
+
+def refit_by_bic(
+    X: NDArray[np.float64],
+    params: GaussianParams,
+    assign: Callable[[NDArray[np.float64]], list[frozenset[int]]],
+    *,
+    tau_c: int,
+    reg_covar: float,
+    random_state: int | None,
+    max_iter: int,
+) -> GaussianParams:
+    """Algorithm 2 while n ≤ τ_n: EM to convergence from ``params`` on all points ``X``; with c
+    the number of its clusters past ``tau_c`` members (``assign`` turns posteriors into
+    memberships), fresh fits with K + 1 .. K + c components compete with it by BIC. Returns the
+    winner's parameters."""
+    best = params_of(run_em(X, params, reg_covar=reg_covar, max_iter=max_iter))
+    comps = assign(responsibilities(X, best)[1])
+    sizes = np.bincount([c for cs in comps for c in cs], minlength=best.k)
+    c = int((sizes > tau_c).sum())
+    best_bic = bic(X, best)
+    for k in range(best.k + 1, min(best.k + c, len(X)) + 1):
+        fresh = params_of(fit_gmm(X, k, random_state=random_state, max_iter=max_iter))
+        score = bic(X, fresh)
+        if score < best_bic:
+            best, best_bic = fresh, score
+    return best

@@ -1,11 +1,9 @@
 """adRAP's online Gaussian mixture: Algorithm 2 and Equation 3 of [A §4.3].
 
-One :class:`OnlineGMM` holds the local clustering of one global cluster: the mixture parameters,
-the points (reduced local embeddings) and which clusters each point belongs to (soft: every
-cluster whose posterior exceeds ``threshold``, at least the most probable one). Clusters carry
-stable integer ids: a summary node of the tree is keyed by its cluster id, and every update
-reports exactly which ids changed membership, were created, split or removed, so that adRAP
-regenerates only those summaries.
+One :class:`OnlineGMM` holds the local clustering of one global cluster: the mixture, the points
+(reduced local embeddings) and each point's clusters (soft: posterior > ``threshold``, at least
+the most probable one). Clusters have stable integer ids (a summary node is keyed by one); every
+update reports which ids changed, were created, split or removed: adRAP regenerates only those.
 
 ``add(x)`` follows Algorithm 2:
 
@@ -13,20 +11,18 @@ regenerates only those summaries.
   clusters with more than τ_c members; fresh fits with K + 1 .. K + c components compete with it
   by BIC. All memberships are recomputed; new clusters inherit the id of the old cluster they
   overlap most (optimal matching), so an unchanged cluster keeps its id and its summary.
-* n > τ_n: one incremental M-step with the new point's responsibilities (Equation 3), the new
-  point joins the clusters with posterior > threshold, other points keep their clusters. A
-  cluster that now has more than τ_c members is offered a split: mixtures of k' = 1, 2, 3
-  components on its members compete by BIC; k' > 1 replaces it by k' clusters (the largest
-  keeps the id).
+* n > τ_n: one incremental M-step with the new point's responsibilities (Equation 3); the point
+  joins the clusters with posterior > threshold, other points keep theirs. A cluster past τ_c
+  members is offered a split: k' = 1, 2, 3 components on its members by BIC (the largest keeps
+  the id).
 
 Equation 3 as printed updates Σ_k with g (x - μ_k)(x - μ_k)ᵀ; the exact M-step of Equation 2 on
-the n + 1 points (old responsibilities held fixed), which the paper says it matches, needs the
-factor N_k / (N_k + g) on that term (μ_k the old mean, N_k = n π_k). We use the exact form, with
-scikit-learn's ``reg_covar`` taken out before and put back after, so an incremental update and a
-batch M-step agree to rounding and covariances stay positive definite.
+the n + 1 points (old responsibilities fixed), which the paper says it matches, needs the factor
+N_k / (N_k + g) on that term (μ_k the old mean, N_k = n π_k): we use the exact form, ``reg_covar``
+taken out before and put back after (an incremental and a batch M-step agree to rounding).
 
-``remove(point)`` drops a point from its clusters and removes the clusters left empty; the
-parameters are left unchanged otherwise (the paper's "leave the clusters unchanged" option).
+``remove(point)`` drops a point and the clusters left empty, parameters otherwise unchanged (the
+paper's "leave the clusters unchanged" option).
 
 :attr:`OnlineGMM.offered` records, per cluster, its size when it was last offered a split (by
 BIC: the fit that made it, a refit, or ``_try_split``), so "no cluster grew past τ_c without
@@ -46,11 +42,8 @@ from sklearn.mixture import GaussianMixture
 from ingestor.cluster.gmm import (
     REG_COVAR,
     GaussianParams,
-    bic,
-    fit_gmm,
     params_of,
     responsibilities,
-    run_em,
     soft_assign,
     to_sklearn,
 )
@@ -61,6 +54,7 @@ from ingestor.cluster.incremental import (
     best_split,
     incremental_m_step,
     match_ids,
+    refit_by_bic,
 )
 
 log = logging.getLogger(__name__)
@@ -69,7 +63,8 @@ __all__ = ["IdCounter", "OnlineGMM", "UpdateResult", "incremental_m_step"]
 
 
 class OnlineGMM:
-    """An incrementally updated local clustering (adRAP Algorithm 2).
+    """An incrementally updated local clustering (adRAP Algorithm 2). Components without members
+    are dropped at construction: every cluster has a member.
 
     Args:
         params: fitted mixture parameters (k components in d dims).
@@ -88,8 +83,6 @@ class OnlineGMM:
         max_iter: EM iterations.
         min_split_size: a split is only taken if every part gets at least this many members
             (our addition to the paper; see ``_try_split``).
-
-    Components without members are dropped at construction: every cluster has a member.
     """
 
     def __init__(
@@ -184,8 +177,7 @@ class OnlineGMM:
             x: (d,) the new point's reduced local embedding.
 
         Returns:
-            The new point's id and clusters, and every cluster id changed, created, split or
-            removed.
+            The new point's id and clusters, and every cluster id changed, created, split, removed.
         """
         x = np.asarray(x, dtype=np.float64).reshape(-1)
         pid = self._next_point
@@ -225,11 +217,10 @@ class OnlineGMM:
         """Insert points in order, as :meth:`add` each, with one full-EM refit per run of points
         that arrive while n ≤ τ_n instead of one per point.
 
-        That refit is EM to convergence from the current parameters on all points (and the
-        fresh fits by BIC), so running it once after the run's last point lands where the last
-        of the per-point refits would have started from, without the intermediate fits: each of
-        those could move boundary points between clusters, and every cluster it touched had its
-        summary regenerated, although the batch's final memberships were all that mattered.
+        That refit (EM to convergence from the current parameters, and the fresh fits by BIC) run
+        once after the run's last point lands where the last per-point refit would have started
+        from, without the intermediate fits, each of which could move boundary points and so
+        regenerate summaries although only the batch's final memberships matter.
 
         Returns:
             The new points' ids (in the order of ``X``) and the results in operation order
@@ -300,12 +291,7 @@ class OnlineGMM:
             m.discard(point)
         keep = [j for j, cid in enumerate(self.cluster_ids) if self.members[cid]]
         if len(keep) < self.params.k:
-            w = self.params.weights[keep]
-            self.params = GaussianParams(
-                w / w.sum() if len(keep) else w,
-                self.params.means[keep],
-                self.params.covariances[keep],
-            )
+            self.params = self.params.subset(keep)
             for j, cid in enumerate(self.cluster_ids):
                 if j not in keep:
                     del self.members[cid]
@@ -330,8 +316,7 @@ class OnlineGMM:
             for c in cs:
                 members[c].add(pid)
         keep = [j for j in range(params.k) if members[j]]
-        w = params.weights[keep]
-        self.params = GaussianParams(w / w.sum(), params.means[keep], params.covariances[keep])
+        self.params = params.subset(keep)
         self.cluster_ids = [ids[j] if ids[j] >= 0 else self.ids.take() for j in keep]
         self.members = {cid: members[j] for cid, j in zip(self.cluster_ids, keep, strict=True)}
         # Installed parameters come from a fit that chose K by BIC: every cluster was offered.
@@ -346,17 +331,15 @@ class OnlineGMM:
     def _refit(self) -> None:
         """Algorithm 2, n ≤ τ_n: warm EM, then fresh fits with K+1..K+c components, by BIC."""
         X = self._points.view()
-        warm = run_em(X, self.params, reg_covar=self.reg_covar, max_iter=self.max_iter)
-        best = params_of(warm)
-        comps = self._assign(responsibilities(X, best)[1])
-        sizes = np.bincount([c for cs in comps for c in cs], minlength=best.k)
-        c = int((sizes > self.tau_c).sum())
-        best_bic = bic(X, best)
-        for k in range(best.k + 1, min(best.k + c, len(X)) + 1):
-            fresh = params_of(fit_gmm(X, k, random_state=self.random_state, max_iter=self.max_iter))
-            score = bic(X, fresh)
-            if score < best_bic:
-                best, best_bic = fresh, score
+        best = refit_by_bic(
+            X,
+            self.params,
+            self._assign,
+            tau_c=self.tau_c,
+            reg_covar=self.reg_covar,
+            random_state=self.random_state,
+            max_iter=self.max_iter,
+        )
         log.debug("online GMM refit on %d points: K %d -> %d", len(X), self.params.k, best.k)
         comps = self._assign(responsibilities(X, best)[1])
         parts = [
@@ -368,9 +351,8 @@ class OnlineGMM:
     def _try_split(self, cid: int) -> bool:
         """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC; return True if it split.
 
-        A candidate whose parts would hold fewer than ``min_split_size`` members is passed over
-        (the next best by BIC is taken): a full-covariance component fitted to one point has an
-        unbounded likelihood, and BIC alone would happily cut singletons off a cluster.
+        A candidate with a part of fewer than ``min_split_size`` members is passed over (see
+        :func:`~ingestor.cluster.incremental.best_split`).
         """
         comp = self.cluster_ids.index(cid)
         pids = sorted(self.members[cid])
@@ -386,15 +368,9 @@ class OnlineGMM:
         if k == 1:
             return False
         order = sorted(range(k), key=lambda j: -len(parts[j]))  # the largest part keeps the id
-        share = sub.weights[order] * self.params.weights[comp]
-        rest = [j for j in range(self.params.k) if j != comp]
-        self.params = GaussianParams(
-            np.concatenate([self.params.weights[rest], share]),
-            np.concatenate([self.params.means[rest], sub.means[order]]),
-            np.concatenate([self.params.covariances[rest], sub.covariances[order]]),
-        )
+        self.params = self.params.split(comp, sub, order)
         new_ids = [cid] + [self.ids.take() for _ in order[1:]]
-        self.cluster_ids = [self.cluster_ids[j] for j in rest] + new_ids
+        self.cluster_ids = [c for c in self.cluster_ids if c != cid] + new_ids
         for new_id, j in zip(new_ids, order, strict=True):
             self.members[new_id] = parts[j]
         log.debug("online GMM: cluster %d (%d points) split in %d", cid, len(pids), k)

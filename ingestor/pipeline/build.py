@@ -20,6 +20,7 @@ from numpy.typing import NDArray
 
 from ingestor.errors import SourceError, TreeError
 from ingestor.pipeline.reports import BuildReport
+from ingestor.pipeline.vectors import embed_leaves, vectors_of
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document, iter_documents
 from ingestor.read.tokens import Tokenizer, default_tokenizer
@@ -37,14 +38,13 @@ from ingestor.tree.persist import (
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from ingestor.tree.summaries import Progress, _noop
 from models_store import ModelStore, ModelStoreError, RowStore
-from retriever import Embedder, NodeStore, StoreError
+from retriever import Embedder, NodeStore
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 UPSERT_BATCH = 512
-EMBED_BATCH = 128
 
 
 class BuildStage:
@@ -126,9 +126,10 @@ class BuildStage:
         """Build the whole tree over ``root`` from scratch and store it.
 
         Paid work survives a stop or a kill: leaf vectors go to the node store as they are
-        embedded (a first build, see :meth:`embed_leaves`) and summaries to the state database
-        or, before the first commit, to a checkpoint beside it (see :meth:`build_layers`); run
-        again, the build takes both back instead of paying for them again.
+        embedded (a first build, see :func:`~ingestor.pipeline.vectors.embed_leaves`) and
+        summaries to the state database or, before the first commit, to a checkpoint beside it
+        (see :meth:`build_layers`); run again, the build takes both back instead of paying for
+        them again.
         """
         t_start = time.perf_counter()
         state = TreeState(
@@ -182,7 +183,15 @@ class BuildStage:
 
         with bulk_writes(self.store):  # one index build, after every point is written
             t0 = time.perf_counter()
-            self.embed_leaves(state, leaves, progress, checkpoint=first)
+            embed_leaves(
+                state,
+                leaves,
+                store=self.store,
+                embedder=self.embedder,
+                tree=self.tree,
+                progress=progress,
+                checkpoint=first,
+            )
             stats.add_time("embed_leaves", time.perf_counter() - t0)
 
             built = self.build_layers(state, cache_rows, progress)
@@ -229,46 +238,6 @@ class BuildStage:
                 f"cannot {what} the tree state in {self.models.root}: {exc}; check free space "
                 "and permissions of ADRAP_STATE_DIR, then run the command again"
             ) from exc
-
-    def embed_leaves(
-        self, state: TreeState, leaves: list[Node], progress: Progress, *, checkpoint: bool
-    ) -> int:
-        """Embed the leaves into ``state``; return how many were embedded (not reused).
-
-        ``checkpoint`` (a first build, which has no committed state to fall back on): each batch
-        is stored as it is embedded, and leaves whose point an interrupted build already stored
-        (same id, so same source and text) take their vector from the store instead of the
-        model, so a first build killed or stopped half-way resumes without redoing that work.
-        """
-        done: set[str] = set()
-        if checkpoint:
-            self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
-            done = set(self.store.iter_ids(self.tree)) & {n.node_id for n in leaves}
-        embedded = 0
-        for start in range(0, len(leaves), EMBED_BATCH):
-            batch = leaves[start : start + EMBED_BATCH]
-            todo = [n for n in batch if n.node_id not in done]
-            kept = [n for n in batch if n.node_id in done]
-            if kept:
-                vecs = self.store.retrieve_vectors([n.node_id for n in kept])
-                for node, vec in zip(kept, vecs, strict=True):
-                    state.vectors[node.node_id] = vec
-            if todo:
-                vecs = self.embedder.embed_documents([n.text for n in todo])
-                for node, vec in zip(todo, vecs, strict=True):
-                    state.vectors[node.node_id] = vec
-                embedded += len(todo)
-            for node in batch:
-                state.nodes[node.node_id] = node
-            if checkpoint and todo:
-                ids = [n.node_id for n in todo]
-                self.store.upsert(state.payloads(ids), state.matrix(ids))
-            progress("embed leaves", start + len(batch), len(leaves))
-        if done:
-            log.info(
-                "resumed an interrupted build: %d leaf vectors taken from the store", len(done)
-            )
-        return embedded
 
     def open_state(self, *, recover: bool = False) -> TreeState | None:
         """Return the committed state (its vectors read from the store on demand), or None.
@@ -319,23 +288,7 @@ class BuildStage:
 
     def vectors_of(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
         """Return the vectors of nodes, embedding their texts again where the store lost them."""
-        if state.vectors.fetch is None:
-            state.vectors.fetch = self.store.retrieve_vectors
-        try:
-            return state.matrix(ids)
-        except StoreError:
-            lost = []
-            for node_id in ids:
-                if node_id in state.vectors:
-                    continue
-                try:
-                    state.vectors[node_id] = self.store.retrieve_vectors([node_id])[0]
-                except StoreError:
-                    lost.append(node_id)
-            vecs = self.embedder.embed_documents([state.nodes[i].text for i in lost])
-            for node_id, vec in zip(lost, vecs, strict=True):
-                state.vectors[node_id] = vec
-            return state.matrix(ids)
+        return vectors_of(state, ids, store=self.store, embedder=self.embedder)
 
     def _intent(self, state: TreeState, upsert: list[str] | None, delete: list[str] | None) -> None:
         try:
