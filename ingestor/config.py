@@ -206,6 +206,9 @@ class WatchSettings(_Section):
     http_concurrency: int = Field(default=32, ge=1)  # connections at once, then 503
     #: A scan removing more than this share of the documents waits for confirmation.
     max_delete_fraction: float = Field(default=0.5, gt=0, le=1)
+    #: Seconds between checks that the watched folder is there (a share moved away or unmounted
+    #: makes no file event) and is still the directory being watched (a remount).
+    root_check_interval: float = Field(default=2.0, gt=0)
 
 
 class Settings(BaseSettings):

@@ -115,6 +115,7 @@ def watch(
                 query_defaults=(s.query.mode, s.query.max_tokens, s.query.top_k),
                 state_dir=s.state_dir,
                 max_delete_fraction=w.max_delete_fraction,
+                root_check_interval=w.root_check_interval,
                 confirm_deletions=confirm_deletions,
                 queries=make_query_service(s, store, embedder),
                 collection=s.qdrant.collection,

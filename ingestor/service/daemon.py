@@ -39,7 +39,7 @@ from ingestor.service.http import (
 )
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
-from ingestor.service.share import ShareGuard
+from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.summaries import Progress, _noop
 from retriever import DEFAULT_COLLECTION, Embedder
@@ -75,6 +75,8 @@ class Daemon:
         query_defaults: ``(mode, max_tokens, top_k)`` used when ``/query`` omits them.
         state_dir: where the quarantine and the share record are kept (default: the pipeline's).
         max_delete_fraction: a scan removing more than this share of documents awaits confirmation.
+        root_check_interval: seconds between checks that the watched folder is there and is the
+            directory being watched (see :class:`~ingestor.service.share.RootMonitor`).
         confirm_deletions: confirm such bulk deletions in advance.
         query_embedder: the embedder of queries (default: a copy of the pipeline's).
         queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
@@ -104,6 +106,7 @@ class Daemon:
         state_dir: Path | None = None,
         max_delete_fraction: float = 0.5,
         confirm_deletions: bool = False,
+        root_check_interval: float = 2.0,
         query_embedder: Embedder | None = None,
         queries: QueryService | None = None,
         collection: str = DEFAULT_COLLECTION,
@@ -139,6 +142,11 @@ class Daemon:
             self.state_dir,
             max_delete_fraction=max_delete_fraction,
             confirmed=confirm_deletions,
+        )
+        self.root_monitor = RootMonitor(
+            self.guard,
+            lambda: len(self.watcher.state.sources) if self.watcher is not None else 0,
+            interval=root_check_interval,
         )
         mode, budget, top_k = query_defaults
         self.queries = queries or QueryService(
@@ -206,6 +214,7 @@ class Daemon:
             # Watch before the worker starts: events during start-up wait in the queue.
             observer.schedule(self.watcher.handler, str(self.root), recursive=True)
             observer.start()
+            self.root_monitor.start()
             try:
                 self.watcher.enqueue([self.root])  # changes made while stopped (by stat)
                 self.watcher.start()
@@ -223,16 +232,28 @@ class Daemon:
                     if not observer.is_alive():
                         log.error("the file observer stopped; exiting so a supervisor restarts it")
                         break
-                    if self.guard.should_rescan(len(self.watcher.state.sources)):
-                        self.watcher.enqueue([self.root])
+                    if self.root_monitor.poll():
+                        self._watch_again(observer)
             finally:
                 log.info("stopping: finishing the batch in hand")
+                self.root_monitor.stop()
                 observer.stop()
                 observer.join()
                 self.watcher.stop()
         finally:
             self.stop_http()
         log.info("stopped")
+
+    def _watch_again(self, observer: Any) -> None:
+        """The root came back (or is another directory): watch it afresh and rescan it."""
+        assert self.watcher is not None
+        self.guard.resume()
+        try:
+            observer.unschedule_all()
+            observer.schedule(self.watcher.handler, str(self.root), recursive=True)
+        except OSError as exc:  # gone again: the monitor reports it, and the next return retries
+            log.warning("cannot watch %s again yet: %s", self.root, exc)
+        self.watcher.enqueue([self.root])
 
     def _reconcile(self, stop: threading.Event, progress: Progress) -> Any:
         """First run: build (cancellable). Else repair the store; file changes go to the worker."""
@@ -331,7 +352,7 @@ class Daemon:
             source: {"reason": q.reason, "since": q.at}
             for source, q in self.quarantine.items().items()
         }
-        return out | self.guard.status()
+        return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
 
     def dashboard_updates(self) -> dict[str, Any]:
         """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates."""
@@ -343,6 +364,7 @@ class Daemon:
             "quarantined": len(self.quarantine),
             "deletions_paused": g["deletions_paused"] is not None
             or g["awaiting_confirmation"] is not None,
+            "watched_folder_missing": not self.root_monitor.status()["available"],
         }
 
     def retry(self, path: str | None = None) -> list[str]:

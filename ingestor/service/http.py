@@ -4,7 +4,8 @@ Routes (``build_app`` takes a list, so other routers, e.g. the read-only Qdrant 
 :mod:`ingestor.service.qdrant_rest` or a dashboard, are mounted beside them):
 
 - ``GET /healthz``: 200 while the process runs (no token needed).
-- ``GET /readyz``: 200 once start-up reconciliation is done, 503 before (no token needed).
+- ``GET /readyz``: 200 once start-up reconciliation is done, 503 before (no token needed); the
+  body names a missing or hung watched folder (queries are still answered from the kept tree).
 - ``GET /metrics``: Prometheus exposition (``prometheus-client``, a registry of the daemon's own).
 - ``GET /status``: JSON: tree stats, pending events, quarantine, share guard, the last update.
 - ``GET /query?q=...&mode=...&max_tokens=N&top_k=N&source=...``: the JSON of ``adrap query --json``
@@ -150,7 +151,9 @@ def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
 
     async def readyz(_: Request) -> Response:
         if daemon.metrics.ready:
-            return PlainTextResponse("ready\n")
+            # Queries are answered from the kept tree while the share is away: still ready.
+            problem = daemon.root_monitor.status()["problem"]
+            return PlainTextResponse("ready\n" if problem is None else f"ready; {problem}\n")
         return PlainTextResponse("reconciling\n", status_code=503)
 
     async def metrics(_: Request) -> Response:

@@ -104,7 +104,8 @@ class Metrics:
 
         Args:
             pending: returns the number of paths waiting.
-            extra: returns ``{"quarantined": n, "deletions_paused": bool}``.
+            extra: returns ``{"quarantined": n, "deletions_paused": bool,
+                "watched_folder_missing": bool}``.
         """
         from prometheus_client import CollectorRegistry
 
@@ -186,6 +187,11 @@ class _Collector:
                 "deletions_paused",
                 "1 while deletions are paused (share missing or awaiting confirmation).",
                 float(bool(extra.get("deletions_paused"))),
+            )
+            yield gauge(
+                "watched_folder_missing",
+                "1 while the watched folder is missing, empty, unreachable or not answering.",
+                float(bool(extra.get("watched_folder_missing"))),
             )
             yield counter("updates", "Batches applied.", m.updates)
             yield counter("files_changed", "Files added, changed or removed.", m.files_changed)

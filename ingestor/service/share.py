@@ -11,6 +11,12 @@ remove more than ``max_delete_fraction`` of the documents pauses too, until conf
 
 The root's ``st_dev`` is recorded in ``<state_dir>/share.json`` the first time the daemon sees the
 root available.
+
+A share moved away or unmounted produces no file event at all, and one that comes back is a new
+directory the file observer is not watching, so the daemon also checks the root on its own
+(:class:`RootMonitor`, every ``watch.root_check_interval`` seconds, in a thread of its own: a hung
+mount blocks ``stat``, never the daemon): it logs when the root goes and comes back, reports it in
+``/status``, ``/readyz`` and ``/metrics``, and watches and rescans a root that came back.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import json
 import logging
 import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -157,17 +165,12 @@ class ShareGuard:
             self._confirmed = True
         log.info("bulk deletions confirmed; rescanning %s", self.root)
 
-    def should_rescan(self, documents: int) -> bool:
-        """Return True once, when a paused share has come back (the caller rescans the root)."""
+    def resume(self) -> None:
+        """Clear a pause for a missing share (the root is back; the caller rescans it)."""
         with self._lock:
-            if self.paused is None:
-                return False
-        if self.unavailable(documents) is not None:
-            return False
-        with self._lock:
-            log.warning("the watched folder %s is back; resuming deletions", self.root)
+            if self.paused is not None:
+                log.warning("the watched folder %s is back; resuming deletions", self.root)
             self.paused = None
-        return True
 
     def status(self) -> dict[str, object]:
         """Return the guard's part of ``/status``."""
@@ -183,3 +186,110 @@ class ShareGuard:
                     }
                 ),
             }
+
+
+class RootMonitor:
+    """Checks the watched root every ``interval`` seconds, in a thread of its own.
+
+    Each change is logged once. :meth:`poll` (the daemon's loop, every second) says once that the
+    root is available again after a problem, or is another directory than before (a remount):
+    the caller watches it afresh and rescans it. A check still waiting after ``hung_after``
+    seconds (a hung mount blocks ``stat``) is reported as such; it blocks only this thread.
+
+    Args:
+        guard: the share guard (its ``unavailable`` is the check).
+        documents: returns how many documents the tree has (an empty root is a problem then).
+        interval: seconds between checks.
+        hung_after: a check running longer than this is reported as a hung share.
+    """
+
+    def __init__(
+        self,
+        guard: ShareGuard,
+        documents: Callable[[], int],
+        *,
+        interval: float = 2.0,
+        hung_after: float = 10.0,
+    ) -> None:
+        self.guard = guard
+        self.documents = documents
+        self.interval = interval
+        self.hung_after = hung_after
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._problem: str | None = None
+        self._identity: tuple[int, int] | None = None
+        self._started: float | None = None  # when the running check began
+        self._hung = False  # the running check was reported as hung
+        self._returned = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="adrap-root-check", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop checking (a check blocked on a hung mount is left to the process's exit)."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.check()
+            self._stop.wait(self.interval)
+
+    def check(self) -> None:
+        """Check the root once (blocks while the share does)."""
+        with self._lock:
+            self._started = time.monotonic()
+        problem = self.guard.unavailable(self.documents())
+        identity = None
+        if problem is None:
+            try:
+                st = os.stat(self.guard.root)
+                identity = (st.st_dev, st.st_ino)
+            except OSError as exc:
+                problem = f"the watched folder {self.guard.root} cannot be reached ({exc})"
+        with self._lock:
+            self._started = None
+            back = self._hung or self._problem is not None
+            if problem is not None:
+                if problem != self._problem:
+                    log.warning(
+                        "%s; the tree is kept and queries are answered until it is back", problem
+                    )
+            elif back or (self._identity is not None and identity != self._identity):
+                log.warning(
+                    "the watched folder %s is %s: watching it afresh and rescanning it",
+                    self.guard.root,
+                    "back" if back else "another directory than before (remounted?)",
+                )
+                self._returned = True
+            self._problem, self._hung = problem, False
+            if identity is not None:
+                self._identity = identity
+
+    def poll(self) -> bool:
+        """Return True once after the root came back or was replaced; log a hung check once."""
+        with self._lock:
+            problem = self._hung_problem()
+            if problem is not None and not self._hung:
+                self._hung = True
+                log.warning("%s; the tree is kept and queries are answered", problem)
+            returned, self._returned = self._returned, False
+        return returned
+
+    def status(self) -> dict[str, object]:
+        """Return ``{"available": bool, "problem": str | None}`` (``/status``' watched_folder)."""
+        with self._lock:
+            problem = self._hung_problem() or self._problem
+        return {"available": problem is None, "problem": problem}
+
+    def _hung_problem(self) -> str | None:
+        if self._started is None or time.monotonic() - self._started < self.hung_after:
+            return None
+        return (
+            f"the watched folder {self.guard.root} has not answered for "
+            f"{time.monotonic() - self._started:.0f} s (a hung mount?)"
+        )

@@ -67,10 +67,11 @@ def test_an_empty_mount_point_pauses_deletions_and_they_resume_when_the_share_re
     assert set(p.require_state().sources) == before, "nothing was deleted"
     assert guard.status()["deletions_paused"]
     assert "deletions paused" in caplog.text
-    assert not guard.should_rescan(len(before))
+    assert guard.unavailable(len(before)) is not None
     _remount(root, tmp_path / "aside")
     (root / "d0.txt").unlink()  # really deleted while the share was away
-    assert guard.should_rescan(len(before))
+    assert guard.unavailable(len(before)) is None
+    guard.resume()
     w.enqueue([root])
     assert w.apply(w.next_batch())
     assert set(p.require_state().sources) == on_disk(root)
@@ -135,6 +136,69 @@ def test_the_daemon_started_on_an_empty_mount_point_deletes_nothing(tmp_path: Pa
         t.join(60)
         p.store.close()
     assert len(p.require_state().sources) == 6
+
+
+def test_a_share_that_goes_away_is_reported_and_watched_again_when_it_returns(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A share moved away (or unmounted) produced no event: the daemon logged nothing, /status
+    and /readyz said nothing, and once it came back as a new directory (a remount) its inotify
+    watch still pointed at the old one, so no change in it was ever applied again."""
+    root = tmp_path / "docs"
+    write_corpus(root, 6)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    d = Daemon(p, root, debounce=0.05, root_check_interval=0.1)
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    with caplog.at_level("WARNING"):
+        t.start()
+        try:
+            wait_for(lambda: d.metrics.ready)
+            assert d.status()["watched_folder"] == {"available": True, "problem": None}
+            aside = tmp_path / "aside"
+            shutil.move(str(root), str(aside))  # the share goes away
+            wait_for(lambda: d.status()["watched_folder"]["problem"] is not None)
+            assert "is missing" in d.status()["watched_folder"]["problem"]
+            assert "is missing" in caplog.text
+            assert len(p.require_state().sources) == 6, "nothing deleted"
+            shutil.copytree(aside, root)  # back, as another directory (a remount)
+            wait_for(lambda: d.status()["watched_folder"]["available"])
+            (root / "new.txt").write_text(doc_text(random.Random(7), 3))
+            wait_for(lambda: "new.txt" in p.require_state().sources)
+            (root / "d1.txt").unlink()
+            wait_for(lambda: "d1.txt" not in p.require_state().sources)
+        finally:
+            stop.set()
+            t.join(60)
+            p.store.close()
+    assert set(p.require_state().sources) == on_disk(root)
+
+
+def test_a_root_check_that_hangs_is_reported_and_never_blocks_the_daemon(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hung mount blocks ``stat``; the check runs in its own thread and says so."""
+    from ingestor.service.share import RootMonitor
+
+    guard = ShareGuard(tmp_path, None)
+    release = threading.Event()
+    guard.unavailable = lambda documents: release.wait(30) and None  # type: ignore[method-assign]
+    monitor = RootMonitor(guard, lambda: 1, interval=0.05, hung_after=0.2)
+    monitor.start()
+    try:
+        wait_for(lambda: monitor.status()["problem"] is not None, timeout=5)
+        assert "has not answered" in monitor.status()["problem"]
+        assert monitor.status()["available"] is False
+        with caplog.at_level("WARNING"):
+            assert not monitor.poll(), "a hung root is not back"
+        assert "has not answered" in caplog.text
+        release.set()
+        wait_for(monitor.poll, timeout=5)  # it answers again: watched afresh and rescanned
+        assert monitor.status() == {"available": True, "problem": None}
+    finally:
+        release.set()
+        monitor.stop()
 
 
 # -- polling: settle ----------------------------------------------------------------------------
