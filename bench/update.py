@@ -11,7 +11,7 @@ Part 2, per-document cost: one ~5-chunk document added, one removed, one edited,
 20k leaves (hashed 384-d embeddings, extractive summaries), against a full rebuild of the layers.
 
     python bench/update.py [--part 1|2|all] [--sizes 2000 20000] [--repeats 3] [--no-rebuild]
-        [--keep DIR] [--max-group N] [--warm]
+        [--keep DIR] [--max-group N] [--warm] [--daemon-path]
 """
 
 from __future__ import annotations
@@ -37,10 +37,11 @@ from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
 from ingestor.cluster.two_step import TreeClusterer
-from ingestor.pipeline import Pipeline
+from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.tokens import default_tokenizer
 from ingestor.summarize.extractive import ExtractiveSummarizer
 from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.state import TreeState
 from models_store import ModelStore
 from retriever import SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
@@ -283,8 +284,24 @@ def warm(path: Path) -> None:
                 pass
 
 
+def apply_one(p: Pipeline, held: TreeState | None, path: Path) -> UpdateReport:
+    """One update of ``path``: as the daemon does to the state it holds, or as the CLI does."""
+    if held is None:
+        return p.update([path])
+    report = UpdateReport()
+    docs, gone = p.collect(held, [path], report)
+    p.apply_batch(held, docs, gone, report)
+    return report
+
+
 def part2(
-    tmp: Path, sizes: list[int], repeats: int, *, rebuild: bool = True, warm_cache: bool = False
+    tmp: Path,
+    sizes: list[int],
+    repeats: int,
+    *,
+    rebuild: bool = True,
+    warm_cache: bool = False,
+    daemon_path: bool = False,
 ) -> None:
     """Per one-document update: CPU excluding embedding and summary generation, state bytes."""
     print(
@@ -320,6 +337,13 @@ def part2(
         print(
             f"  state database in the page cache: {100 * resident_fraction(db):.0f} %", flush=True
         )
+        # The daemon keeps one state across batches (its decoded rows stay in memory); the CLI
+        # (`adrap add` / `remove`, ``Pipeline.update``) opens the committed state every time.
+        held = p.require_state(recover=True) if daemon_path else None
+
+        print(
+            f"  path: {'daemon (one state held)' if daemon_path else 'CLI (state opened per update)'}"
+        )
         names = random.Random(time.time_ns())  # new names: a reused tree has the old ones
         docs = sorted(root.glob("doc*.txt"))
         results: dict[str, list[tuple[float, float, int, int]]] = {}
@@ -334,14 +358,14 @@ def part2(
                 t0, c0 = time.perf_counter(), cpu()
                 if name == "add":
                     new.write_text(" ".join(text_rng.sample(sentences, 40)))
-                    report = p.update([new])
+                    report = apply_one(p, held, new)
                 elif name == "remove":
                     victim.unlink()
-                    report = p.update([victim])
+                    report = apply_one(p, held, victim)
                 else:
                     text = edited.read_text()
                     edited.write_text(text + " " + " ".join(text_rng.sample(sentences, 8)))
-                    report = p.update([edited])
+                    report = apply_one(p, held, edited)
                 wall = time.perf_counter() - t0
                 cpu_s = cpu() - c0 - (emb.cpu - e0) - (s.cpu - s0)
                 results.setdefault(name, []).append(
@@ -431,6 +455,12 @@ def main() -> None:
         help="read the state database into the page cache before the updates (a running "
         "daemon's steady state); without it a kept tree may be partly on disk only",
     )
+    ap.add_argument(
+        "--daemon-path",
+        action="store_true",
+        help="apply the updates as the daemon does, to one state held across them (default: as "
+        "`adrap add` / `remove` do, opening the committed state each time)",
+    )
     args = ap.parse_args()
     MAX_GROUP = args.max_group or None
     logging.basicConfig(level=logging.WARNING)
@@ -439,7 +469,14 @@ def main() -> None:
         if args.part in ("1", "all"):
             part1(tmp)
         if args.part in ("2", "all"):
-            part2(tmp, args.sizes, args.repeats, rebuild=not args.no_rebuild, warm_cache=args.warm)
+            part2(
+                tmp,
+                args.sizes,
+                args.repeats,
+                rebuild=not args.no_rebuild,
+                warm_cache=args.warm,
+                daemon_path=args.daemon_path,
+            )
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 
