@@ -145,7 +145,7 @@ class Daemon:
         )
         self.root_monitor = RootMonitor(
             self.guard,
-            lambda: len(self.watcher.state.sources) if self.watcher is not None else 0,
+            lambda: self.metrics.files,  # the writer's snapshot: the state is the writer's alone
             interval=root_check_interval,
         )
         mode, budget, top_k = query_defaults

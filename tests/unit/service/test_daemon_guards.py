@@ -175,6 +175,29 @@ def test_a_share_that_goes_away_is_reported_and_watched_again_when_it_returns(
     assert set(p.require_state().sources) == on_disk(root)
 
 
+def test_the_root_check_never_reads_the_writers_state(tmp_path: Path) -> None:
+    """The check runs in its own thread: it counts documents from the writer's snapshot, never
+    from the state a batch may be changing (``len(state.sources)`` there loads every source
+    row into a cache the writer is mutating)."""
+    root = tmp_path / "docs"
+    write_corpus(root, 3)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    d = Daemon(p, root)
+
+    class Untouchable:
+        @property
+        def state(self) -> None:
+            raise AssertionError("the root check read the writer's state")
+
+    d.watcher = Untouchable()  # type: ignore[assignment]
+    d.metrics.snapshot(p.require_state())
+    assert d.root_monitor.documents() == 3
+    d.root_monitor.check()
+    assert d.root_monitor.status() == {"available": True, "problem": None}
+    p.store.close()
+
+
 def test_a_root_check_that_hangs_is_reported_and_never_blocks_the_daemon(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
