@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,6 +31,14 @@ runtime = "runc"
 #: Where the image's daemon reads its bearer token (a secret file; see docs/deploy.md).
 TOKEN_SECRET = "/run/secrets/adrap_watch__http_token"
 _UNITS = {"B": 1, "kB": 1e3, "KB": 1e3, "MB": 1e6, "GB": 1e9, "KiB": 2**10, "MiB": 2**20}
+
+
+def compose_command() -> str | None:
+    """The project's podman-compose (pinned in pyproject.toml, beside the interpreter) first, then
+    one on PATH: Debian's (1.0.3) has no ``config`` command and reads the files differently."""
+    return shutil.which("podman-compose", path=str(Path(sys.executable).parent)) or shutil.which(
+        "podman-compose"
+    )
 
 
 def free_port() -> int:

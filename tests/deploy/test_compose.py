@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 import yaml
 
 from tests.deploy.conftest import DEPLOY, load_yaml, settings_from
+from tests.deploy.engine import compose_command
 
 VARIANTS = ["compose.yaml", "compose.qdrant.yaml", "compose.cluster.yaml"]
 
@@ -113,8 +113,7 @@ def test_c_forms_a_three_node_cluster_without_publishing_p2p(
 @pytest.mark.parametrize("name", VARIANTS)
 def test_podman_compose_parses_every_variant(name: str, tmp_path: Path) -> None:
     """The compose implementation used here accepts the files (anchors, secrets, depends_on)."""
-    venv_bin = Path(sys.executable).parent  # pip installs it beside the interpreter
-    compose = shutil.which("podman-compose") or shutil.which("podman-compose", path=venv_bin)
+    compose = compose_command()
     if compose is None or shutil.which("podman") is None:
         pytest.skip("podman-compose / podman not installed (the YAML checks above still ran)")
     done = subprocess.run(

@@ -34,6 +34,7 @@ from retriever import SentenceTransformerEmbedder
 from tests.deploy.conftest import DEPLOY
 from tests.deploy.engine import (
     CONTAINERS_CONF,
+    compose_command,
     container,
     free_port,
     memory_bytes,
@@ -210,7 +211,8 @@ def test_image_runs_read_only_as_non_root_and_serves_a_dropped_file_to_every_cli
 def test_compose_a_runs_with_podman_compose(
     image: str, engine_env: dict[str, str], tmp_path: Path
 ) -> None:
-    compose = shutil.which("podman-compose") or str(Path(sys.executable).parent / "podman-compose")
+    compose = compose_command()
+    assert compose is not None, "podman-compose is a test dependency (pip install -e .[test])"
     share = tmp_path / "share"
     shutil.copytree(SAMPLE, share)
     port = free_port()
