@@ -75,28 +75,32 @@ class ShareGuard:
 
     def unavailable(self, documents: int) -> str | None:
         """Return why the root does not look like the share the tree was built from, or None."""
+        return self.probe(documents)[0]
+
+    def probe(self, documents: int) -> tuple[str | None, os.stat_result | None]:
+        """Return (why the root is unavailable, None), or (None, the root's ``stat``)."""
         try:
             st = os.stat(self.root)
         except FileNotFoundError:
-            return f"the watched folder {self.root} is missing"
+            return f"the watched folder {self.root} is missing", None
         except OSError as exc:
-            return f"the watched folder {self.root} cannot be reached ({exc.strerror or exc})"
+            return f"the watched folder {self.root} cannot be reached ({exc.strerror or exc})", None
         try:
             with os.scandir(self.root) as it:
                 empty = next(it, None) is None
         except OSError as exc:
-            return f"the watched folder {self.root} cannot be listed ({exc.strerror or exc})"
+            return f"the watched folder {self.root} cannot be listed ({exc.strerror or exc})", None
         if self.device is not None and st.st_dev != self.device:
             return (
                 f"the watched folder {self.root} is on another device ({st.st_dev}) than when the "
                 f"tree was built ({self.device}): the share is probably not mounted"
-            )
+            ), None
         if empty and documents > 0:
             return (
                 f"the watched folder {self.root} is empty while the tree has {documents} "
                 "documents: the share is probably not mounted"
-            )
-        return None
+            ), None
+        return None, st
 
     def record(self) -> None:
         """Record the root's device once (first start, or a state dir from an older version)."""
@@ -197,7 +201,7 @@ class RootMonitor:
     seconds (a hung mount blocks ``stat``) is reported as such; it blocks only this thread.
 
     Args:
-        guard: the share guard (its ``unavailable`` is the check).
+        guard: the share guard (its ``probe`` is the check).
         documents: returns how many documents the tree has (an empty root is a problem then).
         interval: seconds between checks.
         hung_after: a check running longer than this is reported as a hung share.
@@ -243,14 +247,8 @@ class RootMonitor:
         """Check the root once (blocks while the share does)."""
         with self._lock:
             self._started = time.monotonic()
-        problem = self.guard.unavailable(self.documents())
-        identity = None
-        if problem is None:
-            try:
-                st = os.stat(self.guard.root)
-                identity = (st.st_dev, st.st_ino)
-            except OSError as exc:
-                problem = f"the watched folder {self.guard.root} cannot be reached ({exc})"
+        problem, st = self.guard.probe(self.documents())
+        identity = None if st is None else (st.st_dev, st.st_ino)
         with self._lock:
             self._started = None
             back = self._hung or self._problem is not None

@@ -204,9 +204,11 @@ def test_a_root_check_that_hangs_is_reported_and_never_blocks_the_daemon(
     """A hung mount blocks ``stat``; the check runs in its own thread and says so."""
     from ingestor.service.share import RootMonitor
 
+    (tmp_path / "d0.txt").write_text("a document")
     guard = ShareGuard(tmp_path, None)
     release = threading.Event()
-    guard.unavailable = lambda documents: release.wait(30) and None  # type: ignore[method-assign]
+    real = guard.probe
+    guard.probe = lambda documents: (release.wait(30), real(documents))[1]  # type: ignore[method-assign]
     monitor = RootMonitor(guard, lambda: 1, interval=0.05, hung_after=0.2)
     monitor.start()
     try:
