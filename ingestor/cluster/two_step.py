@@ -39,7 +39,13 @@ from sklearn.mixture import GaussianMixture
 from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
 from ingestor.cluster.gmm import soft_assign
-from ingestor.cluster.umap_reduce import ExactCosineIndex, load_umap, umap_call, unit_rows
+from ingestor.cluster.umap_reduce import (
+    ExactCosineIndex,
+    load_umap,
+    transform,
+    umap_call,
+    unit_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +229,7 @@ class TreeClusterer:
         if self.global_umap_ is None:
             raise ValueError("fitted on too few points for a global UMAP: everything is cluster 0")
         with umap_call("global UMAP transform", serial=self._serial()):
-            Y = self.global_umap_.transform(self._check_new(X))
+            Y = transform(self.global_umap_, self._check_new(X))
         return np.asarray(Y, dtype=np.float32)
 
     def transform_local(self, g: int, X: NDArray[np.floating]) -> NDArray[np.float32]:
@@ -232,7 +238,7 @@ class TreeClusterer:
         if local.umap is None:
             raise ValueError(f"global cluster {g} has {len(local.members)} members: no local UMAP")
         with umap_call(f"local UMAP {g} transform", serial=self._serial()):
-            Y = local.umap.transform(self._check_new(X))
+            Y = transform(local.umap, self._check_new(X))
         return np.asarray(Y, dtype=np.float32)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -301,7 +307,7 @@ class TreeClusterer:
         if n_fit < len(X):
             rest = np.setdiff1d(np.arange(len(X)), fit_idx)
             with umap_call(f"{what} UMAP transform of {len(rest)} points", serial=self._serial()):
-                Y[rest] = reducer.transform(X[rest])
+                Y[rest] = transform(reducer, X[rest])
         return reducer, Y
 
     def _select_gmm(self, Y: NDArray[np.float32], k_min: int = 1) -> GaussianMixture:
