@@ -7,6 +7,8 @@ import dataclasses
 import random
 from pathlib import Path
 
+import numpy as np
+
 from tests.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
@@ -73,3 +75,50 @@ def test_sources_are_brought_up_to_date_above_a_refreshed_summary(tmp_path: Path
         for n in state.nodes.values()
         if n.node_id not in above | {node.node_id}
     )
+
+
+def test_a_summary_whose_members_changed_but_not_its_text_keeps_its_vector(tmp_path: Path) -> None:
+    """Members came or went, the text came out the same: the summary is not embedded again and
+    keeps its vector, hence its place in the layer above (whose clusters see only vectors), and
+    the update embeds only the summaries whose text is new."""
+    root = tmp_path / "docs"
+    rng = random.Random(11)
+    write_corpus(root, rng, 30)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    p.build(root)
+    embedded: list[str] = []
+    embed_documents = p.builder.embedder.embed_documents
+
+    def recording(texts):  # type: ignore[no-untyped-def]
+        embedded.extend(texts)
+        return embed_documents(texts)
+
+    p.builder.embedder.embed_documents = recording  # type: ignore[method-assign]
+    kept = 0
+    for step in range(6):
+        state = p.require_state()
+        before = {
+            n.node_id: (sorted(n.children), n.content_hash, state.vectors[n.node_id].copy())
+            for n in state.nodes.values()
+            if n.layer >= 1
+        }
+        made = [root / f"new{step}_{i}.txt" for i in range(2)]
+        for f in made:
+            f.write_text(doc_text(rng, rng.randint(5, 9)))
+        embedded.clear()
+        p.update(made)
+        check_invariants(p)
+        state = p.require_state()
+        new_text = 0
+        for node in state.nodes.values():
+            if node.layer == 0:
+                continue
+            old = before.get(node.node_id)
+            if old is None or old[1] != node.content_hash:
+                new_text += 1
+            elif old[0] != sorted(node.children):
+                kept += 1
+                np.testing.assert_array_equal(state.vectors[node.node_id], old[2])
+        leaves = sum(len(state.sources[f.relative_to(root).as_posix()].node_ids) for f in made)
+        assert len(embedded) - leaves == new_text, "only summaries with new text are embedded"
+    assert kept > 0, "some summaries changed members and kept their text"
