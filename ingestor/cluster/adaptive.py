@@ -213,6 +213,16 @@ class AdaptiveLayer:
         for cid in created:
             index[cid] = g
 
+    def forget(self, removed: Iterable[int]) -> None:
+        """Drop clusters that are gone from the cluster -> group index (ids are never reused;
+        an emptied guarded group's cluster, which may be refilled, is found again on a miss).
+        Without this the index kept every cluster ever made: a long life's splits and refits."""
+        index: dict[int, int] | None = self.__dict__.get("cluster_group")
+        if index is None:
+            return
+        for cid in removed:
+            index.pop(cid, None)
+
     def clusters_of(self, node_id: str) -> set[int]:
         """Return the cluster ids a node of this layer belongs to."""
         g, pid = self.point_of[node_id]

@@ -146,6 +146,7 @@ class TreeUpdater:
         }
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
+        al.forget(delta.removed)
 
         # Regenerate each affected cluster once, from its new membership.
         members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}

@@ -131,6 +131,10 @@ def _layer(
                     f"layer {i}: cluster {cid} has {len(pids)} > tau_c members and was never "
                     f"offered its split at that size (offered at {gmm.offered.get(cid)})"
                 )
+    guarded = {al.guarded[g][0] for g, gmm in enumerate(al.gmms) if gmm is None}
+    stale = set(al.__dict__.get("cluster_group") or ()) - set(clusters) - guarded
+    if stale:
+        bad.append(f"layer {i}: the cluster -> group index keeps gone clusters {sorted(stale)[:5]}")
     if set(al.cluster_nodes) != set(clusters):
         bad.append(
             f"layer {i}: summaries for clusters {sorted(set(al.cluster_nodes) ^ set(clusters))[:5]}"
