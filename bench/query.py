@@ -265,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ef-construct", type=int, default=HnswConfig().ef_construct)
     p.add_argument("--exact-max-points", type=int, default=Planner().exact_max_points)
     p.add_argument(
+        "--full-scan-kb",
+        type=int,
+        help="the store's full_scan_threshold in KB (default: the KB of --exact-max-points "
+        "vectors); payload values kept by more points get extra graph links",
+    )
+    p.add_argument(
         "--no-quantize", action="store_true", help="store without the int8 copy (float scans)"
     )
     p.add_argument("--oversampling", type=float, default=Planner().oversampling)
@@ -283,7 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for size in args.sizes:
         c = make_corpus(size, rng)
         cases = make_cases(c, args.queries, rng)
-        hnsw = HnswConfig(m=args.m, ef_construct=args.ef_construct, quantize=not args.no_quantize)
+        hnsw = HnswConfig(
+            m=args.m,
+            ef_construct=args.ef_construct,
+            quantize=not args.no_quantize,
+            full_scan_kb=args.full_scan_kb,
+        )
         planner = Planner(exact_max_points=args.exact_max_points, oversampling=args.oversampling)
         build, found = bench_edge(
             c, cases, args.limit, args.queries, args.ef, hnsw, planner, args.keep
