@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer
@@ -233,9 +234,11 @@ class SummaryWriter:
         }
         embed = [j for j in range(len(todo)) if j not in same]
         t0 = time.perf_counter()
-        vectors = self.embedder.embed_documents([texts[j] for j in embed]) if embed else []
+        fresh: dict[int, NDArray[np.float32]] = {}
+        if embed:
+            vectors = self.embedder.embed_documents([texts[j] for j in embed])
+            fresh = dict(zip(embed, vectors, strict=True))
         stats.add_time("embed_summaries", time.perf_counter() - t0)
-        fresh = dict(zip(embed, vectors, strict=True))
         now = time.time()
         for j, (i, text, digest) in enumerate(zip(todo, texts, digests, strict=True)):
             members = groups[i]
