@@ -74,6 +74,22 @@ def query(
     params = request_params(question, mode, max_tokens, top_k, k0, base, source_prefix, layers)
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
     _echo_answer(out, as_json)
+    _hint_small_budget(ctx.settings, out, as_json)
+
+
+def _hint_small_budget(s: Settings, out: dict[str, Any], as_json: bool) -> None:
+    """Say why a collapsed query under a budget smaller than a node came back empty."""
+    largest = max(s.chunk.max_tokens, s.summary.max_tokens)
+    budget = out.get("max_tokens", largest)
+    if as_json or out.get("hits") or out.get("mode") != "collapsed" or budget >= largest:
+        return
+    click.echo(
+        f"no node fits in {budget} tokens: the fill stops at the best match that does not fit, "
+        f"and nodes hold up to {largest} tokens (leaves ADRAP_CHUNK__MAX_TOKENS="
+        f"{s.chunk.max_tokens}, summaries ADRAP_SUMMARY__MAX_TOKENS={s.summary.max_tokens}); "
+        f"try --max-tokens {largest} or more",
+        err=True,
+    )
 
 
 def request_params(

@@ -82,6 +82,18 @@ def test_traversal_and_leaves_only_modes(built: Path) -> None:
     assert all(h["layer"] == 0 for h in flat["hits"])
 
 
+def test_a_budget_smaller_than_any_node_says_so_instead_of_printing_nothing(built: Path) -> None:
+    """The greedy fill stops at the best match that does not fit: under a 20-token budget the
+    answer is empty, and the user is told why and what budget would do."""
+    result = adrap("query", "tortoise and hare race", "--max-tokens", "20", state=built)
+    assert result.returncode == 0, result.stderr
+    assert "0 nodes" in result.stderr
+    assert "no node fits in 20 tokens" in result.stderr
+    assert "--max-tokens" in result.stderr
+    fits = adrap("query", "tortoise and hare race", "--max-tokens", "600", state=built)
+    assert "no node fits" not in fits.stderr
+
+
 def test_querying_an_empty_state_says_to_build_first(tmp_path: Path) -> None:
     result = adrap("query", "anything", state=tmp_path)
     assert result.returncode == 1
