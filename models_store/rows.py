@@ -136,6 +136,9 @@ class RowStore:
             _fsync_dir(self.path.parent)  # the new file's directory entry survives a crash
         self.closed = False
         self._identity = _identity(self.path)
+        #: Per namespace, an upper bound of its rows (from a count, plus every row put since)
+        #: and the database's data_version then: evict_oldest counts only when it may be over.
+        self._bounds: dict[str, tuple[int, int]] = {}
 
     @classmethod
     def shared(cls, path: Path, *, create: bool = False, readonly: bool = False) -> RowStore:
@@ -282,6 +285,7 @@ class RowStore:
                 self._db.execute("BEGIN IMMEDIATE")
                 for ns in changes.clear:
                     self._db.execute("DELETE FROM rows WHERE ns = ?", (ns,))
+                    self._bounds.pop(ns, None)
                 if changes.delete:
                     self._db.executemany(
                         "DELETE FROM rows WHERE ns = ? AND key = ?", sorted(changes.delete)
@@ -292,6 +296,10 @@ class RowStore:
                         [(ns, k, v, stamp) for (ns, k), v in changes.put.items()],
                     )
                     written += sum(len(v) for v in changes.put.values())
+                    for ns, _ in changes.put:
+                        if ns in self._bounds:
+                            bound, version = self._bounds[ns]
+                            self._bounds[ns] = (bound + 1, version)
                 touch = changes.touch - changes.put.keys() - changes.delete
                 if touch:
                     self._db.executemany(
@@ -330,14 +338,27 @@ class RowStore:
         except sqlite3.Error as exc:
             log.warning("could not truncate the write-ahead log of %s: %s", self.path, exc)
 
-    def evict_oldest(self, ns: str, keep: int) -> int:
-        """Delete the least recently stamped rows of ``ns`` beyond ``keep``; return how many."""
+    def evict_oldest(self, ns: str, keep: int, *, down_to: int | None = None) -> int:
+        """Delete the least recently stamped rows of ``ns`` beyond ``keep`` (down to ``down_to``
+        rows, default ``keep``, so that the next eviction waits for as many new rows); return
+        how many.
+
+        Counting a namespace reads every one of its index entries (47k cached summaries of a
+        265k-leaf tree: 1.6 ms warm, 9 ms cold, at every commit), so the count is skipped while
+        an upper bound of the rows (the last count plus every row put since by this connection,
+        with no other connection's commit in between) is within ``keep``.
+        """
         if self.readonly:
             return 0
         with self._lock:
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            bound, seen = self._bounds.get(ns, (keep + 1, -1))
+            if seen == version and bound <= keep:
+                return 0
             (n,) = self._db.execute("SELECT count(*) FROM rows WHERE ns = ?", (ns,)).fetchone()
-            excess = int(n) - keep
-            if excess <= 0:
+            excess = int(n) - (keep if down_to is None else min(down_to, keep))
+            if int(n) <= keep:
+                self._bounds[ns] = (int(n), version)
                 return 0
             self._db.execute("BEGIN IMMEDIATE")
             self._db.execute(
@@ -347,6 +368,8 @@ class RowStore:
             )
             self._db.execute("COMMIT")
             self._identity = _identity(self.path)
+            (version,) = self._db.execute("PRAGMA data_version").fetchone()
+            self._bounds[ns] = (int(n) - excess, version)
         return excess
 
     def close(self) -> None:

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 #: The summary cache keeps at least this many entries, and at least CACHE_FACTOR x the summaries.
 CACHE_MIN = 2000
 CACHE_FACTOR = 3
+#: Past its bound the cache is cut 1/CACHE_SLACK below it, so the next cut (and the count that
+#: finds it due) waits for that many new summaries instead of coming at every commit.
+CACHE_SLACK = 10
 _INTENT = "intent"
 #: The scalars of a TreeState, kept in the manifest (the tree's name is ``tree_name`` there).
 _SCALARS = (
@@ -281,7 +284,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
         layer_committed(layer)
     summaries = sum(n for layer, n in state.nodes.sizes.items() if layer > 0)
     keep = max(CACHE_MIN, CACHE_FACTOR * summaries)
-    if rows.evict_oldest("cache", keep) or fresh:
+    if rows.evict_oldest("cache", keep, down_to=keep - keep // CACHE_SLACK) or fresh:
         state.summary_cache.bind(rows)  # memory holds no more than the database
     state.last_commit_bytes = written
     return written

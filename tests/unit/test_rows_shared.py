@@ -130,3 +130,40 @@ def test_a_failed_log_truncation_does_not_fail_the_commit_before_it(
     rows._db = _FailingCheckpoint(rows._db)  # type: ignore[assignment]
     put(rows, "k", bytes(4096))  # committed: the truncation after it is best effort
     assert RowStore(tmp_path / "s.sqlite", readonly=True).get("ns", "k") == bytes(4096)
+
+
+def test_eviction_counts_a_namespace_only_when_it_may_be_over_its_bound(tmp_path: Path) -> None:
+    """The count behind eviction reads every entry of the namespace; it runs only when the rows
+    put since the last count (or another connection's commit) may have passed the bound."""
+    path = tmp_path / "s.sqlite"
+    rows = RowStore(path, create=True)
+    counts: list[str] = []
+    rows._db.set_trace_callback(lambda sql: counts.append(sql) if "count(*)" in sql else None)
+
+    def put_many(store: RowStore, start: int, n: int, stamp: int) -> None:
+        ch = Changes()
+        for i in range(start, start + n):
+            ch.set("cache", f"k{i:04d}", b"x")
+        store.commit(ch, stamp=stamp)
+
+    put_many(rows, 0, 80, stamp=1)
+    assert rows.evict_oldest("cache", keep=100) == 0
+    assert len(counts) == 1  # the first call counts: no bound known yet
+    put_many(rows, 80, 15, stamp=2)  # 95 at most: within the bound, no count
+    assert rows.evict_oldest("cache", keep=100) == 0
+    assert len(counts) == 1
+    put_many(rows, 95, 15, stamp=3)  # 110 at most: count, then cut down to 90
+    assert rows.evict_oldest("cache", keep=100, down_to=90) == 20
+    assert len(counts) == 2
+    assert len(list(rows.items("cache"))) == 90
+    assert sorted(k for k, _ in rows.items("cache"))[0] == "k0020", "the oldest stamps went"
+    put_many(rows, 20, 5, stamp=4)  # kept rows written again count as new ones: 95 at most
+    assert rows.evict_oldest("cache", keep=100, down_to=90) == 0
+    assert len(counts) == 2
+    other = RowStore(path)  # another connection's commit voids the bound
+    put_many(other, 200, 30, stamp=5)
+    other.close()
+    assert rows.evict_oldest("cache", keep=100, down_to=90) == 30
+    assert len(counts) == 3
+    assert len(list(rows.items("cache"))) == 90
+    rows.close()
