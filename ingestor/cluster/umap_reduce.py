@@ -150,9 +150,11 @@ def transform(reducer: Any, X: NDArray[np.float32]) -> NDArray[np.float32]:
     )
     tail_embedding = np.ascontiguousarray(reducer.embedding_, dtype=np.float32)
     embedding = _start(indices, vals.reshape(indices.shape), tail_embedding)
-    n_epochs = int(reducer.n_epochs // 3.0) if reducer.n_epochs is not None else 100  # UMAP's
-    if reducer.n_epochs is None and len(X) > 10_000:
-        n_epochs = 30
+    n_epochs = (  # UMAP's rule for a transform
+        int(reducer.n_epochs // 3.0)
+        if reducer.n_epochs is not None
+        else (100 if len(X) <= 10_000 else 30)
+    )
     keep = (vals != 0) & ~(vals < (vals.max() / float(n_epochs)))
     head, tail, weights = rows[keep], cols[keep], vals[keep]
     epochs_per_sample = umap.umap_.make_epochs_per_sample(weights, n_epochs)
