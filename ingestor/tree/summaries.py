@@ -227,10 +227,9 @@ class SummaryWriter:
         texts = self.summarize_groups(state, [groups[i] for i in todo], stats, progress, layer)
         stats.add_time("summarize", time.perf_counter() - t0)
         digests = [sha256_text(text) for text in texts]
+        olds = [state.nodes.peek(ids[i]) for i in todo]
         same = {
-            j
-            for j, i in enumerate(todo)
-            if (old := state.nodes.peek(ids[i])) is not None and old.content_hash == digests[j]
+            j for j, old in enumerate(olds) if old is not None and old.content_hash == digests[j]
         }
         embed = [j for j in range(len(todo)) if j not in same]
         t0 = time.perf_counter()
@@ -240,9 +239,8 @@ class SummaryWriter:
             fresh = dict(zip(embed, vectors, strict=True))
         stats.add_time("embed_summaries", time.perf_counter() - t0)
         now = time.time()
-        for j, (i, text, digest) in enumerate(zip(todo, texts, digests, strict=True)):
+        for j, (i, text, digest, old) in enumerate(zip(todo, texts, digests, olds, strict=True)):
             members = groups[i]
-            old = state.nodes.peek(ids[i])
             if j in same:
                 regen.rewritten.discard(ids[i])  # the same text: keep its vector and place
                 regen.refreshed.add(ids[i])
