@@ -10,7 +10,6 @@ and oversubscription made each fit 3-15x slower.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Callable
@@ -18,9 +17,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
-from threadpoolctl import ThreadpoolController
 
 from ingestor.cluster.gmm import _EM, REG_COVAR, TOL, Array, _Fit, _fit_from_kmeans
+from ingestor.cluster.threads import one_thread
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ def select_gmm_by_bic(
     k_max = max(1, min(k_max, len(points)))
     k_min = max(1, min(k_min, k_max))
     search = _BicSearch(points, random_state=random_state, max_iter=max_iter)
-    with _threadpools().limit(limits=1):
+    with one_thread():
         if exhaustive:
             for k in range(k_min, k_max + 1):
                 search.bic(k)
@@ -107,12 +106,6 @@ class _BicSearch:
         k = min(fitted, key=lambda k: (self.fits[k][0], k))
         log.debug("BIC chose k=%d of %d evaluated (n=%d)", k, len(self.fits), len(self.Y))
         return fitted[k].to_sklearn(max_iter=self.max_iter, tol=TOL, random_state=self.random_state)
-
-
-@functools.cache
-def _threadpools() -> ThreadpoolController:
-    # Building a controller scans the loaded libraries (3 ms); threadpool_limits() does it per call.
-    return ThreadpoolController()
 
 
 def _grid(k_max: int) -> list[int]:

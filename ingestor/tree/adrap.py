@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
+from ingestor.cluster.threads import one_thread
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
 from ingestor.tree.state import Provenance, TreeState
 
@@ -77,6 +78,12 @@ class TreeUpdater:
         Returns:
             What changed; ``upserted``/``deleted`` are the node ids to write to/delete from the store.
         """
+        with one_thread("blas"):  # small matrices: a second BLAS thread only spins (threads.py)
+            return self._apply(state, new_leaves, removed_leaves)
+
+    def _apply(
+        self, state: TreeState, new_leaves: list[str], removed_leaves: list[str]
+    ) -> UpdateStats:
         t0 = time.perf_counter()
         stats = UpdateStats(leaves_added=len(new_leaves), leaves_removed=len(removed_leaves))
         stats.upserted |= set(new_leaves)
