@@ -1,4 +1,4 @@
-"""adRAP's updates run BLAS on one thread (ingestor/cluster/threads.py): its matrices are tiny and a
+"""Builds and adRAP's updates run BLAS on one thread (ingestor/cluster/threads.py): its matrices are tiny and a
 second OpenBLAS thread only spins, burning a core the update does not use."""
 
 from __future__ import annotations
@@ -37,13 +37,15 @@ class ThreadWatchingSummarizer(EchoSummarizer):
         return super().summarize_many(groups, max_tokens=max_tokens, query=query)
 
 
-def test_an_update_runs_blas_on_one_thread_and_restores_it(tmp_path: Path) -> None:
+def test_a_build_and_an_update_run_blas_on_one_thread_and_restore_it(tmp_path: Path) -> None:
     root = tmp_path / "docs"
     rng = random.Random(5)
     write_corpus(root, rng, 24)
     s = ThreadWatchingSummarizer()
     p = make_pipeline(tmp_path, s)
-    p.build(root)
+    with threadpool_limits(limits=2):
+        p.build(root)
+    assert s.seen and all(seen == {1} for seen in s.seen), s.seen
     new = root / "new.txt"
     new.write_text(doc_text(rng, 8))
     with threadpool_limits(limits=2):  # what a 2-core machine starts with
