@@ -41,7 +41,7 @@ from retriever.edge_shard import EdgeShardLifecycle
 from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_payload as _edge_payload
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
-from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits
+from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, retry_exact
 from retriever.schema import (
     META_POINT_ID,
     VECTOR_NAME,
@@ -340,17 +340,26 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if edge_filter is None or limit == 0:
             return []
         shard = self._require()
-        params = edge_search_params(self._plan(flt, edge_filter, limit))
-        request = qe.QueryRequest(
-            limit=limit,
-            query=qe.Query.Nearest(query, using=VECTOR_NAME),
-            filter=edge_filter,
-            with_payload=with_payload,
-            with_vector=False,
-            params=params,
-        )
-        with self._engine("search"):
-            return shard.query(request)
+
+        def run(plan: SearchPlan) -> list[qe.ScoredPoint]:
+            request = qe.QueryRequest(
+                limit=limit,
+                query=qe.Query.Nearest(query, using=VECTOR_NAME),
+                filter=edge_filter,
+                with_payload=with_payload,
+                with_vector=False,
+                params=edge_search_params(plan),
+            )
+            with self._engine("search"):
+                return shard.query(request)
+
+        plan = self._plan(flt, edge_filter, limit)
+        hits = run(plan)
+        again = retry_exact(plan, limit, len(hits))  # a walk the filter cut off
+        if again is None:
+            return hits
+        log.debug("the walk returned %d of %d hits; scanning %s exactly", len(hits), limit, flt)
+        return run(again)
 
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
         ids: list[qe.PointId] = list(

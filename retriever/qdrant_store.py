@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits
+from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, retry_exact
 from retriever.qdrant_collection import QdrantCollection
 from retriever.schema import (
     META_POINT_ID,
@@ -268,8 +268,23 @@ class QdrantNodeStore(QdrantCollection):
             return []
         self._require_open()
         plan = self.plan(flt, limit)
-        # Local mode always scans exactly and warns about search params; a server obeys them.
-        params = None if _is_local(self.client) else search_params(plan)
+        if _is_local(self.client):  # always scans exactly and warns about search params
+            return self._run(query, query_filter, None, limit, with_payload)
+        hits = self._run(query, query_filter, search_params(plan), limit, with_payload)
+        again = retry_exact(plan, limit, len(hits))  # a walk the filter cut off
+        if again is None:
+            return hits
+        log.debug("the walk returned %d of %d hits; scanning %s exactly", len(hits), limit, flt)
+        return self._run(query, query_filter, search_params(again), limit, with_payload)
+
+    def _run(
+        self,
+        query: list[float],
+        query_filter: models.Filter,
+        params: models.SearchParams | None,
+        limit: int,
+        with_payload: bool | list[str],
+    ) -> list[models.ScoredPoint]:
         with self._call("search"):
             return self.client.query_points(
                 self.collection,
