@@ -31,7 +31,7 @@ from retriever.edge_rest_filter import edge_filter, point_id
 from retriever.edge_store import edge_search_params
 from retriever.errors import StoreError
 from retriever.plan import HnswConfig, Planner, StoreIndex
-from retriever.schema import VECTOR_NAME
+from retriever.schema import LEAF_VECTOR, VECTOR_NAME
 
 _T = TypeVar("_T")
 
@@ -110,7 +110,8 @@ class EdgeRestReader:
         config = models.CollectionConfig(
             params=models.CollectionParams(
                 vectors={
-                    VECTOR_NAME: models.VectorParams(size=dim, distance=models.Distance.COSINE)
+                    name: models.VectorParams(size=dim, distance=models.Distance.COSINE)
+                    for name in self._vector_names()
                 }
             ),
             hnsw_config=models.HnswConfig(
@@ -246,6 +247,9 @@ class EdgeRestReader:
         request = qe.CountRequest(exact=req.exact is not False, filter=edge_filter(req.filter))
         return models.CountResult(count=self.store.read_shard("count", lambda s: s.count(request)))
 
+    def _vector_names(self) -> tuple[str, ...]:
+        return (VECTOR_NAME, LEAF_VECTOR) if self.store.index.leaf_vector else (VECTOR_NAME,)
+
     def _vector_of(self, point: qe.PointId) -> list[float]:
         records = self.store.read_shard(
             "retrieve the query point", lambda s: s.retrieve([point], False, [VECTOR_NAME])
@@ -267,17 +271,17 @@ class EdgeRestReader:
         with_vector: Any,
         score_threshold: float | None,
     ) -> list[qe.ScoredPoint]:
-        if using not in (None, VECTOR_NAME):
+        if using is not None and using not in self._vector_names():
             raise ValueError(
                 f"Wrong input: Not existing vector name error: {using} "
-                f"(adrap's collections have one vector, {VECTOR_NAME!r})"
+                f"(adrap's collection has {', '.join(map(repr, self._vector_names()))})"
             )
         if self.store.dim is not None and len(vector) != self.store.dim:
             raise ValueError(
                 f"Wrong input: Vector dimension error: expected dim: {self.store.dim}, got "
                 f"{len(vector)} (embed the query with the model named in the meta point)"
             )
-        query = qe.Query.Nearest([float(x) for x in vector], using=VECTOR_NAME)
+        query = qe.Query.Nearest([float(x) for x in vector], using=using or VECTOR_NAME)
 
         def run(shard: qe.EdgeShard) -> list[qe.ScoredPoint]:
             request = qe.QueryRequest(

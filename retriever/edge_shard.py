@@ -18,6 +18,7 @@ import qdrant_edge as qe
 from retriever.errors import RetrieverError, SchemaMismatchError, StoreError
 from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
 from retriever.schema import (
+    LEAF_VECTOR,
     META_POINT_ID,
     PAYLOAD_INDEXES,
     TENANT_FIELD,
@@ -95,7 +96,10 @@ class EdgeShardLifecycle:
             )
             int8 = qe.ScalarQuantizationConfig(type=qe.ScalarType.Int8, always_ram=True)
             config = qe.EdgeConfig(
-                vectors={VECTOR_NAME: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)},
+                vectors={
+                    name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
+                    for name in (VECTOR_NAME, LEAF_VECTOR)
+                },
                 hnsw_config=graph,
                 quantization_config=int8 if self.hnsw.quantize else None,
                 optimizers=None
@@ -296,10 +300,11 @@ def _read_index(path: Path) -> StoreIndex:
         dim = int(vector["size"])
         kb = int((config.get("hnsw_config") or {}).get("full_scan_threshold") or FULL_SCAN_KB)
         quantized = bool(vector.get("quantization_config") or config.get("quantization_config"))
+        leaf = LEAF_VECTOR in config["vectors"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("planning %s as unquantized: its config is unreadable (%s)", path, exc)
         return StoreIndex()
-    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim))
+    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf)
 
 
 def _index_schema(field: str, kind: IndexType) -> qe.PayloadSchemaType | qe.KeywordIndexParams:

@@ -48,6 +48,8 @@ from retriever.schema import (
     NodePayload,
     ScoredNode,
     SearchFilter,
+    point_vectors,
+    search_vector,
 )
 from retriever.validation import (
     check_ids,
@@ -115,7 +117,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
                 points = [
-                    qe.Point(node.node_id, {VECTOR_NAME: row}, _edge_payload(node))
+                    qe.Point(
+                        node.node_id,
+                        point_vectors(node.layer, row, leaf_vector=self.index.leaf_vector),
+                        _edge_payload(node),
+                    )
                     for node, row in zip(batch, rows, strict=True)
                 ]
                 shard.update(qe.UpdateOperation.upsert_points(points))
@@ -341,10 +347,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return []
         shard = self._require()
 
+        using = search_vector(flt, leaf_vector=self.index.leaf_vector)
+
         def run(plan: SearchPlan) -> list[qe.ScoredPoint]:
             request = qe.QueryRequest(
                 limit=limit,
-                query=qe.Query.Nearest(query, using=VECTOR_NAME),
+                query=qe.Query.Nearest(query, using=using),
                 filter=edge_filter,
                 with_payload=with_payload,
                 with_vector=False,

@@ -42,7 +42,9 @@ BASE_HNSW_EF: Final = 128
 #: may not step through summaries falls apart (bench/query.py, recall@100 0.17-0.46 at 100k
 #: nodes at any ef up to 1024, and 0.22 at 1M nodes, fill-recall 0.34; 0.93-1.00 for the other
 #: filters). Exact is right at any size; it costs ~0.25 us a point (~12 ms for 50k leaves,
-#: ~0.1 s for 500k). Hence no bound by default.
+#: ~0.1 s for 500k). Hence no bound by default. Only for stores without the leaves' own graph
+#: (:data:`~retriever.schema.LEAF_VECTOR`, created before it): in the others a leaves-only
+#: filter walks that graph like any filter walks the graph of every node.
 LEAVES_EXACT_MAX_POINTS: Final = 2**62
 #: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it).
 MAX_HNSW_EF: Final = 512
@@ -106,7 +108,11 @@ class HnswConfig:
 
     def index_of(self, dim: int) -> StoreIndex:
         """Return what the planner needs to know of a store created with this config."""
-        return StoreIndex(quantized=self.quantize, scan_points=scan_points(self.scan_kb(dim), dim))
+        return StoreIndex(
+            quantized=self.quantize,
+            scan_points=scan_points(self.scan_kb(dim), dim),
+            leaf_vector=True,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +123,13 @@ class StoreIndex:
         quantized: The store keeps an int8 copy of its vectors (scans and walks are rescored).
         scan_points: The engine scans a segment itself (no graph walk) when fewer points match
             (its ``full_scan_threshold``, in points).
+        leaf_vector: Leaves carry a second vector (:data:`~retriever.schema.LEAF_VECTOR`) with
+            a graph of their own: leaves-only filters walk it like any other filter.
     """
 
     quantized: bool = False
     scan_points: int = 0
+    leaf_vector: bool = False
 
 
 def scan_points(full_scan_kb: int, dim: int) -> int:
@@ -192,14 +201,15 @@ class Planner:
         """Return the plan for a query whose filter keeps ``matches`` of ``total`` points.
 
         ``index`` describes the store (``None``: no int8 copy, so scans are float ``exact``);
-        ``leaves_only``: the filter keeps no summary (scanned up to ``leaves_exact_max_points``).
+        ``leaves_only``: the filter keeps no summary (scanned up to ``leaves_exact_max_points``
+        in a store without the leaves' own graph).
         """
         index = index if index is not None else StoreIndex()
         base = self.hnsw_ef if self.hnsw_ef is not None else BASE_HNSW_EF
         ef = hnsw_ef_for(matches, total, limit, base=base, cap=max(self.max_hnsw_ef, base))
         rescore = self.oversampling if index.quantized else None
         scan_max = self.exact_max_points
-        if leaves_only and total > 0:
+        if leaves_only and total > 0 and not index.leaf_vector:
             scan_max = max(scan_max, self.leaves_exact_max_points)
         if matches <= scan_max:
             if index.quantized and matches < index.scan_points:

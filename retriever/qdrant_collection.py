@@ -20,6 +20,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from retriever.errors import SchemaMismatchError, StoreError
 from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
 from retriever.schema import (
+    LEAF_VECTOR,
     META_POINT_ID,
     PAYLOAD_INDEXES,
     TENANT_FIELD,
@@ -252,7 +253,8 @@ class QdrantCollection:
         self.client.create_collection(
             physical,
             vectors_config={
-                VECTOR_NAME: models.VectorParams(size=dim, distance=models.Distance.COSINE)
+                name: models.VectorParams(size=dim, distance=models.Distance.COSINE)
+                for name in (VECTOR_NAME, LEAF_VECTOR)
             },
             hnsw_config=models.HnswConfigDiff(
                 m=self.hnsw.m,
@@ -358,7 +360,8 @@ def _read_index(info: models.CollectionInfo, dim: int) -> StoreIndex:
     params = vectors.get(VECTOR_NAME) if isinstance(vectors, dict) else None
     quantized = bool(info.config.quantization_config or (params and params.quantization_config))
     kb = info.config.hnsw_config.full_scan_threshold or FULL_SCAN_KB
-    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim))
+    leaf = isinstance(vectors, dict) and LEAF_VECTOR in vectors
+    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf)
 
 
 def _create_alias(physical: str, alias: str) -> models.CreateAliasOperation:

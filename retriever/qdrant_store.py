@@ -30,6 +30,8 @@ from retriever.schema import (
     NodePayload,
     ScoredNode,
     SearchFilter,
+    point_vectors,
+    search_vector,
 )
 from retriever.validation import (
     check_ids,
@@ -88,7 +90,9 @@ class QdrantNodeStore(QdrantCollection):
                 rows = arr[start : start + UPSERT_BATCH].tolist()
                 points = [
                     models.PointStruct(
-                        id=node.node_id, vector={VECTOR_NAME: row}, payload=node.to_payload()
+                        id=node.node_id,
+                        vector=point_vectors(node.layer, row, leaf_vector=self.index.leaf_vector),
+                        payload=node.to_payload(),
                     )
                     for node, row in zip(batch, rows, strict=True)
                 ]
@@ -268,18 +272,20 @@ class QdrantNodeStore(QdrantCollection):
             return []
         self._require_open()
         plan = self.plan(flt, limit)
+        using = search_vector(flt, leaf_vector=self.index.leaf_vector)
         if _is_local(self.client):  # always scans exactly and warns about search params
-            return self._run(query, query_filter, None, limit, with_payload)
-        hits = self._run(query, query_filter, search_params(plan), limit, with_payload)
+            return self._run(query, using, query_filter, None, limit, with_payload)
+        hits = self._run(query, using, query_filter, search_params(plan), limit, with_payload)
         again = retry_exact(plan, limit, len(hits))  # a walk the filter cut off
         if again is None:
             return hits
         log.debug("the walk returned %d of %d hits; scanning %s exactly", len(hits), limit, flt)
-        return self._run(query, query_filter, search_params(again), limit, with_payload)
+        return self._run(query, using, query_filter, search_params(again), limit, with_payload)
 
     def _run(
         self,
         query: list[float],
+        using: str,
         query_filter: models.Filter,
         params: models.SearchParams | None,
         limit: int,
@@ -289,7 +295,7 @@ class QdrantNodeStore(QdrantCollection):
             return self.client.query_points(
                 self.collection,
                 query=query,
-                using=VECTOR_NAME,
+                using=using,
                 query_filter=query_filter,
                 search_params=params,
                 limit=limit,

@@ -45,7 +45,8 @@ def test_a_build_and_an_update_run_blas_on_one_thread_and_restore_it(tmp_path: P
     p = make_pipeline(tmp_path, s)
     with threadpool_limits(limits=2):
         p.build(root)
-    assert s.seen and all(seen == {1} for seen in s.seen), s.seen
+    assert s.seen
+    assert all(seen == {1} for seen in s.seen), s.seen
     new = root / "new.txt"
     new.write_text(doc_text(rng, 8))
     with threadpool_limits(limits=2):  # what a 2-core machine starts with

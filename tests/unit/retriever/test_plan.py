@@ -112,6 +112,11 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     bounded = Planner(leaves_exact_max_points=100_000)
     assert not bounded.plan(500_000, 1_000_005, 100, index, leaves_only=True).exact
     assert LEAVES_EXACT_MAX_POINTS > 10**9
+    own = StoreIndex(quantized=True, scan_points=12_000, leaf_vector=True)  # the leaves' graph
+    walked = planner.plan(50_000, 100_000, 100, own, leaves_only=True)
+    assert not walked.exact
+    assert not walked.scan
+    assert planner.plan(5_000, 100_000, 100, own, leaves_only=True).scan
     assert SearchFilter(tree="t", max_layer=0).leaves_only
     assert SearchFilter(tree="t", kind=Kind.CHUNK).leaves_only
     assert not SearchFilter(tree="t", min_layer=1).leaves_only

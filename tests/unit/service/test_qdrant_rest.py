@@ -153,6 +153,40 @@ def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daem
     assert len(ids) >= 3
 
 
+def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served: Served) -> None:
+    """Leaves carry their vector twice: ``using="leaf"`` searches the leaves alone, no layer
+    filter needed; summaries have no ``leaf`` vector."""
+    question, budget = "orchard cider harvest", 300
+    vector = served.pipeline.embedder.embed_query(question).tolist()
+    client = served.client()
+    hits = client.query_points(
+        "adrap", query=vector, using="leaf", limit=50, query_filter=tree_filter()
+    ).points
+    assert hits
+    assert all(h.payload is not None and h.payload[F.LAYER] == 0 for h in hits)
+    leaves = served.pipeline.store.count(SearchFilter(tree=TREE, max_layer=0))
+    assert len(hits) == min(50, leaves)
+    ids, total = [], 0
+    for hit in hits:
+        assert hit.payload is not None
+        total += hit.payload[F.N_TOKENS]
+        if total > budget:
+            break
+        ids.append(hit.id)
+    expected = served.daemon.query({"q": question, "max_tokens": str(budget), "max_layer": "0"})
+    assert ids == [h[F.NODE_ID] for h in expected["hits"]]
+    upper = models.Filter(must=[models.FieldCondition(key=F.LAYER, range=models.Range(gte=1))])
+    summary = client.scroll("adrap", scroll_filter=upper, limit=1, with_vectors=True)[0][0]
+    assert isinstance(summary.vector, dict)
+    assert set(summary.vector) == {"dense"}
+    code, body, _ = call(
+        f"{served.base}/collections/adrap/points/query",
+        {"query": vector, "using": "sparse", "limit": 1},
+    )
+    assert code == 400
+    assert "'dense', 'leaf'" in body["status"]["error"]
+
+
 def test_query_by_point_id_is_nearest_to_that_point_without_it(served: Served) -> None:
     first = served.client().scroll("adrap", scroll_filter=tree_filter(), limit=1)[0][0]
     got = served.client().query_points("adrap", query=first.id, limit=3, with_payload=False)
@@ -179,7 +213,8 @@ def test_scroll_retrieve_count_and_info_describe_the_store(served: Served) -> No
     info = client.get_collection("adrap")
     assert info.points_count == len(seen)
     assert info.config.params.vectors == {
-        "dense": models.VectorParams(size=served.dim, distance=models.Distance.COSINE)
+        name: models.VectorParams(size=served.dim, distance=models.Distance.COSINE)
+        for name in ("dense", "leaf")
     }
     assert set(info.payload_schema) >= {F.TREE, F.LAYER}
     assert client.count("adrap").count == len(seen)
@@ -212,7 +247,11 @@ def local(served: Served) -> QdrantClient:
     mem = QdrantClient(":memory:")
     dim = served.dim
     mem.create_collection(
-        "adrap", {"dense": models.VectorParams(size=dim, distance=models.Distance.COSINE)}
+        "adrap",
+        {
+            n: models.VectorParams(size=dim, distance=models.Distance.COSINE)
+            for n in ("dense", "leaf")
+        },
     )
     mem.upsert(
         "adrap",
