@@ -9,12 +9,14 @@ from retriever.plan import (
     BASE_HNSW_EF,
     EXACT_MAX_POINTS,
     FULL_SCAN_KB,
+    MAX_HNSW_EF,
     OVERSAMPLING,
     HnswConfig,
     Planner,
     SearchPlan,
     StoreIndex,
     first_hits,
+    hnsw_ef_for,
     scan_points,
 )
 
@@ -114,6 +116,8 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     assert LEAVES_EXACT_MAX_POINTS > 10**9
     own = StoreIndex(quantized=True, scan_points=12_000, leaf_vector=True)  # the leaves' graph
     walked = planner.plan(50_000, 100_000, 100, own, leaves_only=True)
+    wider = hnsw_ef_for(50_000, 100_000, 100, base=2 * BASE_HNSW_EF, cap=MAX_HNSW_EF)
+    assert walked.hnsw_ef == wider > planner.plan(50_000, 100_000, 100, own).hnsw_ef
     assert not walked.exact
     assert not walked.scan
     assert planner.plan(5_000, 100_000, 100, own, leaves_only=True).scan
