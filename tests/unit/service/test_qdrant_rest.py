@@ -113,6 +113,18 @@ def call(
         return exc.code, json.loads(text) if text else None, dict(exc.headers)
 
 
+def fill_ids(hits: list[models.ScoredPoint], budget: int) -> list[Any]:
+    """The README recipe's fill: hits in score order while the token total fits ``budget``."""
+    ids, total = [], 0
+    for hit in hits:
+        assert hit.payload is not None
+        total += hit.payload[F.N_TOKENS]
+        if total > budget:
+            break
+        ids.append(hit.id)
+    return ids
+
+
 def tree_filter() -> models.Filter:
     return models.Filter(
         must=[models.FieldCondition(key=F.TREE, match=models.MatchValue(value=TREE))]
@@ -141,13 +153,7 @@ def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daem
         )
         .points
     )
-    ids, total = [], 0
-    for hit in hits:
-        assert hit.payload is not None
-        total += hit.payload[F.N_TOKENS]
-        if total > budget:
-            break
-        ids.append(hit.id)
+    ids = fill_ids(hits, budget)
     expected = served.daemon.query({"q": question, "max_tokens": str(budget)})
     assert ids == [h[F.NODE_ID] for h in expected["hits"]]
     assert len(ids) >= 3
@@ -166,13 +172,7 @@ def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served:
     assert all(h.payload is not None and h.payload[F.LAYER] == 0 for h in hits)
     leaves = served.pipeline.store.count(SearchFilter(tree=TREE, max_layer=0))
     assert len(hits) == min(50, leaves)
-    ids, total = [], 0
-    for hit in hits:
-        assert hit.payload is not None
-        total += hit.payload[F.N_TOKENS]
-        if total > budget:
-            break
-        ids.append(hit.id)
+    ids = fill_ids(hits, budget)
     expected = served.daemon.query({"q": question, "max_tokens": str(budget), "max_layer": "0"})
     assert ids == [h[F.NODE_ID] for h in expected["hits"]]
     upper = models.Filter(must=[models.FieldCondition(key=F.LAYER, range=models.Range(gte=1))])
