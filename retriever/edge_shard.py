@@ -74,7 +74,7 @@ class EdgeShardLifecycle:
                 raise
             if meta is not None and isinstance(meta.get(F.EMBED_DIM), int):
                 self.dim = meta[F.EMBED_DIM]
-            self.index = _read_index(self.path)
+            self.index = read_index(self.path)
             log.debug("opened embedded store %s (dim=%s)", self.path, self.dim)
 
     def ensure_collection(self, dim: int, embed_model: str) -> None:
@@ -287,9 +287,10 @@ class EdgeShardLifecycle:
         )
 
 
-def _read_index(path: Path) -> StoreIndex:
+def read_index(path: Path) -> StoreIndex:
     """Return the planner's view of the shard in ``path`` from the config the engine persisted
-    (``edge_config.json``): int8 copy or not, and the plain-scan threshold in points.
+    (``edge_config.json``): int8 copy or not, the plain-scan threshold in points, the leaves' own
+    vector or not. Reads one file: the shard need not be opened (nor its lock taken).
 
     A config that cannot be read plans as a store without an int8 copy: float exact scans, right
     whatever the store holds, only slower.

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import click
 
 from ingestor.cli.app import Ctx, main, run
-from ingestor.cli.factories import MODELS_DIR, where
+from ingestor.cli.factories import MODELS_DIR, STORE_DIR, where
 from models_store import ModelStore
 
 
@@ -40,6 +41,8 @@ def status(ctx: Ctx, as_json: bool) -> None:
             "store": where(s),
             "built": built,
         }
+        if s.store_mode == "embedded" and built:
+            out["leaf_graph"] = _leaf_graph(s.state_dir / STORE_DIR)
         state = load_state(models, s.tree, readonly=True) if models and built else None
         if state is not None:
             counts = state.layer_counts()
@@ -62,6 +65,18 @@ def status(ctx: Ctx, as_json: bool) -> None:
                 click.echo(f"{k:<28} {v}")
 
     run(ctx, body)
+
+
+def _leaf_graph(store: Path) -> str:
+    """Whether the embedded store has the leaves' own vector (read from its config file)."""
+    from retriever.edge_shard import read_index
+
+    if read_index(store).leaf_vector:
+        return "yes (leaves-only searches walk the leaves' own graph)"
+    return (
+        "no: the store predates it; leaves-only searches scan every leaf (index into a fresh "
+        "ADRAP_STATE_DIR to get it)"
+    )
 
 
 def _service_status(s: Any) -> dict[str, Any]:

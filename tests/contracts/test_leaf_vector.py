@@ -101,3 +101,13 @@ def test_a_new_collection_is_created_with_both_vectors() -> None:
             n: models.VectorParams(size=DIM, distance=models.Distance.COSINE)
             for n in (VECTOR_NAME, LEAF_VECTOR)
         }
+
+
+def test_status_says_whether_the_embedded_store_has_the_leaf_graph(tmp_path: Path) -> None:
+    from ingestor.cli.inspect import _leaf_graph
+
+    create_old_store("edge", tmp_path, None)
+    assert _leaf_graph(tmp_path / "e").startswith("no: the store predates it")
+    with EdgeNodeStore(tmp_path / "new") as store:
+        store.ensure_collection(DIM, MODEL)
+    assert _leaf_graph(tmp_path / "new").startswith("yes")
