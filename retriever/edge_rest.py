@@ -31,7 +31,7 @@ from retriever.edge_rest_filter import edge_filter, point_id
 from retriever.edge_store import edge_search_params
 from retriever.errors import StoreError
 from retriever.plan import HnswConfig, Planner, StoreIndex
-from retriever.schema import LEAF_VECTOR, VECTOR_NAME
+from retriever.schema import VECTOR_NAME, vector_names
 
 _T = TypeVar("_T")
 
@@ -248,7 +248,7 @@ class EdgeRestReader:
         return models.CountResult(count=self.store.read_shard("count", lambda s: s.count(request)))
 
     def _vector_names(self) -> tuple[str, ...]:
-        return (VECTOR_NAME, LEAF_VECTOR) if self.store.index.leaf_vector else (VECTOR_NAME,)
+        return vector_names(leaf_vector=self.store.index.leaf_vector)
 
     def _vector_of(self, point: qe.PointId) -> list[float]:
         records = self.store.read_shard(

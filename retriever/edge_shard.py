@@ -28,6 +28,7 @@ from retriever.schema import (
     MetaPayload,
     SearchFilter,
     check_meta,
+    vector_names,
 )
 
 log = logging.getLogger(__name__)
@@ -98,7 +99,7 @@ class EdgeShardLifecycle:
             config = qe.EdgeConfig(
                 vectors={
                     name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
-                    for name in (VECTOR_NAME, LEAF_VECTOR)
+                    for name in vector_names()
                 },
                 hnsw_config=graph,
                 quantization_config=int8 if self.hnsw.quantize else None,

@@ -28,6 +28,7 @@ from retriever.schema import (
     IndexType,
     MetaPayload,
     check_meta,
+    vector_names,
 )
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ class QdrantCollection:
             physical,
             vectors_config={
                 name: models.VectorParams(size=dim, distance=models.Distance.COSINE)
-                for name in (VECTOR_NAME, LEAF_VECTOR)
+                for name in vector_names()
             },
             hnsw_config=models.HnswConfigDiff(
                 m=self.hnsw.m,

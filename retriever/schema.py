@@ -95,6 +95,12 @@ TENANT_FIELD: Final = F.TREE
 META_TREE: Final = "__adrap_meta__"
 
 
+def vector_names(*, leaf_vector: bool = True) -> tuple[str, ...]:
+    """Return the named vectors of a store: :data:`VECTOR_NAME`, and :data:`LEAF_VECTOR` in a
+    store that has it (every new one)."""
+    return (VECTOR_NAME, LEAF_VECTOR) if leaf_vector else (VECTOR_NAME,)
+
+
 def point_vectors(layer: int, row: list[float], *, leaf_vector: bool) -> dict[str, Any]:
     """Return a node's named vectors: ``row`` under :data:`VECTOR_NAME`, and a leaf's also under
     :data:`LEAF_VECTOR` in a store that has it (``leaf_vector``)."""
