@@ -48,8 +48,9 @@ BASE_HNSW_EF: Final = 128
 LEAVES_EXACT_MAX_POINTS: Final = 2**62
 #: A walk of the leaves' own graph (:data:`~retriever.schema.LEAF_VECTOR`) is this much broader:
 #: leaves are the scattered points of the corpus, summaries its centres (bench/query.py, 100k
-#: nodes, 50 % leaves-only filter: recall@100 0.936 at ef=183, 0.963 at 365 for 1.55 -> 1.71 ms).
-LEAF_WALK_EF_FACTOR: Final = 2.0
+#: nodes, 50 % leaves-only filter: recall@100 0.936 at ef=183, 0.963 at 365 for 1.55 -> 1.71 ms;
+#: 0.952-0.964 over three fresh builds at 365, so 2.5: 0.970 at ef=456 on the same store, 1.63 ms).
+LEAF_WALK_EF_FACTOR: Final = 2.5
 #: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it).
 MAX_HNSW_EF: Final = 512
 #: HNSW graph built by both adapters: links per point (32: recall@100 0.97 at ef=128 under a 60 %

@@ -9,6 +9,7 @@ from retriever.plan import (
     BASE_HNSW_EF,
     EXACT_MAX_POINTS,
     FULL_SCAN_KB,
+    LEAF_WALK_EF_FACTOR,
     MAX_HNSW_EF,
     OVERSAMPLING,
     HnswConfig,
@@ -116,7 +117,9 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     assert LEAVES_EXACT_MAX_POINTS > 10**9
     own = StoreIndex(quantized=True, scan_points=12_000, leaf_vector=True)  # the leaves' graph
     walked = planner.plan(50_000, 100_000, 100, own, leaves_only=True)
-    wider = hnsw_ef_for(50_000, 100_000, 100, base=2 * BASE_HNSW_EF, cap=MAX_HNSW_EF)
+    wider = hnsw_ef_for(
+        50_000, 100_000, 100, base=round(LEAF_WALK_EF_FACTOR * BASE_HNSW_EF), cap=MAX_HNSW_EF
+    )
     assert walked.hnsw_ef == wider > planner.plan(50_000, 100_000, 100, own).hnsw_ef
     assert not walked.exact
     assert not walked.scan
