@@ -181,6 +181,12 @@ def llm_cost(
             seconds.append(time.perf_counter() - t0)
             calls.append(ctx.calls)
             hit += any(a.lower() in ctx.text.lower() for a in q.answers)
+            print(  # one line per question: a long run cut short still says what it measured
+                f"    {len(seconds)}/{len(questions)}: {seconds[-1]:.1f} s, {ctx.calls} calls, "
+                f"{llm.prompt_tokens + llm.completion_tokens} tokens so far",
+                file=sys.stderr,
+                flush=True,
+            )
         n = len(questions)
         print(
             f"  postqfrap(leaves) with {server.model} (SmolLM2-135M, llama.cpp, 1 thread, 2 slots) "
