@@ -110,19 +110,10 @@ def refit_group(
         return GroupFit(LocalModel(rows, None, None, None, (cid,)), None, {cid: frozenset(nodes)})
     # The build's two steps on this group alone: a stale global partition can leave one group
     # with several of the build's global clusters, which one local step would keep together.
-    sub = type(c)(**{k: getattr(c, k) for k in _PARAMS})
-    import os
-    if os.environ.get("ADRAP_ONE_STEP"):
-        from ingestor.cluster.umap_reduce import unit_rows
-        sub.n_features_in_ = X.shape[1]
-        sub.clusters_ = []
-        lm = sub._fit_local(unit_rows(X), rows, np.random.default_rng(c.random_state))
-        umap, Y = lm.umap, np.asarray(lm.embedding, dtype=np.float64)
-    else:
-        sub.fit(X)
-        umap = sub.global_umap_
-        Y = umap.embedding_ if m <= sub.fit_sample else sub.transform_global(X)
-        Y = np.asarray(Y, dtype=np.float64)
+    sub = type(c)(**{k: getattr(c, k) for k in _PARAMS}).fit(X)
+    umap = sub.global_umap_
+    Y = umap.embedding_ if m <= sub.fit_sample else sub.transform_global(X)
+    Y = np.asarray(Y, dtype=np.float64)
     chosen = np.zeros((m, len(sub.clusters_)), dtype=bool)
     for j, members in enumerate(sub.clusters_):
         chosen[list(members), j] = True
