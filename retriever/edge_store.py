@@ -29,7 +29,6 @@ candidates to rescore) and reads payloads only for the hits the token fill can u
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
@@ -41,7 +40,7 @@ from retriever.edge_shard import EdgeShardLifecycle
 from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_payload as _edge_payload
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
-from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, retry_exact
+from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
     META_POINT_ID,
     VECTOR_NAME,
@@ -60,8 +59,6 @@ from retriever.validation import (
     ordered_payloads,
     ordered_vectors,
 )
-
-log = logging.getLogger(__name__)
 
 #: Points per engine update call.
 UPSERT_BATCH: Final = 256
@@ -361,13 +358,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             with self._engine("search"):
                 return shard.query(request)
 
-        plan = self._plan(flt, edge_filter, limit)
-        hits = run(plan)
-        again = retry_exact(plan, limit, len(hits))  # a walk the filter cut off
-        if again is None:
-            return hits
-        log.debug("the walk returned %d of %d hits; scanning %s exactly", len(hits), limit, flt)
-        return run(again)
+        return search_planned(self._plan(flt, edge_filter, limit), limit, run)
 
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
         ids: list[qe.PointId] = list(

@@ -29,9 +29,15 @@ The number of matching points comes from the payload indexes' cardinality estima
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
+
+log = logging.getLogger(__name__)
+
+_Hit = TypeVar("_Hit")
 
 #: At most this many (estimated) matching points: scan them exactly instead of walking the graph.
 EXACT_MAX_POINTS: Final = 12_000
@@ -239,6 +245,19 @@ def retry_exact(plan: SearchPlan, limit: int, hits: int) -> SearchPlan | None:
     if plan.exact or plan.scan or plan.matches is None or hits >= min(limit, plan.matches):
         return None
     return SearchPlan(exact=True, hnsw_ef=None, matches=plan.matches)
+
+
+def search_planned(
+    plan: SearchPlan, limit: int, run: Callable[[SearchPlan], list[_Hit]]
+) -> list[_Hit]:
+    """Return ``run(plan)``, or the exact scan's hits when that walk came back cut off
+    (:func:`retry_exact`): each adapter's ``run`` sends one planned query to its engine."""
+    hits = run(plan)
+    again = retry_exact(plan, limit, len(hits))
+    if again is None:
+        return hits
+    log.debug("the walk returned %d of %d hits; scanning exactly", len(hits), limit)
+    return run(again)
 
 
 def first_hits(limit: int, max_tokens: int) -> int:

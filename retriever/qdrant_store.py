@@ -11,7 +11,6 @@ path runs there. Local mode ignores payload indexes (with a warning) and is not 
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, Final
@@ -20,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, retry_exact
+from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
 from retriever.schema import (
     META_POINT_ID,
@@ -42,8 +41,6 @@ from retriever.validation import (
     ordered_payloads,
     ordered_vectors,
 )
-
-log = logging.getLogger(__name__)
 
 #: Points per upsert request.
 UPSERT_BATCH: Final = 256
@@ -275,12 +272,11 @@ class QdrantNodeStore(QdrantCollection):
         using = search_vector(flt, leaf_vector=self.index.leaf_vector)
         if _is_local(self.client):  # always scans exactly and warns about search params
             return self._run(query, using, query_filter, None, limit, with_payload)
-        hits = self._run(query, using, query_filter, search_params(plan), limit, with_payload)
-        again = retry_exact(plan, limit, len(hits))  # a walk the filter cut off
-        if again is None:
-            return hits
-        log.debug("the walk returned %d of %d hits; scanning %s exactly", len(hits), limit, flt)
-        return self._run(query, using, query_filter, search_params(again), limit, with_payload)
+        return search_planned(
+            plan,
+            limit,
+            lambda p: self._run(query, using, query_filter, search_params(p), limit, with_payload),
+        )
 
     def _run(
         self,
