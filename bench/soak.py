@@ -18,8 +18,11 @@ Vectors are hashed (384-d bag of words, fast) unless --real-embeddings (all-Mini
 
 --daemon drives a running `adrap watch` (default settings: the packaged embedding model, extractive
 summaries; drift rebuilds off) by editing the folder on disk; after each batch it waits until the
-committed state lists exactly the files on disk, then checks the tree invariants on it; store ids
-== state ids is checked once the daemon has exited (it owns the embedded store while it runs).
+committed state lists exactly the files on disk, then checks the tree invariants on it and reads
+every point of the daemon's store through its Qdrant REST facade with qdrant-client (store ids,
+parents and children == the state's); store ids == state ids again once the daemon has exited. At
+the end it compares the daemon's tree with `adrap build` of the final folder (ARI, cluster sizes,
+answer recall; --questions 0 skips it).
 
 The short version runs in the test suite (tests/unit/tree/test_soak.py).
 """
@@ -54,29 +57,31 @@ from bench.soak_ops import (
 )
 from ingestor.pipeline import Pipeline
 from ingestor.tree.invariants import violations
+from ingestor.tree.state import TreeState
 from models_store import ModelStore, ModelStoreError
-from retriever import Embedder, SearchFilter, collapsed_tree
+from retriever import Embedder, F, NodeStore, SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
 
 
-def layer1_labels(p: Pipeline) -> dict[str, str]:
+def layer1_labels(state: TreeState) -> dict[str, str]:
     """Each leaf's layer-1 cluster, named by its first parent (soft memberships: the first)."""
-    state = p.require_state()
     return {i: min(n.parents) if n.parents else i for i, n in state.nodes.items() if n.layer == 0}
 
 
-def cluster_sizes(p: Pipeline) -> list[int]:
-    state = p.require_state()
+def cluster_sizes(state: TreeState) -> list[int]:
     return sorted((len(n.children) for n in state.nodes.values() if n.layer == 1), reverse=True)
 
 
-def answer_recall(p: Pipeline, questions: list[tuple[str, tuple[str, ...]]]) -> float:
+def answer_recall(
+    store: NodeStore, embedder: Embedder, tree: str, questions: list[tuple[str, tuple[str, ...]]]
+) -> float:
+    """Share of questions with an answer string in the 2,000-token collapsed-tree context."""
     if not questions:
         return float("nan")
-    qvecs = p.embedder.embed_documents([q for q, _ in questions])
+    qvecs = embedder.embed_documents([q for q, _ in questions])
     hit = 0
     for v, (_q, answers) in zip(qvecs, questions, strict=True):
-        text = " ".join(h.node.text for h in collapsed_tree(p.store, v, SearchFilter(tree=TREE)))
+        text = " ".join(h.node.text for h in collapsed_tree(store, v, SearchFilter(tree=tree)))
         hit += any(a.lower() in text.lower() for a in answers)
     return hit / len(questions)
 
@@ -124,12 +129,13 @@ def compare_with_rebuild(
     )
     try:
         full.build(root)
-        ref, got = layer1_labels(full), layer1_labels(p)
+        ref, got = layer1_labels(full.require_state()), layer1_labels(p.require_state())
         common = sorted(set(ref) & set(got))
         assert len(common) == len(ref) == len(got), "the rebuild has other leaves"
         ari = adjusted_rand_score([ref[i] for i in common], [got[i] for i in common])
         qs = present_questions(corpus, root, questions, rng)
-        sizes, sizes_full = cluster_sizes(p), cluster_sizes(full)
+        sizes = cluster_sizes(p.require_state())
+        sizes_full = cluster_sizes(full.require_state())
         ari_reference = None
         if reference_seed is not None:
             other = make_pipeline(
@@ -142,7 +148,7 @@ def compare_with_rebuild(
             )
             try:
                 other.build(root)
-                again = layer1_labels(other)
+                again = layer1_labels(other.require_state())
                 ari_reference = adjusted_rand_score(
                     [ref[i] for i in common], [again[i] for i in common]
                 )
@@ -154,8 +160,8 @@ def compare_with_rebuild(
             max(sizes_full, default=0),
             sizes,
             sizes_full,
-            answer_recall(p, qs),
-            answer_recall(full, qs),
+            answer_recall(p.store, p.embedder, TREE, qs),
+            answer_recall(full.store, full.embedder, TREE, qs),
             len(qs),
             ari_reference,
         )
@@ -191,10 +197,14 @@ def _quantiles(sizes: list[int]) -> str:
     return f"n={len(s)} median {q[0]} p90 {q[1]} p99 {q[2]} max {s[-1]}"
 
 
-def daemon_soak(n_ops: int, max_batch: int, seed: int, n_docs: int) -> int:
+def daemon_soak(
+    n_ops: int, max_batch: int, seed: int, n_docs: int, *, questions: int, progress: int
+) -> int:
     """Drive a running ``adrap watch`` through random batches of file operations."""
     import subprocess
     import urllib.request
+
+    from qdrant_client import QdrantClient
 
     from ingestor.tree.persist import load_state
 
@@ -258,17 +268,46 @@ def daemon_soak(n_ops: int, max_batch: int, seed: int, n_docs: int) -> int:
             print(
                 f"daemon built {len(state.sources)} documents in {time.perf_counter() - t_start:.0f}s"
             )
+            client = QdrantClient(url=base, timeout=60)
+
+            def store_matches() -> Any:
+                """The committed state, once the daemon's store (read through its Qdrant REST
+                facade with qdrant-client) holds exactly its nodes, with its parents/children."""
+                deadline = time.monotonic() + 120
+                while True:
+                    before = http_json(base + "/status")["updates_applied"]
+                    state = wait()
+                    stored = stored_links(client)
+                    idle = http_json(base + "/status")
+                    if idle["updates_applied"] == before and not idle["pending_events"]:
+                        wrong = links_differ(state, stored)
+                        if not wrong:
+                            return state
+                        # An update may have started between the two reads: retry until the
+                        # daemon is idle around a whole read; a real mismatch persists.
+                        assert time.monotonic() < deadline, f"store != committed state: {wrong}"
+                    time.sleep(0.5)
+
             done = checks = batches = 0
             t0 = time.perf_counter()
+            next_print = progress
             while done < n_ops:
                 n = min(rng.randint(1, max_batch), n_ops - done)
                 ops.operations(n)
                 done += n
-                state = wait()
+                state = store_matches()
                 bad = violations(state)
                 assert not bad, f"after {done} operations: {bad[:5]}"
-                checks += 1
+                checks += 2
                 batches += 1
+                if done >= next_print:
+                    next_print += progress
+                    print(
+                        f"  {done:>6} ops {batches:>4} batches "
+                        f"{done / (time.perf_counter() - t0):5.2f} ops/s wall, "
+                        f"layers {state.layer_counts()}",
+                        flush=True,
+                    )
             wall = time.perf_counter() - t0
             status = http_json(base + "/status")
             proc.terminate()
@@ -278,16 +317,105 @@ def daemon_soak(n_ops: int, max_batch: int, seed: int, n_docs: int) -> int:
                 assert set(store.iter_ids("default")) == set(state.nodes), "store != state"
             print(
                 f"daemon: {done} operations in {batches} batches ({dict(ops.stats.ops)}), "
-                f"{done / wall:.2f} ops/s wall incl. embedding and debounce; {checks} invariant "
-                f"checks passed on the committed state; store ids == state ids after SIGTERM; "
-                f"updates applied {status['updates_applied']}, layers {state.layer_counts()}"
+                f"{done / wall:.2f} ops/s wall incl. embedding and debounce; {checks} checks "
+                f"passed ({batches} batches x 2: tree invariants of the committed state; store "
+                "ids, parents and children == the state's, read through the daemon's Qdrant REST "
+                f"facade); store ids == state ids after SIGTERM; updates applied "
+                f"{status['updates_applied']}, layers {state.layer_counts()}"
             )
+            if questions:
+                daemon_vs_rebuild(root, state_dir, tmp / "rebuild", env, ops.corpus, questions, rng)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
             log.close()
     return 0
+
+
+def stored_links(client: Any, tree: str = "default") -> dict[str, tuple[list[str], list[str]]]:
+    """node id → (parents, children) of every point of ``tree``, scrolled with qdrant-client."""
+    from qdrant_client import models
+
+    flt = models.Filter(
+        must=[models.FieldCondition(key=F.TREE, match=models.MatchValue(value=tree))]
+    )
+    out: dict[str, tuple[list[str], list[str]]] = {}
+    offset = None
+    while True:
+        page, offset = client.scroll(
+            "adrap",
+            scroll_filter=flt,
+            limit=1000,
+            offset=offset,
+            with_payload=[F.NODE_ID, F.PARENTS, F.CHILDREN],
+        )
+        for point in page:
+            pl = point.payload or {}
+            out[pl[F.NODE_ID]] = (list(pl.get(F.PARENTS, [])), list(pl.get(F.CHILDREN, [])))
+        if offset is None:
+            return out
+
+
+def links_differ(state: TreeState, stored: dict[str, tuple[list[str], list[str]]]) -> str:
+    """How the stored points differ from the state ('' when they agree)."""
+    extra, missing = set(stored) - set(state.nodes), set(state.nodes) - set(stored)
+    if extra or missing:
+        return f"{len(extra)} extra points (e.g. {sorted(extra)[:3]}), {len(missing)} missing"
+    for node_id, (parents, children) in stored.items():
+        node = state.nodes[node_id]
+        if parents != node.parents or children != node.children:
+            return f"{node_id}: stored parents/children differ from the state's"
+    return ""
+
+
+def daemon_vs_rebuild(
+    root: Path,
+    state_dir: Path,
+    rebuild_dir: Path,
+    env: dict[str, str],
+    corpus: Corpus,
+    questions: int,
+    rng: random.Random,
+) -> None:
+    """Compare the daemon's final tree with `adrap build` of the final folder (same settings)."""
+    import subprocess
+
+    from ingestor.tree.persist import load_state
+    from retriever.embedding import SentenceTransformerEmbedder
+
+    cmd = [sys.executable, "-m", "ingestor", "build", str(root)]
+    subprocess.run(cmd, env=env | {"ADRAP_STATE_DIR": str(rebuild_dir)}, check=True)
+    embedder = SentenceTransformerEmbedder()
+    trees = []
+    for d in (state_dir, rebuild_dir):
+        state = load_state(ModelStore(d / "models"), "default", readonly=True)
+        assert state is not None, f"no tree in {d}"
+        trees.append((state, EdgeNodeStore(d / "qdrant")))
+    try:
+        (got, got_store), (ref, ref_store) = trees
+        a, b = layer1_labels(got), layer1_labels(ref)
+        common = sorted(set(a) & set(b))
+        assert len(common) == len(a) == len(b), "the rebuild has other leaves"
+        ari = adjusted_rand_score([b[i] for i in common], [a[i] for i in common])
+        sizes, sizes_rebuild = cluster_sizes(got), cluster_sizes(ref)
+        qs = present_questions(corpus, root, questions, rng)
+        recall = answer_recall(got_store, embedder, "default", qs)
+        recall_rebuild = answer_recall(ref_store, embedder, "default", qs)
+    finally:
+        for _, store in trees:
+            store.close()
+    ratio = max(sizes, default=0) / max(1, max(sizes_rebuild, default=0))
+    print("against `adrap build` of the final folder:")
+    print(f"  ARI of layer-1 memberships {ari:.3f}")
+    print(f"  layer-1 cluster sizes daemon  {_quantiles(sizes)}")
+    print(f"  layer-1 cluster sizes rebuild {_quantiles(sizes_rebuild)}")
+    print(f"  largest cluster {ratio:.2f}x the rebuild's (target <= 2x)")
+    print(
+        f"  collapsed-tree answer recall@2000 on {len(qs)} questions: daemon {recall:.1%} vs "
+        f"rebuild {recall_rebuild:.1%} ({(recall - recall_rebuild) * 100:+.1f} points; "
+        "target within 1)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -310,7 +438,14 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.daemon:
-        return daemon_soak(args.ops, args.max_batch, args.seed, args.docs)
+        return daemon_soak(
+            args.ops,
+            args.max_batch,
+            args.seed,
+            args.docs,
+            questions=args.questions,
+            progress=args.progress,
+        )
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
