@@ -265,8 +265,11 @@ def daemon_soak(
                 return state
 
             state = wait()
+            rss_built = proc_rss_mb(proc.pid)
             print(
                 f"daemon built {len(state.sources)} documents in {time.perf_counter() - t_start:.0f}s"
+                f"; daemon RSS {rss_built:.0f} MiB",
+                flush=True,
             )
             client = QdrantClient(url=base, timeout=60)
 
@@ -305,11 +308,12 @@ def daemon_soak(
                     print(
                         f"  {done:>6} ops {batches:>4} batches "
                         f"{done / (time.perf_counter() - t0):5.2f} ops/s wall, "
-                        f"layers {state.layer_counts()}",
+                        f"layers {state.layer_counts()}, daemon RSS {proc_rss_mb(proc.pid):.0f} MiB",
                         flush=True,
                     )
             wall = time.perf_counter() - t0
             status = http_json(base + "/status")
+            rss_end, rss_peak = proc_rss_mb(proc.pid), proc_rss_mb(proc.pid, "VmHWM")
             proc.terminate()
             assert proc.wait(120) == 0, "adrap watch did not exit 0 on SIGTERM"
             state = committed()
@@ -323,6 +327,10 @@ def daemon_soak(
                 f"facade); store ids == state ids after SIGTERM; updates applied "
                 f"{status['updates_applied']}, layers {state.layer_counts()}"
             )
+            print(
+                f"daemon RSS after the build {rss_built:.0f} MiB, at the end {rss_end:.0f} MiB, "
+                f"peak {rss_peak:.0f} MiB"
+            )
             if questions:
                 daemon_vs_rebuild(root, state_dir, tmp / "rebuild", env, ops.corpus, questions, rng)
         finally:
@@ -331,6 +339,14 @@ def daemon_soak(
                 proc.wait()
             log.close()
     return 0
+
+
+def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of process ``pid`` (MiB): ``VmRSS`` now, or ``VmHWM``, its peak."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def stored_links(client: Any, tree: str = "default") -> dict[str, tuple[list[str], list[str]]]:

@@ -13,8 +13,9 @@ predecessor's point and placing the new node at its new embedding. A global clus
 small for a local UMAP + GMM ("guarded") is one cluster until it grows past ``tau_c`` members. A
 group whose points changed by more than ``max(tau_c, refit_share x`` its fitted size) since its
 local model was fitted (a node moved within its group is one changed point, not a removal and an
-addition), and a guarded group past ``tau_c``, get the build's steps run on their
-current members (:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
+addition), a group one of whose clusters outgrew the clusters its fit made (:data:`OUTGROWN`),
+and a guarded group past ``tau_c``, get the build's steps run on their current members
+(:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,7 +37,24 @@ from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
+#: A group is refitted once one of its clusters holds more than ``max(tau_c, OUTGROWN x`` the
+#: largest cluster the group's last fit made). Algorithm 2 offers a growing cluster a split into
+#: k' = 1, 2, 3 components by BIC on its own points only, and in a 10-d local space a cluster of
+#: ~20 points rarely earns a second full-covariance component (66 parameters), so clusters grew
+#: where a fit of the whole group keeps them small: through a running daemon (5,000 soak
+#: operations, the packaged MiniLM) the largest layer-1 cluster reached 19 leaves against a
+#: rebuild's 8 (2.4x; the issue's bound is 2x). The factor is that bound.
+OUTGROWN: Final = 2.0
+
+__all__ = [
+    "GUARDED",
+    "OUTGROWN",
+    "AdaptiveLayer",
+    "LayerDelta",
+    "Vectors",
+    "same_digest",
+    "vector_digest",
+]
 
 
 #: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
@@ -273,6 +291,8 @@ class AdaptiveLayer:
           since its local model was fitted on ``n_fitted`` points (a bounded local refit, see
           :mod:`ingestor.cluster.group_refit`); the new points of a group about to be refitted
           join its most probable cluster on the way, as the refit recomputes them all anyway;
+        * one of its clusters holds more than ``max(tau_c, OUTGROWN x`` the largest cluster the
+          group's last fit made) members (see :data:`OUTGROWN`);
         * it holds more than the clusterer's ``max_group`` points: it is cut into parts of at
           most that size, each with its own local model (:mod:`ingestor.cluster.global_split`).
         """
@@ -348,12 +368,20 @@ class AdaptiveLayer:
                 self._refit_group(g, vectors, delta)
             elif vectors is not None and self._oversized(gmm.n):
                 self._split_group(g, vectors, delta)
-            elif vectors is not None and gmm.n > 0 and self._due(gmm, 0):
+            elif vectors is not None and gmm.n > 0 and (self._due(gmm, 0) or self._outgrown(gmm)):
                 self._refit_group(g, vectors, delta)
 
     def _due(self, gmm: OnlineGMM, coming: int) -> bool:
         """Whether a group's local model is stale once ``coming`` more points have changed."""
         return gmm.churn + coming > max(self.tau_c, self.refit_share * gmm.fitted)
+
+    def _outgrown(self, gmm: OnlineGMM) -> bool:
+        """Whether a cluster of the group holds more than ``max(tau_c, OUTGROWN x`` the largest
+        cluster the group's last fit made) members (a cost of the group's clusters, not its points)."""
+        if math.isinf(self.refit_share):  # the paper's frozen local models: no refits at all
+            return False
+        largest = max((len(m) for m in gmm.members.values()), default=0)
+        return largest > max(self.tau_c, OUTGROWN * gmm.fitted_largest)
 
     def _oversized(self, n: int) -> bool:
         """Whether a group of ``n`` points must be cut (see :mod:`~ingestor.cluster.global_split`)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
+from ingestor.cluster.adaptive import GUARDED, OUTGROWN, same_digest, vector_digest
 from ingestor.tree.state import Provenance, folders_of
 
 
@@ -130,6 +130,13 @@ def _layer(
                 bad.append(
                     f"layer {i}: cluster {cid} has {len(pids)} > tau_c members and was never "
                     f"offered its split at that size (offered at {gmm.offered.get(cid)})"
+                )
+            limit = max(gmm.tau_c, OUTGROWN * gmm.fitted_largest)
+            if len(pids) > limit and not al.greedy:
+                bad.append(
+                    f"layer {i}: cluster {cid} has {len(pids)} members, more than {OUTGROWN:g}x "
+                    f"the largest cluster its group's fit made ({gmm.fitted_largest}), and the "
+                    "group was not refitted"
                 )
     guarded = {al.guarded[g][0] for g, gmm in enumerate(al.gmms) if gmm is None}
     stale = set(al.__dict__.get("cluster_group") or ()) - set(clusters) - guarded
