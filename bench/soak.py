@@ -72,6 +72,28 @@ def cluster_sizes(state: TreeState) -> list[int]:
     return sorted((len(n.children) for n in state.nodes.values() if n.layer == 1), reverse=True)
 
 
+def largest_cluster_origin(state: TreeState) -> str:
+    """The largest layer-1 cluster against the largest cluster its group's last fit made."""
+    al = state.layers[0]
+    size, where = 0, "no clusters"
+    for g, gmm in enumerate(al.gmms):
+        if gmm is None:
+            n = len(al.guarded[g][1])
+            if n > size:
+                size, where = n, f"guarded group {g} (one cluster)"
+            continue
+        for members in gmm.members.values():
+            if len(members) > size:
+                size, where = (
+                    len(members),
+                    (
+                        f"group {g} of {gmm.n} points, whose last fit ({gmm.fitted} points, "
+                        f"{gmm.churn} changed since) made clusters of at most {gmm.fitted_largest}"
+                    ),
+                )
+    return f"largest layer-1 cluster {size}: {where}"
+
+
 def answer_recall(
     store: NodeStore, embedder: Embedder, tree: str, questions: list[tuple[str, tuple[str, ...]]]
 ) -> float:
@@ -424,6 +446,7 @@ def daemon_vs_rebuild(
     ratio = max(sizes, default=0) / max(1, max(sizes_rebuild, default=0))
     print("against `adrap build` of the final folder:")
     print(f"  ARI of layer-1 memberships {ari:.3f}")
+    print(f"  {largest_cluster_origin(got)}")
     print(f"  layer-1 cluster sizes daemon  {_quantiles(sizes)}")
     print(f"  layer-1 cluster sizes rebuild {_quantiles(sizes_rebuild)}")
     print(f"  largest cluster {ratio:.2f}x the rebuild's (target <= 2x)")
@@ -539,6 +562,7 @@ def main(argv: list[str] | None = None) -> int:
             else ""
         )
         print(f"  ARI of layer-1 memberships {cmp.ari:.3f}{reference}")
+        print(f"  {largest_cluster_origin(state)}")
         print(f"  layer-1 cluster sizes adRAP   {_quantiles(cmp.sizes)}")
         print(f"  layer-1 cluster sizes rebuild {_quantiles(cmp.sizes_rebuild)}")
         ratio = cmp.largest / max(1, cmp.largest_rebuild)
