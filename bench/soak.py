@@ -220,7 +220,7 @@ def _quantiles(sizes: list[int]) -> str:
 
 
 def daemon_soak(
-    n_ops: int, max_batch: int, seed: int, n_docs: int, *, questions: int, progress: int
+    n_ops: int, max_batch: int, seed: int, n_docs: int, *, questions: int = 0, progress: int = 500
 ) -> int:
     """Drive a running ``adrap watch`` through random batches of file operations."""
     import subprocess
