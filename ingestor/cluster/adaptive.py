@@ -13,7 +13,7 @@ predecessor's point and placing the new node at its new embedding. A global clus
 small for a local UMAP + GMM ("guarded") is one cluster until it grows past ``tau_c`` members. A
 group whose points changed by more than ``max(tau_c, refit_share x`` its fitted size) since its
 local model was fitted (a node moved within its group is one changed point, not a removal and an
-addition), a group one of whose clusters outgrew the clusters its fit made (:data:`OUTGROWN`),
+addition), a group one of whose clusters outgrew the clusters its fit made (``group_upkeep.OUTGROWN``),
 and a guarded group past ``tau_c``, get the build's steps run on their current members
 (:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
 """
@@ -25,7 +25,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,22 +37,8 @@ from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
 
-#: A group is refitted once one of its clusters holds more than ``max(tau_c, OUTGROWN x`` the
-#: largest cluster the group's last fit made). Algorithm 2 offers a cluster past tau_c a split into
-#: k' = 1, 2, 3 components by BIC on its own points only, and in a 10-d local space a cluster of
-#: ~20 points rarely earns a second full-covariance component (66 parameters), so with real
-#: embeddings a cluster kept growing where a fit of the whole group breaks it up: through a running
-#: daemon (5,000 soak operations, MiniLM) the largest layer-1 cluster reached 19 leaves in a group
-#: of 77 whose last fit had made clusters of at most 11, while a rebuild's largest was 8 (the
-#: issue's bound: twice a rebuild's). A cluster past tau_c and past what its group's fit made
-#: means the split offer failed: the group is refitted. The factor is above 1 so that a refit that
-#: makes a cluster of that size again needs a quarter more arrivals before the next one (no refit
-#: per arrival), and a refit never re-triggers itself.
-OUTGROWN: Final = 1.25
-
 __all__ = [
     "GUARDED",
-    "OUTGROWN",
     "AdaptiveLayer",
     "LayerDelta",
     "Vectors",
@@ -296,7 +282,7 @@ class AdaptiveLayer:
           :mod:`ingestor.cluster.group_refit`); the new points of a group about to be refitted
           join its most probable cluster on the way, as the refit recomputes them all anyway;
         * one of its clusters holds more than ``max(tau_c, OUTGROWN x`` the largest cluster the
-          group's last fit made) members (see :data:`OUTGROWN`);
+          group's last fit made) members (:data:`group_upkeep.OUTGROWN`);
         * it holds more than the clusterer's ``max_group`` points: it is cut into parts of at
           most that size, each with its own local model (:mod:`ingestor.cluster.global_split`).
         """
@@ -322,7 +308,8 @@ class AdaptiveLayer:
                     local[r] = point
                 coming = int(len(rows) - stay[rows].sum())
                 if vectors is not None and (
-                    self._due(gmm, coming) or self._oversized(gmm.n + len(rows))
+                    group_upkeep.due(self, gmm, coming)
+                    or group_upkeep.oversized(self, gmm.n + len(rows))
                 ):
                     refit.add(g)
         rows_of: dict[int, list[int]] = defaultdict(list)  # placed groups, rows in batch order
@@ -370,27 +357,14 @@ class AdaptiveLayer:
                         "pass vectors= so it can get a local model"
                     )
                 self._refit_group(g, vectors, delta)
-            elif vectors is not None and self._oversized(gmm.n):
+            elif vectors is not None and group_upkeep.oversized(self, gmm.n):
                 self._split_group(g, vectors, delta)
-            elif vectors is not None and gmm.n > 0 and (self._due(gmm, 0) or self._outgrown(gmm)):
+            elif (
+                vectors is not None
+                and gmm.n > 0
+                and (group_upkeep.due(self, gmm, 0) or group_upkeep.outgrown(self, gmm))
+            ):
                 self._refit_group(g, vectors, delta)
-
-    def _due(self, gmm: OnlineGMM, coming: int) -> bool:
-        """Whether a group's local model is stale once ``coming`` more points have changed."""
-        return gmm.churn + coming > max(self.tau_c, self.refit_share * gmm.fitted)
-
-    def _outgrown(self, gmm: OnlineGMM) -> bool:
-        """Whether a cluster of the group holds more than ``max(tau_c, OUTGROWN x`` the largest
-        cluster the group's last fit made) members (a cost of the group's clusters, not its points)."""
-        if math.isinf(self.refit_share):  # the paper's frozen local models: no refits at all
-            return False
-        largest = max((len(m) for m in gmm.members.values()), default=0)
-        return largest > max(self.tau_c, OUTGROWN * gmm.fitted_largest)
-
-    def _oversized(self, n: int) -> bool:
-        """Whether a group of ``n`` points must be cut (see :mod:`~ingestor.cluster.global_split`)."""
-        limit = getattr(self.clusterer, "max_group", None)
-        return limit is not None and n > limit
 
     def _refit_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
         """Fit group ``g``'s local model afresh on its members (:func:`group_upkeep.refit`)."""

@@ -132,8 +132,7 @@ class OnlineGMM:
         self.offered: dict[int, int] = {}
         self._install(params, comps, given)
         self.fitted = self.n  # points the model (and the local UMAP placing them) was fitted on
-        # The largest cluster that fit made (see AdaptiveLayer's refit of an outgrown cluster).
-        self.fitted_largest = max((len(m) for m in self.members.values()), default=0)
+        self.fitted_largest = max(map(len, self.members.values()), default=0)  # its largest cluster
         self.churn = 0  # points added or removed since then (see AdaptiveLayer's local refit)
 
     @classmethod
@@ -329,9 +328,7 @@ class OnlineGMM:
         state.setdefault("churn", 0)  # saved before churn was counted: count from now
         state.setdefault("fitted", state["_points"].n)
         # Saved before it was recorded: its clusters as they are now (no refit on load).
-        state.setdefault(
-            "fitted_largest", max((len(m) for m in state["members"].values()), default=0)
-        )
+        state.setdefault("fitted_largest", max(map(len, state["members"].values()), default=0))
         self.__dict__.update(state)
 
     def _refit(self) -> None:

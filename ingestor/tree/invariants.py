@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from ingestor.cluster.adaptive import GUARDED, OUTGROWN, same_digest, vector_digest
+from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
+from ingestor.cluster.group_upkeep import OUTGROWN
 from ingestor.tree.state import Provenance, folders_of
 
 

@@ -11,8 +11,10 @@ import pytest
 from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
-from ingestor.cluster.adaptive import GUARDED, OUTGROWN, AdaptiveLayer, LayerDelta
+from ingestor.cluster import group_upkeep
+from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
 from ingestor.cluster.group_refit import match_ids
+from ingestor.cluster.group_upkeep import OUTGROWN
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.cluster.two_step import TreeClusterer
 from tests.unit.cluster.test_two_step import sphere_blobs
@@ -99,7 +101,7 @@ def test_a_refit_group_is_fitted_on_exactly_its_current_members() -> None:
         np.testing.assert_allclose(
             np.sort(umap._raw_data, axis=0), np.sort(vectors(members), axis=0), atol=1e-6
         )
-    due = [g for g, m in enumerate(al.gmms) if m is not None and al._due(m, 0)]
+    due = [g for g, m in enumerate(al.gmms) if m is not None and group_upkeep.due(al, m, 0)]
     assert due == [], "every group past its churn threshold was refitted at the batch's end"
 
 
