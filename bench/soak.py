@@ -59,7 +59,7 @@ from ingestor.pipeline import Pipeline
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from models_store import ModelStore, ModelStoreError
-from retriever import Embedder, F, NodeStore, SearchFilter, collapsed_tree
+from retriever import DEFAULT_COLLECTION, Embedder, F, NodeStore, SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
 
 
@@ -128,6 +128,7 @@ class Comparison:
     recall_rebuild: float
     n_questions: int
     ari_reference: float | None = None  # a rebuild against a rebuild with another seed
+    origin: str = ""  # where the largest cluster stands against its group's fit
 
 
 def compare_with_rebuild(
@@ -151,14 +152,10 @@ def compare_with_rebuild(
     )
     try:
         full.build(root)
-        ref, got = layer1_labels(full.require_state()), layer1_labels(p.require_state())
-        common = sorted(set(ref) & set(got))
-        assert len(common) == len(ref) == len(got), "the rebuild has other leaves"
-        ari = adjusted_rand_score([ref[i] for i in common], [got[i] for i in common])
         qs = present_questions(corpus, root, questions, rng)
-        sizes = cluster_sizes(p.require_state())
-        sizes_full = cluster_sizes(full.require_state())
-        ari_reference = None
+        cmp = compare_trees(
+            (p.require_state(), p.store), (full.require_state(), full.store), p.embedder, TREE, qs
+        )
         if reference_seed is not None:
             other = make_pipeline(
                 state_dir / "reference",
@@ -170,25 +167,60 @@ def compare_with_rebuild(
             )
             try:
                 other.build(root)
-                again = layer1_labels(other.require_state())
-                ari_reference = adjusted_rand_score(
+                ref, again = (
+                    layer1_labels(full.require_state()),
+                    layer1_labels(other.require_state()),
+                )
+                common = sorted(ref)
+                cmp.ari_reference = adjusted_rand_score(
                     [ref[i] for i in common], [again[i] for i in common]
                 )
             finally:
                 other.store.close()
-        return Comparison(
-            ari,
-            max(sizes, default=0),
-            max(sizes_full, default=0),
-            sizes,
-            sizes_full,
-            answer_recall(p.store, p.embedder, TREE, qs),
-            answer_recall(full.store, full.embedder, TREE, qs),
-            len(qs),
-            ari_reference,
-        )
+        return cmp
     finally:
         full.store.close()
+
+
+def compare_trees(
+    got: tuple[TreeState, NodeStore],
+    ref: tuple[TreeState, NodeStore],
+    embedder: Embedder,
+    tree: str,
+    questions: list[tuple[str, tuple[str, ...]]],
+) -> Comparison:
+    """Compare a long-lived tree with a rebuild of the same folder (both over the same leaves)."""
+    a, b = layer1_labels(got[0]), layer1_labels(ref[0])
+    common = sorted(set(a) & set(b))
+    assert len(common) == len(a) == len(b), "the rebuild has other leaves"
+    sizes, sizes_rebuild = cluster_sizes(got[0]), cluster_sizes(ref[0])
+    return Comparison(
+        adjusted_rand_score([b[i] for i in common], [a[i] for i in common]),
+        max(sizes, default=0),
+        max(sizes_rebuild, default=0),
+        sizes,
+        sizes_rebuild,
+        answer_recall(got[1], embedder, tree, questions),
+        answer_recall(ref[1], embedder, tree, questions),
+        len(questions),
+        origin=largest_cluster_origin(got[0]),
+    )
+
+
+def report(cmp: Comparison, who: str, against: str, reference: str = "") -> None:
+    """Print a comparison with the targets of issue 8."""
+    print(f"against {against} of the final folder:")
+    print(f"  ARI of layer-1 memberships {cmp.ari:.3f}{reference}")
+    print(f"  {cmp.origin}")
+    print(f"  layer-1 cluster sizes {who:<7} {_quantiles(cmp.sizes)}")
+    print(f"  layer-1 cluster sizes rebuild {_quantiles(cmp.sizes_rebuild)}")
+    ratio = cmp.largest / max(1, cmp.largest_rebuild)
+    print(f"  largest cluster {cmp.largest} vs {cmp.largest_rebuild}: {ratio:.2f}x (target <= 2x)")
+    print(
+        f"  collapsed-tree answer recall@2000 on {cmp.n_questions} questions: {who} "
+        f"{cmp.recall:.1%} vs rebuild {cmp.recall_rebuild:.1%} "
+        f"({(cmp.recall - cmp.recall_rebuild) * 100:+.1f} points; target within 1)"
+    )
 
 
 def _embedder(real: bool) -> Embedder:
@@ -382,7 +414,7 @@ def stored_links(client: Any, tree: str = "default") -> dict[str, tuple[list[str
     offset = None
     while True:
         page, offset = client.scroll(
-            "adrap",
+            DEFAULT_COLLECTION,
             scroll_filter=flt,
             limit=1000,
             offset=offset,
@@ -425,36 +457,18 @@ def daemon_vs_rebuild(
     cmd = [sys.executable, "-m", "ingestor", "build", str(root)]
     subprocess.run(cmd, env=env | {"ADRAP_STATE_DIR": str(rebuild_dir)}, check=True)
     embedder = SentenceTransformerEmbedder()
-    trees = []
+    trees: list[tuple[TreeState, NodeStore]] = []
     for d in (state_dir, rebuild_dir):
         state = load_state(ModelStore(d / "models"), "default", readonly=True)
         assert state is not None, f"no tree in {d}"
         trees.append((state, EdgeNodeStore(d / "qdrant")))
     try:
-        (got, got_store), (ref, ref_store) = trees
-        a, b = layer1_labels(got), layer1_labels(ref)
-        common = sorted(set(a) & set(b))
-        assert len(common) == len(a) == len(b), "the rebuild has other leaves"
-        ari = adjusted_rand_score([b[i] for i in common], [a[i] for i in common])
-        sizes, sizes_rebuild = cluster_sizes(got), cluster_sizes(ref)
         qs = present_questions(corpus, root, questions, rng)
-        recall = answer_recall(got_store, embedder, "default", qs)
-        recall_rebuild = answer_recall(ref_store, embedder, "default", qs)
+        cmp = compare_trees(trees[0], trees[1], embedder, "default", qs)
     finally:
         for _, store in trees:
             store.close()
-    ratio = max(sizes, default=0) / max(1, max(sizes_rebuild, default=0))
-    print("against `adrap build` of the final folder:")
-    print(f"  ARI of layer-1 memberships {ari:.3f}")
-    print(f"  {largest_cluster_origin(got)}")
-    print(f"  layer-1 cluster sizes daemon  {_quantiles(sizes)}")
-    print(f"  layer-1 cluster sizes rebuild {_quantiles(sizes_rebuild)}")
-    print(f"  largest cluster {ratio:.2f}x the rebuild's (target <= 2x)")
-    print(
-        f"  collapsed-tree answer recall@2000 on {len(qs)} questions: daemon {recall:.1%} vs "
-        f"rebuild {recall_rebuild:.1%} ({(recall - recall_rebuild) * 100:+.1f} points; "
-        "target within 1)"
-    )
+    report(cmp, "daemon", "`adrap build`")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,25 +569,12 @@ def main(argv: list[str] | None = None) -> int:
             rng,
             reference_seed=None if args.reference_seed < 0 else args.reference_seed,
         )
-        print("against a full rebuild of the final folder:")
         reference = (
             f" (a rebuild with seed {args.reference_seed} against it: {cmp.ari_reference:.3f})"
             if cmp.ari_reference is not None
             else ""
         )
-        print(f"  ARI of layer-1 memberships {cmp.ari:.3f}{reference}")
-        print(f"  {largest_cluster_origin(state)}")
-        print(f"  layer-1 cluster sizes adRAP   {_quantiles(cmp.sizes)}")
-        print(f"  layer-1 cluster sizes rebuild {_quantiles(cmp.sizes_rebuild)}")
-        ratio = cmp.largest / max(1, cmp.largest_rebuild)
-        print(
-            f"  largest cluster {cmp.largest} vs {cmp.largest_rebuild}: {ratio:.2f}x (target <= 2x)"
-        )
-        print(
-            f"  collapsed-tree answer recall@2000 on {cmp.n_questions} questions: adRAP "
-            f"{cmp.recall:.1%} vs rebuild {cmp.recall_rebuild:.1%} "
-            f"({(cmp.recall - cmp.recall_rebuild) * 100:+.1f} points; target within 1)"
-        )
+        report(cmp, "adRAP", "a full rebuild", reference)
         print(
             f"RSS after build {stats.rss_after_build_mb:.0f} MiB, at end {stats.rss_end_mb:.0f} "
             f"MiB; peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"

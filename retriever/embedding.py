@@ -123,7 +123,7 @@ def release_freed_heap() -> None:
     only grows. Measured (bench: 400 batches of 1-60 texts of 5-250 words, all-MiniLM-L6-v2): RSS
     453 -> 1,658 MiB and still rising; with this call after each batch it stays at ~520 MiB, for
     ~3 % more CPU (the call itself ~11 ms after a batch). A daemon driven by 5,000 soak
-    operations had reached 2 GiB for a tree of a few hundred leaves.
+    operations had peaked at 3.0 GiB for a tree of a few hundred leaves (now ~1 GiB).
     """
     trim = _malloc_trim()
     if trim is not None:

@@ -37,14 +37,7 @@ from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
 
-__all__ = [
-    "GUARDED",
-    "AdaptiveLayer",
-    "LayerDelta",
-    "Vectors",
-    "same_digest",
-    "vector_digest",
-]
+__all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
 
 
 #: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).

@@ -30,7 +30,16 @@ if TYPE_CHECKING:
     from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
     from ingestor.cluster.online_gmm import OnlineGMM
 
-__all__ = ["OUTGROWN", "due", "members_of", "outgrown", "oversized", "refit", "split"]
+__all__ = [
+    "OUTGROWN",
+    "due",
+    "members_of",
+    "outgrown",
+    "outgrown_limit",
+    "oversized",
+    "refit",
+    "split",
+]
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +89,12 @@ def outgrown(al: AdaptiveLayer, gmm: OnlineGMM) -> bool:
     if math.isinf(al.refit_share):  # the paper's frozen local models: no refits at all
         return False
     largest = max((len(m) for m in gmm.members.values()), default=0)
-    return largest > max(al.tau_c, OUTGROWN * gmm.fitted_largest)
+    return largest > outgrown_limit(gmm)
+
+
+def outgrown_limit(gmm: OnlineGMM) -> float:
+    """The most members a cluster of this group may hold before the group is refitted."""
+    return max(gmm.tau_c, OUTGROWN * gmm.fitted_largest)
 
 
 def refit(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> None:

@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
-from ingestor.cluster.group_upkeep import OUTGROWN
+from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit
 from ingestor.tree.state import Provenance, folders_of
 
 
@@ -132,8 +132,7 @@ def _layer(
                     f"layer {i}: cluster {cid} has {len(pids)} > tau_c members and was never "
                     f"offered its split at that size (offered at {gmm.offered.get(cid)})"
                 )
-            limit = max(gmm.tau_c, OUTGROWN * gmm.fitted_largest)
-            if len(pids) > limit and not al.greedy:
+            if len(pids) > outgrown_limit(gmm) and not al.greedy:
                 bad.append(
                     f"layer {i}: cluster {cid} has {len(pids)} members, more than {OUTGROWN:g}x "
                     f"the largest cluster its group's fit made ({gmm.fitted_largest}), and the "
