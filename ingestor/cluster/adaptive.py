@@ -13,9 +13,10 @@ predecessor's point and placing the new node at its new embedding. A global clus
 small for a local UMAP + GMM ("guarded") is one cluster until it grows past ``tau_c`` members. A
 group whose points changed by more than ``max(tau_c, refit_share x`` its fitted size) since its
 local model was fitted (a node moved within its group is one changed point, not a removal and an
-addition), a group one of whose clusters outgrew the clusters its fit made (``group_upkeep.OUTGROWN``),
-and a guarded group past ``tau_c``, get the build's steps run on their current members
-(:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes.
+addition), and a guarded group past ``tau_c``, get the build's steps run on their current members
+(:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes. A cluster that
+outgrew the clusters its group's fit made (``group_upkeep.OUTGROWN``) is cut in two on its own
+members (cost O(cluster)).
 """
 
 from __future__ import annotations
@@ -275,7 +276,8 @@ class AdaptiveLayer:
           :mod:`ingestor.cluster.group_refit`); the new points of a group about to be refitted
           join its most probable cluster on the way, as the refit recomputes them all anyway;
         * one of its clusters holds more than ``max(tau_c, OUTGROWN x`` the largest cluster the
-          group's last fit made) members (:data:`group_upkeep.OUTGROWN`);
+          group's last fit made) members (:data:`group_upkeep.OUTGROWN`) and cannot be cut in
+          two on its own members (:func:`group_upkeep.cut`, which runs first);
         * it holds more than the clusterer's ``max_group`` points: it is cut into parts of at
           most that size, each with its own local model (:mod:`ingestor.cluster.global_split`).
         """
@@ -352,10 +354,10 @@ class AdaptiveLayer:
                 self._refit_group(g, vectors, delta)
             elif vectors is not None and group_upkeep.oversized(self, gmm.n):
                 self._split_group(g, vectors, delta)
-            elif (
-                vectors is not None
-                and gmm.n > 0
-                and (group_upkeep.due(self, gmm, 0) or group_upkeep.outgrown(self, gmm))
+            elif (vectors is not None and gmm.n > 0 and group_upkeep.due(self, gmm, 0)) or (
+                group_upkeep.outgrown(self, gmm)
+                and not group_upkeep.cut(self, g, delta)
+                and vectors is not None
             ):
                 self._refit_group(g, vectors, delta)
 

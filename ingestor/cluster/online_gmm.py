@@ -52,6 +52,7 @@ from ingestor.cluster.incremental import (
     PointBuffer,
     UpdateResult,
     best_split,
+    halve,
     incremental_m_step,
     match_ids,
     refit_by_bic,
@@ -351,8 +352,9 @@ class OnlineGMM:
         ]
         self._install(best, comps, match_ids(parts, self.members, order=list(self.members)))
 
-    def _try_split(self, cid: int) -> bool:
-        """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC; return True if it split.
+    def _try_split(self, cid: int, *, cut: bool = False) -> bool:
+        """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC, or with ``cut`` cut it in
+        two (:func:`~ingestor.cluster.incremental.halve`); return True if it split.
 
         A candidate with a part of fewer than ``min_split_size`` members is passed over (see
         :func:`~ingestor.cluster.incremental.best_split`).
@@ -360,24 +362,34 @@ class OnlineGMM:
         comp = self.cluster_ids.index(cid)
         pids = sorted(self.members[cid])
         Xc = self._points.view()[[self._points.row[p] for p in pids]]
-        k, sub, parts = best_split(
-            Xc,
-            pids,
-            self._assign,
-            random_state=self.random_state,
-            max_iter=self.max_iter,
-            min_size=self.min_split_size,
+        choice = (
+            halve(Xc, pids, self._assign, min_size=self.min_split_size, reg_covar=self.reg_covar)
+            if cut
+            else best_split(
+                Xc,
+                pids,
+                self._assign,
+                random_state=self.random_state,
+                max_iter=self.max_iter,
+                min_size=self.min_split_size,
+            )
         )
-        if k == 1:
+        if choice is None:
             return False
-        order = sorted(range(k), key=lambda j: -len(parts[j]))  # the largest part keeps the id
+        sub, parts = choice
+        order = sorted(range(sub.k), key=lambda j: -len(parts[j]))  # the largest keeps the id
         self.params = self.params.split(comp, sub, order)
         new_ids = [cid] + [self.ids.take() for _ in order[1:]]
         self.cluster_ids = [c for c in self.cluster_ids if c != cid] + new_ids
         for new_id, j in zip(new_ids, order, strict=True):
             self.members[new_id] = parts[j]
-        log.debug("online GMM: cluster %d (%d points) split in %d", cid, len(pids), k)
+        log.debug("online GMM: cluster %d (%d points) split in %d", cid, len(pids), sub.k)
         return True
+
+    def cut(self, cid: int) -> bool:
+        """Cut cluster ``cid`` in two on its own members, no BIC (one that outgrew its group's
+        fit, :func:`~ingestor.cluster.group_upkeep.cut`); return True if it was cut."""
+        return self._try_split(cid, cut=True)
 
     def _result(
         self,

@@ -262,3 +262,42 @@ def test_an_online_gmm_saved_before_its_largest_fitted_cluster_was_recorded_load
     old = OnlineGMM.__new__(OnlineGMM)
     old.__setstate__(state)
     assert old.fitted_largest == max(len(m) for m in gmm.members.values())
+
+
+def test_an_outgrown_cluster_is_cut_on_its_own_members_and_the_group_keeps_its_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster past max(tau_c, OUTGROWN x the largest of its group's fit), whose Algorithm 2
+    offers BIC refused, is cut into k' = 2 or 3 on its own members: the cost of the cluster, not
+    a refit of the whole group (hundreds of points in a large tree's groups)."""
+    offer = OnlineGMM._try_split
+
+    def refused(self: OnlineGMM, cid: int, *, cut: bool = False) -> bool:
+        # BIC's refusal of k' = 2, 3 on a ~20-point cluster in 10 dims (real embeddings)
+        return cut and offer(self, cid, cut=True)
+
+    monkeypatch.setattr(OnlineGMM, "_try_split", refused)
+    X = four_blobs()
+    al, ids = layer_over(X, "a")
+    al.refit_share = 1e9  # the churn trigger out of the way
+    g, gmm = largest_group(al)
+    gmm.tau_n = 0
+    cid, members = max(gmm.members.items(), key=lambda kv: len(kv[1]))
+    limit = max(al.tau_c, OUTGROWN * gmm.fitted_largest)
+    vec = dict(zip(ids, X, strict=True))
+    own = np.stack([vec[al.node_at[(g, p)]] for p in sorted(members)])
+    rng = np.random.default_rng(0)
+    refits, clusters, grew = al.refits, len(gmm.members), 0
+    for k in range(3 * int(limit)):
+        x = own[k % len(own)] + 0.3 * own.std(axis=0) * rng.standard_normal(own.shape[1])
+        x = (x / np.linalg.norm(x)).astype(np.float32)
+        vec[f"n{k}"] = x
+        al.add_many(
+            [f"n{k}"], x[None, :], LayerDelta(), vectors=lambda n: np.stack([vec[i] for i in n])
+        )
+        assert al.gmms[g] is gmm  # no refit replaced the group's model
+        grew = max(grew, len(gmm.members.get(cid, ())))
+        assert all(len(m) <= limit for m in gmm.members.values())
+    assert grew > gmm.fitted_largest  # it outgrew its fit: the cut, not a refit, broke it up
+    assert len(gmm.members) > clusters
+    assert al.refits == refits

@@ -285,3 +285,22 @@ def test_a_batch_crossing_tau_n_refits_the_run_then_goes_on_incrementally() -> N
     assert [r.refit for r in results] == [True, False, False]  # n = 30, 31 refit; 32, 33 do not
     assert [r.point for r in results] == [-1, pids[2], pids[3]]
     assert online.n == 34
+
+
+def test_a_cut_halves_a_cluster_where_em_isolates_an_outlier() -> None:
+    """13 points in 10 dims, one far from the others: EM with two components gives the outlier a
+    component of its own (1 + 12, no real cut); the cut halves the cluster along its principal
+    axis, so both parts hold about half, each with its own component."""
+    rng = np.random.default_rng(3)
+    X = np.vstack([rng.standard_normal((12, 10)), 8.0 + rng.standard_normal((1, 10))])
+    em = GaussianMixture(2, covariance_type="full", random_state=0).fit(X).predict(X)
+    assert sorted(np.bincount(em)) == [1, 12]
+    gmm = OnlineGMM(params_of(GaussianMixture(1, random_state=0).fit(X)), X, tau_c=5)
+    (cid,) = gmm.members
+    assert gmm.cut(cid)
+    sizes = sorted(len(m) for m in gmm.members.values())
+    assert len(sizes) == 2
+    assert sizes[0] >= 5
+    assert sum(sizes) >= 13
+    assert gmm.params.k == 2
+    assert cid in gmm.members  # the larger part keeps the id (and its summary node)
