@@ -214,6 +214,31 @@ def test_a_batch_into_a_small_group_refits_its_mixture_once() -> None:
     assert all(al.clusters_of(n) for n in members)
 
 
+def growing(
+    al: AdaptiveLayer, X: NDArray[np.float32], ids: list[str]
+) -> tuple[int, OnlineGMM, int, float, Callable[[int], None]]:
+    """The largest group, its model and largest cluster, that cluster's outgrown bound, and
+    ``add(k)``: one update placing the k-th of points drawn like the cluster's own members. The
+    churn trigger is out of the way (the outgrown one alone), and the group in Algorithm 2's
+    incremental branch, as groups past tau_n points are."""
+    al.refit_share = 1e9
+    g, gmm = largest_group(al)
+    gmm.tau_n = 0
+    cid, members = max(gmm.members.items(), key=lambda kv: len(kv[1]))
+    vec = dict(zip(ids, X, strict=True))
+    own = np.stack([vec[al.node_at[(g, p)]] for p in sorted(members)])
+    rng = np.random.default_rng(0)
+
+    def add(k: int) -> None:
+        x = own[k % len(own)] + 0.3 * own.std(axis=0) * rng.standard_normal(own.shape[1])
+        vec[f"n{k}"] = x = (x / np.linalg.norm(x)).astype(np.float32)
+        al.add_many(
+            [f"n{k}"], x[None, :], LayerDelta(), vectors=lambda n: np.stack([vec[i] for i in n])
+        )
+
+    return g, gmm, cid, max(al.tau_c, OUTGROWN * gmm.fitted_largest), add
+
+
 def test_a_cluster_that_outgrows_its_fit_gets_its_group_refitted() -> None:
     """Algorithm 2 offers a growing cluster a split by BIC on its own points only, which a blob of
     ~20 points in the local space never earns; a fit of the whole group keeps clusters small.
@@ -223,25 +248,13 @@ def test_a_cluster_that_outgrows_its_fit_gets_its_group_refitted() -> None:
     after every update no cluster is past that bound."""
     X = four_blobs()
     al, ids = layer_over(X, "a")
-    al.refit_share = 1e9  # the churn trigger out of the way: the outgrown one alone
-    g, gmm = largest_group(al)
-    gmm.tau_n = 0  # Algorithm 2's incremental branch, as in groups past tau_n points
+    g, gmm, cid, limit, add = growing(al, X, ids)
     # BIC's refusal to split a ~20-point cluster in 10 dims (real embeddings), made certain here:
     # no split candidate qualifies, so only a refit of the group can break the cluster up.
     gmm.min_split_size = 10**6
-    cid, members = max(gmm.members.items(), key=lambda kv: len(kv[1]))
-    limit = max(al.tau_c, OUTGROWN * gmm.fitted_largest)
-    vec = dict(zip(ids, X, strict=True))
-    own = np.stack([vec[al.node_at[(g, p)]] for p in sorted(members)])
-    rng = np.random.default_rng(0)
     grew = 0
     for k in range(3 * int(limit)):
-        x = own[k % len(own)] + 0.3 * own.std(axis=0) * rng.standard_normal(own.shape[1])
-        x = (x / np.linalg.norm(x)).astype(np.float32)
-        vec[f"n{k}"] = x
-        al.add_many(
-            [f"n{k}"], x[None, :], LayerDelta(), vectors=lambda n: np.stack([vec[i] for i in n])
-        )
+        add(k)
         current = al.gmms[g]
         assert current is not None
         grew = max(grew, len(current.members.get(cid, ())))
@@ -279,22 +292,10 @@ def test_an_outgrown_cluster_is_cut_on_its_own_members_and_the_group_keeps_its_m
     monkeypatch.setattr(OnlineGMM, "_try_split", refused)
     X = four_blobs()
     al, ids = layer_over(X, "a")
-    al.refit_share = 1e9  # the churn trigger out of the way
-    g, gmm = largest_group(al)
-    gmm.tau_n = 0
-    cid, members = max(gmm.members.items(), key=lambda kv: len(kv[1]))
-    limit = max(al.tau_c, OUTGROWN * gmm.fitted_largest)
-    vec = dict(zip(ids, X, strict=True))
-    own = np.stack([vec[al.node_at[(g, p)]] for p in sorted(members)])
-    rng = np.random.default_rng(0)
+    g, gmm, cid, limit, add = growing(al, X, ids)
     refits, clusters, grew = al.refits, len(gmm.members), 0
     for k in range(3 * int(limit)):
-        x = own[k % len(own)] + 0.3 * own.std(axis=0) * rng.standard_normal(own.shape[1])
-        x = (x / np.linalg.norm(x)).astype(np.float32)
-        vec[f"n{k}"] = x
-        al.add_many(
-            [f"n{k}"], x[None, :], LayerDelta(), vectors=lambda n: np.stack([vec[i] for i in n])
-        )
+        add(k)
         assert al.gmms[g] is gmm  # no refit replaced the group's model
         grew = max(grew, len(gmm.members.get(cid, ())))
         assert all(len(m) <= limit for m in gmm.members.values())
