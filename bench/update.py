@@ -37,14 +37,17 @@ from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
 from ingestor.cluster.two_step import TreeClusterer
+from ingestor.config import MAX_HELD_ROWS
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.tokens import default_tokenizer
 from ingestor.summarize.extractive import ExtractiveSummarizer
 from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.persist import shed_rows
 from ingestor.tree.state import TreeState
 from models_store import ModelStore
 from retriever import SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
+from retriever.embedding import release_freed_heap
 
 
 class CachedEmbedder:
@@ -285,12 +288,15 @@ def warm(path: Path) -> None:
 
 
 def apply_one(p: Pipeline, held: TreeState | None, path: Path) -> UpdateReport:
-    """One update of ``path``: as the daemon does to the state it holds, or as the CLI does."""
+    """One update of ``path``: as the daemon does to the state it holds (dropping the rows it
+    holds past ``watch.max_held_rows``), or as the CLI does."""
     if held is None:
         return p.update([path])
     report = UpdateReport()
     docs, gone = p.collect(held, [path], report)
     p.apply_batch(held, docs, gone, report)
+    if shed_rows(held, MAX_HELD_ROWS):
+        release_freed_heap()
     return report
 
 
@@ -346,6 +352,11 @@ def part2(
         )
         names = random.Random(time.time_ns())  # new names: a reused tree has the old ones
         docs = sorted(root.glob("doc*.txt"))
+        if len(docs) < 2 * repeats:  # each repeat removes one document and edits another
+            raise SystemExit(
+                f"--repeats {repeats} needs {2 * repeats} documents and {root} holds {len(docs)}:"
+                f" pass --repeats {len(docs) // 2} or fewer"
+            )
         results: dict[str, list[tuple[float, float, int, int]]] = {}
         for k in range(repeats):
             victim, edited = docs[2 * k], docs[2 * k + 1]

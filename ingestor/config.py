@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
@@ -20,6 +20,9 @@ from pydantic_settings import (
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
+
+#: Default of ``watch.max_held_rows`` (see WatchSettings).
+MAX_HELD_ROWS: Final = 20_000
 
 
 class _Section(BaseModel):
@@ -209,6 +212,10 @@ class WatchSettings(_Section):
     #: Seconds between checks that the watched folder is there (a share moved away or unmounted
     #: makes no file event) and is still the directory being watched (a remount).
     root_check_interval: float = Field(default=2.0, gt=0)
+    #: Rows of the tree's state the daemon keeps in memory between updates (nodes, memberships,
+    #: the groups' models); past it they are dropped and read again when an update needs them,
+    #: so its memory does not grow toward the whole state over a long life.
+    max_held_rows: int = Field(default=MAX_HELD_ROWS, ge=0)
 
 
 class Settings(BaseSettings):

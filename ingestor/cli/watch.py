@@ -100,6 +100,7 @@ def watch(
                 close_grace=w.close_grace_seconds,
                 max_backoff=w.max_backoff_seconds,
                 writer_nice=w.writer_nice,
+                max_held_rows=w.max_held_rows,
                 http_host=w.http_host,
                 http_port=port,
                 http_token=token,

@@ -206,6 +206,8 @@ class ApplyStage(BuildStage):
                 summary_tokens=stats.summary_tokens,
             )
             self.store_state(state)
+            if state.intent_open:  # the new leaves' (show_leaves): committed, nothing to delete
+                self._intent(state, None, None)
             report.state_bytes = state.last_commit_bytes
             return
         log.debug("update: placing %d leaves, removing %d (adRAP)", len(added), len(removed))

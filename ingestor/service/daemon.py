@@ -25,6 +25,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from ingestor.answer.service import QueryDefaults, QueryService
+from ingestor.config import MAX_HELD_ROWS
 from ingestor.pipeline import Pipeline
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.dashboard.routes import dashboard_routes
@@ -64,6 +65,8 @@ class Daemon:
         max_backoff: cap of the retry delay after a failed batch.
         writer_nice: nice increment of the update worker thread (Linux), so that ``/query``
             keeps its CPU while the writer embeds and clusters; 0 keeps the normal priority.
+        max_held_rows: rows of the tree's state the writer keeps in memory between updates;
+            past it they are dropped and read again when needed; None keeps them all.
         http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
         http_port: see ``http_host``.
         http_token: bearer token required by every route but /healthz and /readyz; required
@@ -95,6 +98,7 @@ class Daemon:
         close_grace: float = 0.2,
         max_backoff: float = 60.0,
         writer_nice: int = 10,
+        max_held_rows: int | None = MAX_HELD_ROWS,
         http_host: str = "127.0.0.1",
         http_port: int = -1,
         http_token: str | None = None,
@@ -119,6 +123,7 @@ class Daemon:
         self.close_grace = close_grace
         self.max_backoff = max_backoff
         self.writer_nice = writer_nice
+        self.max_held_rows = max_held_rows
         self.http_host = http_host
         self.http_port = http_port
         self.http_token = http_token
@@ -209,6 +214,7 @@ class Daemon:
                 guard=self.guard,
                 on_idle=self._maintain,
                 nice=self.writer_nice,
+                max_held_rows=self.max_held_rows,
                 **kwargs,
             )
             # Watch before the worker starts: events during start-up wait in the queue.

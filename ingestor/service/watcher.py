@@ -31,7 +31,9 @@ from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Settling, not_quarantined
+from ingestor.tree.persist import shed_rows
 from ingestor.tree.state import TreeState
+from retriever.embedding import release_freed_heap
 
 if TYPE_CHECKING:
     from ingestor.service.share import DeletionGuard
@@ -70,6 +72,9 @@ class Watcher:
             builds the embedded store's index there, never inside an update).
         nice: added to the worker thread's nice value (Linux), so that queries keep their CPU
             while it embeds and clusters; 0 keeps the normal priority.
+        max_held_rows: past this many rows of the tree's state held in memory after a batch,
+            they are dropped and read again when needed (:func:`~ingestor.tree.persist.shed_rows`);
+            None holds them all.
     """
 
     def __init__(
@@ -93,6 +98,7 @@ class Watcher:
         on_idle: Callable[[], None] | None = None,
         idle_after: float = 10.0,
         nice: int = 0,
+        max_held_rows: int | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
@@ -112,6 +118,7 @@ class Watcher:
         self.on_idle = on_idle
         self.idle_after = idle_after
         self.nice = nice
+        self.max_held_rows = max_held_rows
         self._active_at = time.monotonic()
         self._idle_next = 0.0
         self.paths: queue.Queue[Change | None] = queue.Queue()
@@ -290,6 +297,8 @@ class Watcher:
                 self.last_report = report
                 if self.on_applied:
                     self.on_applied(report, self.state)
+                if self.max_held_rows is not None and shed_rows(self.state, self.max_held_rows):
+                    release_freed_heap()
         finally:
             self._in_hand = 0
         self._recheck(docs)

@@ -150,6 +150,13 @@ class RowList(MutableSequence[V], Generic[V]):
     def __len__(self) -> int:
         return self.length
 
+    def shed(self, committed_to: RowStore | None = None) -> int:
+        """Drop the items held in memory (see ``RowMap.shed``); return how many."""
+        n = self.rows.shed(committed_to)
+        if n:
+            self._linked.clear()  # read again, linked again
+        return n
+
     def insert(self, i: int, value: V) -> None:
         if i != self.length:
             raise TypeError("RowList only appends")
@@ -172,6 +179,18 @@ def _remember(token: str, blob: bytes) -> None:
     _HEADS.move_to_end(token)
     while len(_HEADS) > _HEADS_KEEP:
         _HEADS.popitem(last=False)
+
+
+def _gmm_linker(al: AdaptiveLayer) -> Callable[[Any], None]:
+    """Return the loader that gives a group's online GMM read from the database its layer's
+    cluster id counter (one per layer, shared by its groups; each row pickles a copy)."""
+
+    def relink(gmm: Any) -> None:
+        ids = al.__dict__.get("ids")
+        if gmm is not None and ids is not None:
+            gmm.ids = ids
+
+    return relink
 
 
 def _relink_local(model: Any) -> None:
@@ -198,13 +217,13 @@ def _track(al: AdaptiveLayer, i: int) -> None:
         items = list(getattr(al, name))
         for j, v in enumerate(items):
             rows[str(j)] = v
-        setattr(al, name, RowList(rows, len(items)))
+        setattr(al, name, RowList(rows, len(items), on_load=_gmm_linker(al)))
     c = al.clusterer
     local: RowMap[Any] = RowMap(f"L{i}.local")
     items = list(c.local_models_)
     for j, v in enumerate(items):
         local[str(j)] = v
-    c.local_models_ = RowList(local, len(items))
+    c.local_models_ = RowList(local, len(items), on_load=_relink_local)
 
 
 def _containers(al: AdaptiveLayer) -> list[RowMap[Any]]:
@@ -249,6 +268,25 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
         persist["written"] = (al.__dict__["clusterer_token"], blob)
 
 
+def shed_layer(al: AdaptiveLayer, rows: RowStore) -> int:
+    """Drop the rows of layer ``al`` held in memory (see ``RowMap.shed``); return how many.
+
+    A layer built in this process and committed to ``rows`` is read from there afterwards.
+    """
+    persist = al.__dict__.get("_persist")
+    if persist is None or persist["db"] != str(rows.path) or not isinstance(al.gmms, RowList):
+        return 0  # never committed there: its containers hold the only copy
+    lists: list[RowList[Any]] = [al.clusterer.local_models_]
+    lists += [getattr(al, name) for name in _LISTS]
+    maps: list[RowMap[Any]] = [getattr(al, name).rows for name in _MAPS]
+    return sum(part.shed(rows) for part in lists) + sum(part.shed(rows) for part in maps)
+
+
+def held_by_layer(al: AdaptiveLayer) -> int:
+    """Return how many rows of layer ``al`` are held in memory."""
+    return sum(part.held() for part in _containers(al)) if isinstance(al.gmms, RowList) else 0
+
+
 def layer_committed(al: AdaptiveLayer) -> None:
     """Forget a layer's pending writes once they are in the database."""
     for part in _containers(al):
@@ -287,12 +325,6 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
     al = AdaptiveLayer.__new__(AdaptiveLayer)
     al.__dict__.update(scalars)
     al.clusterer = clusterer
-    ids = scalars.get("ids")
-
-    def relink_gmm(gmm: Any) -> None:
-        if gmm is not None and ids is not None:
-            gmm.ids = ids  # one id counter per layer, shared by its groups
-
     for name, (kind, mutable) in _MAPS.items():
         m: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
         m.bind(rows)
@@ -300,7 +332,7 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
     for name in _LISTS:
         m = GroupMap(f"L{i}.{name}")
         m.bind(rows)
-        setattr(al, name, RowList(m, n_groups, on_load=relink_gmm))
+        setattr(al, name, RowList(m, n_groups, on_load=_gmm_linker(al)))
     local: RowMap[Any] = RowMap(f"L{i}.local")
     local.bind(rows)
     clusterer.local_models_ = RowList(local, n_local, on_load=_relink_local)

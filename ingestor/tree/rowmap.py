@@ -104,6 +104,26 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._read.clear()
         self._cleared = False
 
+    def held(self) -> int:
+        """Return how many rows this mapping holds in memory."""
+        return len(self._cache)
+
+    def shed(self, committed_to: RowStore | None = None) -> int:
+        """Drop the rows held in memory, which the database holds as they are; return how many.
+
+        Nothing is dropped from a mapping with pending writes, or without a database (it holds
+        the only copy) unless ``committed_to`` names the one its rows were committed to (a
+        mapping filled in memory, as a layer built in this process): it is read from there
+        from now on. Values handed out before are no longer written back: call it between
+        updates, after a commit.
+        """
+        rows = self._rows or committed_to
+        if rows is None or self._dirty or self._deleted or self._cleared:
+            return 0
+        n = len(self._cache)
+        self.bind(rows)
+        return n
+
     def pending_items(self) -> dict[str, V]:
         """Return the values set since the last commit (e.g. summaries paid for by this update)."""
         return {k: self._cache[k] for k in self._dirty if k in self._cache}
@@ -231,6 +251,15 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
         if missing and self.fetch is not None:
             for i, vec in zip(missing, self.fetch(missing), strict=True):
                 self._cache[i] = vec
+
+    def shed(self) -> int:
+        """Forget the vectors held in memory when the store can give them back; return how
+        many (none without ``fetch``: then this map holds the only copy)."""
+        if self.fetch is None:
+            return 0
+        n = len(self._cache)
+        self._cache.clear()
+        return n
 
     def __getitem__(self, key: str) -> NDArray[np.float32]:
         if key not in self._cache:

@@ -35,6 +35,7 @@ from ingestor.service.daemon import Daemon
 from ingestor.service.events import Change
 from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
 from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.persist import held_rows
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
 from tests.fakes import EchoSummarizer, HashEmbedder
@@ -557,3 +558,19 @@ def test_idle_maintenance_runs_when_quiet_and_never_while_paths_wait(
     finally:
         w.stop()
     assert_agrees(p, root)
+
+
+def test_past_its_bound_the_worker_drops_the_rows_it_holds_after_a_batch(
+    tree: tuple[Pipeline, Path],
+) -> None:
+    p, root = tree
+    held = {}
+    for bound in (None, 0):
+        w = Watcher(p, p.require_state(), root, debounce=0.05, max_held_rows=bound)
+        (root / f"held{bound}.txt").write_text(doc_text(random.Random(7), 6))
+        w.handler.dispatch(FileModifiedEvent(str(root / f"held{bound}.txt")))
+        assert w.apply(w.next_batch())
+        held[bound] = held_rows(w.state)
+        assert f"held{bound}.txt" in w.state.sources  # read again once dropped
+    assert held[None] > 0
+    assert held[0] == 0
