@@ -19,7 +19,7 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -79,9 +79,13 @@ def load_umap() -> Any:
         )
         import umap
     import umap.layouts
+    import umap.spectral
     import umap.umap_
     import umap.utils
     from numba.core.registry import CPUDispatcher
+
+    if not getattr(umap.spectral._spectral_layout, "signs_fixed", False):
+        umap.spectral._spectral_layout = _fixed_signs(umap.spectral._spectral_layout)
 
     for module in (umap.umap_, umap.layouts, umap.utils):
         for name, obj in vars(module).items():
@@ -91,6 +95,51 @@ def load_umap() -> Any:
                 except RuntimeError as exc:  # no writable cache location: compile as usual
                     log.debug("numba cache unavailable for umap %s: %s", name, exc)
     return umap
+
+
+#: Graphs up to this many vertices get their spectral initialisation from a dense eigensolver.
+DENSE_SPECTRAL_MAX = 256
+
+
+def _fixed_signs(layout: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap UMAP's spectral initialisation so that the same graph always gets the same init.
+
+    ARPACK's ``eigsh`` (UMAP's solver) is not repeatable: on the same matrix it returned each
+    eigenvector with either sign, and near-equal eigenvalues' vectors mixed differently, from
+    call to call, so a seeded UMAP of 13 points gave one of two layouts at random (and a group
+    refit, one of two trees). Graphs of at most :data:`DENSE_SPECTRAL_MAX` vertices are solved
+    by LAPACK's dense ``eigh`` instead (the same eigenvectors of the same normalised Laplacian,
+    a few ms); every column is then flipped so that its entry of largest magnitude is positive.
+    """
+
+    @functools.wraps(layout)
+    def signed(data: Any, graph: Any, dim: int, *args: Any, **kwargs: Any) -> Any:
+        out = _dense_spectral(graph, dim)
+        if out is None:
+            out = layout(data, graph, dim, *args, **kwargs)
+        if not isinstance(out, np.ndarray) or out.ndim != 2 or len(out) == 0:
+            return out
+        top = out[np.argmax(np.abs(out), axis=0), np.arange(out.shape[1])]
+        return out * np.where(top < 0, -1.0, 1.0).astype(out.dtype)
+
+    signed.signs_fixed = True  # type: ignore[attr-defined]
+    return signed
+
+
+def _dense_spectral(graph: Any, dim: int) -> NDArray[np.float64] | None:
+    """UMAP's spectral layout (eigenvectors 2..dim+1 of the symmetric normalised Laplacian) by
+    a dense solver, for a small connected graph; None where UMAP's own must run."""
+    n = graph.shape[0]
+    if n > DENSE_SPECTRAL_MAX or dim + 1 >= n:
+        return None
+    G = np.asarray(graph.toarray() if hasattr(graph, "toarray") else graph, dtype=np.float64)
+    degree = G.sum(axis=0)
+    if not np.all(degree > 0):
+        return None
+    scale = 1.0 / np.sqrt(degree)
+    laplacian = np.eye(n) - scale[:, None] * G * scale[None, :]
+    _, vectors = np.linalg.eigh((laplacian + laplacian.T) / 2)
+    return np.ascontiguousarray(vectors[:, 1 : dim + 1])
 
 
 @contextlib.contextmanager

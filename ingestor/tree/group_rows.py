@@ -49,6 +49,10 @@ class GroupMap(RowMap[Any]):
         self._stored.clear()
         self._replaced.clear()
 
+    def _forget(self, keys: list[str]) -> None:
+        for key in keys:  # read again, described again (by _decode)
+            self._stored.pop(key, None)
+
     def __setitem__(self, key: str, value: Any) -> None:
         # A new model for the group (a refit, a promotion): its point ids may repeat the old
         # model's for other points, so every point is written again.

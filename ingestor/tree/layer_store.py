@@ -150,11 +150,11 @@ class RowList(MutableSequence[V], Generic[V]):
     def __len__(self) -> int:
         return self.length
 
-    def shed(self, committed_to: RowStore | None = None) -> int:
+    def shed(self, committed_to: RowStore | None = None, *, used_since: int | None = None) -> int:
         """Drop the items held in memory (see ``RowMap.shed``); return how many."""
-        n = self.rows.shed(committed_to)
-        if n:
-            self._linked.clear()  # read again, linked again
+        n = self.rows.shed(committed_to, used_since=used_since)
+        if n:  # read again, linked again
+            self._linked = {i for i in self._linked if self.rows.holds(str(i))}
         return n
 
     def insert(self, i: int, value: V) -> None:
@@ -268,7 +268,7 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
         persist["written"] = (al.__dict__["clusterer_token"], blob)
 
 
-def shed_layer(al: AdaptiveLayer, rows: RowStore) -> int:
+def shed_layer(al: AdaptiveLayer, rows: RowStore, *, used_since: int | None = None) -> int:
     """Drop the rows of layer ``al`` held in memory (see ``RowMap.shed``); return how many.
 
     A layer built in this process and committed to ``rows`` is read from there afterwards.
@@ -279,7 +279,8 @@ def shed_layer(al: AdaptiveLayer, rows: RowStore) -> int:
     lists: list[RowList[Any]] = [al.clusterer.local_models_]
     lists += [getattr(al, name) for name in _LISTS]
     maps: list[RowMap[Any]] = [getattr(al, name).rows for name in _MAPS]
-    return sum(part.shed(rows) for part in lists) + sum(part.shed(rows) for part in maps)
+    dropped = sum(part.shed(rows, used_since=used_since) for part in lists)
+    return dropped + sum(part.shed(rows, used_since=used_since) for part in maps)
 
 
 def held_by_layer(al: AdaptiveLayer) -> int:

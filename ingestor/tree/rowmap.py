@@ -24,6 +24,17 @@ V = TypeVar("V")
 _MISSING = object()
 
 
+class _Clock:
+    """Time for the rows held in memory: rows read or set are stamped with ``now``, and
+    :func:`~ingestor.tree.persist.shed_rows` advances it after each update, so "the rows the
+    last update used" are those stamped since its previous value."""
+
+    now = 0
+
+
+CLOCK = _Clock()
+
+
 def dumps(value: object) -> bytes:
     """Encode a row value (the C pickler: our own state, on our own volume)."""
     return pickle.dumps(value, protocol=5)
@@ -58,6 +69,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._complete = True  # the cache holds every row (nothing stored, or all loaded)
         self._cleared = False
         self._absent: set[str] = set()  # keys a prefetch found missing (set() puts them back)
+        self._used: dict[str, int] = {}  # key -> CLOCK.now when last read or set (see shed)
 
     def __getstate__(self) -> dict[str, object]:
         """Pickle (or copy) as a plain in-memory mapping: every row loaded, no database."""
@@ -74,6 +86,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._deleted.clear()
         self._read.clear()
         self._absent.clear()
+        self._used.clear()
         self._complete = False
         self._cleared = False
 
@@ -108,21 +121,38 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         """Return how many rows this mapping holds in memory."""
         return len(self._cache)
 
-    def shed(self, committed_to: RowStore | None = None) -> int:
+    def shed(self, committed_to: RowStore | None = None, *, used_since: int | None = None) -> int:
         """Drop the rows held in memory, which the database holds as they are; return how many.
 
-        Nothing is dropped from a mapping with pending writes, or without a database (it holds
-        the only copy) unless ``committed_to`` names the one its rows were committed to (a
-        mapping filled in memory, as a layer built in this process): it is read from there
-        from now on. Values handed out before are no longer written back: call it between
-        updates, after a commit.
+        Args:
+            committed_to: the database this mapping's rows were committed to, for a mapping
+                filled in memory (a layer built in this process): read from there from now on.
+                Without it, a mapping without a database holds the only copy: nothing is dropped.
+            used_since: keep the rows read or set at or after this :data:`CLOCK` time.
+
+        Nothing is dropped from a mapping with pending writes. Values handed out before are no
+        longer written back: call it between updates, after a commit.
         """
         rows = self._rows or committed_to
         if rows is None or self._dirty or self._deleted or self._cleared:
             return 0
-        n = len(self._cache)
-        self.bind(rows)
-        return n
+        keep = -1 if used_since is None else used_since
+        dropped = [k for k in self._cache if self._used.get(k, -1) < keep or used_since is None]
+        for key in dropped:
+            del self._cache[key]
+            self._used.pop(key, None)
+        self._forget(dropped)
+        self._rows = rows
+        self._complete = False
+        self._absent.clear()
+        return len(dropped)
+
+    def holds(self, key: str) -> bool:
+        """Whether the row of ``key`` is held in memory."""
+        return key in self._cache
+
+    def _forget(self, keys: list[str]) -> None:
+        """Drop what a subclass keeps beside the rows of ``keys`` (just dropped by shed)."""
 
     def pending_items(self) -> dict[str, V]:
         """Return the values set since the last commit (e.g. summaries paid for by this update)."""
@@ -141,6 +171,8 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         found = self._rows.get_many(self.ns, todo)
         for k, data in found.items():
             self._cache[k] = self._decode(k, data)
+        now = CLOCK.now
+        self._used.update(dict.fromkeys(found, now))
         self._absent.update(k for k in todo if k not in found)
 
     def keys_with_prefix(self, prefix: str) -> list[str]:
@@ -158,6 +190,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
 
     def _fetch(self, key: str) -> object:
         if key in self._cache:
+            self._used[key] = CLOCK.now
             return self._cache[key]
         if self._complete or key in self._deleted or key in self._absent or self._rows is None:
             return _MISSING
@@ -166,6 +199,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
             return _MISSING
         value = self._decode(key, data)
         self._cache[key] = value
+        self._used[key] = CLOCK.now
         return value
 
     def __getitem__(self, key: str) -> V:
@@ -188,6 +222,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
 
     def __setitem__(self, key: str, value: V) -> None:
         self._cache[key] = value
+        self._used[key] = CLOCK.now
         self._dirty.add(key)
         self._deleted.discard(key)
         self._absent.discard(key)
@@ -243,6 +278,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
 
     def __init__(self) -> None:
         self._cache: dict[str, NDArray[np.float32]] = {}
+        self._used: dict[str, int] = {}  # id -> CLOCK.now when last read or set
         self.fetch: Callable[[list[str]], NDArray[np.float32]] | None = None
 
     def prefetch(self, ids: list[str]) -> None:
@@ -251,19 +287,25 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
         if missing and self.fetch is not None:
             for i, vec in zip(missing, self.fetch(missing), strict=True):
                 self._cache[i] = vec
+        self._used.update(dict.fromkeys(ids, CLOCK.now))
 
-    def shed(self) -> int:
-        """Forget the vectors held in memory when the store can give them back; return how
-        many (none without ``fetch``: then this map holds the only copy)."""
+    def shed(self, *, used_since: int | None = None) -> int:
+        """Forget the vectors held in memory (but those read or set at or after ``used_since``)
+        when the store can give them back; return how many (none without ``fetch``: then this
+        map holds the only copy)."""
         if self.fetch is None:
             return 0
-        n = len(self._cache)
-        self._cache.clear()
-        return n
+        keep = -1 if used_since is None else used_since
+        dropped = [k for k in self._cache if self._used.get(k, -1) < keep or used_since is None]
+        for key in dropped:
+            del self._cache[key]
+            self._used.pop(key, None)
+        return len(dropped)
 
     def __getitem__(self, key: str) -> NDArray[np.float32]:
         if key not in self._cache:
             self.prefetch([key])
+        self._used[key] = CLOCK.now
         return self._cache[key]
 
     def __contains__(self, key: object) -> bool:
@@ -275,6 +317,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
 
     def __setitem__(self, key: str, value: NDArray[np.float32]) -> None:
         self._cache[key] = value
+        self._used[key] = CLOCK.now
 
     def __delitem__(self, key: str) -> None:
         del self._cache[key]

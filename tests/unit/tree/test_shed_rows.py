@@ -42,15 +42,17 @@ def random_edits(root: Path, rng: random.Random, step: int) -> list[Path]:
 
 
 @pytest.mark.parametrize("drift", [100.0, 0.05], ids=["adrap", "after-a-rebuild"])
+@pytest.mark.parametrize("bound", [0, 150], ids=["drop-all", "drop-unused"])
 def test_a_held_state_that_drops_its_rows_evolves_as_one_that_keeps_them(
-    tmp_path: Path, drift: float
+    tmp_path: Path, drift: float, bound: int
 ) -> None:
-    # Two copies of one tree, updated alike; one drops every row it holds after each update.
+    # Two copies of one tree, updated alike; one drops the rows it holds past a bound after
+    # each update (0: all of them; 150: those the update did not use, then all if still past).
     # With drift 0.05 the first update rebuilds the layers in the held state: their rows are
     # then the ones this process wrote, read back after a drop (the id counter a group's model
     # shares with its layer, a local UMAP's index data, must be linked again).
     runs = []
-    for name, limit in (("keep", None), ("drop", 0)):
+    for name, limit in (("keep", None), ("drop", bound)):
         root = tmp_path / name / "docs"
         write_corpus(root, random.Random(1), 24)
         p = make_pipeline(tmp_path / name, EchoSummarizer(), drift=drift)
@@ -62,9 +64,9 @@ def test_a_held_state_that_drops_its_rows_evolves_as_one_that_keeps_them(
             if step == 0:
                 p.drift_threshold = 100.0  # one rebuild at most: adRAP carries the rest
             if limit is not None:
-                assert held_rows(held) > 0
+                assert held_rows(held) > limit
                 assert shed_rows(held, limit) > 0
-                assert held_rows(held) == 0
+                assert held_rows(held) <= limit
         keep, drop = runs
         assert snapshot(drop[2]) == snapshot(keep[2]), f"step {step}"
         shed_rows(drop[2], 0)  # what the snapshot read: the next update starts with nothing held
@@ -98,6 +100,26 @@ def test_nothing_is_dropped_below_the_bound_or_with_writes_pending(tmp_path: Pat
     held.nodes[some]  # handed out: written back at the next commit, so not droppable
     assert held.nodes.shed() == 0
     assert held.sources.shed() > 0  # each mapping on its own
+
+
+def test_past_the_bound_the_rows_the_last_update_used_are_kept(tmp_path: Path) -> None:
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(1), 24)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    p.build(root)
+    held = p.require_state()
+    (root / "d3.txt").write_text(doc_text(random.Random(2), 6))
+    apply(p, held, [root / "d3.txt"])
+    assert shed_rows(held, held_rows(held)) == 0  # at the bound: nothing dropped
+    (root / "d17.txt").write_text(doc_text(random.Random(3), 6))
+    apply(p, held, [root / "d17.txt"])
+    n = held_rows(held)
+    assert held.sources.holds("d3.txt")
+    assert shed_rows(held, n - 1) > 0
+    assert 0 < held_rows(held) < n
+    assert held.sources.holds("d17.txt")  # the last update's
+    assert not held.sources.holds("d3.txt")  # only the one before used it
+    assert held.sources["d3.txt"].node_ids  # read again
 
 
 def test_a_rowmap_drops_only_what_the_database_holds(tmp_path: Path) -> None:
