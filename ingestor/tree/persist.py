@@ -41,6 +41,8 @@ from retriever import SCHEMA_VERSION, Embedder
 
 log = logging.getLogger(__name__)
 
+#: Past its bound, a held state keeps the rows the last this many updates used (see shed_rows).
+RECENT_UPDATES = 8
 #: The summary cache keeps at least this many entries, and at least CACHE_FACTOR x the summaries.
 CACHE_MIN = 2000
 CACHE_FACTOR = 3
@@ -305,26 +307,29 @@ def held_rows(state: TreeState) -> int:
 
 
 def shed_rows(state: TreeState, limit: int) -> int:
-    """Once more than ``limit`` rows are held in memory, drop those the last update did not use
-    (and the rest too if that is not enough); return how many were dropped. Call it after every
-    update: the rows "the last update used" are those read or set since the previous call.
+    """Once more than ``limit`` rows are held in memory, drop those the last
+    :data:`RECENT_UPDATES` updates did not use (then those the last one did not use, then all,
+    until at most ``limit`` are left); return how many were dropped. Call it after every update:
+    each call ends one (the clock of use, :data:`~ingestor.tree.rowmap.CLOCK`, advances).
 
     A state held across updates (the daemon's) keeps every row it reads, and the rows an update
     reads are a few clusters of a few groups anywhere in the tree: held, they add up to the
-    whole database (265k synthetic leaves: +350 MiB of RSS over 300 updates, still rising). The
-    rows the last update used are mostly those the next one uses again (the upper layers' few
-    groups, whose models cost the most to read): dropping every row each time cost 15-30 %
-    more CPU per update there. Dropped rows are read again when an update needs them; the
-    database holds them as they are, so only a committed state is shed (nothing pending, no
-    open intent), between updates.
+    whole database (265k synthetic leaves: +360 MiB of RSS over 300 updates, still rising; with
+    the daemon's 20,000 rows, flat at ~1.5 GiB). Recent updates' rows are mostly those the next
+    ones use again (the upper layers' few groups). The price: rows dropped are read again when
+    an update needs them (at 265k leaves ~10-20 ms CPU more per update than holding everything,
+    as a held state's hits grow with what it holds). Only a committed state is shed (nothing
+    pending, no open intent), between updates: the database holds those rows as they are.
     """
-    since = CLOCK.now
+    now = CLOCK.now
     CLOCK.now += 1
     if state.rows is None or state.intent_open or held_rows(state) <= limit:
         return 0
-    dropped = _shed(state, state.rows, used_since=since)
-    if held_rows(state) > limit:  # the last update alone used more: drop them too
-        dropped += _shed(state, state.rows, used_since=None)
+    dropped = 0
+    for since in (now - RECENT_UPDATES + 1, now, None):  # then the last update's, then all
+        dropped += _shed(state, state.rows, used_since=since)
+        if held_rows(state) <= limit:
+            break
     log.debug("dropped %d rows of tree %r held in memory (limit %d)", dropped, state.tree, limit)
     return dropped
 

@@ -27,7 +27,7 @@ _MISSING = object()
 class _Clock:
     """Time for the rows held in memory: rows read or set are stamped with ``now``, and
     :func:`~ingestor.tree.persist.shed_rows` advances it after each update, so "the rows the
-    last update used" are those stamped since its previous value."""
+    last n updates used" are those stamped ``now - n + 1`` or later."""
 
     now = 0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.pipeline import Pipeline, UpdateReport
-from ingestor.tree.persist import held_rows, pending_intent, shed_rows
+from ingestor.tree.persist import RECENT_UPDATES, held_rows, pending_intent, shed_rows
 from ingestor.tree.rowmap import RowMap
 from ingestor.tree.state import TreeState
 from models_store import Changes, RowStore
@@ -102,23 +102,24 @@ def test_nothing_is_dropped_below_the_bound_or_with_writes_pending(tmp_path: Pat
     assert held.sources.shed() > 0  # each mapping on its own
 
 
-def test_past_the_bound_the_rows_the_last_update_used_are_kept(tmp_path: Path) -> None:
+def test_past_the_bound_the_rows_recent_updates_used_are_kept(tmp_path: Path) -> None:
     root = tmp_path / "docs"
     write_corpus(root, random.Random(1), 24)
     p = make_pipeline(tmp_path, EchoSummarizer())
     p.build(root)
     held = p.require_state()
-    (root / "d3.txt").write_text(doc_text(random.Random(2), 6))
-    apply(p, held, [root / "d3.txt"])
-    assert shed_rows(held, held_rows(held)) == 0  # at the bound: nothing dropped
-    (root / "d17.txt").write_text(doc_text(random.Random(3), 6))
-    apply(p, held, [root / "d17.txt"])
-    n = held_rows(held)
+    names = ["d3.txt"] + [f"d{10 + i}.txt" for i in range(RECENT_UPDATES)]
+    for i, name in enumerate(names):
+        (root / name).write_text(doc_text(random.Random(i), 6))
+        apply(p, held, [root / name])
+        n = held_rows(held)
+        if name != names[-1]:
+            assert shed_rows(held, n) == 0  # at the bound: nothing dropped
     assert held.sources.holds("d3.txt")
     assert shed_rows(held, n - 1) > 0
     assert 0 < held_rows(held) < n
-    assert held.sources.holds("d17.txt")  # the last update's
-    assert not held.sources.holds("d3.txt")  # only the one before used it
+    assert all(held.sources.holds(name) for name in names[1:])  # the last 8 updates'
+    assert not held.sources.holds("d3.txt")  # used 9 updates ago
     assert held.sources["d3.txt"].node_ids  # read again
 
 
