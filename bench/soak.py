@@ -252,9 +252,17 @@ def _quantiles(sizes: list[int]) -> str:
 
 
 def daemon_soak(
-    n_ops: int, max_batch: int, seed: int, n_docs: int, *, questions: int = 0, progress: int = 500
+    n_ops: int,
+    max_batch: int,
+    seed: int,
+    n_docs: int,
+    *,
+    questions: int = 0,
+    progress: int = 500,
+    held_rows: int | None = None,
 ) -> int:
-    """Drive a running ``adrap watch`` through random batches of file operations."""
+    """Drive a running ``adrap watch`` through random batches of file operations
+    (``held_rows``: its ``watch.max_held_rows``; 0 drops every row it holds after each batch)."""
     import subprocess
     import urllib.request
 
@@ -286,6 +294,8 @@ def daemon_soak(
             "ADRAP_WATCH__DEBOUNCE_SECONDS": "0.5",
             "HF_HUB_OFFLINE": "1",
         }
+        if held_rows is not None:
+            env["ADRAP_WATCH__MAX_HELD_ROWS"] = str(held_rows)
         log = (tmp / "watch.log").open("w")
         cmd = [sys.executable, "-m", "ingestor", "watch", str(root), "--http-port", "0"]
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
@@ -488,6 +498,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also rebuild with this clusterer seed: the ARI two rebuilds reach (-1: skip)",
     )
     ap.add_argument("--daemon", action="store_true", help="drive `adrap watch` (fewer ops)")
+    ap.add_argument(
+        "--held-rows",
+        type=int,
+        default=None,
+        help="the daemon's ADRAP_WATCH__MAX_HELD_ROWS (0: it drops what it holds after every batch)",
+    )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.daemon:
@@ -498,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
             args.docs,
             questions=args.questions,
             progress=args.progress,
+            held_rows=args.held_rows,
         )
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp_s:
