@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -33,6 +33,15 @@ class _Clock:
 
 
 CLOCK = _Clock()
+
+
+def _drop(cache: dict[str, Any], used: dict[str, int], since: int | None) -> list[str]:
+    """Delete from ``cache`` (and ``used``) the keys last used before ``since`` (None: all)."""
+    dropped = [k for k in cache if since is None or used.get(k, -1) < since]
+    for key in dropped:
+        del cache[key]
+        used.pop(key, None)
+    return dropped
 
 
 def dumps(value: object) -> bytes:
@@ -136,11 +145,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         rows = self._rows or committed_to
         if rows is None or self._dirty or self._deleted or self._cleared:
             return 0
-        keep = -1 if used_since is None else used_since
-        dropped = [k for k in self._cache if self._used.get(k, -1) < keep or used_since is None]
-        for key in dropped:
-            del self._cache[key]
-            self._used.pop(key, None)
+        dropped = _drop(self._cache, self._used, used_since)
         self._forget(dropped)
         self._rows = rows
         self._complete = False
@@ -295,12 +300,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
         map holds the only copy)."""
         if self.fetch is None:
             return 0
-        keep = -1 if used_since is None else used_since
-        dropped = [k for k in self._cache if self._used.get(k, -1) < keep or used_since is None]
-        for key in dropped:
-            del self._cache[key]
-            self._used.pop(key, None)
-        return len(dropped)
+        return len(_drop(self._cache, self._used, used_since))
 
     def __getitem__(self, key: str) -> NDArray[np.float32]:
         if key not in self._cache:

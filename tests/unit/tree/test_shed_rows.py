@@ -74,12 +74,19 @@ def test_a_held_state_that_drops_its_rows_evolves_as_one_that_keeps_them(
         check_invariants(p)
 
 
-def test_a_drift_rebuild_closes_the_intent_of_the_leaves_it_showed_first(tmp_path: Path) -> None:
+def held_tree(
+    tmp_path: Path, n_docs: int, drift: float = 100.0
+) -> tuple[Pipeline, Path, TreeState]:
+    """A built tree and its state opened to be held across updates."""
     root = tmp_path / "docs"
-    write_corpus(root, random.Random(1), 12)
-    p = make_pipeline(tmp_path, EchoSummarizer(), drift=0.05)
+    write_corpus(root, random.Random(1), n_docs)
+    p = make_pipeline(tmp_path, EchoSummarizer(), drift=drift)
     p.build(root)
-    held = p.require_state()
+    return p, root, p.require_state()
+
+
+def test_a_drift_rebuild_closes_the_intent_of_the_leaves_it_showed_first(tmp_path: Path) -> None:
+    p, root, held = held_tree(tmp_path, 12, drift=0.05)
     apply(p, held, random_edits(root, random.Random(2), 0))
     assert held.generation > 1
     assert not held.intent_open
@@ -87,11 +94,7 @@ def test_a_drift_rebuild_closes_the_intent_of_the_leaves_it_showed_first(tmp_pat
 
 
 def test_nothing_is_dropped_below_the_bound_or_with_writes_pending(tmp_path: Path) -> None:
-    root = tmp_path / "docs"
-    write_corpus(root, random.Random(1), 12)
-    p = make_pipeline(tmp_path, EchoSummarizer())
-    p.build(root)
-    held = p.require_state()
+    p, root, held = held_tree(tmp_path, 12)
     apply(p, held, random_edits(root, random.Random(2), 0))
     n = held_rows(held)
     assert n > 0
@@ -103,11 +106,7 @@ def test_nothing_is_dropped_below_the_bound_or_with_writes_pending(tmp_path: Pat
 
 
 def test_past_the_bound_the_rows_recent_updates_used_are_kept(tmp_path: Path) -> None:
-    root = tmp_path / "docs"
-    write_corpus(root, random.Random(1), 24)
-    p = make_pipeline(tmp_path, EchoSummarizer())
-    p.build(root)
-    held = p.require_state()
+    p, root, held = held_tree(tmp_path, 24)
     names = ["d3.txt"] + [f"d{10 + i}.txt" for i in range(RECENT_UPDATES)]
     for i, name in enumerate(names):
         (root / name).write_text(doc_text(random.Random(i), 6))
