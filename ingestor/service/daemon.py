@@ -65,8 +65,7 @@ class Daemon:
         max_backoff: cap of the retry delay after a failed batch.
         writer_nice: nice increment of the update worker thread (Linux), so that ``/query``
             keeps its CPU while the writer embeds and clusters; 0 keeps the normal priority.
-        max_held_rows: rows of the tree's state the writer keeps in memory between updates;
-            past it they are dropped and read again when needed; None keeps them all.
+        max_held_rows: state rows the writer keeps in memory between updates (None: all).
         http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
         http_port: see ``http_host``.
         http_token: bearer token required by every route but /healthz and /readyz; required
