@@ -236,6 +236,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         if self._fetch(key) is _MISSING:
             raise KeyError(key)
         del self._cache[key]
+        self._used.pop(key, None)
         self._dirty.discard(key)
         self._deleted.add(key)
 
@@ -292,7 +293,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
         if missing and self.fetch is not None:
             for i, vec in zip(missing, self.fetch(missing), strict=True):
                 self._cache[i] = vec
-        self._used.update(dict.fromkeys(ids, CLOCK.now))
+        self._used.update(dict.fromkeys((i for i in ids if i in self._cache), CLOCK.now))
 
     def shed(self, *, used_since: int | None = None) -> int:
         """Forget the vectors held in memory (but those read or set at or after ``used_since``)
@@ -313,6 +314,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
 
     def pop(self, key: str, default: object = None) -> object:  # type: ignore[override]
         """Forget a vector held in memory (the store is not asked)."""
+        self._used.pop(key, None)
         return self._cache.pop(key, default)
 
     def __setitem__(self, key: str, value: NDArray[np.float32]) -> None:
@@ -321,6 +323,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
 
     def __delitem__(self, key: str) -> None:
         del self._cache[key]
+        self._used.pop(key, None)
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._cache))

@@ -6,11 +6,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.tree.persist import RECENT_UPDATES, held_rows, pending_intent, shed_rows
-from ingestor.tree.rowmap import RowMap
+from ingestor.tree.rowmap import RowMap, VectorMap
 from ingestor.tree.state import TreeState
 from models_store import Changes, RowStore
 from tests.fakes import EchoSummarizer
@@ -142,3 +143,22 @@ def test_a_rowmap_drops_only_what_the_database_holds(tmp_path: Path) -> None:
     assert m.shed() == 3
     assert m.held() == 0
     assert dict(m.items()) == {"a": 1, "b": 2, "c": 3}  # read again
+
+
+def test_the_clock_of_use_forgets_deleted_rows_and_vectors(tmp_path: Path) -> None:
+    # A daemon deletes rows at every update: their stamps must go with them, or the bookkeeping
+    # meant to bound its memory grows with every row it ever deleted.
+    rows = RowStore.shared(tmp_path / "s.sqlite", create=True)
+    m: RowMap[int] = RowMap("ns")
+    m.bind(rows)
+    vectors = VectorMap()
+    vectors.fetch = lambda ids: np.zeros((len(ids), 2), dtype=np.float32)
+    for i in range(50):
+        m[f"k{i}"] = i
+        del m[f"k{i}"]
+        vectors[f"v{i}"] = np.zeros(2, dtype=np.float32)
+        vectors.pop(f"v{i}")
+    vectors.prefetch(["gone"])
+    del vectors["gone"]
+    assert m._used == {}
+    assert vectors._used == {}
