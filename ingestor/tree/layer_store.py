@@ -226,11 +226,12 @@ def _track(al: AdaptiveLayer, i: int) -> None:
     c.local_models_ = RowList(local, len(items), on_load=_relink_local)
 
 
+def _lists(al: AdaptiveLayer) -> list[RowList[Any]]:
+    return [al.clusterer.local_models_, *(getattr(al, name) for name in _LISTS)]
+
+
 def _containers(al: AdaptiveLayer) -> list[RowMap[Any]]:
-    out: list[RowMap[Any]] = [al.clusterer.local_models_.rows]
-    out += [getattr(al, name).rows for name in _LISTS]
-    out += [getattr(al, name).rows for name in _MAPS]
-    return out
+    return [lst.rows for lst in _lists(al)] + [getattr(al, name).rows for name in _MAPS]
 
 
 def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> None:
@@ -276,10 +277,8 @@ def shed_layer(al: AdaptiveLayer, rows: RowStore, *, used_since: int | None = No
     persist = al.__dict__.get("_persist")
     if persist is None or persist["db"] != str(rows.path) or not isinstance(al.gmms, RowList):
         return 0  # never committed there: its containers hold the only copy
-    lists: list[RowList[Any]] = [al.clusterer.local_models_]
-    lists += [getattr(al, name) for name in _LISTS]
+    dropped = sum(part.shed(rows, used_since=used_since) for part in _lists(al))
     maps: list[RowMap[Any]] = [getattr(al, name).rows for name in _MAPS]
-    dropped = sum(part.shed(rows, used_since=used_since) for part in lists)
     return dropped + sum(part.shed(rows, used_since=used_since) for part in maps)
 
 

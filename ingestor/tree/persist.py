@@ -34,7 +34,7 @@ from ingestor.tree.layer_store import (
     remove_layer,
     shed_layer,
 )
-from ingestor.tree.rowmap import CLOCK, dumps, loads
+from ingestor.tree.rowmap import CLOCK, RowMap, dumps, loads
 from ingestor.tree.state import STATE_FORMAT, TreeState
 from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import SCHEMA_VERSION, Embedder
@@ -156,6 +156,11 @@ def load_state(
     return _open(rows)
 
 
+def _row_maps(state: TreeState) -> tuple[RowMap[Any], ...]:
+    """The state's own row-backed mappings (each layer keeps its own, see layer_store)."""
+    return (state.nodes, state.sources, state.summary_cache)
+
+
 def _open(rows: RowStore) -> TreeState:
     m = rows.manifest()
     if "tree_name" not in m:  # created, nothing committed yet (a first build under way)
@@ -164,7 +169,7 @@ def _open(rows: RowStore) -> TreeState:
             "way; run the command again when it is done"
         )
     state = TreeState(tree=m["tree_name"], **{k: m[k] for k in _SCALARS})
-    for rowmap in (state.nodes, state.sources, state.summary_cache):
+    for rowmap in _row_maps(state):
         rowmap.bind(rows)
     state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
     state.layers = [open_layer(rows, i) for i in range(int(m.get("n_layers", 0)))]
@@ -255,7 +260,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     if state.rows is None:
         path = state_path(models, state.tree)
         state.rows = RowStore.shared(path, create=True)
-        for rowmap in (state.nodes, state.sources, state.summary_cache):
+        for rowmap in _row_maps(state):
             rowmap.replace_all()
         fresh = True
     else:
@@ -264,7 +269,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     before = int(rows.manifest().get("n_layers", 0))
     state.generation += 1
     ch = Changes()
-    for rowmap in (state.nodes, state.sources, state.summary_cache):
+    for rowmap in _row_maps(state):
         rowmap.changes(ch)
     for i, layer in enumerate(state.layers):  # a new or moved layer clears its rows first
         layer_changes(layer, i, ch, rows)
@@ -287,7 +292,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     except BaseException:
         state.generation -= 1
         raise
-    for rowmap in (state.nodes, state.sources, state.summary_cache):
+    for rowmap in _row_maps(state):
         rowmap.committed()
     for layer in state.layers:
         layer_committed(layer)
@@ -301,8 +306,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
 
 def held_rows(state: TreeState) -> int:
     """Return how many of the state's rows (and node vectors) this process holds in memory."""
-    maps = (state.nodes, state.sources, state.summary_cache)
-    held = sum(m.held() for m in maps) + len(state.vectors)
+    held = sum(m.held() for m in _row_maps(state)) + len(state.vectors)
     return held + sum(held_by_layer(layer) for layer in state.layers)
 
 
@@ -335,7 +339,6 @@ def shed_rows(state: TreeState, limit: int) -> int:
 
 
 def _shed(state: TreeState, rows: RowStore, *, used_since: int | None) -> int:
-    maps = (state.nodes, state.sources, state.summary_cache)
-    dropped = sum(m.shed(used_since=used_since) for m in maps)
+    dropped = sum(m.shed(used_since=used_since) for m in _row_maps(state))
     dropped += state.vectors.shed(used_since=used_since)
     return dropped + sum(shed_layer(la, rows, used_since=used_since) for la in state.layers)
