@@ -285,12 +285,13 @@ class AdaptiveLayer:
             dup = [n for n in node_ids if n in self.point_of]
             raise ValueError(f"layer {self.layer} already holds node(s) {dup[:3]}: remove first")
         touched: set[int] = self.__dict__.pop("touched_groups", set())
-        moved_from: dict[str, int] = self.__dict__.pop("moving", {})
+        # node id → (group, clusters) of each node removed to be placed again (see remove)
+        moved_from: dict[str, tuple[int, frozenset[int]]] = self.__dict__.pop("moving", {})
         groups = self.clusterer.predict_global(X) if node_ids else np.zeros(0, dtype=np.intp)
         # A node moved within its group (a rewritten summary placed again) is one changed point:
         # its removal was not counted, its placement is.
         stay = np.array(
-            [moved_from.get(n) == int(g) for n, g in zip(node_ids, groups, strict=True)]
+            [moved_from.get(n, (-1,))[0] == int(g) for n, g in zip(node_ids, groups, strict=True)]
         )
         local: dict[int, NDArray[np.float32]] = {}
         refit: set[int] = set()  # groups whose new points only need a cheap placement
@@ -330,8 +331,11 @@ class AdaptiveLayer:
                 pids, results = gmm.add_many(np.stack([local[r] for r in batch]))
             for row, pid in zip(batch, pids, strict=True):
                 node_id = node_ids[row]
-                if moved_from.get(node_id) == g:  # its removal from this group was counted
+                was = moved_from.get(node_id)
+                if was is not None and was[0] == g:  # its removal from this group was counted
                     gmm.churn -= 1
+                    if g not in refit and gmm.memberships(pid) == was[1]:
+                        gmm.churn -= 1  # back in the clusters it left: the model still fits it
                 self.point_of[node_id] = (g, pid)
                 self.node_at[(g, pid)] = node_id
             for result in results:
@@ -373,11 +377,14 @@ class AdaptiveLayer:
         """Drop a node from its clusters; clusters left empty are removed.
 
         ``moving``: the node is placed again by this batch's :meth:`add_many` (a rewritten
-        summary); it then counts as one changed point of its group, not two.
+        summary); it then counts as one changed point of its group, not two, and as none when
+        it lands back in the clusters it left (its group's model still describes it).
         """
         g, pid = self.point_of.pop(node_id)
         if moving:
-            self.__dict__.setdefault("moving", {})[node_id] = g
+            gmm = self.gmms[g]
+            clusters = gmm.memberships(pid) if gmm is not None and pid != GUARDED else frozenset()
+            self.__dict__.setdefault("moving", {})[node_id] = (g, clusters)
         self.placed.pop(node_id, None)
         self.__dict__.setdefault("touched_groups", set()).add(g)  # add_many checks its refit
         if pid == GUARDED:

@@ -74,12 +74,32 @@ class GaussianParams:
     def k(self) -> int:
         return len(self.weights)
 
+    def precision_cholesky(self) -> Array:
+        """Return :func:`precision_cholesky` of the covariances, computed once: parameters are
+        never changed in place, and the online GMM evaluates one point at a time against
+        mixtures of up to ~150 components, where these factorisations were most of the cost."""
+        cached = self.__dict__.get("_prec_chol")
+        if cached is None:
+            cached = precision_cholesky(self.covariances)
+            object.__setattr__(self, "_prec_chol", cached)
+        return np.asarray(cached)
+
+    def with_precisions(self, prec_chol: Array) -> GaussianParams:
+        """Return self, its :meth:`precision_cholesky` known to be ``prec_chol``."""
+        object.__setattr__(self, "_prec_chol", prec_chol)
+        return self
+
+    def __getstate__(self) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_prec_chol"}  # derived: not saved
+
     def subset(self, keep: Sequence[int]) -> GaussianParams:
         """The components ``keep`` (in that order), their weights renormalised."""
         w = self.weights[list(keep)]
-        return GaussianParams(
+        out = GaussianParams(
             w / w.sum() if len(w) else w, self.means[list(keep)], self.covariances[list(keep)]
         )
+        cached = self.__dict__.get("_prec_chol")
+        return out if cached is None else out.with_precisions(cached[list(keep)])
 
     def split(self, comp: int, parts: GaussianParams, order: Sequence[int]) -> GaussianParams:
         """Component ``comp`` replaced by the components ``order`` of ``parts`` (a mixture fitted
@@ -229,7 +249,7 @@ class _EM:
 
     def weighted_log_prob(self, params: GaussianParams) -> Array:
         """Return the (n, k) log π_k N(x_i | μ_k, Σ_k)."""
-        prec_chol = precision_cholesky(params.covariances)
+        prec_chol = params.precision_cholesky()
         precision = np.matmul(prec_chol, prec_chol.transpose(0, 2, 1))
         means_c = params.means - self.center
         lam_mu = np.einsum("kij,kj->ki", precision, means_c)

@@ -22,12 +22,17 @@ from ingestor.cluster.gmm import (
     fit_gmm,
     gaussian_parameters,
     params_of,
+    precision_cholesky,
     responsibilities,
     run_em,
 )
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
 GUARDED = -1
+
+#: A new point's responsibility below which :func:`incremental_m_step` leaves a component's mean
+#: and covariance as they are (they would move by less than 1e-12 of themselves).
+UNREACHED = 1e-12
 
 
 @dataclass
@@ -99,13 +104,24 @@ def incremental_m_step(
     g = np.asarray(gamma, dtype=np.float64)
     nk = n * params.weights
     nk_new = nk + g
-    diff = x[None, :] - params.means  # (k, d), around the old means
-    means = (nk[:, None] * params.means + g[:, None] * x[None, :]) / nk_new[:, None]
+    # Components the point does not reach (γ below UNREACHED: a change of their mean and
+    # covariance far below reg_covar) keep theirs exactly, and with them their precisions.
+    moved = np.flatnonzero(g >= UNREACHED)
+    means, covariances = params.means.copy(), params.covariances.copy()
+    gm, nm, nm_new = g[moved], nk[moved], nk_new[moved]
+    diff = x[None, :] - params.means[moved]  # around the old means
+    means[moved] = (nm[:, None] * params.means[moved] + gm[:, None] * x[None, :]) / nm_new[:, None]
     eye = np.eye(len(x))
-    scatter = nk[:, None, None] * (params.covariances - reg_covar * eye)
-    scatter += (g * nk / nk_new)[:, None, None] * (diff[:, :, None] * diff[:, None, :])
-    covariances = scatter / nk_new[:, None, None] + reg_covar * eye
-    return GaussianParams(nk_new / (n + 1), means, covariances)
+    scatter = nm[:, None, None] * (params.covariances[moved] - reg_covar * eye)
+    scatter += (gm * nm / nm_new)[:, None, None] * (diff[:, :, None] * diff[:, None, :])
+    covariances[moved] = scatter / nm_new[:, None, None] + reg_covar * eye
+    out = GaussianParams(nk_new / (n + 1), means, covariances)
+    cached = params.__dict__.get("_prec_chol")
+    if cached is not None:
+        prec = cached.copy()
+        prec[moved] = precision_cholesky(covariances[moved])
+        out.with_precisions(prec)
+    return out
 
 
 @dataclass

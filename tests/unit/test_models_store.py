@@ -82,3 +82,24 @@ def test_a_reader_during_a_first_build_gets_a_clear_error(tmp_path: Path) -> Non
     RowStore(path).close()  # the schema, nothing committed
     with pytest.raises(ModelStoreError, match="no committed tree yet"):
         load_state(models, "t", readonly=True)
+
+
+def test_library_versions_are_read_once_per_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading the packages' metadata cost ~5 ms at every state commit."""
+    import importlib.metadata
+
+    from models_store import manifest
+
+    reads: list[str] = []
+    real = importlib.metadata.version
+
+    def counting(dist: str) -> str:
+        reads.append(dist)
+        return real(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", counting)
+    manifest._library_versions.cache_clear()
+    first = manifest.library_versions()
+    first["numpy"] = "changed by a caller"
+    assert manifest.library_versions()["numpy"] != "changed by a caller"
+    assert len(reads) == len(manifest.PINNED_LIBRARIES)

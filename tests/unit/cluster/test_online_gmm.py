@@ -17,6 +17,7 @@ from ingestor.cluster.gmm import (
     fit_gmm,
     gaussian_parameters,
     params_of,
+    precision_cholesky,
     run_em,
 )
 from ingestor.cluster.kmeans import kmeans_labels
@@ -67,6 +68,31 @@ def test_equation_3_equals_the_m_step_on_all_points_with_old_responsibilities_fi
     np.testing.assert_allclose(updated.weights, expected.weights, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(updated.means, expected.means, rtol=1e-9, atol=1e-9)
     np.testing.assert_allclose(updated.covariances, expected.covariances, rtol=1e-8, atol=1e-9)
+
+
+def test_an_added_point_refactors_only_the_components_it_reaches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per point, the online GMM refactored every component's covariance twice (~150 of them in
+    a large group); the ones the point does not reach keep their factorisation."""
+    import ingestor.cluster.incremental as incremental
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(c, 0.3, (10, 3)) for c in (0.0, 5.0, 10.0)])
+    before = weighted_m_step(X, np.repeat(np.eye(3), 10, axis=0))
+    before.precision_cholesky()  # as the E-step that gave gamma leaves it
+    factored: list[int] = []
+
+    def counting(covariances: NDArray[np.float64]) -> NDArray[np.float64]:
+        factored.append(len(covariances))
+        return precision_cholesky(covariances)
+
+    monkeypatch.setattr(incremental, "precision_cholesky", counting)
+    updated = incremental_m_step(before, len(X), np.zeros(3), np.array([0.7, 0.3, 1e-15]), REG)
+    assert factored == [2]
+    np.testing.assert_allclose(updated.precision_cholesky(), precision_cholesky(updated.covariances))
+    assert np.array_equal(updated.covariances[2], before.covariances[2])
+    assert "_prec_chol" not in pickle.loads(pickle.dumps(updated)).__dict__  # derived, not saved
 
 
 def test_vectorised_m_step_equals_the_written_out_one() -> None:
