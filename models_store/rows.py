@@ -121,6 +121,11 @@ class RowStore:
                     self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
+                # Checkpoint at that size, not SQLite's 1,000 pages: each checkpoint rewrites
+                # every page changed since the last, and an update changes the same upper pages
+                # of the B-tree again and again (265k leaves: one-document remove and edit
+                # medians 0.080 -> 0.075 s, 0.095 -> 0.085 s CPU).
+                self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_KEEP_BYTES // PAGE_SIZE}")
                 self._db.execute("PRAGMA synchronous=FULL")
                 migrate(self._db, self.path)
                 self._db.executescript(SCHEMA)

@@ -22,6 +22,7 @@ Computation is in float64 whatever the input dtype, so that the incremental upda
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,7 @@ __all__ = [
     "bic",
     "fit_gmm",
     "gaussian_parameters",
+    "most_probable",
     "params_of",
     "precision_cholesky",
     "responsibilities",
@@ -161,6 +163,31 @@ def responsibilities(
 ) -> tuple[float, NDArray[np.float64]]:
     """E-step: return the mean log-likelihood of X and its (n, k) posteriors gamma(z_ik) (Eq. 1)."""
     return _EM(np.asarray(X, dtype=np.float64), REG_COVAR).e_step(params)
+
+
+#: The parameters of the fitted mixtures :func:`most_probable` has evaluated, kept while they live.
+_PARAMS_OF: weakref.WeakKeyDictionary[GaussianMixture, GaussianParams] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def most_probable(
+    gmm: GaussianMixture, X: NDArray[np.floating], allowed: NDArray[np.intp]
+) -> NDArray[np.intp]:
+    """Return, for each row of X, the index into ``allowed`` of its most probable component.
+
+    ``argmax(gmm.predict_proba(X)[:, allowed])`` without scikit-learn's Python loop over the
+    components, which cost ~3 ms per call against a layer's global mixture of a few hundred
+    components (265k leaves) whatever the number of rows.
+    """
+    params = _PARAMS_OF.get(gmm)
+    if params is None:
+        params = params_of(gmm).with_precisions(
+            np.asarray(gmm.precisions_cholesky_, dtype=np.float64)
+        )
+        _PARAMS_OF[gmm] = params
+    weighted = _EM(np.asarray(X, dtype=np.float64), REG_COVAR).weighted_log_prob(params)
+    return np.asarray(np.argmax(weighted[:, allowed], axis=1), dtype=np.intp)
 
 
 def bic(X: NDArray[np.floating], params: GaussianParams) -> float:

@@ -38,7 +38,7 @@ from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
-from ingestor.cluster.gmm import soft_assign
+from ingestor.cluster.gmm import most_probable, soft_assign
 from ingestor.cluster.umap_reduce import (
     ExactCosineIndex,
     load_umap,
@@ -221,8 +221,7 @@ class TreeClusterer:
         """Return the (n,) index of the most probable global cluster of each row of X."""
         if self.global_gmm_ is None:
             return np.zeros(len(X), dtype=np.intp)
-        posterior = self.global_gmm_.predict_proba(self.transform_global(X))
-        return np.asarray(np.argmax(posterior[:, self.global_components_], axis=1), dtype=np.intp)
+        return most_probable(self.global_gmm_, self.transform_global(X), self.global_components_)
 
     def transform_global(self, X: NDArray[np.floating]) -> NDArray[np.float32]:
         """Return the (n, c) global UMAP embedding of X (ValueError in the one-cluster case)."""
