@@ -104,7 +104,7 @@ def incremental_m_step(
     g = np.asarray(gamma, dtype=np.float64)
     nk = n * params.weights
     nk_new = nk + g
-    # Components the point does not reach (γ below UNREACHED: a change of their mean and
+    # Components the point does not reach (gamma below UNREACHED: a change of their mean and
     # covariance far below reg_covar) keep theirs exactly, and with them their precisions.
     moved = np.flatnonzero(g >= UNREACHED)
     means, covariances = params.means.copy(), params.covariances.copy()
