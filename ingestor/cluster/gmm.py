@@ -166,9 +166,7 @@ def responsibilities(
 
 
 #: The parameters of the fitted mixtures :func:`most_probable` has evaluated, kept while they live.
-_PARAMS_OF: weakref.WeakKeyDictionary[GaussianMixture, GaussianParams] = (
-    weakref.WeakKeyDictionary()
-)
+_PARAMS_OF: weakref.WeakKeyDictionary[GaussianMixture, GaussianParams] = weakref.WeakKeyDictionary()
 
 
 def most_probable(

@@ -90,7 +90,9 @@ def test_an_added_point_refactors_only_the_components_it_reaches(
     monkeypatch.setattr(incremental, "precision_cholesky", counting)
     updated = incremental_m_step(before, len(X), np.zeros(3), np.array([0.7, 0.3, 1e-15]), REG)
     assert factored == [2]
-    np.testing.assert_allclose(updated.precision_cholesky(), precision_cholesky(updated.covariances))
+    np.testing.assert_allclose(
+        updated.precision_cholesky(), precision_cholesky(updated.covariances)
+    )
     assert np.array_equal(updated.covariances[2], before.covariances[2])
     assert "_prec_chol" not in pickle.loads(pickle.dumps(updated)).__dict__  # derived, not saved
 
