@@ -322,7 +322,10 @@ class _EM:
 
     def bic(self, params: GaussianParams) -> float:
         """scikit-learn's ``GaussianMixture.bic`` for full covariances."""
-        mean_log_lik, _ = self.e_step(params)
+        return self.bic_of(self.e_step(params)[0], params)
+
+    def bic_of(self, mean_log_lik: float, params: GaussianParams) -> float:
+        """BIC from the mean log-likelihood ``e_step(params)`` returned."""
         k, d = params.means.shape
         n_params = k * d * (d + 1) / 2 + k * d + k - 1
         return float(-2 * mean_log_lik * self.n + n_params * np.log(self.n))

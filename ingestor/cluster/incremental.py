@@ -16,8 +16,10 @@ from numpy.typing import NDArray
 from scipy.optimize import linear_sum_assignment
 
 from ingestor.cluster.gmm import (
+    _EM,
     REG_COVAR,
     GaussianParams,
+    _fit_from_kmeans,
     bic,
     fit_gmm,
     gaussian_parameters,
@@ -240,11 +242,14 @@ def best_split(
     winner's k' components and the point ids of each part, or None if k' = 1 wins.
     """
     candidates = []
+    X = np.asarray(X, dtype=np.float64)
+    em = _EM(X, REG_COVAR)  # the points' products, once for the three fits and their BICs
     for k in (1, 2, 3):
-        sub = params_of(fit_gmm(X, k, random_state=random_state, max_iter=max_iter))
-        parts = _parts(X, sub, pids, assign)
+        sub = _fit_from_kmeans(em, X, k, random_state, max_iter).params
+        mean_log_lik, resp = em.e_step(sub)
+        parts = _members(resp, pids, assign)
         if k == 1 or min(len(p) for p in parts) >= min_size:
-            candidates.append((bic(X, sub), k, sub, parts))
+            candidates.append((em.bic_of(mean_log_lik, sub), k, sub, parts))
     _, k, sub, parts = min(candidates, key=lambda c: (c[0], c[1]))
     return None if k == 1 else (sub, parts)
 
@@ -279,8 +284,16 @@ def _parts(
     pids: Sequence[int],
     assign: Callable[[NDArray[np.float64]], list[frozenset[int]]],
 ) -> list[set[int]]:
-    parts: list[set[int]] = [set() for _ in range(sub.k)]
-    for pid, cs in zip(pids, assign(responsibilities(X, sub)[1]), strict=True):
+    return _members(responsibilities(X, sub)[1], pids, assign)
+
+
+def _members(
+    resp: NDArray[np.float64],
+    pids: Sequence[int],
+    assign: Callable[[NDArray[np.float64]], list[frozenset[int]]],
+) -> list[set[int]]:
+    parts: list[set[int]] = [set() for _ in range(resp.shape[1])]
+    for pid, cs in zip(pids, assign(resp), strict=True):
         for j in cs:
             parts[j].add(pid)
     return parts
