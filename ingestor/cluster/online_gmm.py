@@ -213,7 +213,8 @@ class OnlineGMM:
         for cid in [*joined, *(self.members.keys() - old_ids)]:
             if len(self.members[cid]) > self.tau_c:  # offered just now (or made by the split)
                 self.offered[cid] = len(self.members[cid])
-        return self._result(pid, old_ids, before, split=split)
+        near = [*joined, *(self.members.keys() - old_ids)]  # the only clusters it can be in
+        return self._result(pid, old_ids, before, split=split, near=near)
 
     def add_many(self, X: NDArray[np.floating]) -> tuple[list[int], list[UpdateResult]]:
         """Insert points in order, as :meth:`add` each, with one full-EM refit per run of points
@@ -275,7 +276,7 @@ class OnlineGMM:
         before = {cid: frozenset(self.members[cid])}
         self._points.append(pid, x)
         self.members[cid].add(pid)
-        return self._result(pid, old_ids, before)
+        return self._result(pid, old_ids, before, near=[cid])
 
     def remove(self, point: int) -> UpdateResult:
         """Delete a point: drop it from its clusters and remove the clusters left empty.
@@ -400,11 +401,19 @@ class OnlineGMM:
         split: set[int] | None = None,
         refit: bool = False,
         assigned: bool = True,
+        near: Sequence[int] | None = None,
     ) -> UpdateResult:
-        """Diff against ``before``: the old members of every cluster the update may have touched."""
+        """Diff against ``before``: the old members of every cluster the update may have touched.
+        ``near``: the only clusters the point can be in (None: any; a look at every cluster)."""
+        if not assigned:
+            joined: frozenset[int] = frozenset()
+        elif near is None:
+            joined = self.memberships(pid)
+        else:
+            joined = frozenset(c for c in near if pid in self.members.get(c, ()))
         return UpdateResult(
             point=pid,
-            assigned=self.memberships(pid) if assigned else frozenset(),
+            assigned=joined,
             changed=frozenset(
                 c for c, m in before.items() if c in self.members and self.members[c] != m
             ),

@@ -178,6 +178,20 @@ def test_far_points_at_large_n_grow_a_cluster_until_it_splits() -> None:
     assert new_cluster <= far  # the split cut the far points off the original blob
 
 
+@pytest.mark.parametrize("greedy", [False, True])
+def test_an_added_points_clusters_are_all_it_belongs_to(greedy: bool) -> None:
+    """The point's clusters are read from the ones it joined and the parts of their splits
+    only (a look at every cluster cost O(k) per point); they must be all of them."""
+    X, gmm = three_blobs(per=12)
+    online = OnlineGMM.from_gmm(gmm, X, cluster_ids=[7, 8, 9], tau_n=5, tau_c=6, threshold=0.05)
+    rng = np.random.default_rng(1)
+    for _ in range(80):
+        x = rng.choice([0.0, 5.0, 10.0], size=2) + rng.normal(size=2)
+        result = online.add_greedy(x) if greedy else online.add(x)
+        assert result.assigned == online.memberships(result.point)
+    assert greedy or len(online.members) > 3  # splits happened on the way
+
+
 def test_small_n_runs_full_em_and_keeps_unchanged_cluster_ids() -> None:
     X, gmm = three_blobs()
     online = OnlineGMM.from_gmm(gmm, X, cluster_ids=[7, 8, 9], tau_n=100)
