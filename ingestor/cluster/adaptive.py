@@ -285,7 +285,6 @@ class AdaptiveLayer:
             dup = [n for n in node_ids if n in self.point_of]
             raise ValueError(f"layer {self.layer} already holds node(s) {dup[:3]}: remove first")
         touched: set[int] = self.__dict__.pop("touched_groups", set())
-        # node id → (group, clusters) of each node removed to be placed again (see remove)
         moved_from: dict[str, tuple[int, frozenset[int]]] = self.__dict__.pop("moving", {})
         groups = self.clusterer.predict_global(X) if node_ids else np.zeros(0, dtype=np.intp)
         # A node moved within its group (a rewritten summary placed again) is one changed point:
@@ -381,10 +380,10 @@ class AdaptiveLayer:
         it lands back in the clusters it left (its group's model still describes it).
         """
         g, pid = self.point_of.pop(node_id)
-        if moving:
+        if moving:  # where it was, for add_many's count of changed points
             gmm = self.gmms[g]
-            clusters = gmm.memberships(pid) if gmm is not None and pid != GUARDED else frozenset()
-            self.__dict__.setdefault("moving", {})[node_id] = (g, clusters)
+            was = gmm.memberships(pid) if gmm is not None and pid != GUARDED else frozenset()
+            self.__dict__.setdefault("moving", {})[node_id] = (g, was)
         self.placed.pop(node_id, None)
         self.__dict__.setdefault("touched_groups", set()).add(g)  # add_many checks its refit
         if pid == GUARDED:

@@ -77,9 +77,8 @@ class GaussianParams:
         return len(self.weights)
 
     def precision_cholesky(self) -> Array:
-        """Return :func:`precision_cholesky` of the covariances, computed once: parameters are
-        never changed in place, and the online GMM evaluates one point at a time against
-        mixtures of up to ~150 components, where these factorisations were most of the cost."""
+        """:func:`precision_cholesky` of the covariances, computed once (parameters are never
+        changed in place; the online GMM evaluates one point at a time against ~150 of them)."""
         cached = self.__dict__.get("_prec_chol")
         if cached is None:
             cached = precision_cholesky(self.covariances)
@@ -172,12 +171,8 @@ _PARAMS_OF: weakref.WeakKeyDictionary[GaussianMixture, GaussianParams] = weakref
 def most_probable(
     gmm: GaussianMixture, X: NDArray[np.floating], allowed: NDArray[np.intp]
 ) -> NDArray[np.intp]:
-    """Return, for each row of X, the index into ``allowed`` of its most probable component.
-
-    ``argmax(gmm.predict_proba(X)[:, allowed])`` without scikit-learn's Python loop over the
-    components, which cost ~3 ms per call against a layer's global mixture of a few hundred
-    components (265k leaves) whatever the number of rows.
-    """
+    """``argmax(gmm.predict_proba(X)[:, allowed])`` without scikit-learn's Python loop over the
+    components (~3 ms a call against a layer's global mixture of a few hundred)."""
     params = _PARAMS_OF.get(gmm)
     if params is None:
         params = params_of(gmm).with_precisions(

@@ -405,15 +405,10 @@ class OnlineGMM:
     ) -> UpdateResult:
         """Diff against ``before``: the old members of every cluster the update may have touched.
         ``near``: the only clusters the point can be in (None: any; a look at every cluster)."""
-        if not assigned:
-            joined: frozenset[int] = frozenset()
-        elif near is None:
-            joined = self.memberships(pid)
-        else:
-            joined = frozenset(c for c in near if pid in self.members.get(c, ()))
+        near = (list(self.members) if assigned else []) if near is None else near
         return UpdateResult(
             point=pid,
-            assigned=joined,
+            assigned=frozenset(c for c in near if pid in self.members.get(c, ())),
             changed=frozenset(
                 c for c, m in before.items() if c in self.members and self.members[c] != m
             ),
