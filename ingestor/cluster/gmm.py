@@ -79,11 +79,17 @@ class GaussianParams:
     def precision_cholesky(self) -> Array:
         """:func:`precision_cholesky` of the covariances, computed once (parameters are never
         changed in place; the online GMM evaluates one point at a time against ~150 of them)."""
-        cached = self.__dict__.get("_prec_chol")
+        cached = self.known_precisions
         if cached is None:
             cached = precision_cholesky(self.covariances)
             object.__setattr__(self, "_prec_chol", cached)
-        return np.asarray(cached)
+        return cached
+
+    @property
+    def known_precisions(self) -> Array | None:
+        """:meth:`precision_cholesky` if it was computed or given, else None."""
+        cached: Array | None = self.__dict__.get("_prec_chol")
+        return cached
 
     def with_precisions(self, prec_chol: Array) -> GaussianParams:
         """Return self, its :meth:`precision_cholesky` known to be ``prec_chol``."""
@@ -99,7 +105,7 @@ class GaussianParams:
         out = GaussianParams(
             w / w.sum() if len(w) else w, self.means[list(keep)], self.covariances[list(keep)]
         )
-        cached = self.__dict__.get("_prec_chol")
+        cached = self.known_precisions
         return out if cached is None else out.with_precisions(cached[list(keep)])
 
     def split(self, comp: int, parts: GaussianParams, order: Sequence[int]) -> GaussianParams:

@@ -118,7 +118,7 @@ def incremental_m_step(
     scatter += (gm * nm / nm_new)[:, None, None] * (diff[:, :, None] * diff[:, None, :])
     covariances[moved] = scatter / nm_new[:, None, None] + reg_covar * eye
     out = GaussianParams(nk_new / (n + 1), means, covariances)
-    cached = params.__dict__.get("_prec_chol")
+    cached = params.known_precisions
     if cached is not None:
         prec = cached.copy()
         prec[moved] = precision_cholesky(covariances[moved])

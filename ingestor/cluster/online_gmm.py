@@ -210,10 +210,10 @@ class OnlineGMM:
         split = {
             cid for cid in joined if len(self.members[cid]) > self.tau_c and self._try_split(cid)
         }
-        for cid in [*joined, *(self.members.keys() - old_ids)]:
+        near = [*joined, *(self.members.keys() - old_ids)]  # the only clusters it can be in
+        for cid in near:
             if len(self.members[cid]) > self.tau_c:  # offered just now (or made by the split)
                 self.offered[cid] = len(self.members[cid])
-        near = [*joined, *(self.members.keys() - old_ids)]  # the only clusters it can be in
         return self._result(pid, old_ids, before, split=split, near=near)
 
     def add_many(self, X: NDArray[np.floating]) -> tuple[list[int], list[UpdateResult]]:
