@@ -286,11 +286,15 @@ def test_local_clusters_keep_a_bounded_mean_size_where_bic_alone_makes_few() -> 
         ]
 
     unbounded = local_ks(None)
-    assert any(k < -(-m // 24) for m, k in unbounded), f"BIC alone was already bounded: {unbounded}"
-    bounded = local_ks(24)
+    # The bound that BIC's choice breaks in at least one global cluster (how the points fall into
+    # global clusters depends on UMAP's layout, which differs between CPUs).
+    size = max(m // (k + 2) for m, k in unbounded)
+    assert size >= 3, unbounded
+    assert any(k < -(-m // size) - 1 for m, k in unbounded), unbounded
+    bounded = local_ks(size)
     assert bounded, "no local model was fitted"
     for m, k in bounded:
-        assert k >= -(-m // 24) - 1, f"{m} points in {k} clusters"  # an empty component: no id
-    c = TreeClusterer(random_state=0, n_epochs=30, max_cluster_size=24).fit(X)
+        assert k >= -(-m // size) - 1, f"{m} points in {k} clusters"  # an empty component: no id
+    c = TreeClusterer(random_state=0, n_epochs=30, max_cluster_size=size).fit(X)
     sizes = [len(members) for members in c.clusters_]
-    assert np.mean(sizes) <= 24 * 1.5, sizes
+    assert np.mean(sizes) <= size * 1.5, sizes
