@@ -10,11 +10,11 @@ row, in namespaces ``L<i>.<part>``:
   written when the layer is fitted and, for the scalars, at each commit (a few hundred bytes).
 * ``local``: one row per global cluster's local model (written when fitted or re-fitted).
 * ``gmms``: per global cluster, its online GMM by parts (:class:`GroupMap`): a head row (the
-  memberships, the point order, the weights and scalars: a few bytes a point), one row per point
-  in ``gmms.pts`` (its reduced embedding: written once, when the point is added) and one row per
-  component in ``gmms.comp`` (mean and covariance: written when they changed). An update that
-  adds one point to a group of thousands writes that point, the components it moved and the
-  head, not the group.
+  memberships, the point order, the weights and scalars: a few bytes a point), its points' reduced
+  embeddings packed in ``gmms.blk`` plus one row per point added since in ``gmms.pts`` (see
+  :mod:`ingestor.tree.group_rows`) and one row per component in ``gmms.comp`` (mean and
+  covariance: written when they changed). An update that adds one point to a group of thousands
+  writes that point, the components it moved and the head, not the group.
 * per-node and per-cluster maps (``point_of``, ``node_at``, ``cluster_nodes``, ``guarded``, …):
   one row per entry (written when set or deleted).
 
@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping, Mutabl
 from typing import Any, Generic, TypeVar, overload
 
 from ingestor.cluster.adaptive import AdaptiveLayer
-from ingestor.tree.group_rows import GroupMap
+from ingestor.tree.group_rows import GroupMap, side_namespaces
 from ingestor.tree.rowmap import RowMap, dumps, loads
 from models_store import Changes, RowStore
 
@@ -200,7 +200,7 @@ def _relink_local(model: Any) -> None:
 
 
 def _parts(i: int) -> list[str]:
-    side = [f"L{i}.gmms.{p}" for p in ("pts", "comp")]
+    side = side_namespaces(f"L{i}.gmms")
     return [f"L{i}.{p}" for p in ("head", "local", *_LISTS, *_MAPS)] + side
 
 

@@ -35,7 +35,7 @@ from ingestor.tree.layer_store import (
     shed_layer,
 )
 from ingestor.tree.rowmap import CLOCK, RowMap, dumps, loads
-from ingestor.tree.state import STATE_FORMAT, TreeState
+from ingestor.tree.state import READABLE_STATE_FORMATS, STATE_FORMAT, TreeState
 from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import SCHEMA_VERSION, Embedder
 
@@ -149,7 +149,9 @@ def load_state(
             return _migrate(models, tree, embedder, readonly=readonly)
         return None
     rows = RowStore.shared(path, readonly=readonly)
-    expect: dict[str, Any] = {"format": STATE_FORMAT}
+    expect: dict[str, Any] = {}
+    if rows.manifest().get("format", STATE_FORMAT) not in READABLE_STATE_FORMATS:
+        expect["format"] = STATE_FORMAT  # refused by check, which says how to rebuild
     if embedder is not None:
         expect |= {"embed_model": embedder.model_id, "dim": embedder.dim}
     rows.check(expect)

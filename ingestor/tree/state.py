@@ -21,7 +21,11 @@ from numpy.typing import NDArray
 from ingestor.tree.rowmap import RowMap, VectorMap
 from retriever import Kind, NodePayload, point_id, source_dirs
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
+#: Formats this version reads: 2 kept a group's points one row each (3 packs them, see
+#: ``ingestor.tree.group_rows``); a format-2 state is upgraded by its next commit, so a version
+#: that reads only format 2 then refuses it (and says how to rebuild) instead of misreading it.
+READABLE_STATE_FORMATS = (2, 3)
 
 
 def sha256_text(text: str) -> str:

@@ -9,7 +9,7 @@ import numpy as np
 
 from ingestor.cluster.gmm import fit_gmm, params_of
 from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.tree.group_rows import GroupMap
+from ingestor.tree.group_rows import PACK_MIN, PACK_SHARE, GroupMap, pack, unpack
 from ingestor.tree.rowmap import dumps, loads
 from models_store import Changes, RowStore
 
@@ -88,9 +88,87 @@ def test_a_removed_point_and_a_dropped_component_leave_the_database(tmp_path: Pa
     m2["0"] = loaded
     commit(m2, rows)
     same(reopen(rows)["0"], loaded)
-    keys = [k for k, _ in rows.items_prefix("L0.gmms.pts", "0/")]
-    assert len(keys) == loaded.n
+    singles, blocked = stored_points(rows, "0")
+    assert set(loaded.point_ids) <= set(singles) | set(blocked)
+    assert not set(singles) - set(loaded.point_ids), "a removed point's own row is deleted"
+    stale = len(blocked) - len(set(blocked) & set(loaded.point_ids))
+    assert stale <= max(PACK_MIN, loaded.n // PACK_SHARE), "removed points are packed away"
     assert len(rows.items_prefix("L0.gmms.comp", "0/")) == loaded.params.k
+
+
+def stored_points(rows: RowStore, key: str) -> tuple[list[int], list[int]]:
+    """The point ids group ``key`` has as single rows, and those its blocks hold."""
+    singles = [int(k.rsplit("/", 1)[1]) for k in rows.keys_prefix("L0.gmms.pts", key + "/")]
+    blocked = [
+        int(pid)
+        for _, blob in rows.items_prefix("L0.gmms.blk", key + "/")
+        for pid in unpack(blob)[0]
+    ]
+    return sorted(singles), sorted(blocked)
+
+
+def test_a_group_is_read_from_a_block_and_the_points_added_since(tmp_path: Path) -> None:
+    """Reading a group of n points read n point rows (265k synthetic leaves: ~2,600 rows per
+    one-document remove); now one block plus the points added since its last pack."""
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    g = group(400)
+    m = GroupMap("L0.gmms")
+    m.bind(rows)
+    m["0"] = g
+    first = commit(m, rows)
+    assert stored_points(rows, "0") == ([], sorted(g.point_ids)), "a new group is one block"
+    loaded = reopen(rows)
+    rng = np.random.default_rng(1)
+    sizes, packed = [], 0
+    for step in range(400):  # one point a commit, until a pack was due and done
+        gm = loaded["0"]
+        gm.add(rng.normal(1.5, 0.3, size=10))
+        sizes.append(commit(loaded, rows))
+        singles, blocked = stored_points(rows, "0")
+        assert len(singles) <= max(PACK_MIN, gm.n // PACK_SHARE)
+        assert sorted(singles + blocked) == sorted(gm.point_ids)
+        packed += not singles
+        if step % 25 == 0:
+            same(reopen(rows)["0"], gm)
+        if packed:
+            break
+    assert packed, "the points added since the group's block were packed with it"
+    assert max(sizes) > first / 2, "a pack rewrote the group's points once"
+    assert np.median(sizes) < first / 5, "the other commits wrote a point and the head"
+    same(reopen(rows)["0"], gm)
+
+
+def test_a_group_stored_a_row_a_point_is_read_and_packed_by_its_next_commit(
+    tmp_path: Path,
+) -> None:
+    """State format 2 kept each point in a row of its own: read as before, packed when written."""
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    g = group(400)
+    m = GroupMap("L0.gmms")
+    m.bind(rows)
+    m["0"] = g
+    commit(m, rows)
+    ch = Changes()
+    for bkey, blob in rows.items_prefix("L0.gmms.blk", "0/"):  # as format 2 wrote it
+        ch.remove("L0.gmms.blk", bkey)
+        for pid, x in zip(*unpack(blob), strict=True):
+            ch.set("L0.gmms.pts", f"0/{pid}", x.tobytes())
+    rows.commit(ch)
+    assert stored_points(rows, "0") == (sorted(g.point_ids), [])
+    loaded = reopen(rows)
+    same(loaded["0"], g)
+    loaded["0"].add(np.full(10, 1.5))
+    commit(loaded, rows)
+    assert stored_points(rows, "0") == ([], sorted(loaded["0"].point_ids))
+    same(reopen(rows)["0"], loaded["0"])
+
+
+def test_a_block_round_trips_ids_and_points() -> None:
+    ids = np.array([3, 7, 11], dtype=np.int64)
+    X = np.arange(30, dtype=np.float64).reshape(3, 10) / 7
+    got_ids, got_X = unpack(pack(ids, X))
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_array_equal(got_X, X)
 
 
 def test_a_group_given_a_new_model_is_written_whole(tmp_path: Path) -> None:
@@ -106,6 +184,11 @@ def test_a_group_given_a_new_model_is_written_whole(tmp_path: Path) -> None:
     loaded["0"] = refitted
     commit(loaded, rows)
     same(reopen(rows)["0"], refitted)
+    unread = reopen(rows)  # a new model over a group this process never read
+    unread["0"] = again = group(100, seed=6)
+    commit(unread, rows)
+    same(reopen(rows)["0"], again)
+    assert stored_points(rows, "0") == ([], sorted(again.point_ids)), "nothing stale is left"
 
 
 def test_a_group_written_before_a_field_existed_loads_with_its_default(tmp_path: Path) -> None:

@@ -377,3 +377,25 @@ def test_stored_payloads_come_back_equal_so_a_daemon_start_re_stores_nothing(
     state.nodes[node_id].updated_at = 1795399810.6701941  # 17 significant digits
     p.store.upsert(state.payloads([node_id]), state.matrix([node_id]))
     assert p.store.retrieve([node_id]) == state.payloads([node_id])
+
+
+@pytest.mark.parametrize("stored", [2, 99])
+def test_a_state_of_an_older_readable_format_opens_and_an_unknown_one_is_refused(
+    built: tuple[Pipeline, Path], stored: int
+) -> None:
+    """Format 3 packs a group's points (format 2: a row each, still read): a format-2 state opens
+    and its next commit marks it 3, so an adrap that reads only format 2 refuses it instead of
+    misreading it; a format this version does not know is refused with how to rebuild."""
+    p, root = built
+    path = state_path(p.models, "t")
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE manifest SET value = ? WHERE key = 'format'", (str(stored),))
+    if stored == 99:
+        with pytest.raises(IncompatibleModelError, match=r"format 99.*adrap build"):
+            load_state(p.models, "t")
+        return
+    assert load_state(p.models, "t") is not None
+    (root / "new.txt").write_text(doc_text(random.Random(5), 5))
+    p.update([root / "new.txt"])
+    assert RowStore(path, readonly=True).manifest()["format"] == persist.STATE_FORMAT == 3
+    check_invariants(p)
