@@ -129,8 +129,9 @@ class GroupMap(RowMap[Any]):
         singles = set()
         for pkey, v in self._rows.items_prefix(self._pts, key + "/"):
             pid = int(pkey.rsplit("/", 1)[1])
-            X[at[pid]], found[at[pid]] = np.frombuffer(v, dtype=np.float64), True
-            singles.add(pid)
+            singles.add(pid)  # one of a removed point (none should be) goes with the next write
+            if pid in at:
+                X[at[pid]], found[at[pid]] = np.frombuffer(v, dtype=np.float64), True
         for block in blocks.values():  # a single row serves its point, not the block
             block.serves -= singles
         if not found.all():

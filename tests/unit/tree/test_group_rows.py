@@ -163,6 +163,25 @@ def test_a_group_stored_a_row_a_point_is_read_and_packed_by_its_next_commit(
     same(reopen(rows)["0"], loaded["0"])
 
 
+def test_a_row_of_a_point_the_group_no_longer_has_is_ignored_and_deleted(tmp_path: Path) -> None:
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    g = group(400)
+    m = GroupMap("L0.gmms")
+    m.bind(rows)
+    m["0"] = g
+    commit(m, rows)
+    ch = Changes()
+    ch.set("L0.gmms.pts", "0/9999", np.zeros(10).tobytes())  # no such point in the group
+    rows.commit(ch)
+    loaded = reopen(rows)
+    same(loaded["0"], g)
+    loaded["0"].add(np.full(10, 1.5))
+    commit(loaded, rows)
+    singles, _ = stored_points(rows, "0")
+    assert 9999 not in singles
+    same(reopen(rows)["0"], loaded["0"])
+
+
 def test_a_block_round_trips_ids_and_points() -> None:
     ids = np.array([3, 7, 11], dtype=np.int64)
     X = np.arange(30, dtype=np.float64).reshape(3, 10) / 7
