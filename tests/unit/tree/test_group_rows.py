@@ -34,6 +34,16 @@ def reopen(rows: RowStore) -> GroupMap:
     return m
 
 
+def stored(tmp_path: Path, g: OnlineGMM) -> RowStore:
+    """A new state database holding ``g`` as group 0 of layer 0, committed."""
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    m = GroupMap("L0.gmms")
+    m.bind(rows)
+    m["0"] = g
+    commit(m, rows)
+    return rows
+
+
 def same(a: OnlineGMM, b: OnlineGMM) -> None:
     assert a.point_ids == b.point_ids
     np.testing.assert_array_equal(a.points, b.points)
@@ -74,12 +84,8 @@ def test_a_group_round_trips_exactly_and_adding_a_point_writes_the_point_not_the
 
 
 def test_a_removed_point_and_a_dropped_component_leave_the_database(tmp_path: Path) -> None:
-    rows = RowStore(tmp_path / "s.sqlite", create=True)
     g = group(400)
-    m = GroupMap("L0.gmms")
-    m.bind(rows)
-    m["0"] = g
-    commit(m, rows)
+    rows = stored(tmp_path, g)
     loaded = reopen(rows)["0"]
     victims = sorted(loaded.clusters().items(), key=lambda kv: len(kv[1]))[0][1]
     for pid in victims:  # empties the smallest cluster: its component is dropped
@@ -142,12 +148,8 @@ def test_a_group_stored_a_row_a_point_is_read_and_packed_by_its_next_commit(
     tmp_path: Path,
 ) -> None:
     """State format 2 kept each point in a row of its own: read as before, packed when written."""
-    rows = RowStore(tmp_path / "s.sqlite", create=True)
     g = group(400)
-    m = GroupMap("L0.gmms")
-    m.bind(rows)
-    m["0"] = g
-    commit(m, rows)
+    rows = stored(tmp_path, g)
     ch = Changes()
     for bkey, blob in rows.items_prefix("L0.gmms.blk", "0/"):  # as format 2 wrote it
         ch.remove("L0.gmms.blk", bkey)
@@ -164,12 +166,8 @@ def test_a_group_stored_a_row_a_point_is_read_and_packed_by_its_next_commit(
 
 
 def test_a_row_of_a_point_the_group_no_longer_has_is_ignored_and_deleted(tmp_path: Path) -> None:
-    rows = RowStore(tmp_path / "s.sqlite", create=True)
     g = group(400)
-    m = GroupMap("L0.gmms")
-    m.bind(rows)
-    m["0"] = g
-    commit(m, rows)
+    rows = stored(tmp_path, g)
     ch = Changes()
     ch.set("L0.gmms.pts", "0/9999", np.zeros(10).tobytes())  # no such point in the group
     rows.commit(ch)
