@@ -124,7 +124,8 @@ class GroupMap(RowMap[Any]):
             ids, P = unpack(blob)
             rows = np.array([at.get(pid, -1) for pid in ids.tolist()], dtype=np.intp)
             live = rows >= 0
-            X[rows[live]], found[rows[live]] = P[live], True
+            if live.any():
+                X[rows[live]], found[rows[live]] = P[live], True
             blocks[bkey] = _Block(len(ids), set(ids[live].tolist()))
         singles = set()
         for pkey, v in self._rows.items_prefix(self._pts, key + "/"):
@@ -159,16 +160,8 @@ class GroupMap(RowMap[Any]):
         if key not in self._stored:
             data = self._rows.get(self.ns, key)
             head = loads(data) if data is not None else None
-            order = head.get("_order", []) if isinstance(head, dict) else []
-            singles = {
-                int(k.rsplit("/", 1)[1]) for k in self._rows.keys_prefix(self._pts, key + "/")
-            }
-            live = set(order)
-            blocks = {
-                bkey: _Block(len(ids), set(ids.tolist()) & live - singles)
-                for bkey, blob in self._rows.items_prefix(self._blk, key + "/")
-                for ids in (unpack(blob)[0],)
-            }
+            order, dim = (head["_order"], int(head["_dim"])) if isinstance(head, dict) else ([], 0)
+            _, singles, blocks = self._read_points(key, order, dim)
             comps = {
                 int(k.rsplit("/", 1)[1]): hashlib.blake2b(v).digest()
                 for k, v in self._rows.items_prefix(self._comp, key + "/")
