@@ -176,10 +176,8 @@ class GroupMap(RowMap[Any]):
             digest = hashlib.blake2b(head).digest()
             if old is None or old.head != digest:
                 out.set(self.ns, key, head)
-            for pid in old.points if old is not None else ():
-                out.remove(self._pts, f"{key}/{pid}")
-            for bkey in old.blocks if old is not None else ():
-                out.remove(self._blk, bkey)
+            if old is not None:
+                self._remove_points(key, old, out)
             for cid in old.comps if old is not None else ():
                 out.remove(self._comp, f"{key}/{cid}")
             self._pending[key] = _Stored(digest, set(), {})
@@ -193,7 +191,7 @@ class GroupMap(RowMap[Any]):
         digest = hashlib.blake2b(head).digest()
         if old is None or old.head != digest:
             out.set(self.ns, key, head)
-        singles, blocks = self._write_points(key, gmm, old, out)
+        singles, blocks = self._write_points(key, ids, gmm._points.view(), old, out)
         comps: dict[int, bytes] = {}
         for j, cid in enumerate(gmm.cluster_ids):
             blob = np.concatenate([params.means[j], params.covariances[j].ravel()]).tobytes()
@@ -206,12 +204,15 @@ class GroupMap(RowMap[Any]):
         self._pending[key] = _Stored(digest, singles, comps, blocks)
 
     def _write_points(
-        self, key: str, gmm: OnlineGMM, old: _Stored | None, out: Changes
+        self,
+        key: str,
+        ids: list[int],
+        X: NDArray[np.floating],
+        old: _Stored | None,
+        out: Changes,
     ) -> tuple[set[int], dict[str, _Block]]:
-        """Write the points of group ``key`` that the database lacks (one row each), or all of
-        them as one block when a pack is due; return what the database then holds."""
-        ids = list(gmm._points.ids)
-        X = gmm._points.view()
+        """Write the points (``ids``, rows of ``X``) of group ``key`` that the database lacks (one
+        row each), or all of them as one block when a pack is due; return what it then holds."""
         now = set(ids)
         was = old if old is not None else _Stored(b"", set(), {})
         fresh = old is None or key in self._replaced  # every point is written again
@@ -221,10 +222,7 @@ class GroupMap(RowMap[Any]):
         new = [r for r, pid in enumerate(ids) if pid not in held]
         dead = sum(b.size - len(b.serves) for b in left.values())
         if fresh or len(singles) + len(new) + dead > max(PACK_MIN, len(ids) // PACK_SHARE):
-            for pid in was.points:
-                out.remove(self._pts, f"{key}/{pid}")
-            for bkey in was.blocks:
-                out.remove(self._blk, bkey)
+            self._remove_points(key, was, out)
             if not ids:
                 return set(), {}
             bkey = f"{key}/{_next_block(was.blocks)}"
@@ -238,6 +236,13 @@ class GroupMap(RowMap[Any]):
             out.remove(self._blk, bkey)  # every point it held is gone
             del left[bkey]
         return singles | {ids[r] for r in new}, left
+
+    def _remove_points(self, key: str, stored: _Stored, out: Changes) -> None:
+        """Delete every point row and block of group ``key`` that ``stored`` lists."""
+        for pid in stored.points:
+            out.remove(self._pts, f"{key}/{pid}")
+        for bkey in stored.blocks:
+            out.remove(self._blk, bkey)
 
     def committed(self) -> None:
         super().committed()
