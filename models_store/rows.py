@@ -10,8 +10,12 @@ Why SQLite: it is in the standard library, a transaction is atomic and durable a
 (``synchronous=FULL``), and in WAL mode readers (``adrap status``, a query) read the last
 committed snapshot while the writer works, without blocking it and without seeing a torn state.
 
-Every row carries a ``stamp`` (the generation that last wrote or used it), indexed per namespace,
-so a bounded namespace (the summary cache) evicts its least recently used rows cheaply.
+Rows of a bounded namespace (the summary cache) carry a ``stamp`` (the generation that last wrote
+or used them), indexed per namespace, so it evicts its least recently used rows cheaply; other
+rows keep stamp 0. A row written again is updated where it is (an upsert keeps its rowid), so its
+entries in both indexes stay put and the commit writes the page that holds it, not three: with
+``INSERT OR REPLACE`` and every row stamped, a 265k-leaf state wrote 7.1 MB of log per 200-row
+commit (7.6 ms CPU), in place and unstamped 4.8 MB (5.6 ms).
 
 Pages are 16 KiB (SQLite's default is 4 KiB): a node row (~1.5 KiB with its text) then sits in
 its leaf page instead of spilling into an overflow page, so a point read is one page, not two or
@@ -34,7 +38,7 @@ import sqlite3
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -276,8 +280,14 @@ class RowStore:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    def commit(self, changes: Changes, *, stamp: int = 0) -> int:
+    def commit(
+        self, changes: Changes, *, stamp: int = 0, stamped: Collection[str] | None = None
+    ) -> int:
         """Apply ``changes`` in one transaction (all or nothing); return the bytes written.
+
+        ``stamp`` is written into the rows put and touched in the namespaces ``stamped`` (None:
+        all of them); rows of other namespaces get 0, so writing one again never moves its entry
+        of the stamp index (see the module docstring).
 
         Raises:
             ModelStoreError: the database is read-only, full, or failed; nothing was written.
@@ -297,8 +307,13 @@ class RowStore:
                     )
                 if changes.put:
                     self._db.executemany(
-                        "INSERT OR REPLACE INTO rows (ns, key, value, stamp) VALUES (?, ?, ?, ?)",
-                        [(ns, k, v, stamp) for (ns, k), v in changes.put.items()],
+                        "INSERT INTO rows (ns, key, value, stamp) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (ns, key) DO UPDATE SET "
+                        "value = excluded.value, stamp = excluded.stamp",
+                        [
+                            (ns, k, v, stamp if stamped is None or ns in stamped else 0)
+                            for (ns, k), v in changes.put.items()
+                        ],
                     )
                     written += sum(len(v) for v in changes.put.values())
                     for ns, _ in changes.put:
@@ -306,6 +321,8 @@ class RowStore:
                             bound, version = self._bounds[ns]
                             self._bounds[ns] = (bound + 1, version)
                 touch = changes.touch - changes.put.keys() - changes.delete
+                if stamped is not None:
+                    touch = {(ns, k) for ns, k in touch if ns in stamped}
                 if touch:
                     self._db.executemany(
                         "UPDATE rows SET stamp = ? WHERE ns = ? AND key = ?",

@@ -50,6 +50,9 @@ CACHE_FACTOR = 3
 #: finds it due) waits for that many new summaries instead of coming at every commit.
 CACHE_SLACK = 10
 _INTENT = "intent"
+#: Namespaces whose rows carry the generation that last wrote or read them: the summary cache,
+#: evicted least recently used first. Other rows are stamped 0 (RowStore.commit: cheaper writes).
+_STAMPED = frozenset({"cache"})
 #: The scalars of a TreeState, kept in the manifest (the tree's name is ``tree_name`` there).
 _SCALARS = (
     "root",
@@ -117,7 +120,7 @@ def checkpoint_cache(state: TreeState, rows: RowStore) -> int:
     state.summary_cache.changes(ch)
     if not ch:
         return 0
-    written = rows.commit(ch, stamp=state.generation + 1)
+    written = rows.commit(ch, stamp=state.generation + 1, stamped=_STAMPED)
     state.summary_cache.committed()
     return written
 
@@ -221,7 +224,7 @@ def begin_intent(state: TreeState, upsert: list[str], delete: list[str]) -> None
     ch.set(_INTENT, "upsert", dumps(sorted(upsert)))
     ch.set(_INTENT, "delete", dumps(sorted(delete)))
     ch.set(_INTENT, "committed", dumps(False))
-    state.rows.commit(ch, stamp=state.generation)
+    state.rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
     state.intent_open = True
 
 
@@ -232,7 +235,7 @@ def end_intent(state: TreeState) -> None:
     ch = Changes()
     for key in ("upsert", "delete", "committed"):
         ch.remove(_INTENT, key)
-    state.rows.commit(ch, stamp=state.generation)
+    state.rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
     state.intent_open = False
 
 
@@ -290,7 +293,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
         "n_layers": len(state.layers),
     }
     try:
-        written = rows.commit(ch, stamp=state.generation)
+        written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
     except BaseException:
         state.generation -= 1
         raise

@@ -86,3 +86,42 @@ def test_the_log_is_checkpointed_at_its_kept_size_not_sqlites_1000_pages(tmp_pat
     wal = tmp_path / "s.db-wal"
     assert 22 * 1024 * 1024 < wal.stat().st_size <= WAL_KEEP_BYTES
     store.close()
+
+
+def test_a_row_written_again_is_updated_in_place_and_only_stamped_namespaces_carry_the_stamp(
+    tmp_path: Path,
+) -> None:
+    """``INSERT OR REPLACE`` deletes a row and inserts it at a new rowid, and every row carried
+    the generation: rewriting one touched its old table page, both index entries and a new page.
+    In place, a commit writes about the pages that hold the rows it changes."""
+    import random
+
+    store = RowStore(tmp_path / "s.db", create=True)
+    rng = random.Random(0)
+    keys = [f"{rng.getrandbits(64):016x}" for _ in range(20_000)]  # node ids: no key order
+    first = Changes()
+    for k in keys:
+        first.set("node", k, bytes(1000))
+        first.set("cache", k, b"summary")
+    store.commit(first, stamp=1, stamped={"cache"})
+    rowid = dict(store._db.execute("SELECT key, id FROM rows WHERE ns = 'node'").fetchall())
+    store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    again = Changes()
+    chosen = rng.sample(keys, 60)
+    for k in chosen:
+        again.set("node", k, bytes(1001))
+        again.set("cache", k, b"summary again")
+    store.commit(again, stamp=2, stamped={"cache"})
+    (_, frames, _) = store._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    # 96 pages here; 162 with INSERT OR REPLACE and every row stamped
+    assert frames <= len(again.put), f"{frames} pages written for {len(again.put)} rows rewritten"
+    now = dict(store._db.execute("SELECT key, id FROM rows WHERE ns = 'node'").fetchall())
+    assert all(now[k] == rowid[k] for k in chosen), "a row written again keeps its rowid"
+    stamps = dict(store._db.execute("SELECT ns || '/' || key, stamp FROM rows").fetchall())
+    assert {stamps[f"node/{k}"] for k in keys} == {0}
+    assert {stamps[f"cache/{k}"] for k in chosen} == {2}
+    assert store.get("node", chosen[0]) == bytes(1001)
+    evicted = store.evict_oldest("cache", keep=100)
+    kept = {k for k, _ in store.items("cache")}
+    assert evicted == 19_900
+    assert set(chosen) <= kept, "the least recently stamped rows went"

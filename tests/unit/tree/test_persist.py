@@ -18,7 +18,7 @@ from ingestor.errors import SummarizationError, TreeError
 from ingestor.pipeline import Pipeline, load_state, state_exists
 from ingestor.tree import persist
 from ingestor.tree.persist import commit_state, pending_intent, state_path
-from models_store import IncompatibleModelError, ModelStore, ModelStoreError, RowStore
+from models_store import Changes, IncompatibleModelError, ModelStore, ModelStoreError, RowStore
 from retriever import SearchFilter, StoreError
 from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
@@ -34,24 +34,29 @@ def built(tmp_path: Path) -> tuple[Pipeline, Path]:
 
 
 def test_a_one_document_update_rewrites_only_the_rows_it_changed(
-    built: tuple[Pipeline, Path],
+    built: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p, root = built
     rows = RowStore(state_path(p.models, "t"), readonly=True)
-    before = dict(
-        sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, stamp FROM rows").fetchall()
-    )
+    before = dict(sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, value FROM rows"))
+    written: set[str] = set()
+    commit = RowStore.commit
+
+    def spy(store: RowStore, changes: Changes, **kwargs: Any) -> int:
+        written.update(f"{ns}:{key}" for ns, key in changes.put)
+        return commit(store, changes, **kwargs)
+
+    monkeypatch.setattr(RowStore, "commit", spy)
     (root / "new.txt").write_text(doc_text(random.Random(5), 5))
     p.update([root / "new.txt"])
-    after = dict(
-        sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, stamp FROM rows").fetchall()
-    )
-    generation = p.require_state().generation
-    rewritten = [k for k, stamp in after.items() if stamp == generation and k.startswith("node:")]
+    after = dict(sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, value FROM rows"))
     nodes = [k for k in after if k.startswith("node:")]
+    rewritten = [k for k in nodes if k in written]
     assert 0 < len(rewritten) < len(nodes) / 2, "only the nodes the update touched are written"
-    untouched = [k for k in nodes if k in before and after[k] == before[k]]
-    assert untouched, "nodes the update did not touch keep the generation that wrote them"
+    untouched = [k for k in nodes if k in before and k not in written]
+    assert untouched
+    assert all(after[k] == before[k] for k in untouched)
+    assert all(k in written for k in after if before.get(k) != after[k]), "all changes committed"
     check_invariants(p)
 
 
