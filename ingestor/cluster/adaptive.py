@@ -302,11 +302,8 @@ class AdaptiveLayer:
                 for r, point in zip(rows.tolist(), reduced, strict=True):
                     local[r] = point
                 coming = int(len(rows) - stay[rows].sum())
-                if vectors is not None and (
-                    group_upkeep.due(self, gmm, coming)
-                    or group_upkeep.oversized(self, gmm.n + len(rows))
-                ):
-                    refit.add(g)
+                if vectors is not None and group_upkeep.due(self, gmm, coming):
+                    refit.add(g)  # (a group cut for its size keeps its clusters: Algorithm 2)
         rows_of: dict[int, list[int]] = defaultdict(list)  # placed groups, rows in batch order
         for row, node_id in enumerate(node_ids):
             g = int(groups[row])
@@ -356,7 +353,14 @@ class AdaptiveLayer:
                     )
                 self._refit_group(g, vectors, delta)
             elif vectors is not None and group_upkeep.oversized(self, gmm.n):
+                stale, first = group_upkeep.due(self, gmm, 0), len(self.gmms)
                 self._split_group(g, vectors, delta)
+                parts = [g, *range(first, len(self.gmms))]
+                if stale:  # its new points were placed for a refit: each part gets its own
+                    for h in parts:
+                        self._refit_group(h, vectors, delta)
+                else:  # each part keeps the group's model: checked as any group
+                    work[:0] = parts
             elif (vectors is not None and gmm.n > 0 and group_upkeep.due(self, gmm, 0)) or (
                 group_upkeep.outgrown(self, gmm)
                 and not group_upkeep.cut(self, g, delta)

@@ -7,10 +7,13 @@ import random
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from numpy.typing import NDArray
 
+from ingestor.cluster import group_upkeep
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
 from ingestor.cluster.global_split import bound_groups, split_component
 from ingestor.cluster.gmm import fit_gmm
@@ -124,6 +127,66 @@ def test_an_update_that_fills_a_group_past_max_group_cuts_it() -> None:
     check_groups(al)
     assert delta.created or delta.dirty, "the cut is reported, so summaries follow it"
     # Later nodes near the cut group land in one of its parts and the layer stays consistent.
+    later = near[:3] + 0.001
+    later = (later / np.linalg.norm(later, axis=1, keepdims=True)).astype(np.float32)
+    more = [f"c{i}" for i in range(3)]
+    vec |= dict(zip(more, later, strict=True))
+    al.add_many(more, later, LayerDelta(), vectors=_vectors(vec))
+    check_groups(al)
+
+
+def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fitting each part afresh cost ~1 s per 500 points at 265k leaves and changed most of the
+    group's clusters (so their summaries); the parts keep the group's model instead. (A group
+    due for a refit anyway is refitted part by part: the test above.)"""
+    X, _ = sphere_blobs(4, 50, 32, 0.1, seed=3)
+    ids = [f"a{i}" for i in range(len(X))]
+    c = TreeClusterer(random_state=0, n_epochs=50).fit(X)
+    al = AdaptiveLayer.from_fit(0, c, ids, {f: [f"s{f}"] for f in range(c.n_clusters_)})
+    g = max(range(len(al.gmms)), key=lambda j: len(c.local_models_[j].members))
+    c.max_group = len(c.local_models_[g].members) + 3
+    umap = c.local_models_[g].umap
+    seen: dict[int, frozenset[str]] = {}
+    cut = LayerDelta()  # what the cut itself reports
+    real_split = group_upkeep.split
+
+    def split(al: AdaptiveLayer, g: int, vectors: Any, delta: LayerDelta) -> None:
+        seen.update(group_upkeep.members_of(al, g)[2])  # the clusters the cut starts from
+        real_split(al, g, vectors, cut)
+        delta.absorb(cut.dirty, cut.created, cut.split, cut.removed)
+
+    monkeypatch.setattr(group_upkeep, "split", split)
+    rng = np.random.default_rng(0)
+    rows = [ids.index(n) for n in sorted(n for n, (h, _) in al.point_of.items() if h == g)]
+    near = X[rng.choice(rows, 6)] + rng.normal(0, 0.01, size=(6, X.shape[1]))
+    near = (near / np.linalg.norm(near, axis=1, keepdims=True)).astype(np.float32)
+    new = [f"b{i}" for i in range(6)]  # too few to make the group due for a refit
+    vec = dict(zip(ids, X, strict=True)) | dict(zip(new, near, strict=True))
+    parts_before = len(al.gmms)
+    refits = al.refits
+    delta = LayerDelta()
+    al.add_many(new, near, delta, vectors=_vectors(vec))
+    assert al.group_splits == 1
+    parts = [g, *range(parts_before, len(al.gmms))]
+    assert all(c.local_models_[h].umap is umap for h in parts), "no UMAP was fitted"
+    assert al.refits == refits, "no part was fitted"
+    check_groups(al)
+    now = {cid: frozenset(al.members(cid)) for h in parts for cid in al.gmms[h].members}
+    part_of = {n: h for n, (h, _) in al.point_of.items()}
+    whole = [cid for cid, m in seen.items() if len({part_of[n] for n in m}) == 1]
+    assert whole, "the cut left some clusters inside one part"
+    for cid in whole:
+        assert now[cid] == seen[cid], f"cluster {cid} inside one part is left as it was"
+        assert cid not in cut.dirty | cut.created | cut.removed, "so its summary stays"
+    for cid, m in seen.items():  # a crossed cluster is split along the cut, nothing lost
+        assert m <= frozenset().union(*(now[k] for k in now if now[k] & m))
+    for h in parts:
+        gmm = al.gmms[h]
+        assert all(
+            gmm.offered.get(cid, 0) >= len(m) for cid, m in gmm.members.items() if len(m) > al.tau_c
+        ), "every cluster past tau_c was offered its split"
     later = near[:3] + 0.001
     later = (later / np.linalg.norm(later, axis=1, keepdims=True)).astype(np.float32)
     more = [f"c{i}" for i in range(3)]
