@@ -180,7 +180,7 @@ def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
     for cid in whole:
         assert now[cid] == seen[cid], f"cluster {cid} inside one part is left as it was"
         assert cid not in cut.dirty | cut.created | cut.removed, "so its summary stays"
-    for cid, m in seen.items():  # a crossed cluster is split along the cut, nothing lost
+    for m in seen.values():  # a crossed cluster is split along the cut, nothing lost
         assert m <= frozenset().union(*(now[k] for k in now if now[k] & m))
     for h in parts:
         gmm = al.gmms[h]
