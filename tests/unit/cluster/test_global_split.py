@@ -103,30 +103,27 @@ def check_groups(al: AdaptiveLayer) -> None:
     assert sum(counts.values()) == len(al.point_of)
 
 
-def test_an_update_that_fills_a_group_past_max_group_cuts_it() -> None:
+def grown_group(
+    coming: int, room: int
+) -> tuple[AdaptiveLayer, int, NDArray[np.float32], list[str], dict[str, NDArray[np.float32]]]:
+    """A layer whose largest group may hold ``room`` more points, and ``coming`` new nodes close
+    to its members (not placed yet): the layer, the group, their vectors, ids and every vector."""
     X, _ = sphere_blobs(4, 50, 32, 0.1, seed=3)
     ids = [f"a{i}" for i in range(len(X))]
     c = TreeClusterer(random_state=0, n_epochs=50).fit(X)
     al = AdaptiveLayer.from_fit(0, c, ids, {f: [f"s{f}"] for f in range(c.n_clusters_)})
     g = max(range(len(al.gmms)), key=lambda j: len(c.local_models_[j].members))
-    size = len(c.local_models_[g].members)
-    c.max_group = size + 10
-    # 30 new nodes close to the group's members: the group ends the batch at size + 30.
+    c.max_group = len(c.local_models_[g].members) + room
     rng = np.random.default_rng(0)
     rows = [ids.index(n) for n in sorted(n for n, (h, _) in al.point_of.items() if h == g)]
-    near = X[rng.choice(rows, 30)] + rng.normal(0, 0.01, size=(30, X.shape[1]))
+    near = X[rng.choice(rows, coming)] + rng.normal(0, 0.01, size=(coming, X.shape[1]))
     near = (near / np.linalg.norm(near, axis=1, keepdims=True)).astype(np.float32)
-    new = [f"b{i}" for i in range(30)]
-    vec = dict(zip(ids, X, strict=True)) | dict(zip(new, near, strict=True))
-    groups_before = len(al.gmms)
-    delta = LayerDelta()
-    al.add_many(new, near, delta, vectors=_vectors(vec))
-    assert al.group_splits == 1
-    assert len(al.gmms) > groups_before
-    assert max(gm.n if gm else len(al.guarded[j][1]) for j, gm in enumerate(al.gmms)) <= c.max_group
-    check_groups(al)
-    assert delta.created or delta.dirty, "the cut is reported, so summaries follow it"
-    # Later nodes near the cut group land in one of its parts and the layer stays consistent.
+    new = [f"b{i}" for i in range(coming)]
+    return al, g, near, new, dict(zip(ids, X, strict=True)) | dict(zip(new, near, strict=True))
+
+
+def add_near(al: AdaptiveLayer, near: NDArray[np.float32], vec: dict[str, Any]) -> None:
+    """Later nodes near the cut group land in one of its parts; the layer stays consistent."""
     later = near[:3] + 0.001
     later = (later / np.linalg.norm(later, axis=1, keepdims=True)).astype(np.float32)
     more = [f"c{i}" for i in range(3)]
@@ -135,18 +132,29 @@ def test_an_update_that_fills_a_group_past_max_group_cuts_it() -> None:
     check_groups(al)
 
 
+def test_an_update_that_fills_a_group_past_max_group_cuts_it() -> None:
+    # 30 new nodes close to the group's members: it ends the batch 20 past max_group.
+    al, _, near, new, vec = grown_group(30, 10)
+    c = al.clusterer
+    groups_before = len(al.gmms)
+    delta = LayerDelta()
+    al.add_many(new, near, delta, vectors=_vectors(vec))
+    assert al.group_splits == 1
+    assert len(al.gmms) > groups_before
+    assert max(gm.n if gm else len(al.guarded[j][1]) for j, gm in enumerate(al.gmms)) <= c.max_group
+    check_groups(al)
+    assert delta.created or delta.dirty, "the cut is reported, so summaries follow it"
+    add_near(al, near, vec)
+
+
 def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Fitting each part afresh cost ~1 s per 500 points at 265k leaves and changed most of the
     group's clusters (so their summaries); the parts keep the group's model instead. (A group
     due for a refit anyway is refitted part by part: the test above.)"""
-    X, _ = sphere_blobs(4, 50, 32, 0.1, seed=3)
-    ids = [f"a{i}" for i in range(len(X))]
-    c = TreeClusterer(random_state=0, n_epochs=50).fit(X)
-    al = AdaptiveLayer.from_fit(0, c, ids, {f: [f"s{f}"] for f in range(c.n_clusters_)})
-    g = max(range(len(al.gmms)), key=lambda j: len(c.local_models_[j].members))
-    c.max_group = len(c.local_models_[g].members) + 3
+    al, g, near, new, vec = grown_group(6, 3)  # too few to make the group due for a refit
+    c = al.clusterer
     umap = c.local_models_[g].umap
     seen: dict[int, frozenset[str]] = {}
     cut = LayerDelta()  # what the cut itself reports
@@ -158,12 +166,6 @@ def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
         delta.absorb(cut.dirty, cut.created, cut.split, cut.removed)
 
     monkeypatch.setattr(group_upkeep, "split", split)
-    rng = np.random.default_rng(0)
-    rows = [ids.index(n) for n in sorted(n for n, (h, _) in al.point_of.items() if h == g)]
-    near = X[rng.choice(rows, 6)] + rng.normal(0, 0.01, size=(6, X.shape[1]))
-    near = (near / np.linalg.norm(near, axis=1, keepdims=True)).astype(np.float32)
-    new = [f"b{i}" for i in range(6)]  # too few to make the group due for a refit
-    vec = dict(zip(ids, X, strict=True)) | dict(zip(new, near, strict=True))
     parts_before = len(al.gmms)
     refits = al.refits
     delta = LayerDelta()
@@ -187,12 +189,7 @@ def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
         assert all(
             gmm.offered.get(cid, 0) >= len(m) for cid, m in gmm.members.items() if len(m) > al.tau_c
         ), "every cluster past tau_c was offered its split"
-    later = near[:3] + 0.001
-    later = (later / np.linalg.norm(later, axis=1, keepdims=True)).astype(np.float32)
-    more = [f"c{i}" for i in range(3)]
-    vec |= dict(zip(more, later, strict=True))
-    al.add_many(more, later, LayerDelta(), vectors=_vectors(vec))
-    check_groups(al)
+    add_near(al, near, vec)
 
 
 def test_cut_groups_are_committed_and_read_back(tmp_path: Path) -> None:
