@@ -353,14 +353,7 @@ class AdaptiveLayer:
                     )
                 self._refit_group(g, vectors, delta)
             elif vectors is not None and group_upkeep.oversized(self, gmm.n):
-                stale, first = group_upkeep.due(self, gmm, 0), len(self.gmms)
-                self._split_group(g, vectors, delta)
-                parts = [g, *range(first, len(self.gmms))]
-                if stale:  # its new points were placed for a refit: each part gets its own
-                    for h in parts:
-                        self._refit_group(h, vectors, delta)
-                else:  # each part keeps the group's model: checked as any group
-                    work[:0] = parts
+                work[:0] = self._split_group(g, vectors, delta)  # parts checked as any group
             elif (vectors is not None and gmm.n > 0 and group_upkeep.due(self, gmm, 0)) or (
                 group_upkeep.outgrown(self, gmm)
                 and not group_upkeep.cut(self, g, delta)
@@ -372,9 +365,9 @@ class AdaptiveLayer:
         """Fit group ``g``'s local model afresh on its members (:func:`group_upkeep.refit`)."""
         group_upkeep.refit(self, g, vectors, delta)
 
-    def _split_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+    def _split_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> list[int]:
         """Cut group ``g`` into parts of at most ``max_group`` (:func:`group_upkeep.split`)."""
-        group_upkeep.split(self, g, vectors, delta)
+        return group_upkeep.split(self, g, vectors, delta)
 
     def remove(self, node_id: str, delta: LayerDelta, *, moving: bool = False) -> None:
         """Drop a node from its clusters; clusters left empty are removed.

@@ -147,7 +147,7 @@ def refit(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> Non
     log.debug("layer %d group %d refitted: %d clusters", al.layer, g, len(fit.clusters))
 
 
-def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> list[int]:
     """Cut group ``g`` (past ``max_group`` points) into parts of at most ``max_group`` points.
 
     The cuts are made in the global UMAP space and replace the group's component of the
@@ -159,12 +159,16 @@ def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> Non
     the 2-means cut, amortised over the ``max_group / 2`` insertions it takes to fill a part
     again. Fitting each part afresh (the build's two steps) cost ~1 s per part of 500 points
     at 265k leaves and changed most of the group's clusters; a part is refitted when its
-    share of the group's changes comes due (:func:`due`), as the group would have been.
+    share of the group's changes comes due (:func:`due`), as the group would have been. A group
+    due already (its new points were placed for a refit) is refitted part by part.
+
+    Returns:
+        The parts (``g`` and the new groups) to check as any group; none if they were refitted.
     """
     c = al.clusterer
     gmm = al.gmms[g]
     assert gmm is not None, "only a group with a local model grows past max_group"
-    local = c.local_models_[g]
+    local, stale, first = c.local_models_[g], due(al, gmm, 0), len(al.gmms)
     nodes, pids, old = members_of(al, g)
     X = vectors(nodes)
     k_before = int(c.global_gmm_.n_components)
@@ -202,6 +206,10 @@ def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> Non
         len(new_comps) + 1,
         c.max_group,
     )
+    cut_parts = [g, *range(first, len(al.gmms))]
+    for h in cut_parts if stale else ():
+        refit(al, h, vectors, delta)
+    return [] if stale else cut_parts
 
 
 def _part(

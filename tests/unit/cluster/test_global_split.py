@@ -160,10 +160,11 @@ def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
     cut = LayerDelta()  # what the cut itself reports
     real_split = group_upkeep.split
 
-    def split(al: AdaptiveLayer, g: int, vectors: Any, delta: LayerDelta) -> None:
+    def split(al: AdaptiveLayer, g: int, vectors: Any, delta: LayerDelta) -> list[int]:
         seen.update(group_upkeep.members_of(al, g)[2])  # the clusters the cut starts from
-        real_split(al, g, vectors, cut)
+        parts = real_split(al, g, vectors, cut)
         delta.absorb(cut.dirty, cut.created, cut.split, cut.removed)
+        return parts
 
     monkeypatch.setattr(group_upkeep, "split", split)
     parts_before = len(al.gmms)
