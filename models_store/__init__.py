@@ -1,8 +1,9 @@
 """Persistence of everything needed to continue a tree without refitting (no Qdrant, no files)."""
 
+from models_store.changes import Changes
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
 from models_store.manifest import Manifest
-from models_store.rows import Changes, RowStore
+from models_store.rows import RowStore
 from models_store.store import ModelStore, write_atomic
 
 __all__ = [

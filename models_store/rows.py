@@ -42,6 +42,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from models_store.changes import Changes
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
 from models_store.manifest import library_versions, major_minor
 from models_store.rows_format import READABLE_FORMATS, ROWS_FORMAT, SCHEMA, migrate
@@ -66,29 +67,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-class Changes:
-    """The writes of one commit: rows to put or delete, stamps to refresh, manifest entries."""
-
-    def __init__(self) -> None:
-        self.put: dict[tuple[str, str], bytes] = {}
-        self.delete: set[tuple[str, str]] = set()
-        self.touch: set[tuple[str, str]] = set()
-        self.manifest: dict[str, Any] = {}
-        #: Namespaces to empty before the rows above are written (a full rebuild of a layer).
-        self.clear: set[str] = set()
-
-    def set(self, ns: str, key: str, value: bytes) -> None:
-        self.put[(ns, key)] = value
-        self.delete.discard((ns, key))
-
-    def remove(self, ns: str, key: str) -> None:
-        self.put.pop((ns, key), None)
-        self.delete.add((ns, key))
-
-    def __len__(self) -> int:
-        return len(self.put) + len(self.delete) + len(self.touch) + len(self.clear)
 
 
 class RowStore:

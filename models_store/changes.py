@@ -1,0 +1,30 @@
+"""The writes of one state commit, gathered before :meth:`models_store.rows.RowStore.commit`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Changes"]
+
+
+class Changes:
+    """The writes of one commit: rows to put or delete, stamps to refresh, manifest entries."""
+
+    def __init__(self) -> None:
+        self.put: dict[tuple[str, str], bytes] = {}
+        self.delete: set[tuple[str, str]] = set()
+        self.touch: set[tuple[str, str]] = set()
+        self.manifest: dict[str, Any] = {}
+        #: Namespaces to empty before the rows above are written (a full rebuild of a layer).
+        self.clear: set[str] = set()
+
+    def set(self, ns: str, key: str, value: bytes) -> None:
+        self.put[(ns, key)] = value
+        self.delete.discard((ns, key))
+
+    def remove(self, ns: str, key: str) -> None:
+        self.put.pop((ns, key), None)
+        self.delete.add((ns, key))
+
+    def __len__(self) -> int:
+        return len(self.put) + len(self.delete) + len(self.touch) + len(self.clear)
