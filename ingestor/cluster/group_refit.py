@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.cluster.gmm import gaussian_parameters, to_sklearn
+from ingestor.cluster.gmm import REG_COVAR, gaussian_parameters, to_sklearn
 from ingestor.cluster.incremental import IdCounter, match_ids
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.cluster.two_step import LocalModel
 
-__all__ = ["GroupFit", "match_ids", "refit_group"]
+__all__ = ["GroupFit", "group_fit", "match_ids", "refit_group"]
 
 #: The clusterer parameters a group's own clusterer copies from its layer's.
 _PARAMS = (
@@ -117,27 +117,63 @@ def refit_group(
     chosen = np.zeros((m, len(sub.clusters_)), dtype=bool)
     for j, members in enumerate(sub.clusters_):
         chosen[list(members), j] = True
-    # The group's online GMM lives in the sub-clustering's global UMAP space; its components
-    # are the M-step of the clusters found (a soft member counts for each of its clusters).
-    params = gaussian_parameters(Y, chosen / chosen.sum(axis=1, keepdims=True))
-    gmm = to_sklearn(params, random_state=c.random_state)
+    # The group's online GMM lives in the sub-clustering's global UMAP space.
     parts = [frozenset(nodes[i] for i in np.flatnonzero(col).tolist()) for col in chosen.T]
-    online = OnlineGMM(
-        params,
+    return group_fit(
         Y,
-        cluster_ids=match_ids(parts, old),
-        point_ids=list(point_ids),
-        memberships=[set(np.flatnonzero(row).tolist()) for row in chosen],
+        chosen,
+        umap,
+        nodes,
+        list(point_ids),
+        match_ids(parts, old),
         threshold=c.threshold,
         tau_n=tau_n,
         tau_c=tau_c,
         ids=ids,
         random_state=c.random_state,
     )
+
+
+def group_fit(
+    Y: NDArray[Any],
+    chosen: NDArray[np.bool_],
+    umap: Any,
+    nodes: Sequence[str],
+    point_ids: list[int],
+    cluster_ids: list[int],
+    *,
+    reg_covar: float = REG_COVAR,
+    **online: Any,
+) -> GroupFit:
+    """A group's model whose clusters are the columns of ``chosen``.
+
+    Args:
+        Y: (m, c) the members' points in the space of ``umap`` (the group's local UMAP).
+        chosen: (m, k) which clusters each member belongs to (rows in ``nodes`` order).
+        nodes, point_ids: the members and their point ids in the online GMM.
+        cluster_ids: each column's cluster id (-1: a fresh one from ``online["ids"]``).
+        reg_covar: covariance regularisation of the components.
+        online: the online GMM's other arguments (thresholds, id counter, seed...).
+
+    The online GMM's components are the M-step of the clusters (a soft member counts for each of
+    its clusters); a column without members makes no cluster.
+    """
+    params = gaussian_parameters(Y, chosen / chosen.sum(axis=1, keepdims=True), reg_covar)
+    gmm = to_sklearn(params, reg_covar=reg_covar, random_state=online.get("random_state"))
+    model = OnlineGMM(
+        params,
+        Y,
+        cluster_ids=cluster_ids,
+        point_ids=point_ids,
+        memberships=[set(np.flatnonzero(row).tolist()) for row in chosen],
+        reg_covar=reg_covar,
+        **online,
+    )
     comp_ids = [-1] * gmm.n_components  # per GMM component, as TreeClusterer records them
-    kept = [j for j in range(gmm.n_components) if parts[j]]
-    for j, cid in zip(kept, online.cluster_ids, strict=True):
+    kept = [j for j in range(gmm.n_components) if chosen[:, j].any()]
+    for j, cid in zip(kept, model.cluster_ids, strict=True):
         comp_ids[j] = cid
     node_of = dict(zip(point_ids, nodes, strict=True))
-    clusters = {cid: frozenset(node_of[p] for p in pids) for cid, pids in online.members.items()}
-    return GroupFit(LocalModel(rows, umap, gmm, Y, tuple(comp_ids)), online, clusters)
+    clusters = {cid: frozenset(node_of[p] for p in pids) for cid, pids in model.members.items()}
+    local = LocalModel(np.arange(len(nodes)), umap, gmm, Y, tuple(comp_ids))
+    return GroupFit(local, model, clusters)

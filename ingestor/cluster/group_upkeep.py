@@ -19,20 +19,18 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.global_split import bound_groups
-from ingestor.cluster.gmm import gaussian_parameters, to_sklearn
-from ingestor.cluster.group_refit import GroupFit, refit_group
+from ingestor.cluster.group_refit import GroupFit, group_fit, refit_group
 from ingestor.cluster.incremental import GUARDED, LayerDelta, prefetch
-from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.cluster.two_step import LocalModel
 
 if TYPE_CHECKING:
     from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
+    from ingestor.cluster.online_gmm import OnlineGMM
 
 __all__ = [
     "OUTGROWN",
@@ -168,7 +166,7 @@ def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> lis
     c = al.clusterer
     gmm = al.gmms[g]
     assert gmm is not None, "only a group with a local model grows past max_group"
-    local, stale, first = c.local_models_[g], due(al, gmm, 0), len(al.gmms)
+    umap, stale, first = c.local_models_[g].umap, due(al, gmm, 0), len(al.gmms)
     nodes, pids, old = members_of(al, g)
     X = vectors(nodes)
     k_before = int(c.global_gmm_.n_components)
@@ -184,16 +182,18 @@ def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> lis
     owner = {  # each cluster keeps its id in the part holding most of its members
         cid: Counter(part_of[p] for p in m).most_common(1)[0][0] for cid, m in gmm.members.items()
     }
+    row, points = {p: i for i, p in enumerate(gmm.point_ids)}, gmm.points
     made: dict[int, frozenset[str]] = {}
     for j, part in enumerate(parts):
         rows = np.flatnonzero(comp == part)
         group = g if j == 0 else len(al.gmms)
-        members = [nodes[r] for r in rows]
-        ids = [pids[r] for r in rows] if j == 0 else list(range(len(rows)))
+        members, part_pids = [nodes[r] for r in rows], [pids[r] for r in rows]
+        ids = part_pids if j == 0 else list(range(len(rows)))
         if j == 0:
             for r in np.flatnonzero(comp != part):
                 del al.node_at[(g, pids[r])]
-        fit = _part(gmm, local, [pids[r] for r in rows], ids, members, owner, j)
+        Y = points[[row[p] for p in part_pids]]
+        fit = _part(gmm, umap, Y, part_pids, ids, members, owner, j)
         _install(al, group, fit, members, ids, placed=j == 0, fitted=False)
         made.update(fit.clusters)
     _report(old, made, delta, split=True)
@@ -214,7 +214,8 @@ def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> lis
 
 def _part(
     gmm: OnlineGMM,
-    local: LocalModel,
+    umap: Any,
+    Y: NDArray[np.float64],
     part: list[int],
     ids: list[int],
     nodes: list[str],
@@ -222,38 +223,37 @@ def _part(
     j: int,
 ) -> GroupFit:
     """Part ``j`` of a cut group: the group's clusters restricted to the points ``part`` (the
-    group's point ids; ``ids`` their ids in the part, ``nodes`` their nodes), in the group's
-    local UMAP space. A cluster named by another part (``owner``) gets a fresh id here.
+    group's point ids, at ``Y`` in the group's local UMAP space; ``ids`` their ids in the part,
+    ``nodes`` their nodes). A cluster named by another part (``owner``) gets a fresh id here.
 
-    The components are the M-step of the restricted memberships. Each cluster keeps the size
-    it was last offered its split at (a part of a cluster is no larger than the cluster), and
-    the part carries its share of the group's changes since its fit, so it comes due when the
-    group would have.
+    Each cluster keeps the size it was last offered its split at (a part of a cluster is no
+    larger than the cluster), and the part carries its share of the group's changes since its
+    fit, so it comes due when the group would have.
     """
     inside = set(part)
     clusters = [(cid, m & inside) for cid, m in gmm.members.items() if m & inside]
-    row = {p: i for i, p in enumerate(gmm.point_ids)}
-    Y = gmm.points[[row[p] for p in part]]
     chosen = np.zeros((len(part), len(clusters)), dtype=bool)
     at = {p: i for i, p in enumerate(part)}
     for k, (_, m) in enumerate(clusters):
         chosen[[at[p] for p in m], k] = True
-    params = gaussian_parameters(Y, chosen / chosen.sum(axis=1, keepdims=True), gmm.reg_covar)
-    online = OnlineGMM(
-        params,
+    fit = group_fit(
         Y,
-        cluster_ids=[cid if owner[cid] == j else -1 for cid, _ in clusters],
-        point_ids=ids,
-        memberships=[set(np.flatnonzero(r).tolist()) for r in chosen],
+        chosen,
+        umap,
+        nodes,
+        ids,
+        [cid if owner[cid] == j else -1 for cid, _ in clusters],
+        reg_covar=gmm.reg_covar,
         threshold=gmm.threshold,
         tau_n=gmm.tau_n,
         tau_c=gmm.tau_c,
         ids=gmm.ids,
         random_state=gmm.random_state,
-        reg_covar=gmm.reg_covar,
         max_iter=gmm.max_iter,
         min_split_size=gmm.min_split_size,
     )
+    online = fit.online
+    assert online is not None
     share = len(part) / gmm.n
     online.offered = {
         new: gmm.offered[cid]
@@ -263,13 +263,7 @@ def _part(
     online.fitted = max(1, round(gmm.fitted * share))
     online.churn = round(gmm.churn * share)
     online.fitted_largest = gmm.fitted_largest
-    node_of = dict(zip(ids, nodes, strict=True))
-    made = {cid: frozenset(node_of[p] for p in m) for cid, m in online.members.items()}
-    gm = to_sklearn(params, reg_covar=gmm.reg_covar, random_state=gmm.random_state)
-    model = LocalModel(
-        np.arange(len(part)), local.umap, gm, Y.astype(np.float32), tuple(online.cluster_ids)
-    )
-    return GroupFit(model, online, made)
+    return fit
 
 
 def _fit(
