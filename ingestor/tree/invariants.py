@@ -12,6 +12,7 @@ from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
 from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit
+from ingestor.cluster.online_gmm import REOFFER_GROWTH
 from ingestor.tree.state import Provenance, folders_of
 
 
@@ -127,10 +128,11 @@ def _layer(
             bad.append(f"layer {i} group {g}: GMM points and nodes differ")
         for cid, pids in gmm.members.items():
             clusters[cid] = len(pids)
-            if len(pids) > gmm.tau_c and gmm.offered.get(cid, 0) < len(pids) and not al.greedy:
+            if gmm.offer_due(cid) and not al.greedy:
                 bad.append(
-                    f"layer {i}: cluster {cid} has {len(pids)} > tau_c members and was never "
-                    f"offered its split at that size (offered at {gmm.offered.get(cid)})"
+                    f"layer {i}: cluster {cid} has {len(pids)} > tau_c members and was not "
+                    f"offered its split since it was 1/(1 + {REOFFER_GROWTH:g}) of that size "
+                    f"(offered at {gmm.offered.get(cid)})"
                 )
             if len(pids) > outgrown_limit(gmm) and not al.greedy:
                 bad.append(

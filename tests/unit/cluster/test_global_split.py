@@ -187,9 +187,7 @@ def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
         assert m <= frozenset().union(*(now[k] for k in now if now[k] & m))
     for h in parts:
         gmm = al.gmms[h]
-        assert all(
-            gmm.offered.get(cid, 0) >= len(m) for cid, m in gmm.members.items() if len(m) > al.tau_c
-        ), "every cluster past tau_c was offered its split"
+        assert not any(map(gmm.offer_due, gmm.members)), "every cluster was offered its split"
     add_near(al, near, vec)
 
 

@@ -178,6 +178,29 @@ def test_far_points_at_large_n_grow_a_cluster_until_it_splits() -> None:
     assert new_cluster <= far  # the split cut the far points off the original blob
 
 
+def test_a_cluster_is_offered_its_split_past_tau_c_and_again_after_each_quarter_of_growth() -> None:
+    """An offer fits three mixtures to the cluster's members: offered on every insert (Algorithm
+    2 as printed) it cost O(size) per insert, so inserts got dearer as clusters grew with the tree.
+    It is offered when it passes tau_c and again each time it grew by a quarter since."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(8, 2))
+    online = OnlineGMM(params_of(GaussianMixture(1, random_state=0).fit(X)), X, tau_n=5, tau_c=11)
+    (cid,) = online.members
+    sizes: list[int] = []
+    real = online._try_split
+
+    def spy(c: int, *, cut: bool = False) -> bool:
+        sizes.append(len(online.members[c]))
+        return real(c, cut=cut)
+
+    online._try_split = spy  # type: ignore[method-assign,assignment]
+    for _ in range(52):  # one blob: BIC keeps it whole every time
+        online.add(rng.normal(size=2))
+        assert not online.offer_due(cid)
+    assert list(online.members) == [cid]
+    assert sizes == [12, 16, 21, 27, 34, 43, 54]
+
+
 @pytest.mark.parametrize("greedy", [False, True])
 def test_an_added_points_clusters_are_all_it_belongs_to(greedy: bool) -> None:
     """The point's clusters are read from the ones it joined and the parts of their splits
