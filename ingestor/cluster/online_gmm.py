@@ -25,9 +25,10 @@ taken out before and put back after (an incremental and a batch M-step agree to 
 paper's "leave the clusters unchanged" option).
 
 :attr:`OnlineGMM.offered` records, per cluster, its size when it was last offered a split (by
-BIC: the fit that made it, a refit, or ``_try_split``). Algorithm 2 offers a cluster past τ_c its
-split on every insert into it; we offer it when it passes τ_c and then each time it has grown by a
-quarter (:data:`REOFFER_GROWTH`) since its last offer (deviation from the paper). An offer fits
+BIC: the fit that made it, a refit, or ``_try_split``), lowered to its size when it shrinks.
+Algorithm 2 offers a cluster past τ_c its split on every insert into it; we offer it when it
+passes τ_c and then each time it has grown by a quarter (:data:`REOFFER_GROWTH`) since its last
+offer or its smallest size since (deviation from the paper). An offer fits
 three mixtures to the cluster's s members, so offering on every insert costs O(s) per insert and
 grows with the clusters (a 265k-leaf tree's layer-0 clusters hold ~21 members, a 2.7k tree's ~5);
 offering each s/4 inserts costs O(1) per insert, and a cluster is never more than a quarter past
@@ -233,8 +234,7 @@ class OnlineGMM:
         split = {cid for cid in offer if self._try_split(cid)}
         near = [*joined, *(self.members.keys() - old_ids)]  # the only clusters it can be in
         for cid in [*offer, *(self.members.keys() - old_ids)]:  # offered now, or made by a split
-            if len(self.members[cid]) > self.tau_c:
-                self.offered[cid] = len(self.members[cid])
+            self.offered[cid] = len(self.members[cid])
         return self._result(pid, old_ids, before, split=split, near=near)
 
     def add_many(self, X: NDArray[np.floating]) -> tuple[list[int], list[UpdateResult]]:
@@ -313,6 +313,8 @@ class OnlineGMM:
         self.churn += 1
         for m in self.members.values():
             m.discard(point)
+        for cid in before:  # a cluster that shrank grows a quarter from there before its offer
+            self.offered[cid] = min(self.offered.get(cid, 0), len(self.members[cid]))
         keep = [j for j, cid in enumerate(self.cluster_ids) if self.members[cid]]
         if len(keep) < self.params.k:
             self.params = self.params.subset(keep)

@@ -199,6 +199,13 @@ def test_a_cluster_is_offered_its_split_past_tau_c_and_again_after_each_quarter_
         assert not online.offer_due(cid)
     assert list(online.members) == [cid]
     assert sizes == [12, 16, 21, 27, 34, 43, 54]
+    for pid in sorted(online.members[cid])[:51]:  # shrunk to 9, it is offered past tau_c again
+        online.remove(pid)
+    sizes.clear()
+    for _ in range(3):
+        online.add(rng.normal(size=2))
+        assert not any(map(online.offer_due, online.members))
+    assert sizes == [12]
 
 
 @pytest.mark.parametrize("greedy", [False, True])
