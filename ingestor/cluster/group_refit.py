@@ -9,8 +9,9 @@ that space chose one component) while the online GMM, whose full-EM refits only 
 components, held 67 clusters there; layer-1 ARI against a rebuild was 0.13, and 0.43 with every
 group's local UMAP + GMM fitted afresh (a rebuild with another seed: 0.54).
 
-:func:`refit_group` runs the build's clustering (``TreeClusterer``, both steps) on one group's
-current members, so its cost is that of the group, never of the tree. The paper allows it for
+:func:`refit_group` runs the build's clustering (``TreeClusterer``: its local step, or both steps
+for a group that grew well past the build's groups) on one group's current members, so its cost
+is that of the group, never of the tree. The paper allows it for
 deletions ("recompute the local clustering by trying smaller values for K" [A §4.4]); here it also
 covers insertions, triggered by how much of the group changed
 (:class:`~ingestor.cluster.adaptive.AdaptiveLayer`). New clusters take the ids of the old clusters
@@ -32,7 +33,10 @@ from ingestor.cluster.incremental import IdCounter, match_ids
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.cluster.two_step import LocalModel
 
-__all__ = ["GroupFit", "group_fit", "match_ids", "refit_group"]
+__all__ = ["GroupFit", "group_fit", "match_ids", "refit_group", "two_steps"]
+
+#: A group refit runs the build's two steps past this many times the build's mean group size.
+TWO_STEPS_PAST = 2.0
 
 #: The clusterer parameters a group's own clusterer copies from its layer's.
 _PARAMS = (
@@ -78,13 +82,20 @@ def refit_group(
     tau_n: int,
     tau_c: int,
 ) -> GroupFit:
-    """Cluster one group's members as a build of them alone would, for its new local model.
+    """Cluster one group's members as a build would, for its new local model.
 
-    The build's two steps run on the members (a UMAP with √m neighbours and a GMM by BIC, then
-    a local UMAP + GMM inside each part): a group grown from stale global placements can hold
-    several of a rebuild's global clusters, which one local step would keep together (short
-    soak: layer-1 clusters of 66 members against a rebuild's 27 at most). The group's online
-    GMM lives in the first step's UMAP space, its components the M-step of the clusters found.
+    A group of about the size the layer's build gave its global clusters (at most
+    :data:`TWO_STEPS_PAST` times their mean, :func:`two_steps`) gets the build's local step: a
+    local UMAP and a GMM by BIC with at least ``⌈m / max_cluster_size⌉`` components, as the build
+    clustered it. A group that grew past that runs the build's two steps (a UMAP with √m
+    neighbours and a GMM by BIC, then a local UMAP + GMM inside each part): grown from stale
+    global placements, it can hold several of a rebuild's global clusters, which one local step
+    would keep together (short soak: layer-1 clusters of 66 members against a rebuild's 27 at
+    most). Running the two steps on every group made a refit 3-4x dearer at 265k leaves (~4.1 s
+    against ~1.1 s for 990 points) and its clusters 3-4x finer than the build's there (120-166
+    clusters against the 42 the build and a local-step refit make), so each refit of a large
+    group created ~100 summaries. The group's online GMM lives in the UMAP space of the step that
+    ran first, its components the M-step of the clusters found.
 
     Args:
         clusterer: the layer's fitted ``TreeClusterer`` (a fresh one with its parameters runs).
@@ -108,16 +119,18 @@ def refit_group(
         (cid,) = match_ids([frozenset(nodes)], old)
         cid = cid if cid >= 0 else ids.take()
         return GroupFit(LocalModel(rows, None, None, None, (cid,)), None, {cid: frozenset(nodes)})
-    # The build's two steps on this group alone: a stale global partition can leave one group
-    # with several of the build's global clusters, which one local step would keep together.
-    sub = type(c)(**{k: getattr(c, k) for k in _PARAMS}).fit(X)
-    umap = sub.global_umap_
-    Y = umap.embedding_ if m <= sub.fit_sample else sub.transform_global(X)
+    sub = type(c)(**{k: getattr(c, k) for k in _PARAMS})
+    if two_steps(c, m):
+        sub.fit(X)
+        umap = sub.global_umap_
+        Y = umap.embedding_ if m <= sub.fit_sample else sub.transform_global(X)
+    else:
+        local = sub.fit_local(X)
+        umap, Y = local.umap, local.embedding
     Y = np.asarray(Y, dtype=np.float64)
     chosen = np.zeros((m, len(sub.clusters_)), dtype=bool)
     for j, members in enumerate(sub.clusters_):
         chosen[list(members), j] = True
-    # The group's online GMM lives in the sub-clustering's global UMAP space.
     parts = [frozenset(nodes[i] for i in np.flatnonzero(col).tolist()) for col in chosen.T]
     return group_fit(
         Y,
@@ -132,6 +145,14 @@ def refit_group(
         ids=ids,
         random_state=c.random_state,
     )
+
+
+def two_steps(clusterer: Any, m: int) -> bool:
+    """Whether a refit of a group of ``m`` points runs the build's two steps, not only its local
+    step: the group holds more than :data:`TWO_STEPS_PAST` times the points the layer's build put
+    in a global cluster on average (or that is not recorded)."""
+    size = clusterer.build_group_size() if hasattr(clusterer, "build_group_size") else None
+    return size is None or m > TWO_STEPS_PAST * size
 
 
 def group_fit(

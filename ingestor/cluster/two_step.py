@@ -184,6 +184,23 @@ class TreeClusterer:
         log.debug("clustered %d points: %d global, %d final", n, n_global, self.n_clusters_)
         return self
 
+    def fit_local(self, X: NDArray[np.floating]) -> LocalModel:
+        """Run only the local step on the rows of X, as if they were one global cluster: a local
+        UMAP and a GMM chosen by BIC (at least ``⌈n / max_cluster_size⌉`` components). Sets
+        ``clusters_`` (the final clusters, as :meth:`fit` does) and returns the local model, whose
+        ``cluster_ids`` index ``clusters_``."""
+        X = unit_rows(X)
+        self.n_features_in_ = X.shape[1]
+        self.clusters_ = []
+        return self._fit_local(X, np.arange(len(X)), np.random.default_rng(self.random_state))
+
+    def build_group_size(self) -> float | None:
+        """The mean number of points per global cluster the fit made (None: not recorded)."""
+        labels = getattr(self, "global_labels_", None)
+        if labels is None or len(labels) == 0:
+            return None
+        return len(labels) / (int(np.max(labels)) + 1)
+
     def predict(self, X: NDArray[np.floating]) -> list[frozenset[int]]:
         """Place new points into the fitted clusters without refitting.
 

@@ -3,6 +3,7 @@ fitted afresh on its members (ingestor.cluster.group_refit, AdaptiveLayer.add_ma
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable
 
@@ -13,8 +14,9 @@ from sklearn.metrics import adjusted_rand_score
 
 from ingestor.cluster import group_upkeep
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
-from ingestor.cluster.group_refit import match_ids
+from ingestor.cluster.group_refit import TWO_STEPS_PAST, match_ids, refit_group
 from ingestor.cluster.group_upkeep import OUTGROWN
+from ingestor.cluster.incremental import IdCounter
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.cluster.two_step import TreeClusterer
 from tests.unit.cluster.test_two_step import sphere_blobs
@@ -311,3 +313,39 @@ def test_an_outgrown_cluster_is_cut_on_its_own_members_and_the_group_keeps_its_m
     assert grew > gmm.fitted_largest  # it outgrew its fit: the cut, not a refit, broke it up
     assert len(gmm.members) > clusters
     assert al.refits == refits
+
+
+def test_a_group_of_about_the_builds_size_is_refitted_by_the_local_step_a_grown_one_by_both() -> (
+    None
+):
+    """A refit clusters a group as the build would: one of about the size the build gave the
+    layer's global clusters by the build's local step (it ran the two steps on every group,
+    which at 265k leaves cost 3-4x more and made clusters 3-4x finer than the build's), one that
+    grew past twice that by both steps (it may hold several of a rebuild's global clusters)."""
+    X = four_blobs()
+    ids = [f"a{i}" for i in range(len(X))]
+    c = TreeClusterer(random_state=0, n_epochs=50, local_n_neighbors=7).fit(X)
+    al = AdaptiveLayer.from_fit(0, c, ids, {f: [f"s{f}"] for f in range(c.n_clusters_)})
+    assert c.build_group_size() == len(X) / len(c.local_models_)
+    vec = dict(zip(ids, X, strict=True))
+
+    def vectors(nodes: list[str]) -> NDArray[np.float32]:
+        return np.stack([vec[n] for n in nodes])
+
+    g, gmm = largest_group(al)
+    assert gmm.n <= TWO_STEPS_PAST * c.build_group_size()
+    nodes, _, _ = group_upkeep.members_of(al, g)
+    group_upkeep.refit(al, g, vectors, LayerDelta())
+    assert al.clusterer.local_models_[g].umap.n_neighbors == 7, "the local step's neighbours"
+    ref = TreeClusterer(random_state=0, n_epochs=50, local_n_neighbors=7)
+    ref.fit_local(vectors(nodes))
+    refitted = al.gmms[g]
+    assert refitted is not None
+    got = {frozenset(al.node_at[(g, p)] for p in m) for m in refitted.members.values()}
+    assert got == {frozenset(nodes[r] for r in rows) for rows in ref.clusters_}
+
+    grown = refit_group(
+        c, ids, X, {}, point_ids=list(range(len(X))), ids=IdCounter(), tau_n=100, tau_c=11
+    )
+    assert len(X) > TWO_STEPS_PAST * c.build_group_size()
+    assert grown.local.umap.n_neighbors == math.isqrt(len(X)), "the first step's √m neighbours"
