@@ -151,7 +151,7 @@ def two_steps(clusterer: Any, m: int) -> bool:
     """Whether a refit of a group of ``m`` points runs the build's two steps, not only its local
     step: the group holds more than :data:`TWO_STEPS_PAST` times the points the layer's build put
     in a global cluster on average (or that is not recorded)."""
-    size = clusterer.build_group_size() if hasattr(clusterer, "build_group_size") else None
+    size = clusterer.build_group_size()
     return size is None or m > TWO_STEPS_PAST * size
 
 

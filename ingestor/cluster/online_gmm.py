@@ -28,12 +28,12 @@ paper's "leave the clusters unchanged" option).
 BIC: the fit that made it, a refit, or ``_try_split``), lowered to its size when it shrinks.
 Algorithm 2 offers a cluster past τ_c its split on every insert into it; we offer it when it
 passes τ_c and then each time it has grown by a quarter (:data:`REOFFER_GROWTH`) since its last
-offer or its smallest size since (deviation from the paper). An offer fits
-three mixtures to the cluster's s members, so offering on every insert costs O(s) per insert and
-grows with the clusters (a 265k-leaf tree's layer-0 clusters hold ~21 members, a 2.7k tree's ~5);
-offering each s/4 inserts costs O(1) per insert, and a cluster is never more than a quarter past
-the size BIC last kept it whole at. "No cluster grew past τ_c without being offered its split" is
-checkable: :func:`offer_due` is false for every cluster after every update.
+offer or its smallest size since (deviation from the paper). An offer fits three mixtures to the
+cluster's s members, so offering on every insert costs O(s) per insert and grows with the
+clusters (a 265k-leaf tree's layer-0 clusters hold ~21 members, a 2.7k tree's ~5); offering each
+s/4 inserts costs O(1) per insert, and a cluster is never more than a quarter past the size BIC
+last kept it whole at. "No cluster grew past τ_c without being offered its split" is checkable:
+:func:`offer_due` is false for every cluster after every update.
 """
 
 from __future__ import annotations
@@ -185,8 +185,8 @@ class OnlineGMM:
         return frozenset(cid for cid, m in self.members.items() if point in m)
 
     def offer_due(self, cid: int) -> bool:
-        """Whether cluster ``cid`` is due its split offer: past ``tau_c`` members and never offered,
-        or grown by more than :data:`REOFFER_GROWTH` since its last offer (see the module docstring)."""
+        """Whether cluster ``cid`` is due its split offer (:func:`offer_due` of its size and
+        :attr:`offered`)."""
         return offer_due(len(self.members[cid]), self.tau_c, self.offered.get(cid, 0))
 
     def to_sklearn(self) -> GaussianMixture:
