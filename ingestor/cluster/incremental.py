@@ -225,6 +225,17 @@ def match_ids(
     return ids
 
 
+#: A cluster offered its split at s members is offered it again past s x (1 + this) members.
+REOFFER_GROWTH = 0.25
+
+
+def offer_due(size: int, tau_c: int, offered: int) -> bool:
+    """Whether a cluster of ``size`` members, last offered its split at ``offered`` members (0:
+    never), is due an offer: past ``tau_c``, and either not offered since it passed ``tau_c`` or
+    grown past ``offered x (1 +`` :data:`REOFFER_GROWTH`\\ ``)``."""
+    return size > tau_c and (offered <= tau_c or size > offered * (1.0 + REOFFER_GROWTH))
+
+
 def best_split(
     X: NDArray[np.float64],
     pids: Sequence[int],

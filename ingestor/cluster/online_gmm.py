@@ -24,16 +24,12 @@ taken out before and put back after (an incremental and a batch M-step agree to 
 ``remove(point)`` drops a point and the clusters left empty, parameters otherwise unchanged (the
 paper's "leave the clusters unchanged" option).
 
-:attr:`OnlineGMM.offered` records, per cluster, its size when it was last offered a split (by
-BIC: the fit that made it, a refit, or ``_try_split``), lowered to its size when it shrinks.
-Algorithm 2 offers a cluster past τ_c its split on every insert into it; we offer it when it
-passes τ_c and then each time it has grown by a quarter (:data:`REOFFER_GROWTH`) since its last
-offer or its smallest size since (deviation from the paper). An offer fits three mixtures to the
-cluster's s members, so offering on every insert costs O(s) per insert and grows with the
-clusters (a 265k-leaf tree's layer-0 clusters hold ~21 members, a 2.7k tree's ~5); offering each
-s/4 inserts costs O(1) per insert, and a cluster is never more than a quarter past the size BIC
-last kept it whole at. "No cluster grew past τ_c without being offered its split" is checkable:
-:func:`offer_due` is false for every cluster after every update.
+:attr:`OnlineGMM.offered` records, per cluster, its size at its last split offer (the BIC fit that
+made it, a refit, ``_try_split``), lowered to its size when it shrinks. A cluster past τ_c is
+offered its split when it passes τ_c and again after each quarter of growth
+(:func:`~ingestor.cluster.incremental.offer_due`), not on every insert as Algorithm 2 does
+(deviation: an offer fits three mixtures to the whole cluster, an O(cluster) cost per insert; see
+docs/architecture.md). :meth:`OnlineGMM.offer_due` is false for every cluster after every update.
 """
 
 from __future__ import annotations
@@ -62,23 +58,13 @@ from ingestor.cluster.incremental import (
     halve,
     incremental_m_step,
     match_ids,
+    offer_due,
     refit_by_bic,
 )
 
 log = logging.getLogger(__name__)
 
 __all__ = ["IdCounter", "OnlineGMM", "UpdateResult", "incremental_m_step"]
-
-
-#: A cluster offered its split at s members is offered it again past s x (1 + this) members.
-REOFFER_GROWTH = 0.25
-
-
-def offer_due(size: int, tau_c: int, offered: int) -> bool:
-    """Whether a cluster of ``size`` members, last offered its split at ``offered`` members (0:
-    never), is due an offer: past ``tau_c``, and either not offered since it passed ``tau_c`` or
-    grown past ``offered x (1 +`` :data:`REOFFER_GROWTH`\\ ``)``."""
-    return size > tau_c and (offered <= tau_c or size > offered * (1.0 + REOFFER_GROWTH))
 
 
 class OnlineGMM:
@@ -185,8 +171,8 @@ class OnlineGMM:
         return frozenset(cid for cid, m in self.members.items() if point in m)
 
     def offer_due(self, cid: int) -> bool:
-        """Whether cluster ``cid`` is due its split offer (:func:`offer_due` of its size and
-        :attr:`offered`)."""
+        """Whether cluster ``cid`` is due its split offer
+        (:func:`~ingestor.cluster.incremental.offer_due` of its size and :attr:`offered`)."""
         return offer_due(len(self.members[cid]), self.tau_c, self.offered.get(cid, 0))
 
     def to_sklearn(self) -> GaussianMixture:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
 from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit
-from ingestor.cluster.online_gmm import REOFFER_GROWTH
+from ingestor.cluster.incremental import REOFFER_GROWTH
 from ingestor.tree.state import Provenance, folders_of
 
 
