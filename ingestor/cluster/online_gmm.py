@@ -218,8 +218,9 @@ class OnlineGMM:
             self.members[cid].add(pid)
         offer = [cid for cid in joined if self.offer_due(cid)]
         split = {cid for cid in offer if self._try_split(cid)}
-        near = [*joined, *(self.members.keys() - old_ids)]  # the only clusters it can be in
-        for cid in [*offer, *(self.members.keys() - old_ids)]:  # offered now, or made by a split
+        made = self.members.keys() - old_ids  # the parts of its splits
+        near = [*joined, *made]  # the only clusters it can be in
+        for cid in [*offer, *made]:  # offered now, or made by a split (BIC's choice)
             self.offered[cid] = len(self.members[cid])
         return self._result(pid, old_ids, before, split=split, near=near)
 
