@@ -1,7 +1,13 @@
 """Errors raised by the ingestor.
 
     IngestError
-    ├── SourceError          a file could not be read or decoded (the daemon logs and skips it)
+    ├── SourceError          a file's content cannot be used (unsupported, binary, empty, corrupt):
+    │   │                    the daemon logs it once, skips the file and retries when it changes
+    │   ├── SourceUnavailableError  the file exists but cannot be read *now* (EACCES, EBUSY, EIO,
+    │   │                    a folder that cannot be listed): its nodes are kept, it is shown as
+    │   │                    stale and retried with backoff; never treated as a deletion
+    │   └── SourceGoneError  the file is gone (absent from a listing of its folder, or vanished
+    │                        mid-read): the only error after which its nodes are removed
     ├── ConfigError          a setting is invalid or names something that does not exist
     ├── SummarizationError   a summariser failed after its retries (never stored as text)
     └── TreeError            the tree state is inconsistent or was written by another setup
@@ -16,6 +22,14 @@ class IngestError(Exception):
 
 class SourceError(IngestError):
     """A document could not be read: the message names the file, the reason and the fix."""
+
+
+class SourceUnavailableError(SourceError):
+    """The file (or folder) exists but cannot be read now; keep what was read before and retry."""
+
+
+class SourceGoneError(SourceError):
+    """The file is gone; its nodes may be removed."""
 
 
 class ConfigError(IngestError):
