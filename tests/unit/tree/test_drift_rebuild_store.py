@@ -1,0 +1,40 @@
+"""A drift rebuild inside an update writes the node store in bulk, as ``adrap rebuild`` does."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from tests.fakes import EchoSummarizer
+from tests.unit.tree.test_adrap import doc_text, make_pipeline
+
+
+def test_a_drift_rebuild_in_an_update_indexes_the_embedded_store_once(tmp_path: Path) -> None:
+    """The drift-rebuild path of ``adrap add``/``remove`` rewrites every node of the tree; without
+    bulk writes the embedded store optimized (merged every segment) once per auto-optimize batch
+    of that rewrite (15 times at a scaled-down threshold, against 1 in ``adrap rebuild``)."""
+    rng = random.Random(5)
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(30):
+        (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 10)))
+    p = make_pipeline(tmp_path, EchoSummarizer(), drift=0.01)  # any update is a drift rebuild
+    p.leaves_first = False  # count the rebuild's writes only, not the new leaves' early upsert
+    p.build(root)
+    store = p.store
+    store.auto_optimize_points = 20  # type: ignore[attr-defined]
+    calls: list[int] = []
+    optimize = store.optimize
+
+    def counting() -> bool:
+        calls.append(1)
+        return optimize()
+
+    store.optimize = counting  # type: ignore[method-assign]
+    (root / "late.txt").write_text(doc_text(rng, 8))
+    report = p.update([root / "late.txt"])
+    assert report.rebuilt, "the update must take the drift-rebuild path"
+    assert len(p.require_state().nodes) > 3 * 20, "the rebuild must write many optimize batches"
+    assert len(calls) <= 1, f"the drift rebuild optimized {len(calls)} times, expected at most once"
+    assert store.auto_optimize_points == 20  # type: ignore[attr-defined]
+    store.close()
