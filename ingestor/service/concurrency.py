@@ -17,6 +17,7 @@ import sys
 import threading
 from typing import Any
 
+from ingestor.service.deadline import holding
 from ingestor.tree.build import Progress
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class LockedStore:
         lock = self._lock
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            with lock:
+            with holding(lock):  # a request past its deadline stops here (deadline.py)
                 result = attr(*args, **kwargs)
                 if hasattr(result, "__next__"):  # an iterator (iter_ids): drain under the lock
                     return iter(list(result))

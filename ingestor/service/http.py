@@ -10,17 +10,22 @@ Routes (``build_app`` takes a list, so other routers, e.g. the read-only Qdrant 
 - ``GET /status``: JSON: tree stats, pending events, quarantine, share guard, the last update.
 - ``GET /query?q=...&mode=...&max_tokens=N&top_k=N&source=...``: the JSON of ``adrap query --json``
   (``mode=postqfrap`` with ``k0`` and ``base`` too).
-- ``GET /ask?q=...`` (the same parameters): the JSON of ``adrap ask --json``.
+- ``POST /ask?q=...`` (the same parameters): the JSON of ``adrap ask --json`` (POST only: it
+  spends LLM tokens, and a browser sends no cross-site POST that the door lets in).
 - ``POST /retry?path=...``: release quarantined files (all, or those under ``path``).
 - ``POST /confirm-deletions``: let a held bulk deletion through.
 - ``GET /dashboard`` and ``/dashboard/api/...``: the web page of the tree
   (:mod:`ingestor.service.dashboard.routes`; the page itself needs no token, its data does).
 
+Door (:mod:`ingestor.service.door`), on every route before the token: a ``Host`` that does not
+name this daemon (DNS rebinding) and a cross-site browser request are refused (403).
+
 Auth: with a token set, every route but /healthz and /readyz needs it, as
 ``Authorization: Bearer <token>`` or as ``api-key: <token>`` (the header Qdrant clients send).
 
 Limits: request bodies over ``MAX_BODY`` bytes are refused (413); ``max_tokens`` and ``top_k`` are
-bounded by settings (400 beyond); a query gets ``query_timeout`` seconds (504 after); uvicorn caps
+bounded by settings (400 beyond); a query gets ``query_timeout`` seconds (504 after), and its work
+stops then too (:mod:`ingestor.service.deadline`: it takes no further lock); uvicorn caps
 concurrent connections (``limit_concurrency``, 503 beyond) and idle keep-alive connections.
 """
 
@@ -36,7 +41,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from starlette.applications import Starlette
@@ -47,12 +52,16 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingestor.errors import ConfigError, SummarizationError
+from ingestor.service.deadline import Deadline
+from ingestor.service.door import Door
 from retriever import RetrieverError
 
 if TYPE_CHECKING:
     from ingestor.service.daemon import Daemon
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Largest request body accepted, bytes (the API takes parameters, not documents).
 MAX_BODY = 64 * 1024
@@ -64,13 +73,15 @@ OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/dashboard"})
 
 @dataclass(frozen=True)
 class HttpLimits:
-    """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``)."""
+    """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``) and the names it answers to."""
 
     max_tokens: int = 32_000
     max_top_k: int = 100
     query_timeout: float = 30.0
     concurrency: int = 32
     keep_alive: int = 5
+    #: ``Host`` names accepted besides loopback and the bound host (``ADRAP_WATCH__ALLOWED_HOSTS``).
+    allowed_hosts: tuple[str, ...] = ()
 
 
 def is_loopback(host: str) -> bool:
@@ -98,17 +109,22 @@ def require_token_off_loopback(host: str, token: str | None) -> None:
 
 
 class GuardMiddleware:
-    """Pure-ASGI checks before any route: request size, then the bearer token."""
+    """Pure-ASGI checks before any route: Host and cross-site (``door``), size, then the token."""
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, door: Door | None = None) -> None:
         self.app = app
         self.token = token
+        self.door = door or Door()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        refused = self.door.refusal(scope["method"], scope["path"], headers)
+        if refused is not None:
+            await _error(403, refused)(scope, receive, send)
+            return
         length = headers.get("content-length")
         if (length is not None and (not length.isdigit() or int(length) > MAX_BODY)) or (
             length is None and "chunked" in headers.get("transfer-encoding", "")
@@ -195,7 +211,7 @@ def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
         Route("/metrics", metrics),
         Route("/status", status),
         Route("/query", answering(daemon.query)),
-        Route("/ask", answering(daemon.ask)),
+        Route("/ask", answering(daemon.ask), methods=["POST"]),  # spends LLM tokens
         Route("/retry", retry, methods=["POST"]),
         Route("/confirm-deletions", confirm, methods=["POST"]),
     ]
@@ -216,8 +232,7 @@ def _bounded(params: dict[str, str], name: str, most: int) -> None:
 async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:
     """Run a blocking answer in a worker thread; 400/503/504 for bad input, store, timeout."""
     try:
-        with anyio.fail_after(timeout):
-            out = await anyio.to_thread.run_sync(fn, abandon_on_cancel=True)
+        out = await run_bounded(fn, timeout)
     except TimeoutError:
         return _error(504, f"the query took longer than {timeout:.0f} s")
     except ValueError as exc:
@@ -229,17 +244,58 @@ async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:
     return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
 
 
-def build_app(routes: Sequence[BaseRoute], token: str | None) -> Starlette:
-    """Build the ASGI app from ``routes`` (the daemon's, plus any mounted by others)."""
+async def run_bounded(fn: Callable[[], T], timeout: float) -> T:
+    """Run ``fn`` in a worker thread under a :class:`Deadline` of ``timeout`` seconds.
+
+    At the timeout the caller gets :class:`TimeoutError` at once and the deadline is cancelled, so
+    the thread stops at its next lock instead of running on (a thread cannot be killed).
+
+    Raises:
+        TimeoutError: the timeout passed (in the caller, or in the thread at a lock).
+    """
+    deadline = Deadline(timeout)
+    try:
+        with anyio.fail_after(timeout):
+            return await anyio.to_thread.run_sync(partial(deadline.run, fn), abandon_on_cancel=True)
+    finally:
+        deadline.cancel()  # done, timed out or the client went away: take no further lock
+
+
+def build_app(
+    routes: Sequence[BaseRoute],
+    token: str | None,
+    *,
+    host: str = "127.0.0.1",
+    allowed_hosts: Sequence[str] = (),
+) -> Starlette:
+    """Build the ASGI app from ``routes`` (the daemon's, plus any mounted by others).
+
+    Args:
+        routes: every route served.
+        token: the bearer token, or None.
+        host: the bound host (a ``Host`` naming it is accepted, see :class:`Door`).
+        allowed_hosts: more names accepted as ``Host`` (a proxy's).
+    """
 
     async def not_found(request: Request, _exc: Exception) -> Response:
         names = " ".join(r.path for r in routes if isinstance(r, Route))
         return PlainTextResponse(f"not found; try {names}\n", status_code=404)
 
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        allow = getattr(exc, "headers", None) or {}
+        methods = allow.get("Allow", "")
+        return PlainTextResponse(
+            f"{request.method} is not allowed on {request.url.path}; use {methods}\n",
+            status_code=405,
+            headers={"Allow": methods} if methods else None,
+        )
+
     return Starlette(
         routes=list(routes),
-        middleware=[Middleware(GuardMiddleware, token=token)],
-        exception_handlers={404: not_found},
+        middleware=[
+            Middleware(GuardMiddleware, token=token, door=Door(host, allowed_hosts)),
+        ],
+        exception_handlers={404: not_found, 405: not_allowed},
     )
 
 

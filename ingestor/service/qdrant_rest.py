@@ -27,8 +27,9 @@ point, 503 while the daemon reconciles (as ``/query``), 504 after ``query_timeou
 Auth: the daemon's bearer token, which :class:`~ingestor.service.http.GuardMiddleware` also takes
 as ``api-key: <token>`` (what Qdrant clients send for ``api_key=``/``apiKey``).
 
-Concurrency: like ``/query``, each request runs in a worker thread under ``query_timeout``, and
-each engine call holds only the store's short lock (``LockedStore``), never the writer's.
+Concurrency: like ``/query``, each request runs in a worker thread under ``query_timeout`` (past
+it, the request takes no further store lock), and each engine call holds only the store's short
+lock (``LockedStore``), never the writer's.
 """
 
 from __future__ import annotations
@@ -40,14 +41,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-import anyio
 from pydantic import BaseModel, ValidationError
 from qdrant_client.http import models
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ingestor.service.http import HttpLimits
+from ingestor.service.http import HttpLimits, run_bounded
 from retriever import EdgeRestReader, RestSearchRequest, RetrieverError
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,8 @@ def qdrant_routes(
                 return fn(arg)
 
             try:
-                with anyio.fail_after(limits.query_timeout):
-                    out = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-            except TimeoutError:
+                out = await run_bounded(run, limits.query_timeout)
+            except TimeoutError:  # the work stops at its next store call (deadline.py)
                 return _error(504, f"the request took longer than {limits.query_timeout:.0f} s", t0)
             except LookupError as exc:
                 return _error(404, str(exc.args[0]), t0)
