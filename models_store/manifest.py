@@ -12,8 +12,12 @@ from pydantic import BaseModel, ConfigDict
 
 FORMAT_VERSION = 1
 
-#: Libraries whose pickles must come from the same major.minor release to be loaded safely.
-PINNED_LIBRARIES = ("numpy", "scikit-learn", "umap-learn", "joblib")
+#: Libraries whose objects the fitted models pickle (UMAP, GMMs, arrays), recorded in every manifest.
+#: A state written with other versions opens: a minor release reads its predecessors' pickles, and
+#: a model blob that cannot be read raises :class:`~models_store.errors.IncompatibleModelError`,
+#: which the ingestor answers with a refit from the stored vectors (the tree, its summaries and
+#: the summary cache are rows, not pickles of these libraries).
+PINNED_LIBRARIES = ("numpy", "scikit-learn", "umap-learn")
 
 
 def library_versions() -> dict[str, str]:
@@ -67,13 +71,16 @@ class Manifest(BaseModel):
             extra=extra,
         )
 
-    def incompatibilities(self) -> list[str]:
+    def library_changes(self) -> list[str]:
         """Return one line per library whose major.minor differs from the running one."""
-        now = library_versions()
-        out = []
-        for lib, was in self.libraries.items():
-            if lib == "python":
-                continue
-            if lib in now and major_minor(now[lib]) != major_minor(was):
-                out.append(f"{lib} {was} (stored) vs {now[lib]} (installed)")
-        return out
+        return library_changes(self.libraries)
+
+
+def library_changes(stored: dict[str, str]) -> list[str]:
+    """Return one line per pinned library whose major.minor in ``stored`` differs from now."""
+    now = library_versions()
+    return [
+        f"{lib} {was} (stored) vs {now[lib]} (installed)"
+        for lib, was in stored.items()
+        if lib in PINNED_LIBRARIES and lib in now and major_minor(now[lib]) != major_minor(was)
+    ]

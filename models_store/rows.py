@@ -44,7 +44,7 @@ from typing import Any
 
 from models_store.changes import Changes
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
-from models_store.manifest import library_versions, major_minor
+from models_store.manifest import library_changes, library_versions
 from models_store.rows_format import READABLE_FORMATS, ROWS_FORMAT, SCHEMA, migrate
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,12 @@ class RowStore:
         return {k: json.loads(v) for k, v in rows}
 
     def check(self, expect: Mapping[str, Any]) -> None:
-        """Refuse a database written by another format, other libraries or another setup.
+        """Refuse a database written by another format or another setup (``expect``: the embedding
+        model and dimension).
+
+        Other versions of the clustering libraries are no reason to refuse: the rows (the tree,
+        its summaries, the summary cache) are not their pickles, and a fitted model that cannot be
+        read is refitted (see :data:`~models_store.manifest.PINNED_LIBRARIES`); they are logged.
 
         Raises:
             IncompatibleModelError: the message names each difference and how to rebuild.
@@ -173,10 +178,6 @@ class RowStore:
         bad = []
         if have.get("rows_format", ROWS_FORMAT) not in READABLE_FORMATS:
             bad.append(f"database format {have.get('rows_format')} vs {ROWS_FORMAT}")
-        now = library_versions()
-        for lib, was in (have.get("libraries") or {}).items():
-            if lib != "python" and lib in now and major_minor(now[lib]) != major_minor(was):
-                bad.append(f"{lib} {was} (stored) vs {now[lib]} (installed)")
         for key, want in expect.items():
             if key in have and have[key] != want:
                 bad.append(f"{key} {have[key]!r} (stored) vs {want!r} (configured)")
@@ -184,8 +185,17 @@ class RowStore:
             raise IncompatibleModelError(
                 f"the tree state in {self.path} was written for another setup: "
                 + "; ".join(bad)
-                + f"; delete {self.path} and run `adrap build DIR` to rebuild the tree (or "
-                "restore the previous configuration)"
+                + "; restore the previous configuration, or rebuild the tree with `adrap build "
+                "DIR` into another state directory (ADRAP_STATE_DIR); this one, with the "
+                "summaries paid for, stays as it is until you delete it"
+            )
+        changed = library_changes(have.get("libraries") or {})
+        if changed:
+            log.info(
+                "the tree state in %s was written with other library versions (%s); fitted "
+                "models that cannot be read are refitted",
+                self.path,
+                "; ".join(changed),
             )
 
     # -- reads -----------------------------------------------------------------------------------

@@ -153,11 +153,12 @@ class ModelStore:
             expect: entries that must equal the manifest's ``extra`` (e.g. the embedding model).
 
         Raises:
-            IncompatibleModelError: other library major.minor versions or another setup.
+            IncompatibleModelError: another setup, or the installed libraries cannot read the
+                object (other versions of those that pickled it): the caller refits.
             CorruptModelError: missing file or checksum mismatch.
         """
         manifest = self.manifest(name)
-        bad = manifest.incompatibilities()
+        bad: list[str] = []
         for key, want in (expect or {}).items():
             got = manifest.extra.get(key)
             if got != want:
@@ -178,7 +179,15 @@ class ModelStore:
                 f"{path} does not match its manifest checksum; run `adrap rebuild`"
             )
         with path.open("rb") as f:
-            return pickle.load(f)
+            try:
+                return pickle.load(f)
+            except Exception as exc:  # any unpickling failure: AttributeError, ImportError, ...
+                changed = manifest.library_changes()
+                raise IncompatibleModelError(
+                    f"stored {name!r} in {self.root} cannot be read by the installed libraries "
+                    f"({'; '.join(changed) or 'same versions'}): {type(exc).__name__}: {exc}; "
+                    "it is refitted from the stored vectors (`adrap rebuild`)"
+                ) from exc
 
     def delete(self, name: str) -> None:
         """Remove every version of ``name``."""
