@@ -8,13 +8,18 @@ QUESTION ?= $(shell head -n1 examples/questions.txt)
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test test-unit check lint bench clean
+.PHONY: demo test test-unit check lint lock bench clean
 
-$(STAMP): pyproject.toml scripts/install.sh
+$(STAMP): pyproject.toml constraints.txt scripts/install.sh
 	PY=$(PY) VENV=$(VENV) bash scripts/install.sh
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Refresh constraints.txt (the lock) from pyproject.toml; UPGRADE=1 moves to the newest releases.
+lock:
+	PY=$(PY) VENV=$(VENV) UPGRADE=$(UPGRADE) bash scripts/lock.sh
+	touch $(STAMP)
 
 demo: $(STAMP)
 	ADRAP_STATE_DIR=.adrap/demo $(BIN)/adrap build examples/sample

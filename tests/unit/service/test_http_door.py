@@ -219,7 +219,9 @@ def test_the_dashboard_works_from_its_own_origin(client: TestClient) -> None:
     for path in ("/dashboard/api/layers", "/dashboard/api/updates", "/query?q=zebras", "/status"):
         resp = client.get(path, headers=own)
         assert resp.status_code == 200, (path, resp.text)
-    page = client.get("/dashboard", headers={"sec-fetch-site": "none", "sec-fetch-mode": "navigate"})
+    page = client.get(
+        "/dashboard", headers={"sec-fetch-site": "none", "sec-fetch-mode": "navigate"}
+    )
     assert page.status_code == 200
     for host in ("localhost:8765", "[::1]:8765", "127.0.0.1"):
         origin = "http://" + host
@@ -228,7 +230,11 @@ def test_the_dashboard_works_from_its_own_origin(client: TestClient) -> None:
 
 
 def test_a_link_from_another_site_opens_the_page_but_nothing_else(client: TestClient) -> None:
-    nav = {"sec-fetch-site": "cross-site", "sec-fetch-mode": "navigate", "sec-fetch-dest": "document"}
+    nav = {
+        "sec-fetch-site": "cross-site",
+        "sec-fetch-mode": "navigate",
+        "sec-fetch-dest": "document",
+    }
     assert client.get("/dashboard", headers=nav).status_code == 200
     assert client.get("/status", headers=nav).status_code == 403
     assert client.get("/query?q=x", headers=nav).status_code == 403
