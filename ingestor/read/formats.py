@@ -39,7 +39,7 @@ TEXT_SUFFIXES = frozenset(
     }
 )  # fmt: skip
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"})
-# An attachment nested this deep (mail in mail in mail ...) is skipped, not read.
+# Attachments nested this deep (a mail in a mail in a mail) are skipped, not read.
 MAX_DEPTH = 3
 
 _Reader = Callable[[bytes, str, bool, int], Extracted]
@@ -91,6 +91,51 @@ def _image(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
     return Extracted((Part(text),))
 
 
+def _office(suffix: str) -> _Reader:
+    def read(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+        from ingestor.read.office import read_office
+
+        return read_office(data, name, suffix)
+
+    return read
+
+
+def _odf(suffix: str) -> _Reader:
+    def read(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+        from ingestor.read.odf import read_odf
+
+        return read_odf(data, name, suffix)
+
+    return read
+
+
+def _xlsx(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+    from ingestor.read.spreadsheet import read_xlsx
+
+    return read_xlsx(data, name)
+
+
+def _xls(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+    from ingestor.read.spreadsheet import read_xls
+
+    return read_xls(data, name)
+
+
+def _rtf(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+    from ingestor.read.rtf import read_rtf
+
+    return read_rtf(data, name)
+
+
+def _eml(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+    from ingestor.read.mail import read_eml
+
+    def read_attachment(payload: bytes, attachment: str, suffix: str) -> Extracted:
+        return _extract(payload, attachment, suffix, ocr, depth + 1, frozenset())
+
+    return read_eml(data, name, read_attachment if depth + 1 < MAX_DEPTH else None)
+
+
 _READERS: dict[str, _Reader] = {
     **dict.fromkeys(TEXT_SUFFIXES, _plain),
     **dict.fromkeys(HTML_SUFFIXES, _html),
@@ -101,6 +146,13 @@ _READERS: dict[str, _Reader] = {
     ".jsonl": _jsonl,
     ".ndjson": _jsonl,
     ".pdf": _pdf,
+    **{suffix: _office(suffix) for suffix in (".docx", ".pptx", ".epub", ".msg", ".ipynb")},
+    **{suffix: _odf(suffix) for suffix in (".odt", ".ods", ".odp")},
+    ".xlsx": _xlsx,
+    ".xlsm": _xlsx,
+    ".xls": _xls,
+    ".rtf": _rtf,
+    ".eml": _eml,
     **dict.fromkeys(IMAGE_SUFFIXES, _image),
 }
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(_READERS) - IMAGE_SUFFIXES

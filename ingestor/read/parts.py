@@ -11,7 +11,15 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Extracted", "Part", "cell_range", "column_letter", "join_parts", "table_row"]
+__all__ = [
+    "Extracted",
+    "Part",
+    "cell_range",
+    "column_letter",
+    "join_parts",
+    "sheet_ref",
+    "table_row",
+]
 
 
 @dataclass(frozen=True)
@@ -91,14 +99,20 @@ _PLAIN_SHEET = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _LOOKS_LIKE_CELL = re.compile(r"[A-Za-z]{1,3}[0-9]+|[RrCc][0-9]*")
 
 
+def sheet_ref(sheet: str) -> str:
+    """Return a sheet name as an Excel reference writes it: quoted when it is not a plain name."""
+    if not _PLAIN_SHEET.fullmatch(sheet) or _LOOKS_LIKE_CELL.fullmatch(sheet):
+        return "'" + sheet.replace("'", "''") + "'"
+    return sheet
+
+
 def cell_range(sheet: str, row: int, first_col: int, last_col: int) -> str:
     """Return an Excel-style locator of one row's cells: ``Budget!A5:D5``, ``'Q3 plan'!B2``.
 
     The sheet name is quoted as Excel quotes it (spaces, punctuation, names that look like a cell
     reference), with an inner ``'`` doubled.
     """
-    if not _PLAIN_SHEET.fullmatch(sheet) or _LOOKS_LIKE_CELL.fullmatch(sheet):
-        sheet = "'" + sheet.replace("'", "''") + "'"
+    sheet = sheet_ref(sheet)
     first = f"{column_letter(first_col)}{row}"
     if last_col == first_col:
         return f"{sheet}!{first}"
