@@ -109,6 +109,12 @@ def _odf(suffix: str) -> _Reader:
     return read
 
 
+def _docx(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
+    from ingestor.read.docx import read_docx
+
+    return read_docx(data, name)
+
+
 def _xlsx(data: bytes, name: str, ocr: bool, depth: int) -> Extracted:
     from ingestor.read.spreadsheet import read_xlsx
 
@@ -146,7 +152,9 @@ _READERS: dict[str, _Reader] = {
     ".jsonl": _jsonl,
     ".ndjson": _jsonl,
     ".pdf": _pdf,
-    **{suffix: _office(suffix) for suffix in (".docx", ".pptx", ".epub", ".msg", ".ipynb")},
+    **{suffix: _office(suffix) for suffix in (".pptx", ".epub", ".msg", ".ipynb")},
+    ".docx": _docx,
+    ".docm": _docx,
     **{suffix: _odf(suffix) for suffix in (".odt", ".ods", ".odp")},
     ".xlsx": _xlsx,
     ".xlsm": _xlsx,

@@ -1,7 +1,7 @@
-"""Word, PowerPoint, EPUB, Outlook .msg and Jupyter notebooks through markitdown's converters (MIT).
+"""PowerPoint, EPUB, Outlook .msg and Jupyter notebooks through markitdown's converters (MIT).
 
 Each suffix goes straight to its converter with a ``StreamInfo`` naming the extension: no content
-sniffing (magika) and no fallback to another converter, so a damaged ``.docx`` is an error rather
+sniffing (magika) and no fallback to another converter, so a damaged ``.pptx`` is an error rather
 than its zip listing, and nothing is fetched (plugins, LLM captions and URLs are never used).
 Their Markdown is cleaned of what a summary would pick up as noise: image placeholders, HTML
 comments, table separator lines, empty table rows, Markdown escapes.
@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 # suffix → (markitdown converter class, what to call the file in messages)
 _CONVERTERS = {
-    ".docx": ("DocxConverter", "Word document"),
     ".pptx": ("PptxConverter", "PowerPoint presentation"),
     ".epub": ("EpubConverter", "EPUB e-book"),
     ".msg": ("OutlookMsgConverter", "Outlook message"),
@@ -32,7 +31,7 @@ _CONVERTERS = {
 OFFICE_SUFFIXES = frozenset(_CONVERTERS)
 # An encrypted OOXML file is an OLE compound file holding the encrypted package, not a zip.
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-_ZIP_SUFFIXES = frozenset({".docx", ".pptx", ".epub"})
+_ZIP_SUFFIXES = frozenset({".pptx", ".epub"})
 _SLIDE = re.compile(r"^<!-- Slide number: (\d+) -->$", re.M)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
@@ -79,7 +78,7 @@ def _convert(data: bytes, name: str, suffix: str, class_name: str, kind: str) ->
         raise SourceError(
             f"{name!r} needs a markitdown extra that is not installed; pip install adrap again"
         ) from exc
-    # The converters' libraries (python-pptx, mammoth, olefile, lxml, bs4, json) raise their own
+    # The converters' libraries (python-pptx, olefile, lxml, bs4, json) raise their own
     # and the built-in errors for damaged files; all of them mean "cannot be read" here.
     except (
         MarkItDownException,

@@ -481,3 +481,21 @@ def test_ocr_reads_a_scanned_pdf_page_from_its_embedded_image() -> None:
     parts = extract(buffer.getvalue(), "scan.pdf", ".pdf", ocr=True).parts
     assert [p.locator for p in parts] == ["page 1"]
     assert "Herons nest in March" in parts[0].text
+
+
+def test_legacy_xls_gives_sheets_and_located_rows() -> None:
+    xlwt = pytest.importorskip("xlwt", reason="xlwt (test extra) writes the .xls")
+    book = xlwt.Workbook()
+    sheet = book.add_sheet("Budget")
+    sheet.write(0, 0, "Item")
+    sheet.write(0, 1, "Cost")
+    sheet.write(2, 1, FACT)
+    sheet.write(2, 2, 12.0)
+    buffer = io.BytesIO()
+    book.save(buffer)
+    assert extract(buffer.getvalue(), "old.xls", ".xls").parts == (
+        Part("# Budget", "Budget"),
+        Part("| Item | Cost |", "Budget!A1:B1"),
+        Part(f"| {FACT} | 12 |", "Budget!B3:C3", continues=True),
+    )
+    assert "not a readable Excel 97-2003 workbook" in error(b"\xd0\xcf\x11\xe0junk", "old.xls")
