@@ -33,8 +33,9 @@ _HTML_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]
 # Without a BOM these are guesses charset-normalizer makes for short Latin texts ("café" came back
 # as UTF-16-BE); text in them has NUL bytes, which are refused before detection anyway.
 _NEVER_GUESSED = ["utf_16", "utf_16_be", "utf_16_le", "utf_32", "utf_32_be", "utf_32_le", "utf_7"]
-# C0 controls other than tab, newlines, vertical tab and form feed: binary if more than 1 in 100.
-_CONTROL = re.compile(r"[\x01-\x08\x0e-\x1f\x7f]")
+# C0 controls other than tab, newlines, vertical tab, form feed and escape (colour codes in logs):
+# binary if more than 1 in 100 characters.
+_CONTROL = re.compile(r"[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]")
 _DETECT_BYTES = 256 * 1024
 
 

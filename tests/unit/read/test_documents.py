@@ -160,11 +160,9 @@ def test_nul_bytes_in_a_text_file_mean_binary(tmp_path: Path) -> None:
     assert "binary" in message
 
 
-def test_invalid_utf8_is_an_error_not_guessed_latin1(tmp_path: Path) -> None:
-    message = read_error(write(tmp_path / "legacy.txt", "caf\xe9".encode("latin-1")), tmp_path)
-    assert "legacy.txt" in message
-    assert "UTF-8" in message
-    assert "offset 3" in message
+def test_text_that_is_not_utf8_is_decoded_as_its_detected_legacy_encoding(tmp_path: Path) -> None:
+    path = write(tmp_path / "legacy.txt", "caf\xe9 \u201cquoted\u201d".encode("cp1252"))
+    assert read_document(path, tmp_path, max_bytes=MAX).text == "caf\xe9 \u201cquoted\u201d"
 
 
 def test_permission_denied_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

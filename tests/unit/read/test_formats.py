@@ -499,3 +499,44 @@ def test_legacy_xls_gives_sheets_and_located_rows() -> None:
         Part(f"| {FACT} | 12 |", "Budget!B3:C3", continues=True),
     )
     assert "not a readable Excel 97-2003 workbook" in error(b"\xd0\xcf\x11\xe0junk", "old.xls")
+
+
+def test_docx_nested_lists_and_deleted_revisions() -> None:
+    w = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
+
+    def item(text: str, level: int) -> str:
+        return (
+            f'<w:p><w:pPr><w:numPr><w:ilvl w:val="{level}"/><w:numId w:val="1"/></w:numPr></w:pPr>'
+            f"<w:r><w:t>{text}</w:t></w:r></w:p>"
+        )
+
+    document = (
+        f"<w:document {w}><w:body>"
+        '<w:p><w:pPr><w:outlineLvl w:val="0"/></w:pPr><w:r><w:t>Plan</w:t></w:r></w:p>'
+        f"{item('one', 0)}{item('one.a', 1)}"
+        f"<w:p><w:r><w:t>{FACT}</w:t></w:r><w:del><w:r><w:delText> (old)</w:delText></w:r></w:del>"
+        "</w:p></w:body></w:document>"
+    )
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("word/document.xml", document)
+    assert extract_text(buffer.getvalue(), "plan.docx", ".docx") == (
+        f"# Plan\n\n- one\n  - one.a\n\n{FACT}"
+    )
+
+
+def test_log_with_colour_codes_is_text_not_binary() -> None:
+    log_text = "\x1b[32mINFO\x1b[0m heron seen\n" * 50
+    assert extract(log_text.encode(), "app.log", ".log").parts == (Part(log_text),)
+
+
+def test_office_formats_are_read_without_the_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a reader tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    for data, name in [(make_pptx(), "t.pptx"), (make_epub(), "b.epub"), (make_docx(), "p.docx")]:
+        assert extract(data, name, "." + name.rsplit(".", 1)[1]).parts
