@@ -133,6 +133,9 @@ def qdrant_routes(
                     arg = body.model_validate_json(await request.body() or b"{}")
                 except ValidationError as exc:
                     return _error(400, f"Format error in JSON body: {_first_error(exc)}", t0)
+                huge = _out_of_range(arg.model_dump(mode="json"))
+                if huge is not None:
+                    return _error(400, f"Format error in JSON body: {huge}", t0)
 
             def run() -> Any:
                 if collection and not reader.exists():
@@ -173,6 +176,8 @@ def qdrant_routes(
     def point(params: dict[str, str]) -> models.Record:
         raw = params["id"]
         pid: int | str = int(raw) if raw.isdigit() else raw
+        if isinstance(pid, int) and pid > MAX_INT:
+            raise ValueError(f"Unable to parse point id {raw!r}: an id is at most {MAX_INT}")
         found = reader.retrieve(models.PointRequest(ids=[pid], with_vector=True))
         if not found:
             raise LookupError(f"Not found: No point with id {raw} found")
@@ -232,6 +237,34 @@ class SearchBatch(BaseModel):
     """The body of ``POST {c}/points/search/batch``."""
 
     searches: list[RestSearchRequest]
+
+
+#: The largest integer Qdrant takes (a point id is a u64; the engine overflows past it).
+MAX_INT: Final = 2**64 - 1
+#: The smallest (a payload value is an i64).
+MIN_INT: Final = -(2**63)
+
+
+def _out_of_range(value: Any, where: str = "body") -> str | None:
+    """Return where a request body holds an integer Qdrant cannot take, or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        if MIN_INT <= value <= MAX_INT:
+            return None
+        return f"{where}: integer {value} is out of range ({MIN_INT} to {MAX_INT})"
+    items: Any = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, inner in items:
+        found = _out_of_range(inner, f"{where}.{key}")
+        if found is not None:
+            return found
+    return None
 
 
 def _since(t0: float) -> float:
