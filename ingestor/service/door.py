@@ -7,7 +7,8 @@ route, before the bearer token is looked at:
 
 - **Host**: the request's ``Host`` must name this daemon: ``localhost``, a loopback address, the
   bound host (when bound to ``0.0.0.0``/``::``, any IP address: rebinding always uses a DNS name),
-  or one of ``ADRAP_WATCH__ALLOWED_HOSTS`` (names behind a proxy; ``*`` allows any). A rebound
+  or one of ``ADRAP_WATCH__ALLOWED_HOSTS`` (names behind a proxy; ``.example.org`` allows its
+  subdomains, ``*`` any). A rebound
   page sends its own name, so it is refused.
 - **Cross-site**: a request with an ``Origin`` other than the daemon's own (the ``Host`` it was
   sent to, or an allowed host), or with ``Sec-Fetch-Site`` other than ``same-origin``/``none``,
@@ -70,11 +71,18 @@ class Door:
         self.bound = bound_host.strip("[]").lower()
         self.allowed = frozenset(h.strip().lower().rstrip(".") for h in allowed_hosts if h.strip())
 
+    def listed(self, name: str) -> bool:
+        """Return True if ``name`` is one of the allowed hosts (``.example.org``: its subdomains;
+        ``*``: any name)."""
+        return (
+            "*" in self.allowed
+            or name in self.allowed
+            or any(a.startswith(".") and name.endswith(a) for a in self.allowed)
+        )
+
     def host_allowed(self, name: str) -> bool:
         """Return True if ``name`` (a host name or address, lower case) names this daemon."""
-        if "*" in self.allowed or name in self.allowed or name in LOOPBACK_NAMES:
-            return True
-        if name == self.bound:
+        if self.listed(name) or name in LOOPBACK_NAMES or name == self.bound:
             return True
         ip = _ip(name)
         return ip is not None and (ip.is_loopback or self.bound in WILDCARDS)
@@ -127,7 +135,7 @@ class Door:
             return False
         if parts.scheme not in _DEFAULT_PORTS or not name:
             return False  # "null" (a sandboxed frame, a file), or not a web origin
-        if "*" in self.allowed or name.rstrip(".") in self.allowed:
+        if self.listed(name.rstrip(".")):
             return True
         split = None if host is None else split_host(host)
         if split is None:

@@ -268,6 +268,19 @@ def test_allowed_hosts_admit_a_proxys_name_and_its_origin() -> None:
         assert c.get("/status").status_code == 403
 
 
+def test_a_leading_dot_allows_the_subdomains_of_a_name() -> None:
+    """A Kubernetes Service is reached by names ending in .svc.cluster.local (one per namespace)."""
+    app = make_app(host="0.0.0.0", allowed_hosts=(".svc.cluster.local",))
+    with TestClient(app, base_url="http://adrap.team.svc.cluster.local:8765") as c:
+        assert c.get("/status").status_code == 200
+        assert (
+            c.get("/status", headers={"host": "svc.cluster.local.evil.example"}).status_code == 403
+        )
+        assert (
+            c.get("/status", headers={"host": "evil-svc.cluster.local.example"}).status_code == 403
+        )
+
+
 def test_a_wildcard_bind_accepts_ip_addresses_but_not_names() -> None:
     with TestClient(make_app(host="0.0.0.0"), base_url="http://192.168.1.5:8765") as c:
         assert c.get("/status").status_code == 200
