@@ -203,6 +203,9 @@ class WatchSettings(_Section):
     http_port: int = Field(default=8765, ge=-1, le=65535)  # 0: any free port, -1: no HTTP
     #: Bearer token of every route but /healthz and /readyz; required beyond loopback.
     http_token: SecretStr | None = None
+    #: Host names the HTTP API answers to besides loopback and http_host (names behind a proxy;
+    #: ".example.org": its subdomains; "*": any). Other names are refused (DNS rebinding).
+    allowed_hosts: list[str] = Field(default_factory=list)
     http_max_tokens: int = Field(default=32_000, ge=1)  # largest max_tokens a query may ask
     http_max_top_k: int = Field(default=100, ge=1)
     http_query_timeout: float = Field(default=30.0, gt=0)  # seconds, then 504

@@ -130,6 +130,7 @@ def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder)
 def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
+    from ingestor.pipeline.unread import UNREAD_FILE, Unread
     from ingestor.tree.build import TreeBuilder, TreeParams
 
     c = settings.cluster
@@ -163,7 +164,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             max_node_sources=c.max_node_sources,
         ),
     )
-    return Pipeline(
+    pipeline = Pipeline(
         tree=settings.tree,
         embedder=embedder,
         builder=builder,
@@ -175,6 +176,8 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
         ignore=settings.read.ignore,
         drift_threshold=settings.adrap.drift_threshold,
     )
+    pipeline.unread = Unread(settings.state_dir / UNREAD_FILE)
+    return pipeline
 
 
 def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:

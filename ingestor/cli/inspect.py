@@ -17,15 +17,28 @@ from models_store import ModelStore
 
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--offset", default=0, show_default=True, type=click.IntRange(0), help="First unread file."
+)
+@click.option(
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(0, 10_000),
+    help="Skipped and stale files listed (each kind).",
+)
 @click.pass_obj
-def status(ctx: Ctx, as_json: bool) -> None:
-    """Show the tree: documents, leaves, nodes per layer, drift, state dir and store mode.
+def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
+    """Show the tree: documents, leaves, nodes per layer, drift, state dir and store mode,
+    and the files it could not read: skipped (content) and stale (cannot be read now), with why.
 
     \b
     Example:
       adrap status --json
+      adrap status --offset 20 --limit 100
     """
     from ingestor.pipeline import load_state, state_exists
+    from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
 
     def body() -> None:
         s = ctx.settings
@@ -58,13 +71,32 @@ def status(ctx: Ctx, as_json: bool) -> None:
                 "leaves_removed_since_build": state.removed_since_build,
             }
         out |= _service_status(s)
+        unread = Unread(s.state_dir / UNREAD_FILE)  # read only: written by writers
+        out["unread"] = unread_status(unread, offset=offset, limit=limit)
         if as_json:
             click.echo(json.dumps(out, indent=2))
-        else:
-            for k, v in out.items():
-                click.echo(f"{k:<28} {v}")
+            return
+        listed = out.pop("unread")
+        for k, v in out.items():
+            click.echo(f"{k:<28} {'-' if v is None else v}")
+        _echo_unread(listed)
 
     run(ctx, body)
+
+
+def _echo_unread(listed: dict[str, Any]) -> None:
+    """Print the skipped and stale files, one line each with the reason."""
+    for kind, what in (
+        ("stale", "stale (exist, cannot be read now; what was read is kept)"),
+        ("skipped", "skipped (content cannot be used; retried when changed)"),
+    ):
+        click.echo(f"{what:<28} {listed[kind]}")
+        for row in listed[f"{kind}_files"]:
+            since = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["since"]))
+            click.echo(f"  {row['source']}  (since {since}) {row['reason']}")
+        shown = listed["offset"] + len(listed[f"{kind}_files"])
+        if shown < listed[kind]:
+            click.echo(f"  ... {listed[kind] - shown} more: adrap status --offset {shown}")
 
 
 def _leaf_graph(store: Path) -> str:

@@ -109,6 +109,7 @@ def watch(
                     max_top_k=w.http_max_top_k,
                     query_timeout=w.http_query_timeout,
                     concurrency=w.http_concurrency,
+                    allowed_hosts=tuple(w.allowed_hosts),
                 ),
                 ignore=s.read.ignore,
                 exclude=[s.state_dir.resolve()],

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.errors import SourceError, TreeError
-from ingestor.pipeline.build import UPSERT_BATCH, BuildStage
+from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
+from ingestor.pipeline.build import UPSERT_BATCH, BuildStage, bulk_writes
 from ingestor.pipeline.reports import UpdateReport
-from ingestor.read.documents import Document, iter_files, read_document
+from ingestor.pipeline.unread import content_stale_reason
+from ingestor.read.documents import Document, confirmed_gone, iter_files, read_document
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.state import Node, SourceEntry, TreeState
 from retriever import Embedder, StoreError
@@ -27,74 +29,180 @@ class ApplyStage(BuildStage):
     """Adds in-place updates (adRAP) to the build stage."""
 
     def collect(
-        self, state: TreeState, paths: list[Path], report: UpdateReport
+        self,
+        state: TreeState,
+        paths: list[Path],
+        report: UpdateReport,
+        held: Callable[[str, Path], bool] | None = None,
     ) -> tuple[list[Document], list[str]]:
-        """Read ``paths`` (files or folders under the tree's root): changed docs and vanished sources."""
+        """Read ``paths`` (files or folders under the tree's root): changed docs and gone sources.
+
+        Only a file that is gone is returned as gone: its name is absent from a successful listing
+        of its folder. A file that exists but cannot be read now (EACCES, EBUSY, EIO), or whose new
+        version cannot be used, keeps its leaves and is recorded as stale in ``self.unread``; a
+        folder that cannot be listed keeps everything under it. Skips are logged once per file
+        version; a file already skipped in this version is not read again. ``held(source, path)``
+        names files a folder's listing keeps without reading (the daemon's quarantine).
+        """
         root = Path(state.root)
         docs: list[Document] = []
         gone: list[str] = []
         kwargs = {} if self.ignore is None else {"ignore": self.ignore}
         for path in paths:
-            path = path.resolve()
+            path = Path(os.path.abspath(path))
             try:
                 rel = path.relative_to(root).as_posix()
             except ValueError:
-                raise TreeError(
-                    f"{str(path)!r} is outside the tree's root {state.root!r}; add files under it "
-                    "or build another tree (ADRAP_TREE=...)"
-                ) from None
-            prefix = "" if rel == "." else rel + "/"
-            if not path.exists():
-                gone.extend(_sources_at(state, rel))
-                continue
-            found: list[tuple[Path, Document | SourceError]] = []
-            unchanged: list[str] = []
-            if path.is_file():
                 try:
-                    found.append((path, read_document(path, root, max_bytes=self.max_file_bytes)))
-                except SourceError as exc:
-                    found.append((path, exc))
-            else:
-                found, unchanged = self._changed_under(state, path, root, kwargs)
-            seen = set(unchanged)
-            for p, item in found:
-                if isinstance(item, SourceError):
-                    log.warning("skipped %s: %s", p, item)
-                    report.skipped.append((str(p), str(item)))
-                    continue
-                seen.add(item.source)
-                docs.append(item)
-            if path.is_dir():
-                report.files_unchanged += len(unchanged)
-                gone.extend(s for s in state.sources.keys_with_prefix(prefix) if s not in seen)
+                    rel = path.resolve().relative_to(root).as_posix()
+                    path = root / rel
+                except ValueError:
+                    raise TreeError(
+                        f"{str(path)!r} is outside the tree's root {state.root!r}; add files "
+                        "under it or build another tree (ADRAP_TREE=...)"
+                    ) from None
+            prefix = "" if rel == "." else rel + "/"
+            try:
+                is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                if confirmed_gone(path, root):
+                    gone.extend(_sources_at(state, rel))
+                    self.unread.clear_under(rel if rel != "." else "")
+                else:
+                    self._unavailable(state, rel, "its folder cannot be listed now", report)
+                continue
+            except OSError as exc:
+                self._unavailable(state, rel, f"cannot be reached now ({exc.strerror})", report)
+                continue
+            if not is_dir:
+                self._take(state, root, path, self._read(state, root, path), docs, report)
+                continue
+            seen, kept = self._collect_folder(state, path, root, kwargs, docs, report, held)
+            for noted in self.unread.items():  # what this listing shows gone or listable again
+                under = noted.startswith(prefix) or noted == prefix
+                if under and noted not in seen and not any(noted.startswith(k) for k in kept):
+                    self.unread.clear(noted)
+            gone.extend(
+                s
+                for s in state.sources.keys_with_prefix(prefix)
+                if s not in seen and not any(s.startswith(k) for k in kept)
+            )
+        self.unread.flush()
         return docs, gone
 
-    def _changed_under(
-        self, state: TreeState, folder: Path, root: Path, kwargs: dict[str, Any]
-    ) -> tuple[list[tuple[Path, Document | SourceError]], list[str]]:
+    def _collect_folder(
+        self,
+        state: TreeState,
+        folder: Path,
+        root: Path,
+        kwargs: dict[str, Any],
+        docs: list[Document],
+        report: UpdateReport,
+        held: Callable[[str, Path], bool] | None,
+    ) -> tuple[set[str], list[str]]:
         """Read the files under ``folder`` that changed; skip the rest by (size, mtime_ns, inode).
 
-        Returns the read files (or their errors) and the sources found unchanged (never read).
+        Returns the sources seen in the listing (read or not) and the folders that could not be
+        listed (``sub/``: every source under them is kept).
         """
-        found: list[tuple[Path, Document | SourceError]] = []
-        unchanged: list[str] = []
+        seen: set[str] = set()
+        kept: list[str] = []
+        unchanged = 0
         for p, error in iter_files(folder, **kwargs):
-            if error is not None:
-                found.append((p, error))
+            source = _source_of(p, root)
+            if error is not None:  # a folder: unreadable now (kept), or a link that is refused
+                if isinstance(error, SourceUnavailableError):
+                    kept.append(source + "/")
+                    self._unavailable(state, source + "/", str(error), report)
+                else:
+                    self._skip(source, str(error), None, report)
                 continue
-            entry = state.sources.get(_source_of(p, root))
+            seen.add(source)
+            if held is not None and held(source, p):
+                continue
+            entry = state.sources.get(source)
             if entry is not None:
                 try:
                     if entry.unchanged(p.stat()):
-                        unchanged.append(_source_of(p, root))
+                        unchanged += 1
+                        self.unread.clear(source)
                         continue
                 except OSError:
                     pass
-            try:
-                found.append((p, read_document(p, root, max_bytes=self.max_file_bytes)))
-            except SourceError as exc:
-                found.append((p, exc))
-        return found, unchanged
+            self._take(state, root, p, self._read(state, root, p), docs, report)
+        report.files_unchanged += unchanged
+        return seen, kept
+
+    def _read(self, state: TreeState, root: Path, path: Path) -> Document | SourceError:
+        """Read one file, unless the ledger knows this version fails (then its error again)."""
+        source = _source_of(path, root)
+        try:
+            st: os.stat_result | None = path.stat()
+        except OSError:
+            st = None
+        known = self.unread.known(source, st)
+        if known is not None:
+            return _Known(known.reason)
+        try:
+            return read_document(path, root, max_bytes=self.max_file_bytes)
+        except SourceError as exc:
+            return exc
+
+    def _take(
+        self,
+        state: TreeState,
+        root: Path,
+        path: Path,
+        item: Document | SourceError,
+        docs: list[Document],
+        report: UpdateReport,
+    ) -> None:
+        """File one read: a document to apply, or a skip / stale entry (never a deletion here)."""
+        if isinstance(item, Document):
+            docs.append(item)
+            self.unread.clear(item.source)
+            return
+        source = _source_of(path, root)
+        if isinstance(item, _Known):
+            return  # already recorded and logged for this version
+        try:
+            st: os.stat_result | None = path.stat()
+        except OSError:
+            st = None
+        if isinstance(item, SourceGoneError):
+            # vanished mid-read: a later event (or rescan) decides whether it is gone
+            self._unavailable(state, source, str(item), report)
+        elif isinstance(item, SourceUnavailableError):
+            self._unavailable(state, source, str(item), report, st)
+        elif source in state.sources:
+            reason = content_stale_reason(str(item))
+            if self.unread.note(source, "stale", reason, st, kept=True):
+                log.warning("stale %s: %s", source, item)
+                report.stale.append((source, reason))
+        else:
+            self._skip(source, str(item), st, report)
+
+    def _skip(
+        self, source: str, reason: str, st: os.stat_result | None, report: UpdateReport
+    ) -> None:
+        if self.unread.note(source, "skipped", reason, st, kept=False):
+            log.warning("skipped %s: %s", source, reason)
+            report.skipped.append((source, reason))
+
+    def _unavailable(
+        self,
+        state: TreeState,
+        source: str,
+        reason: str,
+        report: UpdateReport,
+        st: os.stat_result | None = None,
+    ) -> None:
+        kept = source in state.sources or bool(
+            source.endswith("/") and state.sources.keys_with_prefix(source)
+        )
+        if self.unread.note(source, "stale", reason, st, kept=kept):
+            log.warning("stale %s: %s", source, reason)
+            report.stale.append((source, reason))
 
     def update(self, paths: list[Path], *, remove: bool = False) -> UpdateReport:
         """Bring the tree up to date with ``paths`` (``remove``: drop those sources) using adRAP."""
@@ -205,7 +313,8 @@ class ApplyStage(BuildStage):
                 summary_cache_hits=stats.cache_hits,
                 summary_tokens=stats.summary_tokens,
             )
-            self.store_state(state)
+            with bulk_writes(self.store):  # one index build, as `adrap rebuild`
+                self.store_state(state)
             if state.intent_open:  # the new leaves' (show_leaves): committed, nothing to delete
                 self._intent(state, None, None)
             report.state_bytes = state.last_commit_bytes
@@ -297,6 +406,10 @@ def _source_of(path: Path, root: Path) -> str:
         return Path(os.path.abspath(path)).relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+class _Known(SourceError):
+    """A failure the ledger already holds for this version of the file (not read again)."""
 
 
 class _ReusingEmbedder:

@@ -8,18 +8,20 @@ previous state with extra points (deleted at the next commit) or the new state f
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.errors import SourceError, TreeError
+from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
 from ingestor.pipeline.reports import BuildReport
+from ingestor.pipeline.unread import Unread
 from ingestor.pipeline.vectors import embed_leaves, vectors_of
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document, iter_documents
@@ -78,6 +80,8 @@ class BuildStage:
         self.drift_threshold = drift_threshold
         #: Write an update's new leaves before adRAP places them, so they are searchable at once.
         self.leaves_first = True
+        #: Files skipped or stale, and why (the CLI and the daemon give it a file in the state dir).
+        self.unread = Unread()
 
     def read(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
         """Read every supported file under ``root``; log and record each skipped one."""
@@ -85,11 +89,22 @@ class BuildStage:
         kwargs = {} if self.ignore is None else {"ignore": self.ignore}
         for path, item in iter_documents(root, max_bytes=self.max_file_bytes, **kwargs):
             if isinstance(item, SourceError):
-                log.warning("skipped %s: %s", path, item)
-                report.skipped.append((str(path), str(item)))
+                source = _relative(path, root)
+                kind: Literal["skipped", "stale"] = (
+                    "stale"
+                    if isinstance(item, SourceUnavailableError | SourceGoneError)
+                    else "skipped"
+                )
+                if path.is_dir() and kind == "stale":
+                    source += "/"
+                if self.unread.note(source, kind, str(item), _stat_or_none(path), kept=False):
+                    log.warning("%s %s: %s", kind, path, item)
+                report.skipped.append((source, str(item)))
                 continue
+            self.unread.clear(item.source)
             docs.append(item)
             progress("read", len(docs), 0)
+        self.unread.flush()
         return docs
 
     def leaves_of(self, doc: Document) -> list[Node]:
@@ -352,6 +367,20 @@ class BuildStage:
         if orphans:
             self.store.delete(orphans)
             log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except OSError:
+        return None
 
 
 def bulk_writes(store: NodeStore) -> AbstractContextManager[None]:

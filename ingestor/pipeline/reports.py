@@ -29,6 +29,8 @@ class UpdateReport:
     files_removed: int = 0
     files_unchanged: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: Files (or folders, ``sub/``) that exist but could not be read now: their leaves are kept.
+    stale: list[tuple[str, str]] = field(default_factory=list)
     stats: UpdateStats = field(default_factory=UpdateStats)
     rebuilt: bool = False
     seconds: float = 0.0

@@ -17,13 +17,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ingestor.errors import SourceError
+from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
 from ingestor.read.formats import extract_text
 
 __all__ = [
     "DEFAULT_IGNORE",
     "SUPPORTED_SUFFIXES",
     "Document",
+    "confirmed_gone",
     "iter_documents",
     "iter_files",
     "normalise_text",
@@ -186,7 +187,7 @@ def iter_files(
         real_root = root.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
-        raise SourceError(
+        raise SourceUnavailableError(
             f"folder {str(root)!r} cannot be opened ({reason}); check the path"
         ) from exc
     if not real_root.is_dir():
@@ -205,11 +206,14 @@ def _walk(
         with os.scandir(folder) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
+        # Never "everything under it is gone": the folder was in its parent's listing (or is the
+        # root, which the share guard watches), so what was read under it is kept.
         yield (
             folder,
-            SourceError(
-                f"folder {_rel(folder, root)!r} cannot be listed ({exc.strerror or exc}); "
-                "grant read access or add it to ADRAP_READ__IGNORE"
+            SourceUnavailableError(
+                f"folder {_rel(folder, root)!r} cannot be listed now ({exc.strerror or exc}); "
+                "what was read under it is kept and it is tried again; grant read access or add "
+                "it to ADRAP_READ__IGNORE"
             ),
         )
         return
@@ -226,9 +230,17 @@ def _walk(
             continue
         try:
             real = path.resolve(strict=True)
-        except (OSError, RuntimeError) as exc:
-            # RuntimeError: Python 3.11 reports a symlink loop that way
+        except RuntimeError as exc:  # Python 3.11 reports a symlink loop that way
             yield path, SourceError(f"folder {_rel(path, root)!r} cannot be resolved ({exc})")
+            continue
+        except OSError as exc:
+            yield (
+                path,
+                SourceUnavailableError(
+                    f"folder {_rel(path, root)!r} cannot be resolved now ({exc.strerror or exc}); "
+                    "what was read under it is kept and it is tried again"
+                ),
+            )
             continue
         if not real.is_relative_to(real_root):
             yield (
@@ -249,6 +261,27 @@ def _walk(
             )
             continue
         yield from _walk(path, root, real_root, [*ancestors, real], ignore)
+
+
+def confirmed_gone(path: Path, root: Path) -> bool:
+    """Return True only if ``path`` is gone: its name is absent from a successful listing.
+
+    The listing is of its nearest existing folder at or under ``root`` (a folder that vanished
+    takes its files with it). A folder that cannot be listed, or a missing ``root`` (a share that
+    went away: the share guard's business), proves nothing, so the answer is False.
+    """
+    cur = Path(os.path.abspath(path))
+    top = Path(os.path.abspath(root))
+    while cur != top and cur.is_relative_to(top):
+        try:
+            names = os.listdir(cur.parent)
+        except (FileNotFoundError, NotADirectoryError):
+            cur = cur.parent
+            continue
+        except OSError:
+            return False
+        return cur.name not in names
+    return False
 
 
 def _try_read(path: Path, root: Path, max_bytes: int) -> Document | SourceError:
@@ -287,12 +320,13 @@ def _resolve_inside(path: Path, root: Path, name: str) -> Path:
             raise SourceError(
                 f"{name!r} is a broken symlink to {os.readlink(path)!r}; fix or remove the link"
             ) from exc
-        raise SourceError(
+        raise SourceGoneError(
             f"{name!r} vanished before it could be read; nothing to do if it was deleted"
         ) from exc
     except PermissionError as exc:
-        raise SourceError(
-            f"{name!r} cannot be reached (permission denied on a parent folder); grant access"
+        raise SourceUnavailableError(
+            f"{name!r} cannot be reached now (permission denied on a parent folder); "
+            "grant access; what was read before is kept"
         ) from exc
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on Python 3.11
         raise SourceError(f"{name!r} cannot be resolved ({exc}); fix or remove the link") from exc
@@ -319,16 +353,19 @@ def _read_bytes(real: Path, name: str, max_bytes: int) -> tuple[bytes, os.stat_r
             # read one byte past the limit: the file may have grown since fstat
             data = f.read(max_bytes + 1)
     except FileNotFoundError as exc:
-        raise SourceError(
+        raise SourceGoneError(
             f"{name!r} vanished while being read; nothing to do if it was deleted"
         ) from exc
     except PermissionError as exc:
-        raise SourceError(
-            f"{name!r} cannot be read (permission denied); grant read access or remove it"
+        raise SourceUnavailableError(
+            f"{name!r} cannot be read now (permission denied); grant read access; what was read "
+            "before is kept and it is tried again"
         ) from exc
     except OSError as exc:
-        raise SourceError(
-            f"{name!r} cannot be read ({exc.strerror or exc}); check the file"
+        # EBUSY (a document open in Word on an SMB share), EIO (a flaky mount), ESTALE, ...
+        raise SourceUnavailableError(
+            f"{name!r} cannot be read now ({exc.strerror or exc}); what was read before is kept "
+            "and it is tried again"
         ) from exc
     if len(data) > max_bytes:
         raise _too_large(name, len(data), max_bytes)

@@ -27,9 +27,11 @@ from starlette.applications import Starlette
 from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import MAX_HELD_ROWS
 from ingestor.pipeline import Pipeline
+from ingestor.pipeline.unread import unread_status
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
+from ingestor.service.deadline import BoundedLock
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
 from ingestor.service.http import (
     HttpLimits,
@@ -139,7 +141,7 @@ class Daemon:
         pipeline.store = LockedStore(pipeline.store)
         self.store = pipeline.store
         self.query_embedder = query_embedder or copy.deepcopy(pipeline.embedder)
-        self._embed_lock = threading.Lock()  # queries only
+        self._embed_lock = BoundedLock("the query embedder")  # queries only; deadline.py
         self.quarantine = Quarantine(self.state_dir / QUARANTINE_FILE)
         self.guard = ShareGuard(
             self.root,
@@ -317,7 +319,9 @@ class Daemon:
         view = TreeView(self.store, self.pipeline.tree)
         pages = dashboard_routes(view, self.dashboard_updates, lambda: self.metrics.ready)
         routes = [*daemon_routes(self, self.limits), *pages, *self._qdrant_routes()]
-        return build_app(routes, self.http_token)
+        return build_app(
+            routes, self.http_token, host=self.http_host, allowed_hosts=self.limits.allowed_hosts
+        )
 
     def _maintain(self) -> None:
         """Idle-time maintenance (the watcher's thread, so never during an update): build the
@@ -357,6 +361,7 @@ class Daemon:
             source: {"reason": q.reason, "since": q.at}
             for source, q in self.quarantine.items().items()
         }
+        out["unread"] = unread_status(self.pipeline.unread)
         return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
 
     def dashboard_updates(self) -> dict[str, Any]:
@@ -367,6 +372,7 @@ class Daemon:
         g = self.guard.status()
         return {
             "quarantined": len(self.quarantine),
+            "unread": self.pipeline.unread.counts(),
             "deletions_paused": g["deletions_paused"] is not None
             or g["awaiting_confirmation"] is not None,
             "watched_folder_missing": not self.root_monitor.status()["available"],

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from ingestor.errors import SummarizationError, TreeError
+from ingestor.pipeline.unread import write_json_atomic
 from models_store import ModelStoreError
 from retriever import EmbeddingError, StoreError
 
@@ -163,14 +162,4 @@ def read_quarantine(path: Path) -> dict[str, Quarantined]:
 
 def write_quarantine(path: Path, items: dict[str, Quarantined]) -> None:
     """Write the quarantine atomically (temp file + fsync + rename)."""
-    data = json.dumps({k: asdict(v) for k, v in sorted(items.items())}, indent=1)
-    fd, tmp = tempfile.mkstemp(prefix=".quarantine.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path, {k: asdict(v) for k, v in sorted(items.items())})

@@ -104,8 +104,8 @@ class Metrics:
 
         Args:
             pending: returns the number of paths waiting.
-            extra: returns ``{"quarantined": n, "deletions_paused": bool,
-                "watched_folder_missing": bool}``.
+            extra: returns ``{"quarantined": n, "unread": {"skipped": n, "stale": m},
+                "deletions_paused": bool, "watched_folder_missing": bool}``.
         """
         from prometheus_client import CollectorRegistry
 
@@ -182,6 +182,17 @@ class _Collector:
                 "quarantined_files",
                 "Files quarantined after a permanent failure (see /status).",
                 extra.get("quarantined", 0),
+            )
+            unread = extra.get("unread", {})
+            yield gauge(
+                "skipped_files",
+                "Files skipped: their content cannot be used (see /status; retried when changed).",
+                unread.get("skipped", 0),
+            )
+            yield gauge(
+                "stale_files",
+                "Files or folders that exist but cannot be read now; what was read is kept.",
+                unread.get("stale", 0),
             )
             yield gauge(
                 "deletions_paused",

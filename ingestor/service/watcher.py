@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingestor.pipeline import Pipeline, UpdateReport
-from ingestor.read.documents import DEFAULT_IGNORE, Document
+from ingestor.read.documents import DEFAULT_IGNORE, Document, iter_files
 from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
@@ -201,6 +201,10 @@ class Watcher:
                 burst.join(self._retry)
                 self._retry = set()
                 break
+            due = self.pipeline.unread.due()
+            if due:  # files that could not be read now: their backoff has elapsed
+                burst.join(self.root / source for source in due)
+                break
             if self.settling.due(now):
                 burst.join(self.settling.unsettled)
                 break
@@ -279,8 +283,9 @@ class Watcher:
                 try:
                     if self._stale:
                         self._reload()
-                    docs, gone = self.pipeline.collect(self.state, paths, report)
-                    gone.extend(self._now_unreadable(report))
+                    docs, gone = self.pipeline.collect(
+                        self.state, paths, report, self.quarantine.holds
+                    )
                     if self.guard is not None:
                         gone = self.guard.allow(self.state, gone)
                     self.pipeline.apply_batch(self.state, docs, gone, report)
@@ -320,18 +325,6 @@ class Watcher:
             log.info("kept %d summaries of the failed attempt for its retry", carried)
         self.state = fresh
         self._stale = False
-
-    def _now_unreadable(self, report: UpdateReport) -> list[str]:
-        """Sources in the tree whose file now fails to read: removed, as a fresh walk would do."""
-        out = []
-        for path, _reason in report.skipped:
-            try:
-                source = Path(path).relative_to(self.real_root).as_posix()
-            except ValueError:
-                continue
-            if source in self.state.sources:
-                out.append(source)
-        return out
 
     def _failed(self, paths: list[Path], exc: Exception) -> None:
         """Discard the half-applied state, then retry, split or quarantine by the failure's kind."""
@@ -374,6 +367,19 @@ class Watcher:
                 type(exc).__name__,
                 exc,
             )
+        elif paths[0].is_dir():
+            # never quarantine a folder (a rescan of the root is one): split it into its files
+            files = [p for p, error in iter_files(paths[0], ignore=self.filter.ignore) if not error]
+            if files:
+                mid = (len(files) + 1) // 2
+                self._split[:0] = [files[:mid], files[mid:]] if len(files) > 1 else [files]
+                log.warning(
+                    "update of folder %s failed (%s: %s); trying its %d files one part at a time",
+                    paths[0],
+                    type(exc).__name__,
+                    exc,
+                    len(files),
+                )
         else:
             path = paths[0]
             try:

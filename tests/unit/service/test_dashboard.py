@@ -38,7 +38,7 @@ def daemon(tree: Tree, tmp_path: Path) -> Daemon:
 
 @pytest.fixture
 def client(daemon: Daemon) -> Iterator[TestClient]:
-    with TestClient(daemon.app()) as c:
+    with TestClient(daemon.app(), base_url="http://127.0.0.1:8765") as c:
         yield c
 
 

@@ -353,11 +353,12 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     w = Watcher(p, p.require_state(), root, debounce=0.05)
     (root / "binary.txt").write_bytes(b"\x00\x01\x02" * 100)
     (root / "empty.md").write_text("")
-    (root / "bad.txt").write_bytes(b"caf\xe9 \xff\xfe broken")
+    (root / "bad.txt").write_bytes(random.Random(5).randbytes(3000))  # garbage, not a codepage
     (root / "passwd.txt").symlink_to("/etc/passwd")
     (root / "loop.txt").symlink_to(root / "loop.txt")
     (root / "a name with spaces é.txt").write_text(doc_text(random.Random(3), 4))
-    (root / "d4.txt").write_bytes(b"\x00" * 50)  # a known file turns binary: it leaves the tree
+    # a known file turns binary: its last readable version stays, shown as stale, until it changes
+    (root / "d4.txt").write_bytes(b"\x00" * 50)
     for f in root.iterdir():
         w.handler.dispatch(FileModifiedEvent(str(f)))
     with caplog.at_level("WARNING"):
@@ -367,7 +368,10 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
         assert name in text, name
     sources = set(w.state.sources)
     assert "a name with spaces é.txt" in sources
-    assert "d4.txt" not in sources
+    assert "d4.txt" in sources
+    stale = p.unread.get("d4.txt")
+    assert stale is not None and stale.kind == "stale" and stale.kept
+    assert "binary" in stale.reason and "last readable version is kept" in stale.reason
     assert "passwd.txt" not in sources
 
 
@@ -458,6 +462,10 @@ def get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def post(url: str) -> tuple[int, str]:
+    return get(urllib.request.Request(url, data=b"", method="POST"))  # type: ignore[arg-type]
+
+
 def test_reconcile_applies_offline_changes_and_repairs_orphan_and_missing_points(
     tree: tuple[Pipeline, Path],
 ) -> None:
@@ -523,7 +531,8 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
         code, body = get(base + "/query?q=zebras&mode=postqfrap&k0=100000")
         assert code == 400
         assert "k0 must be between 1 and 200" in body
-        code, body = get(base + "/ask?q=zebras+savanna+stripes&max_tokens=300")
+        assert get(base + "/ask?q=zebras")[0] == 405  # POST only: it spends LLM tokens
+        code, body = post(base + "/ask?q=zebras+savanna+stripes&max_tokens=300")
         assert code == 200, body
         out = json.loads(body)
         assert out["answered"] is False
