@@ -21,6 +21,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from ingestor.read.documents import DEFAULT_IGNORE
+
 #: Default of ``watch.max_held_rows`` (see WatchSettings).
 MAX_HELD_ROWS: Final = 20_000
 
@@ -84,9 +86,12 @@ class ReadSettings(_Section):
     """Which files are read."""
 
     max_file_bytes: int = Field(default=50_000_000, ge=1)
-    ignore: list[str] = Field(
-        default_factory=lambda: [".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~"]
-    )
+    ignore: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+    #: Read text out of images and scanned PDFs with tesseract (needs Debian's tesseract-ocr and
+    #: ``pip install 'adrap[ocr]'``; see docs/formats.md). Off: they are skipped, saying why.
+    ocr: bool = False
+    #: More suffixes read as plain text, e.g. [".sql", ".cfg"] (docs/formats.md lists the rest).
+    text_suffixes: list[str] = Field(default_factory=list)
 
 
 class ChunkSettings(_Section):

@@ -36,7 +36,11 @@ log = logging.getLogger(__name__)
 SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
     {".txt", ".md", ".markdown", ".rst", ".html", ".htm", ".pdf"}
 )
-DEFAULT_IGNORE: tuple[str, ...] = (".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~")
+DEFAULT_IGNORE: tuple[str, ...] = (
+    # hidden files and folders (.git, .DS_Store, LibreOffice's .~lock.*#), Office lock files,
+    # editors' swap and backup files, partial downloads, Windows' thumbnail and folder files
+    ".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~", "Thumbs.db", "desktop.ini"
+)  # fmt: skip
 
 _SIZE_SETTING = "ADRAP_READ__MAX_FILE_BYTES"
 _OPEN_FLAGS = (

@@ -97,14 +97,17 @@ def test_a_file_that_cannot_be_read_now_keeps_its_leaves_and_is_retried_with_bac
     assert w.apply(w.next_batch())
     assert nodes_of(p, "d1.txt") == before  # nothing deleted, nothing re-embedded
     entry = p.unread.get("d1.txt")
-    assert entry is not None and entry.kind == "stale" and entry.kept
+    assert entry is not None
+    assert entry.kind == "stale"
+    assert entry.kept
     assert os.strerror(code).lower() in entry.reason.lower()
     assert p.unread.due() == []  # not before its backoff
     clock.now = entry.next_try
     assert p.unread.due() == ["d1.txt"]
     assert w.apply(w.next_batch())  # the retry fails again: the wait doubles
     again = p.unread.get("d1.txt")
-    assert again is not None and again.attempts == 2
+    assert again is not None
+    assert again.attempts == 2
     assert again.next_try - clock.now == pytest.approx(2 * (entry.next_try - entry.since))
     del failing["d1.txt"]  # the file is closed on the share
     clock.now = again.next_try
@@ -126,7 +129,9 @@ def test_a_folder_that_cannot_be_listed_keeps_every_document_under_it(
     assert w.apply(w.next_batch())
     assert sorted(p.require_state().sources.keys_with_prefix("sub/")) == under
     folder = p.unread.get("sub/")
-    assert folder is not None and folder.kind == "stale" and folder.kept
+    assert folder is not None
+    assert folder.kind == "stale"
+    assert folder.kept
     assert "cannot be listed" in folder.reason
     monkeypatch.undo()  # listed again: a file removed meanwhile goes, the rest stays
     (root / "sub" / "s0.txt").unlink()
@@ -235,7 +240,8 @@ def test_a_failing_rescan_never_quarantines_the_folder_but_isolates_the_file(
         w.apply(w.next_batch())
     assert set(w.quarantine.items()) == {"poison.txt"}
     sources = p.require_state().sources
-    assert "new.txt" in sources and "poison.txt" not in sources
+    assert "new.txt" in sources
+    assert "poison.txt" not in sources
     # a later rescan is not dropped: the root is not quarantined
     (root / "later.txt").write_text(doc_text(random.Random(11), 5))
     w.enqueue([root])
