@@ -63,6 +63,8 @@ class F:
     CHUNK_INDEX: Final = "chunk_index"
     CHAR_START: Final = "char_start"
     CHAR_END: Final = "char_end"
+    SECTION: Final = "section"
+    LOCATOR: Final = "locator"
     PARENTS: Final = "parents"
     CHILDREN: Final = "children"
     SUMMARIZER: Final = "summarizer"
@@ -160,6 +162,11 @@ class NodePayload(BaseModel):
     chunk_index: int | None = None
     char_start: int | None = None
     char_end: int | None = None
+    #: A leaf's section path in its document, outermost heading first (``Budget > Q3``).
+    section: str | None = None
+    #: Where a leaf is in its file, where the format has places: ``page 3``, ``slides 2-3``,
+    #: ``Budget!A5:D9`` (sheet and cell range), ``row 12``, ``attachment a.pdf``.
+    locator: str | None = None
     parents: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
     summarizer: str | None = None
@@ -303,5 +310,7 @@ class ScoredNode:
             F.SOURCE: n.source,
             F.CHAR_START: n.char_start,
             F.CHAR_END: n.char_end,
+            F.SECTION: n.section,
+            F.LOCATOR: n.locator,
             F.TEXT: n.text,
         }

@@ -175,6 +175,8 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
         max_file_bytes=settings.read.max_file_bytes,
         ignore=settings.read.ignore,
         drift_threshold=settings.adrap.drift_threshold,
+        ocr=settings.read.ocr,
+        text_suffixes=settings.read.text_suffixes,
     )
     pipeline.unread = Unread(settings.state_dir / UNREAD_FILE)
     return pipeline

@@ -291,7 +291,9 @@ def _parse_layers(spec: str | None) -> tuple[int | None, int | None]:
 def _where(hit: dict[str, Any]) -> str:
     """Where a hit comes from: a leaf's file and span, a summary's files."""
     if hit[F.LAYER] == 0:
-        return f"{hit[F.SOURCE]}:{hit[F.CHAR_START]}-{hit[F.CHAR_END]}"
+        place = "; ".join(x for x in (hit.get(F.LOCATOR), hit.get(F.SECTION)) if x)
+        span = f"{hit[F.SOURCE]}:{hit[F.CHAR_START]}-{hit[F.CHAR_END]}"
+        return f"{span} ({place})" if place else span
     if hit.get(F.SOURCES_CAPPED):
         return "more files than the tree lists per summary (cluster.max_node_sources)"
     return ", ".join(hit[F.SOURCES])

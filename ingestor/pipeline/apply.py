@@ -144,7 +144,13 @@ class ApplyStage(BuildStage):
         if known is not None:
             return _Known(known.reason)
         try:
-            return read_document(path, root, max_bytes=self.max_file_bytes)
+            return read_document(
+                path,
+                root,
+                max_bytes=self.max_file_bytes,
+                ocr=self.ocr,
+                text_suffixes=self.text_suffixes,
+            )
         except SourceError as exc:
             return exc
 
@@ -263,6 +269,7 @@ class ApplyStage(BuildStage):
                         n.char_start,
                         n.char_end,
                     )
+                    kept.section, kept.locator = n.section, n.locator
                     touched.append(n.node_id)
                 else:
                     added.append(n)

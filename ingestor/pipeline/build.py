@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -25,6 +25,7 @@ from ingestor.pipeline.unread import Unread
 from ingestor.pipeline.vectors import embed_leaves, vectors_of
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document, iter_documents
+from ingestor.read.structure import Outline
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats, TreeBuilder
 from ingestor.tree.persist import (
@@ -66,6 +67,8 @@ class BuildStage:
         ignore: list[str] | None = None,
         tokenizer: Tokenizer | None = None,
         drift_threshold: float = 0.3,
+        ocr: bool = False,
+        text_suffixes: Sequence[str] = (),
     ) -> None:
         self.tree = tree
         self.embedder = embedder
@@ -78,6 +81,8 @@ class BuildStage:
         self.ignore = ignore
         self.tokenizer = tokenizer or default_tokenizer()
         self.drift_threshold = drift_threshold
+        self.ocr = ocr
+        self.text_suffixes = tuple(text_suffixes)
         #: Write an update's new leaves before adRAP places them, so they are searchable at once.
         self.leaves_first = True
         #: Files skipped or stale, and why (the CLI and the daemon give it a file in the state dir).
@@ -87,7 +92,14 @@ class BuildStage:
         """Read every supported file under ``root``; log and record each skipped one."""
         docs: list[Document] = []
         kwargs = {} if self.ignore is None else {"ignore": self.ignore}
-        for path, item in iter_documents(root, max_bytes=self.max_file_bytes, **kwargs):
+        items = iter_documents(
+            root,
+            max_bytes=self.max_file_bytes,
+            ocr=self.ocr,
+            text_suffixes=self.text_suffixes,
+            **kwargs,
+        )
+        for path, item in items:
             if isinstance(item, SourceError):
                 source = _relative(path, root)
                 kind: Literal["skipped", "stale"] = (
@@ -117,6 +129,7 @@ class BuildStage:
             overlap=self.chunk_overlap,
             tokenizer=self.tokenizer,
         )
+        outline = Outline(doc.text, doc.regions)
         for chunk in chunks:
             digest = sha256_text(chunk.text)
             node_id = leaf_id(self.tree, doc.source, digest, seen[digest])
@@ -133,6 +146,8 @@ class BuildStage:
                     chunk_index=chunk.index,
                     char_start=chunk.char_start,
                     char_end=chunk.char_end,
+                    section=outline.section(chunk.char_start),
+                    locator=outline.locator(chunk.char_start, chunk.char_end),
                 )
             )
         return out

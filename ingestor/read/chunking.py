@@ -20,7 +20,7 @@ from itertools import accumulate
 
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 
-__all__ = ["Chunk", "chunk_text", "split_sentences"]
+__all__ = ["Chunk", "chunk_text", "split_sentences", "split_units"]
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +150,50 @@ def _is_roman_numeral(word: str) -> bool:
     return 0 < len(word) <= 4 and set(word) <= set("ivxlc")
 
 
+# Structure -------------------------------------------------------------------------------------
+
+#: A Markdown heading line (``## Budget``); converters write document headings this way.
+HEADING = re.compile(r"^(#{1,6})[ \t]+(\S.*?)[ \t#]*$", re.M)
+#: A table row: one line from ``|`` to ``|`` (converters write each row as one such line).
+_ROW = re.compile(r"^\|.*\|$")
+#: A list item's marker: ``- ``, ``* ``, ``1. ``, ``a) `` and bullet glyphs.
+BULLET = re.compile(r"^(?:[-*+\u2022\u25aa\u2013]|\d{1,3}[.)]|[a-zA-Z][.)])[ \t]+")
+
+
+def split_units(text: str) -> list[tuple[int, int, str]]:
+    """Split ``text`` into units: heading lines, table rows, and the sentences of the rest.
+
+    A heading or a table row is one unit (kind ``heading`` / ``row``), never split and never
+    joined with its neighbours (a row's cells may hold periods); a list item starts a new
+    sentence. Other units have kind ``text``. Spans are in order, without surrounding whitespace.
+    """
+    out: list[tuple[int, int, str]] = []
+    run_start: int | None = None  # first character of the ordinary lines being gathered
+
+    def flush(end: int) -> None:
+        nonlocal run_start
+        if run_start is not None:
+            base = run_start
+            out.extend((base + a, base + b, "text") for a, b in split_sentences(text[base:end]))
+            run_start = None
+
+    pos = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        if HEADING.match(stripped) or _ROW.match(stripped):
+            flush(pos)
+            start = pos + line.index(stripped[0])
+            out.append((start, start + len(stripped), "heading" if stripped[0] == "#" else "row"))
+        elif BULLET.match(stripped):
+            flush(pos)
+            run_start = pos
+        elif run_start is None and stripped:
+            run_start = pos
+        pos += len(line)
+    flush(pos)
+    return out
+
+
 # Chunking --------------------------------------------------------------------------------------
 
 _Span = Callable[[int, int], int]  # (first unit, last unit) -> tokens
@@ -195,23 +239,29 @@ def chunk_text(
             f"overlap must be in [0, max_tokens={max_tokens}), got {overlap}; lower the overlap"
         )
     tok = tokenizer if tokenizer is not None else default_tokenizer()
-    units = _units(text, max_tokens, tok)
+    units, headings = _units(text, max_tokens, tok)
     if not units:
         return []
-    return _pack(text, units, max_tokens, overlap, tok)
+    return _pack(text, units, max_tokens, overlap, tok, headings)
 
 
-def _units(text: str, max_tokens: int, tok: Tokenizer) -> list[tuple[int, int, int]]:
-    """Return ``(start, end, n_tokens)`` spans, each fitting ``max_tokens`` on its own."""
+def _units(
+    text: str, max_tokens: int, tok: Tokenizer
+) -> tuple[list[tuple[int, int, int]], set[int]]:
+    """Return ``(start, end, n_tokens)`` spans, each fitting ``max_tokens`` on its own, and the
+    indices of the units that are headings."""
     units: list[tuple[int, int, int]] = []
+    headings: set[int] = set()
     long_chars = max_tokens * _CHARS_PER_TOKEN_BOUND
-    for start, end in split_sentences(text):
+    for start, end, kind in split_units(text):
+        if kind == "heading":
+            headings.add(len(units))
         n = len(tok.encode(text[start:end])) if end - start <= long_chars else max_tokens + 1
         if n <= max_tokens:
             units.append((start, end, n))
         else:
             units.extend(_split_long(text, start, end, max_tokens, tok))
-    return units
+    return units, headings
 
 
 def _split_long(
@@ -296,9 +346,23 @@ def _strip(text: str, start: int, end: int) -> tuple[int, int]:
 
 
 def _pack(
-    text: str, units: list[tuple[int, int, int]], max_tokens: int, overlap: int, tok: Tokenizer
+    text: str,
+    units: list[tuple[int, int, int]],
+    max_tokens: int,
+    overlap: int,
+    tok: Tokenizer,
+    headings: set[int] | None = None,
 ) -> list[Chunk]:
+    """Pack units into chunks. A chunk crosses a heading only to take that heading's whole
+    section, and no overlap is carried across a heading (a section starts its chunk clean)."""
+    headings = headings or set()
     n_units = len(units)
+    section_end = list(range(n_units))  # the last unit of the section a heading opens
+    last = n_units - 1
+    for k in range(n_units - 1, -1, -1):
+        section_end[k] = last
+        if k in headings:
+            last = k - 1
     # Estimated tokens of units i..j = unit tokens plus the separators between them; a plain space
     # merges into the next word's token, other whitespace (newlines) costs its own tokens.
     gaps = [0] + [
@@ -321,6 +385,8 @@ def _pack(
         while i < fresh and estimate(i, j) > max_tokens:
             i += 1  # the overlap gives way to the new unit
         while j + 1 < n_units and estimate(i, j + 1) <= max_tokens:
+            if j + 1 in headings and estimate(i, section_end[j + 1]) > max_tokens:
+                break  # the next section does not fit whole: it starts a chunk of its own
             j += 1
         checked = first  # _overlap_start verified the overlap that starts at `first`
         while True:
@@ -341,7 +407,11 @@ def _pack(
         start, end = units[i][0], units[j][1]
         chunks.append(Chunk(len(chunks), text[start:end], start, end, n_tokens))
         fresh = j + 1
-        first = _overlap_start(i, j, overlap, estimate, exact) if fresh < n_units else fresh
+        clean = fresh >= n_units or fresh in headings
+        first = fresh if clean else _overlap_start(i, j, overlap, estimate, exact)
+        inside = [k for k in range(first + 1, fresh) if k in headings]
+        if inside:  # the overlap would carry a heading's end into the next: start at it
+            first = inside[-1]
     return chunks
 
 

@@ -13,12 +13,13 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
-from ingestor.read.formats import extract_text
+from ingestor.read import formats
+from ingestor.read.structure import join_normalised
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -33,9 +34,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_SUFFIXES: frozenset[str] = frozenset(
-    {".txt", ".md", ".markdown", ".rst", ".html", ".htm", ".pdf"}
-)
+SUPPORTED_SUFFIXES: frozenset[str] = formats.SUPPORTED_SUFFIXES
 DEFAULT_IGNORE: tuple[str, ...] = (
     # hidden files and folders (.git, .DS_Store, LibreOffice's .~lock.*#), Office lock files,
     # editors' swap and backup files, partial downloads, Windows' thumbnail and folder files
@@ -66,6 +65,10 @@ class Document:
         mtime_ns: modification time, nanoseconds (exact; with ``size`` and ``inode`` it tells an
             unchanged file without reading it).
         inode: the file's inode number (``st_ino``).
+        encoding: the encoding a text file was decoded with (``utf-8``, ``cp1252``); None for
+            binary formats.
+        regions: ``(offset in text, locator)`` where each located part of the file starts
+            (``page 3``, ``slide 2``, ``Budget!A5:D5``); see :mod:`ingestor.read.structure`.
     """
 
     source: str
@@ -75,6 +78,8 @@ class Document:
     mtime: float
     mtime_ns: int = 0
     inode: int = 0
+    encoding: str | None = None
+    regions: tuple[tuple[int, str], ...] = ()
 
 
 def normalise_text(text: str) -> str:
@@ -109,7 +114,14 @@ _LINE_BREAKS = str.maketrans(
 _BLANK_LINES = re.compile(r"\n{2,}")
 
 
-def read_document(path: Path, root: Path, *, max_bytes: int) -> Document:
+def read_document(
+    path: Path,
+    root: Path,
+    *,
+    max_bytes: int,
+    ocr: bool = False,
+    text_suffixes: Collection[str] = (),
+) -> Document:
     """Read one file under ``root`` and return its normalised text and content hash.
 
     The file is opened once, so the hash and the text come from the same bytes. A symlink is
@@ -119,6 +131,8 @@ def read_document(path: Path, root: Path, *, max_bytes: int) -> Document:
         path: the file, absolute or relative to the working directory.
         root: the watched folder; ``Document.source`` is relative to it.
         max_bytes: files larger than this are refused (setting ``ADRAP_READ__MAX_FILE_BYTES``).
+        ocr: read images and scanned PDF pages with tesseract (``ADRAP_READ__OCR``).
+        text_suffixes: more suffixes read as plain text (``ADRAP_READ__TEXT_SUFFIXES``).
 
     Raises:
         SourceError: the file is unsupported, too large, unreadable, undecodable, binary, empty,
@@ -130,17 +144,23 @@ def read_document(path: Path, root: Path, *, max_bytes: int) -> Document:
     source = _source_name(path, root)
     name = source or str(path)
     suffix = path.suffix.lower()
-    if suffix not in SUPPORTED_SUFFIXES:
-        supported = " ".join(sorted(SUPPORTED_SUFFIXES))
+    extra = {x.lower() if x.startswith(".") else "." + x.lower() for x in text_suffixes}
+    if suffix in formats.IMAGE_SUFFIXES and not ocr:
         raise SourceError(
-            f"{name!r} has unsupported type {suffix or '(no suffix)'!r} (supported: {supported}); "
-            "convert it or add a pattern to ADRAP_READ__IGNORE"
+            f"{name!r} is an image; OCR is off: set ADRAP_READ__OCR=true (see docs/formats.md)"
+        )
+    if suffix not in SUPPORTED_SUFFIXES and suffix not in extra and not ocr:
+        raise SourceError(
+            f"{name!r} has unsupported type {suffix or '(no suffix)'!r} (docs/formats.md lists "
+            "what is read); if it is plain text add it to ADRAP_READ__TEXT_SUFFIXES, else convert "
+            "it or add a pattern to ADRAP_READ__IGNORE"
         )
     if source is None:
         raise SourceError(f"{name!r} is not inside the root {str(root)!r}; move it into the folder")
     real = _resolve_inside(path, root, name)
     data, st = _read_bytes(real, name, max_bytes)
-    text = normalise_text(extract_text(data, name, suffix))
+    extracted = formats.extract(data, name, suffix, ocr=ocr, text_suffixes=extra)
+    text, regions = join_normalised(extracted.parts, normalise_text)
     if not text:
         raise SourceError(
             f"{name!r} has no text (empty or only whitespace); add text or remove the file"
@@ -153,11 +173,18 @@ def read_document(path: Path, root: Path, *, max_bytes: int) -> Document:
         mtime=st.st_mtime,
         mtime_ns=st.st_mtime_ns,
         inode=st.st_ino,
+        encoding=extracted.encoding,
+        regions=regions,
     )
 
 
 def iter_documents(
-    root: Path, *, max_bytes: int, ignore: Sequence[str] = DEFAULT_IGNORE
+    root: Path,
+    *,
+    max_bytes: int,
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+    ocr: bool = False,
+    text_suffixes: Collection[str] = (),
 ) -> Iterator[tuple[Path, Document | SourceError]]:
     """Walk ``root`` in sorted order and read every file not matched by ``ignore``.
 
@@ -171,10 +198,13 @@ def iter_documents(
         SourceError: ``root`` itself does not exist or cannot be listed.
     """
     if root.is_file():
-        yield root, _try_read(root, root.parent, max_bytes)
+        yield root, _try_read(root, root.parent, max_bytes, ocr, text_suffixes)
         return
     for path, error in iter_files(root, ignore=ignore):
-        yield path, error if error is not None else _try_read(path, root, max_bytes)
+        yield (
+            path,
+            error if error is not None else _try_read(path, root, max_bytes, ocr, text_suffixes),
+        )
 
 
 def iter_files(
@@ -288,9 +318,11 @@ def confirmed_gone(path: Path, root: Path) -> bool:
     return False
 
 
-def _try_read(path: Path, root: Path, max_bytes: int) -> Document | SourceError:
+def _try_read(
+    path: Path, root: Path, max_bytes: int, ocr: bool, text_suffixes: Collection[str]
+) -> Document | SourceError:
     try:
-        return read_document(path, root, max_bytes=max_bytes)
+        return read_document(path, root, max_bytes=max_bytes, ocr=ocr, text_suffixes=text_suffixes)
     except SourceError as exc:
         return exc
 

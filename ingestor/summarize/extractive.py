@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ingestor.errors import SummarizationError
-from ingestor.read.chunking import split_sentences
+from ingestor.read.chunking import BULLET, split_units
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 
 log = logging.getLogger(__name__)
@@ -28,15 +28,25 @@ _WHITESPACE = re.compile(r"\s+")
 _WORD = re.compile(r"\w")
 
 
-def _sentences(text: str) -> list[str]:
+def _sentences(text: str, *, structure: bool = False) -> list[str]:
     """Split ``text`` into sentences with their whitespace collapsed to single spaces.
 
     The chunker's splitter is used so that the sentences two overlapping chunks share come out
-    identical here and are dropped as duplicates.
+    identical here and are dropped as duplicates. Headings and table rows are structure, not
+    sentences: they are left out (``structure``: only they are taken, as plain text, for a
+    cluster that holds nothing else, such as a spreadsheet's), and a list item's marker is
+    dropped from its sentence.
     """
     out = []
-    for start, end in split_sentences(text):
-        sentence = _WHITESPACE.sub(" ", text[start:end]).strip()
+    for start, end, kind in split_units(text):
+        if (kind != "text") != structure:
+            continue
+        piece = text[start:end]
+        if kind == "row":
+            piece = "; ".join(c.strip() for c in piece.strip("|").split("|") if c.strip())
+        elif kind == "heading":
+            piece = piece.lstrip("#")
+        sentence = _WHITESPACE.sub(" ", BULLET.sub("", piece, count=1)).strip()
         if sentence:
             out.append(sentence)
     return out
@@ -143,14 +153,17 @@ class ExtractiveSummarizer:
 
     @staticmethod
     def _unique_sentences(texts: Sequence[str]) -> list[str]:
-        seen: set[str] = set()
-        out = []
-        for text in texts:
-            for sentence in _sentences(text):
-                if sentence not in seen:
-                    seen.add(sentence)
-                    out.append(sentence)
-        return out
+        for structure in (False, True):  # prose first; headings and rows only if there is none
+            seen: set[str] = set()
+            out = []
+            for text in texts:
+                for sentence in _sentences(text, structure=structure):
+                    if sentence not in seen:
+                        seen.add(sentence)
+                        out.append(sentence)
+            if out:
+                return out
+        return []
 
     def _scores(self, sentences: list[str], query: str | None) -> NDArray[np.float64]:
         if not any(_WORD.search(s) for s in sentences):

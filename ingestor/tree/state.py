@@ -121,6 +121,8 @@ class Node:
     chunk_index: int | None = None
     char_start: int | None = None
     char_end: int | None = None
+    section: str | None = None  # a leaf's heading path in its document
+    locator: str | None = None  # a leaf's place in its file: page, slide, sheet range, row
     parents: list[str] = field(default_factory=list)
     children: list[str] = field(default_factory=list)
     summarizer: str | None = None
@@ -162,6 +164,8 @@ class Node:
             chunk_index=self.chunk_index,
             char_start=self.char_start,
             char_end=self.char_end,
+            section=self.section,
+            locator=self.locator,
             parents=tuple(self.parents),
             children=tuple(self.children),
             summarizer=self.summarizer,

@@ -45,6 +45,8 @@ def preview(node: NodePayload) -> dict[str, Any]:
         F.SOURCE: node.source,
         F.CHAR_START: node.char_start,
         F.CHAR_END: node.char_end,
+        F.SECTION: node.section,
+        F.LOCATOR: node.locator,
         "n_sources": len(node.sources),
         F.SOURCES_CAPPED: node.sources_capped,
         "n_children": len(node.children),

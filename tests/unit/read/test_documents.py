@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ingestor.errors import SourceError
+from ingestor.read import formats
 from ingestor.read.documents import (
     DEFAULT_IGNORE,
     SUPPORTED_SUFFIXES,
@@ -82,6 +83,7 @@ def test_text_file_becomes_a_document_with_relative_source_and_raw_hash(tmp_path
         mtime=path.stat().st_mtime,
         mtime_ns=path.stat().st_mtime_ns,
         inode=path.stat().st_ino,
+        encoding="utf-8",
     )
 
 
@@ -134,9 +136,16 @@ def test_pdf_text_layer_is_read(tmp_path: Path) -> None:
 
 
 def test_unsupported_suffix_is_refused(tmp_path: Path) -> None:
-    message = read_error(write(tmp_path / "report.docx", "text"), tmp_path)
-    assert "report.docx" in message
+    message = read_error(write(tmp_path / "movie.xyz", "text"), tmp_path)
+    assert "movie.xyz" in message
     assert "unsupported" in message
+    assert "ADRAP_READ__TEXT_SUFFIXES" in message  # the way to read it if it is text
+
+
+def test_an_extra_text_suffix_is_read_as_plain_text(tmp_path: Path) -> None:
+    path = write(tmp_path / "schema.sql", "SELECT 1;")
+    assert read_document(path, tmp_path, max_bytes=MAX, text_suffixes=[".sql"]).text == "SELECT 1;"
+    assert read_document(path, tmp_path, max_bytes=MAX, text_suffixes=["SQL"]).text == "SELECT 1;"
 
 
 def test_file_over_the_size_limit_names_size_limit_and_setting(tmp_path: Path) -> None:
@@ -301,7 +310,7 @@ def test_walk_is_sorted_skips_ignored_files_and_reports_the_rest(tmp_path: Path)
     status = dict(result)
     assert status["a/y.rst"] == "ok"
     assert "no text" in status["empty.txt"]
-    assert "unsupported" in status["photo.jpg"]
+    assert "OCR is off" in status["photo.jpg"]
 
 
 def test_walk_uses_custom_ignore_patterns(tmp_path: Path) -> None:
@@ -339,5 +348,23 @@ def test_walk_of_a_missing_root_raises(tmp_path: Path) -> None:
         list(iter_documents(tmp_path / "missing", max_bytes=MAX))
 
 
-def test_supported_suffixes_are_the_documented_formats() -> None:
-    assert {".txt", ".md", ".markdown", ".rst", ".html", ".htm", ".pdf"} == SUPPORTED_SUFFIXES
+def test_supported_suffixes_are_the_formats_readers_exist_for() -> None:
+    assert SUPPORTED_SUFFIXES is formats.SUPPORTED_SUFFIXES
+    office = {".docx", ".pptx", ".xlsx", ".xls", ".odt", ".ods", ".odp", ".epub", ".eml", ".msg"}
+    plain = {".txt", ".md", ".rst", ".html", ".pdf", ".rtf", ".csv", ".tsv", ".json", ".xml"}
+    assert office | plain | {".yaml", ".ics"} <= SUPPORTED_SUFFIXES
+
+
+def test_a_document_keeps_its_regions_where_each_located_part_starts(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    csv.writer(buf).writerows([["name", "city"], ["Ada", "London"], ["Alan", "Wilmslow"]])
+    path = write(tmp_path / "people.csv", buf.getvalue())
+    doc = read_document(path, tmp_path, max_bytes=MAX)
+    assert [loc for _, loc in doc.regions] == ["row 1", "row 2", "row 3"]
+    for offset, loc in doc.regions:
+        line = doc.text[offset:].split("\n", 1)[0]
+        assert line.startswith("|"), (loc, line)
+    assert "Wilmslow" in doc.text[doc.regions[2][0] :]

@@ -71,6 +71,7 @@
     return {
       node_id: n.node_id, layer: n.layer, kind: n.kind, n_tokens: n.n_tokens, source: n.source,
       char_start: n.char_start, char_end: n.char_end, n_sources: n.sources.length,
+      section: n.section || null, locator: n.locator || null,
       sources_capped: Boolean(n.sources_capped),
       n_children: n.children.length, preview: n.text.slice(0, PREVIEW),
     };
@@ -257,6 +258,8 @@
       add("tokens", n.n_tokens);
       if (n.layer === 0) {
         add("source", n.source + " · characters " + n.char_start + "–" + n.char_end + " · chunk " + n.chunk_index);
+        if (n.locator) add("where", n.locator);
+        if (n.section) add("section", n.section);
       } else {
         const more = n.sources.length < n.n_sources ? " … and " + (n.n_sources - n.sources.length) + " more" : "";
         if (n.sources_capped) add("sources", "more files than the tree's max_node_sources: not listed");
