@@ -195,7 +195,9 @@ class AnswerSettings(_Section):
 class WatchSettings(_Section):
     """The watcher daemon (``adrap watch``): observer, debounce, retries and its HTTP endpoint."""
 
-    polling: bool = False
+    #: Poll instead of native events. Unset: poll on network and FUSE filesystems (SMB/CIFS, NFS,
+    #: sshfs...), where native events miss other machines' changes; native elsewhere.
+    polling: bool | None = None
     poll_interval: float = Field(default=2.0, gt=0)
     debounce_seconds: float = Field(default=1.0, ge=0)
     #: Quiet seconds ending a burst whose files were all closed after writing or moved into

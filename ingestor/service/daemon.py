@@ -42,6 +42,7 @@ from ingestor.service.http import (
 )
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
+from ingestor.service.mounts import filesystem_of, is_network_fs
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.summaries import Progress, _noop
@@ -58,7 +59,8 @@ class Daemon:
     Args:
         pipeline: the pipeline (its store is wrapped so each call is serialised).
         root: the watched folder.
-        polling: use watchdog's polling observer (network shares, bind mounts); files are then
+        polling: use watchdog's polling observer (network shares, bind mounts); None: poll only
+            on a network or FUSE filesystem (:mod:`ingestor.service.mounts`); files are then
             taken only once their size and mtime are stable across two polls.
         poll_interval: seconds between polls.
         debounce: quiet seconds that end a burst of events.
@@ -93,7 +95,7 @@ class Daemon:
         pipeline: Pipeline,
         root: Path,
         *,
-        polling: bool = False,
+        polling: bool | None = False,
         poll_interval: float = 2.0,
         debounce: float = 1.0,
         close_grace: float = 0.2,
@@ -118,7 +120,7 @@ class Daemon:
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
-        self.polling = polling
+        self.polling = polling if polling is not None else self._polls_by_default(self.root)
         self.poll_interval = poll_interval
         self.debounce = debounce
         self.close_grace = close_grace
@@ -171,6 +173,20 @@ class Daemon:
         self.watcher: Watcher | None = None
         self.server: HttpServer | None = None
         self._stop = threading.Event()
+
+    @staticmethod
+    def _polls_by_default(root: Path) -> bool:
+        """Poll a network share (SMB, NFS, FUSE): inotify misses other machines' changes."""
+        fstype = filesystem_of(root)
+        if is_network_fs(fstype):
+            log.info(
+                "%s is on a %s mount: polling (native events miss changes made by other "
+                "machines); set ADRAP_WATCH__POLLING=false to use native events",
+                root,
+                fstype,
+            )
+            return True
+        return False
 
     @property
     def address(self) -> tuple[str, int] | None:
