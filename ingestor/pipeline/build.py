@@ -146,7 +146,7 @@ class BuildStage:
                     chunk_index=chunk.index,
                     char_start=chunk.char_start,
                     char_end=chunk.char_end,
-                    section=outline.section(chunk.char_start),
+                    section=outline.section(chunk.char_start, chunk.char_end),
                     locator=outline.locator(chunk.char_start, chunk.char_end),
                 )
             )

@@ -57,13 +57,26 @@ class Outline:
     """
 
     def __init__(self, text: str, regions: Sequence[tuple[int, str]] = ()) -> None:
-        self.headings = [(m.start(), len(m.group(1)), m.group(2)) for m in HEADING.finditer(text)]
+        matches = list(HEADING.finditer(text))
+        self.headings = [(m.start(), len(m.group(1)), m.group(2)) for m in matches]
         self._heading_starts = [h[0] for h in self.headings]
+        self._text = text
         self.regions = list(regions)
         self._region_starts = [r[0] for r in self.regions]
 
-    def section(self, start: int) -> str | None:
-        """The headings above ``start`` (one at ``start`` included), outermost first."""
+    def section(self, start: int, end: int | None = None) -> str | None:
+        """The headings above ``start`` (one at ``start`` included), outermost first.
+
+        With ``end``: the headings above the first text of ``text[start:end]`` that is not a
+        heading (a chunk that opens with a heading and its subheading is in the subsection).
+        """
+        if end is not None:
+            pos = start
+            for line in self._text[start:end].splitlines(keepends=True):
+                if line.strip() and not HEADING.match(line.strip()):
+                    start = pos
+                    break
+                pos += len(line)
         path: list[tuple[int, str]] = []
         for _, level, title in self.headings[: bisect_right(self._heading_starts, start)]:
             while path and path[-1][0] >= level:

@@ -23,6 +23,9 @@ def test_a_section_path_is_the_headings_above_outermost_first() -> None:
     assert outline.section(text.index("## Q4")) == "Budget > Q4"
     assert outline.section(text.index("People")) == "Staff"
     assert Outline("No headings here.").section(3) is None
+    nested = "# Harbour\n\n## Maintenance\n\nThe lantern was repainted."
+    assert Outline(nested).section(0) == "Harbour"
+    assert Outline(nested).section(0, len(nested)) == "Harbour > Maintenance"  # its first text
 
 
 @pytest.mark.parametrize(
