@@ -87,6 +87,7 @@ def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
 def _snapshot(s: Settings) -> dict[str, Any]:
     """What the page shows under "Updates" for an unwatched tree: the state's counters."""
     from ingestor.pipeline import load_state, state_exists
+    from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
     from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
 
     out: dict[str, Any] = {
@@ -96,6 +97,7 @@ def _snapshot(s: Settings) -> dict[str, Any]:
             for k, v in read_quarantine(s.state_dir / QUARANTINE_FILE).items()
         },
         "updates": [],
+        "unread": unread_status(Unread(s.state_dir / UNREAD_FILE)),
     }
     folder = s.state_dir / MODELS_DIR
     models = ModelStore(folder) if folder.is_dir() else None

@@ -202,6 +202,24 @@ def test_updates_list_what_each_update_changed_and_the_quarantine(
     assert out["quarantined"]["bad.pdf"]["reason"].startswith("the LLM refused")
 
 
+
+def test_the_updates_list_skipped_and_stale_files_with_their_reasons(
+    daemon: Daemon, client: TestClient, tree: Tree
+) -> None:
+    p, root = tree
+    (root / "blob.txt").write_bytes(b"\x00\x01" * 50)
+    p.update([root / "blob.txt"])
+    p.unread.note("sub/", "stale", "folder 'sub' cannot be listed now (EIO)", None, kept=True)
+    out = get(client, "/dashboard/api/updates")["unread"]
+    assert (out["skipped"], out["stale"]) == (1, 1)
+    assert out["skipped_files"][0]["source"] == "blob.txt"
+    assert "binary" in out["skipped_files"][0]["reason"]
+    assert out["stale_files"][0]["source"] == "sub/"
+    metrics = client.get("/metrics", headers=AUTH).text
+    assert 'adrap_skipped_files{tree="t"} 1.0' in metrics
+    assert 'adrap_stale_files{tree="t"} 1.0' in metrics
+
+
 def test_the_query_the_page_runs_is_the_daemon_s_own(client: TestClient, daemon: Daemon) -> None:
     out = get(client, "/query", q="apple orchard harvest", max_tokens=300)
     direct = daemon.query({"q": "apple orchard harvest", "max_tokens": "300"})

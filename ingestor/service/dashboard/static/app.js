@@ -345,6 +345,20 @@
       for (const [file, v] of q) ul.append(el("li", null, file + ": " + (v.reason || v)));
       parts.push(ul);
     }
+    const unread = u.unread || {};
+    for (const [kind, title] of [["stale", "Stale: cannot be read now, earlier version kept"],
+                                 ["skipped", "Skipped: content cannot be used"]]) {
+      const rows = unread[kind + "_files"] || [];
+      parts.push(el("h3", null, title + " (" + (unread[kind] || 0) + ")"));
+      if (rows.length) {
+        const ul = el("ul", "unread " + kind);
+        for (const r of rows) {
+          ul.append(el("li", null, r.source + " (since " + new Date(r.since * 1000).toLocaleString() + "): " + r.reason));
+        }
+        if ((unread[kind] || 0) > rows.length) ul.append(el("li", "muted", "… " + (unread[kind] - rows.length) + " more: adrap status --offset " + rows.length));
+        parts.push(ul);
+      }
+    }
     const ups = u.updates || [];
     parts.push(el("h3", null, "Last updates (" + ups.length + ")"));
     for (const up of ups) {
