@@ -255,6 +255,11 @@ class ApplyStage(BuildStage):
             old = state.sources.get(doc.source)
             if old is not None and old.content_hash == doc.content_hash:
                 report.files_unchanged += 1
+                if (old.size, old.mtime_ns, old.inode) != (doc.size, doc.mtime_ns, doc.inode):
+                    # same text, new stat (touched, or read racily before): trust the new one
+                    state.sources[doc.source] = SourceEntry(
+                        old.content_hash, doc.size, doc.mtime, old.node_ids, doc.mtime_ns, doc.inode
+                    )
                 continue
             leaves = self.leaves_of(doc)
             new_ids = {n.node_id for n in leaves}

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import stat
+import time
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,8 @@ DEFAULT_IGNORE: tuple[str, ...] = (
 )  # fmt: skip
 
 _SIZE_SETTING = "ADRAP_READ__MAX_FILE_BYTES"
+#: The coarsest modification-time granularity of the filesystems a share lives on (FAT, SMB).
+COARSE_MTIME_SECONDS = 2.0
 _OPEN_FLAGS = (
     os.O_RDONLY
     | getattr(os, "O_BINARY", 0)
@@ -171,7 +174,10 @@ def read_document(
         content_hash=hashlib.sha256(data).hexdigest(),
         size=len(data),
         mtime=st.st_mtime,
-        mtime_ns=st.st_mtime_ns,
+        # Racily clean (git's term): a file written within the filesystem's mtime granularity of
+        # this read (2 s on SMB and FAT) may change again without its mtime moving; 0 says "read
+        # it to compare its hash" next time, instead of trusting (size, mtime, inode).
+        mtime_ns=0 if time.time() - st.st_mtime < COARSE_MTIME_SECONDS else st.st_mtime_ns,
         inode=st.st_ino,
         encoding=extracted.encoding,
         regions=regions,

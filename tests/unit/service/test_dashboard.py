@@ -202,7 +202,6 @@ def test_updates_list_what_each_update_changed_and_the_quarantine(
     assert out["quarantined"]["bad.pdf"]["reason"].startswith("the LLM refused")
 
 
-
 def test_the_updates_list_skipped_and_stale_files_with_their_reasons(
     daemon: Daemon, client: TestClient, tree: Tree
 ) -> None:
