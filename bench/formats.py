@@ -292,6 +292,40 @@ def worker(folder: Path) -> dict[str, float]:
     }
 
 
+def build_vs_txt(folder: Path, tmp: Path) -> None:
+    """Time `adrap build` (real model, extractive summaries) of the mixed folder and of a folder
+    holding each document's extracted text as a .txt file: the floor is the same text, unread."""
+    import os
+
+    from ingestor.read.documents import iter_documents
+
+    plain = tmp / "plain"
+    plain.mkdir()
+    for path, doc in iter_documents(folder, max_bytes=10**8):
+        if not isinstance(doc, Exception):
+            (plain / (path.relative_to(folder).as_posix().replace("/", "_") + ".txt")).write_text(
+                doc.text
+            )
+    figures = {}
+    for name, root in (("mixed formats", folder), ("same text as .txt", plain)):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
+        env |= {"ADRAP_STATE_DIR": str(tmp / f"state-{root.name}"), "HF_HUB_OFFLINE": "1"}
+        t0 = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "ingestor", "build", str(root)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        seconds = time.perf_counter() - t0
+        if done.returncode != 0:
+            raise SystemExit(f"adrap build {root} failed:\n{done.stderr[-2000:]}")
+        figures[name] = seconds
+        print(f"adrap build, {name}: {seconds:.1f} s wall; {done.stdout.strip().splitlines()[-1]}")
+    ratio = figures["mixed formats"] / figures["same text as .txt"]
+    print(f"build time, mixed formats / same text as .txt: {ratio:.2f}x")
+
+
 def _peak_rss_mb() -> float:
     """This process's peak RSS. ``getrusage``'s ru_maxrss survives ``exec`` on Linux, so a worker
     would report its parent's peak (the writers); VmHWM starts afresh with the new image."""
@@ -307,14 +341,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--files", type=int, default=1000, help="documents in the mixed folder")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--build",
+        action="store_true",
+        help="also time `adrap build` of the mixed folder against a folder of the same text as .txt",
+    )
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker)))
         return
     with tempfile.TemporaryDirectory(prefix="adrap-bench-formats-") as tmp:
-        folder = Path(tmp)
+        folder = Path(tmp) / "mixed"
+        folder.mkdir()
         write_folder(folder, args.files, args.seed)
+        if args.build:
+            build_vs_txt(folder, Path(tmp))
         rows = {}
         for suffix in WRITERS:
             out = subprocess.run(
