@@ -84,7 +84,8 @@ class Settling:
         return out
 
     def settled(self, paths: list[Path]) -> list[Path]:
-        """Return the paths whose (size, mtime) did not change since the last look; hold the rest."""
+        """Return the paths whose (size, mtime) did not change since the last look, or whose
+        mtime is already ``settle`` seconds old; hold the rest for another look."""
         if self.settle <= 0:
             return paths
         out = []
@@ -99,8 +100,10 @@ class Settling:
                 out.append(path)
                 continue
             now = (st.st_size, st.st_mtime_ns)
-            if self.unsettled.get(path) == now:
-                del self.unsettled[path]
+            # unchanged since the last look, or not written for `settle` seconds already (a save
+            # the poll found late, a copy that kept its old mtime): no second look needed
+            if self.unsettled.get(path) == now or time.time() - st.st_mtime >= self.settle:
+                self.unsettled.pop(path, None)
                 out.append(path)
             else:
                 if path not in self.unsettled:

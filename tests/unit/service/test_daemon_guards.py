@@ -250,6 +250,23 @@ def test_in_polling_mode_a_file_is_taken_only_once_its_size_and_mtime_are_stable
     assert p.require_state().sources["copying.txt"].size == big.stat().st_size
 
 
+def test_in_polling_mode_a_file_not_written_for_the_settle_time_is_taken_at_first_sight(
+    tree: Tree,
+) -> None:
+    """A second look costs a whole poll interval of latency; a file whose mtime is already older
+    than the settle time is not being written (a late-found save, a copy that kept its mtime)."""
+    p, root = tree
+    w = Watcher(p, p.require_state(), root, debounce=0.05, settle=30.0)
+    done = root / "copied.txt"
+    done.write_text(doc_text(random.Random(3), 3))
+    old = time.time() - 60
+    os.utime(done, (old, old))
+    w.handler.dispatch(FileCreatedEvent(str(done)))
+    assert w.apply(w.next_batch())
+    assert "copied.txt" in w.state.sources
+    assert w.pending() == 0
+
+
 # -- restart: skip unchanged files by stat -----------------------------------------------------
 
 
