@@ -251,15 +251,18 @@ class ApplyStage(BuildStage):
         added: list[Node] = []
         removed: list[str] = []
         touched: list[str] = []
+        refreshed = False
         for doc in docs:
             old = state.sources.get(doc.source)
             if old is not None and old.content_hash == doc.content_hash:
                 report.files_unchanged += 1
                 if (old.size, old.mtime_ns, old.inode) != (doc.size, doc.mtime_ns, doc.inode):
-                    # same text, new stat (touched, or read racily before): trust the new one
+                    # same text, new stat (touched, or read racily before): trust the new one,
+                    # so that the next restart skips it by stat instead of reading it again
                     state.sources[doc.source] = SourceEntry(
                         old.content_hash, doc.size, doc.mtime, old.node_ids, doc.mtime_ns, doc.inode
                     )
+                    refreshed = True
                 continue
             leaves = self.leaves_of(doc)
             new_ids = {n.node_id for n in leaves}
@@ -294,6 +297,9 @@ class ApplyStage(BuildStage):
                 removed.extend(entry.node_ids)
                 report.files_removed += 1
         if not added and not removed and not touched:
+            if refreshed:  # only stat records changed: a commit of those rows, no store write
+                self.store_changes(state, set(), set())
+                report.state_bytes = state.last_commit_bytes
             return
         # Phase lines (debug): bench/crash.py reads them to place its kills and report where
         # each one landed; they also date each step of a slow update under -v.
