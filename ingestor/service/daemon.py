@@ -96,7 +96,7 @@ class Daemon:
         root: Path,
         *,
         polling: bool | None = False,
-        poll_interval: float = 2.0,
+        poll_interval: float = 1.0,
         debounce: float = 1.0,
         close_grace: float = 0.2,
         max_backoff: float = 60.0,
