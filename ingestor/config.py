@@ -8,15 +8,17 @@ inside a shared folder, a collaborator's ``.env`` could otherwise send document 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     NestedSecretsSettingsSource,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -25,6 +27,34 @@ from ingestor.read.documents import DEFAULT_IGNORE
 
 #: Default of ``watch.max_held_rows`` (see WatchSettings).
 MAX_HELD_ROWS: Final = 20_000
+
+
+def _list_of_strings(value: Any) -> Any:
+    """Accept a list setting as a JSON list or a comma-separated string (``a,b``; empty: none)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise ValueError(f"not a JSON list ({exc})") from None
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def _ignore_patterns(value: Any) -> Any:
+    """Patterns, where a value starting with ``+`` adds to the defaults instead of replacing them."""
+    plus = isinstance(value, str) and value.strip().startswith("+")
+    items = _list_of_strings(value.strip().removeprefix("+") if plus else value)
+    if isinstance(items, list | tuple) and items and str(items[0]).startswith("+"):
+        plus, items = True, [str(items[0]).removeprefix("+"), *items[1:]]
+    return list(dict.fromkeys([*DEFAULT_IGNORE, *items])) if plus else items
+
+
+#: A list of strings in the environment: ``a,b`` or ``["a", "b"]`` (``NoDecode``: not JSON only).
+StrList = Annotated[list[str], NoDecode, BeforeValidator(_list_of_strings)]
+#: Ignore patterns: as StrList; ``+a,b`` adds ``a`` and ``b`` to the default patterns.
+IgnorePatterns = Annotated[list[str], NoDecode, BeforeValidator(_ignore_patterns)]
 
 
 class _Section(BaseModel):
@@ -86,12 +116,14 @@ class ReadSettings(_Section):
     """Which files are read."""
 
     max_file_bytes: int = Field(default=50_000_000, ge=1)
-    ignore: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+    #: fnmatch patterns of file and folder names left out: ``a,b`` or a JSON list replaces the
+    #: defaults; ``+a,b`` adds to them (``ADRAP_READ__IGNORE=+*.bak,drafts``).
+    ignore: IgnorePatterns = Field(default_factory=lambda: list(DEFAULT_IGNORE))
     #: Read text out of images and scanned PDFs with tesseract (needs Debian's tesseract-ocr and
     #: ``pip install 'adrap[ocr]'``; see docs/formats.md). Off: they are skipped, saying why.
     ocr: bool = False
     #: More suffixes read as plain text, e.g. [".sql", ".cfg"] (docs/formats.md lists the rest).
-    text_suffixes: list[str] = Field(default_factory=list)
+    text_suffixes: StrList = Field(default_factory=list)
 
 
 class ChunkSettings(_Section):
@@ -213,7 +245,7 @@ class WatchSettings(_Section):
     http_token: SecretStr | None = None
     #: Host names the HTTP API answers to besides loopback and http_host (names behind a proxy;
     #: ".example.org": its subdomains; "*": any). Other names are refused (DNS rebinding).
-    allowed_hosts: list[str] = Field(default_factory=list)
+    allowed_hosts: StrList = Field(default_factory=list)
     http_max_tokens: int = Field(default=32_000, ge=1)  # largest max_tokens a query may ask
     http_max_top_k: int = Field(default=100, ge=1)
     http_query_timeout: float = Field(default=30.0, gt=0)  # seconds, then 504

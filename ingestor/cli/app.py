@@ -12,7 +12,9 @@ from typing import TypeVar
 
 import click
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
+from ingestor.cli.config_errors import describe_settings_error, describe_validation_error
 from ingestor.config import ENV_FILE_VARIABLE, Settings, dotenv_path, mask_credentials
 from ingestor.errors import IngestError
 from models_store import ModelStoreError
@@ -97,6 +99,7 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="adrap", message="adrap %(version)s")
 @click.option("-v", "--verbose", is_flag=True, help="Debug logs and tracebacks.")
 @click.option(
     "--env-file",
@@ -118,11 +121,9 @@ def main(click_ctx: click.Context, verbose: bool, env_file: Path | None) -> None
     except IngestError as exc:
         raise click.ClickException(str(exc)) from exc
     except ValidationError as exc:
-        lines = [
-            f"  ADRAP_{'__'.join(str(p) for p in e['loc']).upper()}: {mask_credentials(e['msg'])}"
-            for e in exc.errors()
-        ]
-        raise click.ClickException("invalid configuration:\n" + "\n".join(lines)) from exc
+        raise click.ClickException(describe_validation_error(exc)) from exc
+    except SettingsError as exc:  # a whole section given as a value that is not JSON
+        raise click.ClickException(describe_settings_error(exc)) from exc
     configure_logging(settings.log_level, verbose)
     click_ctx.obj = Ctx(settings, verbose)
 

@@ -60,5 +60,96 @@ def test_the_cli_names_each_invalid_variable_in_one_line(monkeypatch: pytest.Mon
     monkeypatch.setenv("ADRAP_QDRANT__TIMEOUT", "-1")
     result = CliRunner().invoke(main, ["config"])
     assert result.exit_code == 1
-    assert "ADRAP_QDRANT__TIMEOUT: Input should be greater than 0" in result.output
+    assert "ADRAP_QDRANT__TIMEOUT='-1': Input should be greater than 0" in result.output
     assert "errors.pydantic.dev" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "example"),
+    [
+        ("ADRAP_CHUNK__MAX_TOKENS", "abc", "ADRAP_CHUNK__MAX_TOKENS=250"),
+        ("ADRAP_QUERY__MODE", "fast", "ADRAP_QUERY__MODE=collapsed"),
+        ("ADRAP_READ__IGNORE", "[not json", "ADRAP_READ__IGNORE=.*,"),
+        ("ADRAP_WATCH__POLLING", "maybe", "ADRAP_WATCH__POLLING=true"),
+    ],
+)
+def test_a_bad_setting_is_one_line_naming_the_variable_the_value_and_an_example(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, example: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ingestor.cli import main
+
+    monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(main, ["config"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1, result.output
+    assert f"{name}={value!r}:" in result.output
+    assert example in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_section_check_names_the_variables_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from ingestor.cli import main
+
+    monkeypatch.setenv("ADRAP_CHUNK__OVERLAP", "300")
+    result = CliRunner().invoke(main, ["config"])
+    assert result.output == (
+        "Error: ADRAP_CHUNK__OVERLAP='300': chunk overlap (300) must be smaller than "
+        "max_tokens (250)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("ADRAP_READ__TEXT_SUFFIXES", ".sql, .cfg", [".sql", ".cfg"]),
+        ("ADRAP_READ__TEXT_SUFFIXES", '[".sql"]', [".sql"]),
+        ("ADRAP_READ__TEXT_SUFFIXES", "", []),
+        ("ADRAP_WATCH__ALLOWED_HOSTS", "adrap.example.org", ["adrap.example.org"]),
+        ("ADRAP_READ__IGNORE", "Thumbs.db", ["Thumbs.db"]),
+        ("ADRAP_READ__IGNORE", '["a", "b,c"]', ["a", "b,c"]),
+    ],
+)
+def test_list_settings_take_a_comma_separated_string_or_json(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: list[str]
+) -> None:
+    monkeypatch.setenv(name, value)
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    section, field = name.removeprefix("ADRAP_").lower().split("__")
+    assert getattr(getattr(s, section), field) == expected
+
+
+@pytest.mark.parametrize(
+    "value", ["+*.bak, drafts", '+["*.bak", "drafts"]', '["+*.bak", "drafts"]']
+)
+def test_ignore_patterns_starting_with_plus_add_to_the_defaults(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    from ingestor.read.documents import DEFAULT_IGNORE
+
+    monkeypatch.setenv("ADRAP_READ__IGNORE", value)
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert s.read.ignore == [*DEFAULT_IGNORE, "*.bak", "drafts"]
+
+
+def test_ignore_patterns_added_in_a_dotenv_file_keep_the_defaults(tmp_path: Path) -> None:
+    env = tmp_path / ".env"
+    env.write_text("ADRAP_READ__IGNORE=+*.bak\n")
+    s = Settings(_env_file=env)  # type: ignore[call-arg]
+    assert s.read.ignore[-1] == "*.bak"
+    assert ".*" in s.read.ignore
+
+
+def test_version_prints_the_package_version() -> None:
+    from importlib.metadata import version
+
+    from click.testing import CliRunner
+
+    from ingestor.cli import main
+
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0
+    assert result.output == f"adrap {version('adrap')}\n"
