@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
@@ -46,9 +46,33 @@ class MaskingFormatter(logging.Formatter):
         return mask_credentials(super().format(record))
 
 
+class _ProgressLine:
+    """Whether a progress line is drawn on stderr without its newline yet (see make_progress_printer)."""
+
+    open = False
+
+
+class _EndProgressLine(logging.Filter):
+    """Start each log line on a line of its own: clear an unfinished progress line first.
+
+    The bar is drawn again by its next update, below the log line.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__()
+        self.stream = stream
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _ProgressLine.open:
+            _ProgressLine.open = False
+            self.stream.write("\r\x1b[K" if self.stream.isatty() else "\n")
+        return True
+
+
 def configure_logging(level: str, verbose: bool) -> None:
     """Log JSON to stderr when it is not a terminal, plain lines otherwise."""
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_EndProgressLine(sys.stderr))
     if sys.stderr.isatty():
         handler.setFormatter(
             MaskingFormatter("%(asctime)s %(levelname)-7s %(message)s", "%H:%M:%S")
@@ -137,7 +161,8 @@ def make_progress_printer(enabled: bool) -> Callable[[str, int, int], None]:
     def show(stage: str, done: int, total: int) -> None:
         now = time.monotonic()
         final = total and done >= total
-        if not enabled or (not final and now - last.get(stage, 0.0) < 0.2):
+        redraw = not _ProgressLine.open  # a log line ended it: draw it again at once
+        if not enabled or (not final and not redraw and now - last.get(stage, 0.0) < 0.2):
             return
         last[stage] = now
         if total:
@@ -149,5 +174,6 @@ def make_progress_printer(enabled: bool) -> Callable[[str, int, int], None]:
             line = f"\r{stage:<16} {done}"
         sys.stderr.write(line + ("\n" if final else ""))
         sys.stderr.flush()
+        _ProgressLine.open = not final
 
     return show

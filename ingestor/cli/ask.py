@@ -19,7 +19,9 @@ from ingestor.cli.query import answer_locally_or_by_daemon, format_spans, reques
 @click.option("--top-k", type=click.IntRange(min=1), default=None, help="Traversal: per layer.")
 @click.option("--base", type=click.Choice(BASES), default=None, help="postqfrap: base retriever.")
 @click.option("--k0", type=click.IntRange(min=1), default=None, help="postqfrap: nodes retrieved.")
-@click.option("--source", "source_prefix", default=None, help="Only sources under this folder/.")
+@click.option(
+    "--source", "source_prefix", default=None, help="Only this folder or file (as adrap query)."
+)
 @click.option("--layers", default=None, help="Layer range, e.g. 0-0 for leaves only.")
 @click.option("--show-context", is_flag=True, help="Also print the numbered context.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: answer, citations, context.")

@@ -36,8 +36,7 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
             f"nodes per layer {layers or 'none'}; {report.stats.summary_calls} summaries "
             f"({report.stats.cache_hits} from cache); {report.seconds:.1f}s ({stages})"
         )
-        for path, reason in report.skipped:
-            click.echo(f"skipped {path}: {reason}", err=True)
+        _say_skipped(len(report.skipped))
 
     run(ctx, body)
 
@@ -79,10 +78,19 @@ def _update(ctx: Ctx, paths: list[Path], *, remove: bool) -> None:
         with writer_lock(settings, command), opened_store(settings) as store:
             report = make_pipeline(settings, store, embedder).update(paths, remove=remove)
         click.echo(report.summary())
-        for path, reason in report.skipped:
-            click.echo(f"skipped {path}: {reason}", err=True)
+        _say_skipped(len(report.skipped) + len(report.stale))
 
     run(ctx, body)
+
+
+def _say_skipped(n: int) -> None:
+    """Point at ``adrap status`` for the files not read; each was logged once, with why, as read."""
+    if n:
+        click.echo(
+            f"{n} file{'s' if n > 1 else ''} not read (logged above; `adrap status` lists them "
+            "with the reason)",
+            err=True,
+        )
 
 
 @main.command()

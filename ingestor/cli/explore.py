@@ -62,11 +62,7 @@ def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
                     TreeView(store, s.tree), max_nodes=max_nodes, updates=_snapshot(s)
                 )
         except WriterActiveError as exc:
-            http = exc.holder.get("http")
-            where = f" at http://{http}/dashboard" if http else ""
-            raise click.ClickException(
-                f"{exc}; a running `adrap watch` serves this page live{where}"
-            ) from exc
+            raise click.ClickException(_in_use(s, exc.holder)) from exc
         if not data["layers"]:
             raise click.ClickException(
                 f"tree {s.tree!r} has no nodes in this store; build it first (`adrap build DIR`) "
@@ -82,6 +78,20 @@ def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
         )
 
     run(ctx, body)
+
+
+def _in_use(s: Settings, holder: dict[str, Any]) -> str:
+    """Say who holds the tree's state dir and where to see it instead (not "run it again").
+
+    The lock's own message says "since a moment ago", true only of a writer that appeared while
+    this command started; a daemon holds it for as long as it runs.
+    """
+    who = f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
+    http = holder.get("http")
+    if holder.get("command") == "watch":
+        live = f"serves this page live at http://{http}/dashboard" if http else "is starting"
+        return f"tree {s.tree!r} in {str(s.state_dir)!r} is watched by {who}, which {live}"
+    return f"state dir {str(s.state_dir)!r} is in use by {who}; run `adrap explore` when it ends"
 
 
 def _snapshot(s: Settings) -> dict[str, Any]:

@@ -42,7 +42,10 @@ log = logging.getLogger(__name__)
     "--k0", type=click.IntRange(min=1), default=None, help="postqfrap: nodes retrieved (20)."
 )
 @click.option(
-    "--source", "source_prefix", default=None, help="Only sources under this folder/ or this file."
+    "--source",
+    "source_prefix",
+    default=None,
+    help="Only this folder or file: relative to the tree's root, or a path on disk.",
 )
 @click.option(
     "--layers", default=None, help="Layer range, e.g. 0-0 for leaves only, 1- for summaries."
@@ -123,6 +126,10 @@ def answer_locally_or_by_daemon(s: Settings, route: str, params: dict[str, Any])
     In-process, the store is opened under a shared reader lock, so a daemon starting meanwhile
     waits for it; a daemon that took the state dir while the model loaded is asked instead.
     """
+    if params.get("source"):
+        from ingestor.cli.sources import resolve_source
+
+        params = {**params, "source": resolve_source(s, params["source"])}
     remote = _query_daemon(s, params, route)
     if remote is not None:
         return remote
