@@ -370,14 +370,14 @@ class Daemon:
         if self.server is not None:
             self.server.stop()
 
-    def status(self) -> dict[str, Any]:
-        """Return the ``/status`` document."""
+    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        """Return the ``/status`` document (``offset``/``limit``: the page of unread files)."""
         out = self.metrics.status(self.pending()) | {"root": str(self.root)}
         out["quarantined"] = {
             source: {"reason": q.reason, "since": q.at}
             for source, q in self.quarantine.items().items()
         }
-        out["unread"] = unread_status(self.pipeline.unread)
+        out["unread"] = unread_status(self.pipeline.unread, offset=offset, limit=limit)
         return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
 
     def dashboard_updates(self) -> dict[str, Any]:

@@ -178,8 +178,15 @@ def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
         body = await anyio.to_thread.run_sync(generate_latest, daemon.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    async def status(_: Request) -> Response:
-        out = await anyio.to_thread.run_sync(daemon.status)
+    async def status(request: Request) -> Response:
+        try:  # ?offset=N&limit=M pages the skipped and stale files
+            offset = int(request.query_params.get("offset", "0"))
+            limit = int(request.query_params.get("limit", "100"))
+            if offset < 0 or not 0 <= limit <= 1000:
+                raise ValueError
+        except ValueError:
+            return _error(400, "offset must be an integer >= 0 and limit one in 0..1000")
+        out = await anyio.to_thread.run_sync(partial(daemon.status, offset=offset, limit=limit))
         return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
 
     def answering(fn: Callable[[dict[str, str]], dict[str, Any]]) -> Any:

@@ -214,6 +214,10 @@ def test_the_updates_list_skipped_and_stale_files_with_their_reasons(
     assert out["skipped_files"][0]["source"] == "blob.txt"
     assert "binary" in out["skipped_files"][0]["reason"]
     assert out["stale_files"][0]["source"] == "sub/"
+    page = get(client, "/status", offset=1, limit=5)["unread"]
+    assert page["offset"] == 1
+    assert page["skipped_files"] == []  # one skipped file: the second page is empty
+    assert client.get("/status", params={"offset": "-1"}, headers=AUTH).status_code == 400
     metrics = client.get("/metrics", headers=AUTH).text
     assert 'adrap_skipped_files{tree="t"} 1.0' in metrics
     assert 'adrap_stale_files{tree="t"} 1.0' in metrics

@@ -71,7 +71,7 @@ class FakeDaemon:
         self.changed: list[str] = []
         self._query = query or (lambda params: {"hits": ["the corpus"]})
 
-    def status(self) -> dict[str, Any]:
+    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
         return {"files": 1}
 
     def query(self, params: dict[str, str]) -> dict[str, Any]:
