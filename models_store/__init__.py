@@ -2,7 +2,7 @@
 
 from models_store.changes import Changes
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
-from models_store.manifest import Manifest
+from models_store.manifest import Manifest, library_changes, library_versions
 from models_store.rows import RowStore
 from models_store.store import ModelStore, write_atomic
 
@@ -14,5 +14,7 @@ __all__ = [
     "ModelStore",
     "ModelStoreError",
     "RowStore",
+    "library_changes",
+    "library_versions",
     "write_atomic",
 ]

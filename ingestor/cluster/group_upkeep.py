@@ -36,11 +36,13 @@ __all__ = [
     "OUTGROWN",
     "cut",
     "due",
+    "install",
     "members_of",
     "outgrown",
     "outgrown_limit",
     "oversized",
     "refit",
+    "report",
     "split",
 ]
 
@@ -140,8 +142,8 @@ def refit(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> Non
     nodes, pids, old = members_of(al, g)
     placed = al.gmms[g] is not None
     fit = _fit(al, nodes, vectors(nodes), old, pids)
-    _install(al, g, fit, nodes, pids, placed=placed)
-    _report(old, fit.clusters, delta, split=not placed and len(fit.clusters) > 1)
+    install(al, g, fit, nodes, pids, placed=placed)
+    report(old, fit.clusters, delta, split=not placed and len(fit.clusters) > 1)
     log.debug("layer %d group %d refitted: %d clusters", al.layer, g, len(fit.clusters))
 
 
@@ -194,9 +196,9 @@ def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> lis
                 del al.node_at[(g, pids[r])]
         Y = points[[row[p] for p in part_pids]]
         fit = _part(gmm, umap, Y, part_pids, ids, members, owner, j)
-        _install(al, group, fit, members, ids, placed=j == 0, fitted=False)
+        install(al, group, fit, members, ids, placed=j == 0, fitted=False)
         made.update(fit.clusters)
-    _report(old, made, delta, split=True)
+    report(old, made, delta, split=True)
     al.group_splits += 1
     log.info(
         "layer %d: global cluster %d (%d nodes) cut into %d parts of at most %d",
@@ -285,7 +287,7 @@ def _fit(
     )
 
 
-def _install(
+def install(
     al: AdaptiveLayer,
     g: int,
     fit: GroupFit,
@@ -322,7 +324,7 @@ def _install(
     al.note(g, fit.clusters)
 
 
-def _report(
+def report(
     old: dict[int, frozenset[str]],
     new: dict[int, frozenset[str]],
     delta: LayerDelta,

@@ -38,7 +38,7 @@ from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
-from ingestor.cluster.gmm import most_probable, soft_assign
+from ingestor.cluster.gmm import gaussian_parameters, most_probable, soft_assign, to_sklearn
 from ingestor.cluster.umap_reduce import (
     ExactCosineIndex,
     load_umap,
@@ -193,6 +193,54 @@ class TreeClusterer:
         self.n_features_in_ = X.shape[1]
         self.clusters_ = []
         return self._fit_local(X, np.arange(len(X)), np.random.default_rng(self.random_state))
+
+    def reduce_local(self, X: NDArray[np.floating]) -> tuple[Any, NDArray[np.float32]]:
+        """Fit only a local UMAP on the rows of X (more than ``n_components + 1``), as the local
+        step would, and return it with the (n, c) embedding of every row: the space a group's
+        clusters are re-described in when its stored model cannot be read."""
+        X = unit_rows(X)
+        self.n_features_in_ = X.shape[1]
+        fit_idx = self._sample(len(X), np.random.default_rng(self.random_state))
+        return self._reduce(X, fit_idx, self.local_n_neighbors, "local")
+
+    def fit_groups(self, X: NDArray[np.floating], labels: NDArray[np.intp], n_groups: int) -> Self:
+        """Fit the global step around given global clusters: a global UMAP on X and one global
+        component per group, the M-step of ``labels`` in that space (a group without points gets
+        a component no point prefers), so :meth:`predict_global` routes new rows to the groups a
+        layer already has. For a layer whose stored global model cannot be read.
+
+        Args:
+            X: (n, d) the layer's node embeddings.
+            labels: (n,) each row's group, in ``range(n_groups)``.
+            n_groups: the layer's number of global clusters.
+
+        Returns:
+            self, with the global attributes of :meth:`fit`; ``local_models_`` and ``clusters_``
+            empty (the caller keeps the layer's).
+        """
+        X = unit_rows(X)
+        n = len(X)
+        self.n_features_in_ = X.shape[1]
+        self.clusters_ = []
+        self.local_models_ = []
+        self.n_clusters_ = 0
+        self.global_labels_ = np.asarray(labels, dtype=np.intp)
+        self.global_umap_ = None
+        self.global_gmm_ = None
+        if n_groups <= 1 or n <= self.n_components + 1:  # as fit: too few to reduce, group 0
+            self.global_components_ = np.zeros(1, dtype=np.intp)
+            return self
+        fit_idx = self._sample(n, np.random.default_rng(self.random_state))
+        self.global_umap_, Y = self._reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global")
+        resp = np.zeros((n, n_groups))
+        resp[np.arange(n), self.global_labels_] = 1.0
+        self.global_gmm_ = to_sklearn(
+            gaussian_parameters(np.asarray(Y, dtype=np.float64), resp),
+            random_state=self.random_state,
+            max_iter=self.max_iter,
+        )
+        self.global_components_ = np.arange(n_groups, dtype=np.intp)
+        return self
 
     def build_group_size(self) -> float | None:
         """The mean number of points per global cluster the fit made (None: not recorded)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.cluster.threads import one_thread
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
+from ingestor.tree.model_repair import repair_models
 from ingestor.tree.state import Provenance, TreeState
 
 log = logging.getLogger(__name__)
@@ -88,11 +89,15 @@ class TreeUpdater:
         stats = UpdateStats(leaves_added=len(new_leaves), leaves_removed=len(removed_leaves))
         stats.upserted |= set(new_leaves)
         pending = _Pending(add=list(new_leaves), remove=list(removed_leaves))
+        # Models the installed libraries cannot read are fitted again first; the clusters a
+        # refit had to change (rarely any) are regenerated with this batch's.
+        repaired = repair_models(state, self.builder.make_clusterer)
         refreshed: set[str] = set()
         layer = 0
-        while pending.add or pending.move or pending.remove:
+        while pending.add or pending.move or pending.remove or repaired:
             al: AdaptiveLayer | None = state.layers[layer] if layer < len(state.layers) else None
-            pending = self._apply_layer(state, layer, al, pending, stats, refreshed)
+            delta = repaired.pop(layer, None) or LayerDelta()
+            pending = self._apply_layer(state, layer, al, pending, stats, refreshed, delta)
             layer += 1
         self._refresh_sources(state, refreshed, stats)
         depth = len(state.layers)
@@ -117,12 +122,14 @@ class TreeUpdater:
         todo: _Pending,
         stats: UpdateStats,
         refreshed: set[str],
+        delta: LayerDelta,
     ) -> _Pending:
+        """Apply ``todo`` to layer ``layer``; ``delta`` already holds clusters changed before
+        (by a refit of models that could not be read)."""
         if al is None:  # the top layer: its nodes have no parents
             for node_id in todo.remove:
                 self._delete_node(state, node_id, stats)
             return _Pending()
-        delta = LayerDelta()
         # Removes first, as a delete then an insert [A §4.4]. Adding first was measured worse: a
         # renamed document's leaves (or a summary's successor, close to it) then sit beside
         # their predecessors during the online GMM's refits, and BIC cuts tight clusters around

@@ -29,6 +29,7 @@ from ingestor.tree.summaries import (
     _noop,
     cache_key,
 )
+from models_store import library_versions
 from retriever import Embedder
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,7 @@ class TreeBuilder(SummaryWriter):
             node.parents = []
         state.nodes.touch_all()  # every leaf changed in place: all are written at the commit
         state.layers = []
+        state.model_libraries = library_versions()  # every model is fitted anew
         layer = 0
         top = state.ids_in_layer(0)
         while len(top) > self.params.min_top_nodes and layer + 1 < self.params.max_layers:

@@ -23,8 +23,8 @@ from numpy.typing import NDArray
 from ingestor.cluster.gmm import GaussianParams
 from ingestor.cluster.incremental import PointBuffer
 from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.tree.rowmap import RowMap, dumps, loads
-from models_store import Changes, ModelStoreError, RowStore
+from ingestor.tree.rowmap import RowMap, dumps, loads_model
+from models_store import Changes, IncompatibleModelError, ModelStoreError, RowStore
 
 #: A group's points are packed again into one block once more than ``max(PACK_MIN, n //
 #: PACK_SHARE)`` of them are single rows or removed points still in a block (see the module).
@@ -78,7 +78,7 @@ class GroupMap(RowMap[Any]):
         self._replaced.add(key)
 
     def _decode(self, key: str, data: bytes) -> OnlineGMM | None:
-        head: Any = loads(data)
+        head: Any = loads_model(data, f"the online GMM {self.ns}/{key}")
         if isinstance(head, OnlineGMM):  # pickled whole (before groups were stored by parts)
             self._stored[key] = _Stored(b"", set(), {})  # its next commit writes it by parts
             return head
@@ -159,7 +159,10 @@ class GroupMap(RowMap[Any]):
             return None
         if key not in self._stored:
             data = self._rows.get(self.ns, key)
-            head = loads(data) if data is not None else None
+            try:
+                head = loads_model(data, f"{self.ns}/{key}") if data is not None else None
+            except IncompatibleModelError:  # refitted: every row beside it is listed, to go
+                head = None
             order, dim = (head["_order"], int(head["_dim"])) if isinstance(head, dict) else ([], 0)
             _, singles, blocks = self._read_points(key, order, dim)
             comps = {

@@ -19,6 +19,11 @@ row, in namespaces ``L<i>.<part>``:
   one row per entry (written when set or deleted).
 
 Opening a layer reads only its head; groups, local models and map entries load on first use.
+A fitted model the installed libraries cannot read (pickled by other versions of them) does not
+stop the layer from opening: the clusterer is replaced by an :class:`UnreadableClusterer` and a
+local model or online GMM raises ``IncompatibleModelError`` when asked for;
+:func:`unreadable_models` lists them for the update that refits them
+(:mod:`ingestor.tree.model_repair`).
 """
 
 from __future__ import annotations
@@ -26,12 +31,13 @@ from __future__ import annotations
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar, overload
 
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.tree.group_rows import GroupMap, side_namespaces
-from ingestor.tree.rowmap import RowMap, dumps, loads
-from models_store import Changes, RowStore
+from ingestor.tree.rowmap import RowMap, dumps, loads, loads_model
+from models_store import Changes, IncompatibleModelError, RowStore
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -165,6 +171,79 @@ class RowList(MutableSequence[V], Generic[V]):
         self.length += 1
 
 
+class UnreadableClusterer:
+    """Stands for a layer's clusterer (global UMAP + GMM) that the installed libraries cannot
+    read, until an update refits it; it holds the layer's local models, as a clusterer does.
+
+    Attributes:
+        reason: why it could not be read.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        self.local_models_: Any = None
+
+
+class _ModelRows(RowMap[Any]):
+    """The local models of a layer: a row the installed libraries cannot read raises
+    ``IncompatibleModelError`` naming it."""
+
+    def _decode(self, key: str, data: bytes) -> Any:
+        return loads_model(data, f"the local model {self.ns}/{key}")
+
+
+@dataclass
+class ModelDamage:
+    """The fitted models of a layer that cannot be read, each with why.
+
+    Attributes:
+        head: the clusterer (global UMAP + GMM), or None when it was read.
+        local: global cluster → its local model (UMAP + GMM).
+        online: global cluster → its online GMM.
+    """
+
+    head: str | None = None
+    local: dict[int, str] = field(default_factory=dict)
+    online: dict[int, str] = field(default_factory=dict)
+
+    def groups(self) -> list[int]:
+        """The global clusters whose local model or online GMM must be fitted again."""
+        return sorted(self.local.keys() | self.online.keys())
+
+    def reasons(self) -> list[str]:
+        """Every reason, the clusterer's first."""
+        return (
+            [r for r in (self.head,) if r] + list(self.local.values()) + list(self.online.values())
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.head or self.local or self.online)
+
+
+def unreadable_models(al: AdaptiveLayer, *, scan: bool) -> ModelDamage:
+    """Return which fitted models of layer ``al`` cannot be read.
+
+    Args:
+        scan: read every local model and online GMM of a stored layer (O(layer): once after a
+            library upgrade); else only the clusterer, read when the layer was opened, counts.
+    """
+    damage = ModelDamage()
+    if isinstance(al.clusterer, UnreadableClusterer):
+        damage.head = al.clusterer.reason
+    if not scan or not isinstance(al.gmms, RowList):
+        return damage  # a layer fitted in this process holds its models as objects
+    for g in range(len(al.gmms)):
+        try:
+            al.clusterer.local_models_[g]
+        except IncompatibleModelError as exc:
+            damage.local[g] = str(exc)
+        try:
+            al.gmms[g]
+        except IncompatibleModelError as exc:
+            damage.online[g] = str(exc)
+    return damage
+
+
 #: The clusterer rows (a layer's global UMAP + GMM: ~18 MB for a 5,000-point fit sample) last
 #: read or committed by this process, by the token written beside them. A daemon opens the state
 #: for every update, and reading those bytes again cost ~0.17 s CPU an update at 200k leaves.
@@ -219,7 +298,7 @@ def _track(al: AdaptiveLayer, i: int) -> None:
             rows[str(j)] = v
         setattr(al, name, RowList(rows, len(items), on_load=_gmm_linker(al)))
     c = al.clusterer
-    local: RowMap[Any] = RowMap(f"L{i}.local")
+    local: RowMap[Any] = _ModelRows(f"L{i}.local")
     items = list(c.local_models_)
     for j, v in enumerate(items):
         local[str(j)] = v
@@ -321,7 +400,11 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
         # process can know it, so it names this content only.
         token = scalars["clusterer_token"] = uuid.uuid4().hex
     _remember(token, blob)
-    clusterer: Any = loads(blob)
+    clusterer: Any
+    try:
+        clusterer = loads_model(blob, f"the clusterer of layer {i} in {rows.path}")
+    except IncompatibleModelError as exc:  # refitted by the next update (model_repair)
+        clusterer = UnreadableClusterer(str(exc))
     al = AdaptiveLayer.__new__(AdaptiveLayer)
     al.__dict__.update(scalars)
     al.clusterer = clusterer
@@ -333,7 +416,7 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
         m = GroupMap(f"L{i}.{name}")
         m.bind(rows)
         setattr(al, name, RowList(m, n_groups, on_load=_gmm_linker(al)))
-    local: RowMap[Any] = RowMap(f"L{i}.local")
+    local: RowMap[Any] = _ModelRows(f"L{i}.local")
     local.bind(rows)
     clusterer.local_models_ = RowList(local, n_local, on_load=_relink_local)
     al.__dict__["_persist"] = {

@@ -179,6 +179,8 @@ def _open(rows: RowStore) -> TreeState:
     state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
     state.layers = [open_layer(rows, i) for i in range(int(m.get("n_layers", 0)))]
     state.rows = rows
+    # A state from before this entry: its models were written with the last writer's libraries.
+    state.model_libraries = dict(m.get("model_libraries") or m.get("libraries") or {})
     return state
 
 
@@ -291,6 +293,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
         **{k: getattr(state, k) for k in _SCALARS},
         "layer_sizes": {str(k): v for k, v in state.nodes.sizes.items()},
         "n_layers": len(state.layers),
+        "model_libraries": state.model_libraries,
     }
     try:
         written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED)

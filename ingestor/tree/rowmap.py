@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from models_store import Changes, RowStore
+from models_store import Changes, IncompatibleModelError, RowStore
 
 V = TypeVar("V")
 
@@ -52,6 +52,22 @@ def dumps(value: object) -> bytes:
 def loads(data: bytes) -> object:
     """Decode a row value written by :func:`dumps`."""
     return pickle.loads(data)
+
+
+def loads_model(data: bytes, what: str) -> object:
+    """Decode a row holding a fitted model (UMAP, GMM, online GMM) named ``what``.
+
+    Raises:
+        IncompatibleModelError: the installed libraries cannot read it (pickled by other
+            versions of them, or damaged); the next update refits it from the stored vectors.
+    """
+    try:
+        return pickle.loads(data)
+    except Exception as exc:  # any unpickling failure: AttributeError, ImportError, ...
+        raise IncompatibleModelError(
+            f"{what} cannot be read by the installed libraries ({type(exc).__name__}: {exc}); "
+            "the next update (`adrap add`, the daemon) refits it from the stored vectors"
+        ) from exc
 
 
 class RowMap(MutableMapping[str, V], Generic[V]):

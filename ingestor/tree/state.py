@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.tree.rowmap import RowMap, VectorMap
+from models_store import library_versions
 from retriever import Kind, NodePayload, point_id, source_dirs
 
 STATE_FORMAT = 3
@@ -251,6 +252,10 @@ class TreeState:
     intent_open: bool = False
     #: Bytes the last commit wrote.
     last_commit_bytes: int = 0
+    #: The versions of the clustering libraries its fitted models were written or last checked
+    #: with (``models_store.library_versions``): when they differ from the running ones, the next
+    #: update reads every model and refits those that cannot be read (``tree.model_repair``).
+    model_libraries: dict[str, str] = field(default_factory=library_versions)
 
     @property
     def max_node_sources(self) -> int:

@@ -1,0 +1,122 @@
+"""Fit a layer's models again around the clusters it has: after a library upgrade, a fitted model
+that the installed libraries cannot read (a UMAP, a GMM, an online GMM) is refitted from the
+layer's node vectors, and the clusters, so their summaries, stay as they are.
+
+What a model is for decides what is fitted:
+
+* the global model routes new nodes to a global cluster ("group"): :func:`refit_global` fits a
+  global UMAP on the layer's nodes and one component per group, the M-step of the groups as they
+  are (:meth:`~ingestor.cluster.two_step.TreeClusterer.fit_groups`);
+* a group's local model places new nodes among the group's clusters: :func:`refit_local` fits a
+  local UMAP on the group's members and an online GMM whose components are the M-step of its
+  clusters, with their ids and members (:func:`~ingestor.cluster.group_refit.group_fit`).
+
+Neither chooses clusters by BIC, so no membership changes, with one exception: a group with a
+local model but too few members left for a UMAP (at most ``n_components + 1``, after removals)
+becomes one cluster, as a build guards it (:func:`~ingestor.cluster.group_refit.refit_group`);
+the delta then names the clusters that changed. Cost: the build's UMAP fits of the layer, no
+BIC search and no summary.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ingestor.cluster import group_upkeep
+from ingestor.cluster.group_refit import group_fit, refit_group
+from ingestor.cluster.incremental import LayerDelta
+from ingestor.cluster.two_step import LocalModel
+
+if TYPE_CHECKING:
+    from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
+    from ingestor.cluster.online_gmm import OnlineGMM
+
+__all__ = ["refit_global", "refit_local"]
+
+log = logging.getLogger(__name__)
+
+
+def refit_global(al: AdaptiveLayer, fresh: Any, vectors: Vectors) -> None:
+    """Give layer ``al`` a new global model around its groups; its local models are kept.
+
+    Args:
+        al: the layer; ``al.point_of`` says each node's group (read whole: O(layer)).
+        fresh: an unfitted ``TreeClusterer`` with the layer's parameters (the stored one, which
+            held them, cannot be read).
+        vectors: the nodes' embeddings (``TreeState.matrix``).
+    """
+    nodes, labels = [], []
+    for node_id, (g, _) in sorted(al.point_of.items()):
+        nodes.append(node_id)
+        labels.append(g)
+    fresh.fit_groups(vectors(nodes), np.asarray(labels, dtype=np.intp), len(al.gmms))
+    fresh.local_models_ = al.clusterer.local_models_
+    al.clusterer = fresh
+    al.global_version += 1  # the head row is written at the next commit
+
+
+def refit_local(
+    al: AdaptiveLayer,
+    g: int,
+    members: tuple[list[str], list[int], dict[int, frozenset[str]]],
+    vectors: Vectors,
+    delta: LayerDelta,
+    *,
+    old: OnlineGMM | None = None,
+) -> None:
+    """Give group ``g`` of ``al`` a new local model and online GMM holding ``members``' clusters.
+
+    Args:
+        members: the group's member nodes (sorted), their point ids and its clusters (cluster
+            id → member nodes), as :func:`~ingestor.cluster.group_upkeep.members_of` returns.
+        vectors: the nodes' embeddings.
+        delta: gets the clusters that changed (only when the group becomes one cluster).
+        old: the group's online GMM when it could be read: the sizes its clusters were last
+            offered a split at are kept.
+    """
+    nodes, pids, clusters = members
+    c = al.clusterer
+    if g in al.guarded:  # one cluster and no model to fit: only its record is written again
+        cid, held = al.guarded[g]
+        al.gmms[g] = None
+        c.local_models_[g] = LocalModel(np.arange(len(held)), None, None, None, (cid,))
+        return
+    if not nodes:  # an emptied group: one (empty) cluster, refilled as a guarded group is
+        (cid,) = clusters or {al.ids.take(): frozenset()}
+        al.gmms[g] = None
+        c.local_models_[g] = LocalModel(np.arange(0), None, None, None, (cid,))
+        al.guarded[g] = (cid, set())
+        return
+    X = vectors(nodes)
+    at = {n: r for r, n in enumerate(nodes)}
+    cids = sorted(clusters)
+    chosen = np.zeros((len(nodes), len(cids)), dtype=bool)
+    for j, cid in enumerate(cids):
+        chosen[[at[n] for n in clusters[cid]], j] = True
+    if len(nodes) <= c.n_components + 1 or not chosen.any(axis=1).all():
+        # Too few for a UMAP (or a member in no cluster): as a refit of the group would.
+        fit = refit_group(
+            c, nodes, X, clusters, point_ids=pids, ids=al.ids, tau_n=al.tau_n, tau_c=al.tau_c
+        )
+    else:
+        umap, Y = c.reduce_local(X)
+        fit = group_fit(
+            np.asarray(Y, dtype=np.float64),
+            chosen,
+            umap,
+            nodes,
+            pids,
+            cids,
+            threshold=c.threshold,
+            tau_n=al.tau_n,
+            tau_c=al.tau_c,
+            ids=al.ids,
+            random_state=c.random_state,
+        )
+        if old is not None and fit.online is not None:
+            fit.online.offered = {k: v for k, v in old.offered.items() if k in clusters}
+    group_upkeep.install(al, g, fit, nodes, pids, placed=True)
+    group_upkeep.report(clusters, fit.clusters, delta, split=False)
