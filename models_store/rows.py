@@ -186,8 +186,10 @@ class RowStore:
                 f"the tree state in {self.path} was written for another setup: "
                 + "; ".join(bad)
                 + "; restore the previous configuration, or rebuild the tree with `adrap build "
-                "DIR` into another state directory (ADRAP_STATE_DIR); this one, with the "
-                "summaries paid for, stays as it is until you delete it"
+                "DIR` into another state directory (ADRAP_STATE_DIR) and node store. This state "
+                "and its summary cache (the summaries paid for) stay here, untouched, until you "
+                "delete them; the cache does not depend on the embedding model, but that build "
+                "does not read it: it pays for its summaries again"
             )
         changed = library_changes(have.get("libraries") or {})
         if changed:

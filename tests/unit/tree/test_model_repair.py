@@ -17,9 +17,9 @@ from ingestor.pipeline import Pipeline
 from ingestor.tree import layer_store
 from ingestor.tree.layer_store import unreadable_models
 from ingestor.tree.model_repair import repair_models
-from ingestor.tree.persist import commit_state, state_path
+from ingestor.tree.persist import commit_state, load_state, state_path
 from models_store import IncompatibleModelError
-from tests.fakes import EchoSummarizer
+from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 from tests.unit.tree.test_persist_refit import clusters
 
@@ -101,7 +101,7 @@ def test_unreadable_models_are_refitted_keeping_every_cluster_and_summary(
     assert [clusters(layer) for layer in state.layers] == expected
     assert {k: n.text for k, n in state.nodes.items() if n.layer > 0} == summaries
     assert state.invariant_violations() == []
-    (line,) = [r.getMessage() for r in caplog.records if "refitted" in r.getMessage()]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "ingestor.tree.model_repair"]
     assert "layer 0: global model and" in line
     assert "umap-learn 0.4.6" in line
     commit_state(p.models, state)
@@ -158,3 +158,23 @@ def test_a_local_model_that_cannot_be_read_names_itself_and_the_refit() -> None:
     with pytest.raises(IncompatibleModelError, match=r"L0\.local/3.*refits it") as info:
         rows._decode("3", UNREADABLE)
     assert isinstance(info.value.__cause__, AttributeError)
+
+
+def test_only_another_embedding_model_refuses_the_state_and_says_what_happens_to_the_cache(
+    built: tuple[Pipeline, Path],
+) -> None:
+    p, _ = built
+    cache = dict(p.require_state().summary_cache.items())
+    _break_models(p, heads=False, groups=False)  # other library versions: no refusal
+    assert load_state(p.models, "t", p.embedder) is not None
+    other = HashEmbedder(dim=48)
+    other.model_id = "another-model"
+    with pytest.raises(IncompatibleModelError, match="embed_model") as info:
+        load_state(p.models, "t", other)
+    message = str(info.value)
+    assert "summary cache" in message
+    assert "untouched" in message
+    assert "pays for its summaries again" in message, "it does not promise a reuse it lacks"
+    kept = load_state(p.models, "t", p.embedder)
+    assert kept is not None
+    assert dict(kept.summary_cache.items()) == cache
