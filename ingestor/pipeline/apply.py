@@ -14,7 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
-from ingestor.pipeline.build import UPSERT_BATCH, BuildStage, bulk_writes
+from ingestor.pipeline.build import UPSERT_BATCH, BuildStage, bulk_writes, stat_or_none
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.pipeline.unread import content_stale_reason
 from ingestor.read.documents import Document, confirmed_gone, iter_files, read_document
@@ -75,17 +75,14 @@ class ApplyStage(BuildStage):
                 self._unavailable(state, rel, f"cannot be reached now ({exc.strerror})", report)
                 continue
             if not is_dir:
-                self._take(state, root, path, self._read(state, root, path), docs, report)
+                self._read(state, root, path, stat_or_none(path), docs, report)
                 continue
             seen, kept = self._collect_folder(state, path, root, kwargs, docs, report, held)
-            for noted in self.unread.items():  # what this listing shows gone or listable again
-                under = noted.startswith(prefix) or noted == prefix
-                if under and noted not in seen and not any(noted.startswith(k) for k in kept):
-                    self.unread.clear(noted)
+            self.unread.clear_unlisted(prefix, seen, kept)
             gone.extend(
                 s
                 for s in state.sources.keys_with_prefix(prefix)
-                if s not in seen and not any(s.startswith(k) for k in kept)
+                if s not in seen and not s.startswith(tuple(kept))
             )
         self.unread.flush()
         return docs, gone
@@ -120,73 +117,56 @@ class ApplyStage(BuildStage):
             seen.add(source)
             if held is not None and held(source, p):
                 continue
+            st = stat_or_none(p)
             entry = state.sources.get(source)
-            if entry is not None:
-                try:
-                    if entry.unchanged(p.stat()):
-                        unchanged += 1
-                        self.unread.clear(source)
-                        continue
-                except OSError:
-                    pass
-            self._take(state, root, p, self._read(state, root, p), docs, report)
+            if entry is not None and st is not None and entry.unchanged(st):
+                unchanged += 1
+                self.unread.clear(source)
+                continue
+            self._read(state, root, p, st, docs, report)
         report.files_unchanged += unchanged
         return seen, kept
 
-    def _read(self, state: TreeState, root: Path, path: Path) -> Document | SourceError:
-        """Read one file, unless the ledger knows this version fails (then its error again)."""
+    def _read(
+        self,
+        state: TreeState,
+        root: Path,
+        path: Path,
+        st: os.stat_result | None,
+        docs: list[Document],
+        report: UpdateReport,
+    ) -> None:
+        """Read one file (``st``: its stat before the read) into ``docs``, or record why not.
+
+        Never a deletion here. A version the ledger already knows to fail is not read again.
+        """
         source = _source_of(path, root)
+        if self.unread.known(source, st) is not None:
+            return  # recorded and logged for this version already
         try:
-            st: os.stat_result | None = path.stat()
-        except OSError:
-            st = None
-        known = self.unread.known(source, st)
-        if known is not None:
-            return _Known(known.reason)
-        try:
-            return read_document(
+            doc = read_document(
                 path,
                 root,
                 max_bytes=self.max_file_bytes,
                 ocr=self.ocr,
                 text_suffixes=self.text_suffixes,
             )
-        except SourceError as exc:
-            return exc
-
-    def _take(
-        self,
-        state: TreeState,
-        root: Path,
-        path: Path,
-        item: Document | SourceError,
-        docs: list[Document],
-        report: UpdateReport,
-    ) -> None:
-        """File one read: a document to apply, or a skip / stale entry (never a deletion here)."""
-        if isinstance(item, Document):
-            docs.append(item)
-            self.unread.clear(item.source)
-            return
-        source = _source_of(path, root)
-        if isinstance(item, _Known):
-            return  # already recorded and logged for this version
-        try:
-            st: os.stat_result | None = path.stat()
-        except OSError:
-            st = None
-        if isinstance(item, SourceGoneError):
+        except SourceGoneError as exc:
             # vanished mid-read: a later event (or rescan) decides whether it is gone
-            self._unavailable(state, source, str(item), report)
-        elif isinstance(item, SourceUnavailableError):
-            self._unavailable(state, source, str(item), report, st)
-        elif source in state.sources:
-            reason = content_stale_reason(str(item))
+            self._unavailable(state, source, str(exc), report)
+        except SourceUnavailableError as exc:
+            self._unavailable(state, source, str(exc), report, st)
+        except SourceError as exc:
+            if source not in state.sources:
+                self._skip(source, str(exc), st, report)
+                return
+            reason = content_stale_reason(str(exc))
             if self.unread.note(source, "stale", reason, st, kept=True):
-                log.warning("stale %s: %s", source, item)
+                log.warning("stale %s: %s", source, exc)
                 report.stale.append((source, reason))
         else:
-            self._skip(source, str(item), st, report)
+            docs.append(doc)
+            self.unread.clear(doc.source)
 
     def _skip(
         self, source: str, reason: str, st: os.stat_result | None, report: UpdateReport
@@ -424,10 +404,6 @@ def _source_of(path: Path, root: Path) -> str:
         return Path(os.path.abspath(path)).relative_to(root).as_posix()
     except ValueError:
         return path.as_posix()
-
-
-class _Known(SourceError):
-    """A failure the ledger already holds for this version of the file (not read again)."""
 
 
 class _ReusingEmbedder:

@@ -109,7 +109,7 @@ class BuildStage:
                 )
                 if path.is_dir() and kind == "stale":
                     source += "/"
-                if self.unread.note(source, kind, str(item), _stat_or_none(path), kept=False):
+                if self.unread.note(source, kind, str(item), stat_or_none(path), kept=False):
                     log.warning("%s %s: %s", kind, path, item)
                 report.skipped.append((source, str(item)))
                 continue
@@ -391,7 +391,8 @@ def _relative(path: Path, root: Path) -> str:
         return path.name
 
 
-def _stat_or_none(path: Path) -> os.stat_result | None:
+def stat_or_none(path: Path) -> os.stat_result | None:
+    """``path.stat()``, or None where it cannot be had."""
     try:
         return path.stat()
     except OSError:

@@ -21,7 +21,6 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -197,11 +196,23 @@ class Unread:
                 del self._items[s]
             self._dirty = self._dirty or bool(drop)
 
-    def kept_under(self, prefix: str) -> Iterator[str]:
-        """Yield the folders under ``prefix`` that could not be listed (their files are kept)."""
-        for source, entry in self.items().items():
-            if source.endswith("/") and entry.kind == "stale" and _under(source, prefix):
-                yield source
+    def clear_unlisted(self, prefix: str, listed: set[str], unlisted: list[str]) -> None:
+        """Forget the entries under folder ``prefix`` that its listing no longer backs.
+
+        ``listed``: the files the listing showed; ``unlisted``: the subfolders (``sub/``) it could
+        not list, whose entries stay. Anything else under ``prefix`` is gone, or listable again.
+        """
+        with self._lock:
+            drop = [
+                s
+                for s in self._items
+                if (s.startswith(prefix) or s == prefix)
+                and s not in listed
+                and not s.startswith(tuple(unlisted))
+            ]
+            for s in drop:
+                del self._items[s]
+            self._dirty = self._dirty or bool(drop)
 
     def due(self) -> list[str]:
         """Return the stale sources whose retry is due now."""
