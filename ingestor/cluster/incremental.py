@@ -15,18 +15,15 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import linear_sum_assignment
 
+from ingestor.cluster.em import bic, fit_from_kmeans, fit_gmm, run_em
 from ingestor.cluster.gmm import (
-    _EM,
+    EM,
     REG_COVAR,
     GaussianParams,
-    _fit_from_kmeans,
-    bic,
-    fit_gmm,
     gaussian_parameters,
     params_of,
     precision_cholesky,
     responsibilities,
-    run_em,
 )
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
@@ -163,14 +160,36 @@ class PointBuffer:
         self.ids.pop()
 
 
+#: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
+Vectors = Callable[[list[str]], NDArray[np.float32]]
+
+
 @dataclass
 class LayerDelta:
-    """Cluster ids touched by a batch of operations on one layer."""
+    """One batch of operations on one layer: the cluster ids it touched, and what its removals
+    leave for its placements (``AdaptiveLayer.remove`` then ``add_many`` with the same delta).
+
+    Attributes:
+        dirty, created, split, removed: the clusters whose summary must be regenerated, that
+            appeared, that were split, that are gone.
+        touched: global groups that lost a point (``add_many`` checks whether they need a refit).
+        moving: node → (its group, its clusters) for nodes removed to be placed again (a
+            rewritten summary): one changed point of their group, not two.
+    """
 
     dirty: set[int] = field(default_factory=set)
     created: set[int] = field(default_factory=set)
     split: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)
+    touched: set[int] = field(default_factory=set)
+    moving: dict[str, tuple[int, frozenset[int]]] = field(default_factory=dict)
+
+    def take_removals(self) -> tuple[set[int], dict[str, tuple[int, frozenset[int]]]]:
+        """Return what this batch's removals left for its placements (``touched``, ``moving``)
+        and clear it: a delta reused for another batch starts afresh."""
+        taken = self.touched, self.moving
+        self.touched, self.moving = set(), {}
+        return taken
 
     def absorb(
         self,
@@ -254,9 +273,9 @@ def best_split(
     """
     candidates = []
     X = np.asarray(X, dtype=np.float64)
-    em = _EM(X, REG_COVAR)  # the points' products, once for the three fits and their BICs
+    em = EM(X, REG_COVAR)  # the points' products, once for the three fits and their BICs
     for k in (1, 2, 3):
-        sub = _fit_from_kmeans(em, X, k, random_state, max_iter).params
+        sub = fit_from_kmeans(em, X, k, random_state, max_iter).params
         mean_log_lik, resp = em.e_step(sub)
         parts = _members(resp, pids, assign)
         if k == 1 or min(len(p) for p in parts) >= min_size:

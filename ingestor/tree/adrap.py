@@ -168,7 +168,7 @@ class TreeUpdater:
         regen = Regeneration(
             reuse=self._reusable(state, al, delta, members_of), changed=set(todo.move)
         )
-        regenerated = self.builder.summarize_clusters(
+        regenerated = self.builder.summaries.summarize_clusters(
             state, layer + 1, members_of, build_stats, regen=regen
         )
         al.cluster_nodes.update(regenerated)

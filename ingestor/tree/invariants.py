@@ -141,7 +141,7 @@ def _layer(
                     "group was not refitted"
                 )
     guarded = {al.guarded[g][0] for g, gmm in enumerate(al.gmms) if gmm is None}
-    stale = set(al.__dict__.get("cluster_group") or ()) - set(clusters) - guarded
+    stale = set(al.cluster_group) - set(clusters) - guarded
     if stale:
         bad.append(f"layer {i}: the cluster -> group index keeps gone clusters {sorted(stale)[:5]}")
     if set(al.cluster_nodes) != set(clusters):

@@ -288,9 +288,3 @@ class TreeState:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.vectors.prefetch(ids)
         return np.stack([self.vectors[i] for i in ids]).astype(np.float32, copy=False)
-
-    def invariant_violations(self) -> list[str]:
-        """Return every broken invariant (empty when the tree is sound): ``tree.invariants``."""
-        from ingestor.tree.invariants import violations  # lazy: it imports the clustering stack
-
-        return violations(self)
