@@ -122,13 +122,31 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._dirty = set(self._cache)
         self._deleted.clear()
 
+    @property
+    def store(self) -> RowStore | None:
+        """The database this mapping is bound to (None: in memory only)."""
+        return self._rows
+
+    @property
+    def cleared(self) -> bool:
+        """Whether every stored row goes at the next commit (:meth:`replace_all`)."""
+        return self._cleared
+
+    def namespaces(self) -> list[str]:
+        """The namespaces this mapping's rows live in (cleared together)."""
+        return [self.ns]
+
+    def write_row(self, key: str, value: V, out: Changes) -> None:
+        """Add the writes of one changed entry to ``out`` (a subclass may write it by parts)."""
+        out.set(self.ns, key, dumps(value))
+
     def changes(self, out: Changes) -> None:
         """Add this mapping's pending writes to ``out``."""
         if self._cleared:
-            out.clear.add(self.ns)
+            out.clear.update(self.namespaces())
         for key in self._dirty:
             if key in self._cache:
-                out.set(self.ns, key, dumps(self._cache[key]))
+                self.write_row(key, self._cache[key], out)
         if not self._cleared:
             for key in self._deleted:
                 out.remove(self.ns, key)
