@@ -242,6 +242,9 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         return value
 
     def __getitem__(self, key: str) -> V:
+        """Return a value *for change*: in a ``mutable`` map the row is written back at the next
+        commit (its user may change it in place). To read without that write, use :meth:`peek`;
+        ``map[key] = value`` after a change is the same write, said explicitly."""
         value = self._fetch(key)
         if value is _MISSING:
             raise KeyError(key)
@@ -252,7 +255,8 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         return value  # type: ignore[return-value]
 
     def peek(self, key: str) -> V | None:
-        """Return a value without marking it for write-back (read-only use)."""
+        """Return a value (None if absent) without marking it for write-back: the read for use
+        without change. A value changed after a peek must be set back (``map[key] = value``)."""
         value = self._fetch(key)
         return None if value is _MISSING else value  # type: ignore[return-value]
 
