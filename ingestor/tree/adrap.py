@@ -61,6 +61,48 @@ class _Pending:
     remove: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _ClustersBefore:
+    """The changed clusters of a layer as the batch found them: their summary nodes (which
+    ``cluster_nodes`` still holds until they are regenerated) and those summaries' children
+    (the clusters' members before the batch)."""
+
+    nodes: dict[int, list[str]]
+    members: dict[int, set[str]]
+
+    @classmethod
+    def of(cls, state: TreeState, al: AdaptiveLayer, delta: LayerDelta) -> _ClustersBefore:
+        changed = delta.dirty | delta.created | delta.removed
+        nodes = {cid: list(al.cluster_nodes.get(cid, [])) for cid in changed}
+        state.nodes.prefetch({n for ns in nodes.values() for n in ns})
+        members = {
+            cid: {c for n in ns if (node := state.nodes.peek(n)) is not None for c in node.children}
+            for cid, ns in nodes.items()
+        }
+        return cls(nodes, members)
+
+    @property
+    def old_nodes(self) -> set[str]:
+        return {n for ns in self.nodes.values() for n in ns}
+
+    def touched(
+        self, al: AdaptiveLayer, members_of: dict[int, list[str]], todo: _Pending
+    ) -> set[str]:
+        """The nodes whose parents may differ now: those placed by the batch, those that joined
+        or left a changed cluster, and every member of a cluster whose summary nodes are not
+        the ones it had. A member that stayed in a cluster whose summary was rewritten in place
+        keeps its parents: reading every member of every changed cluster cost ~6x more rows at
+        200k leaves (layer-1 clusters of ~34 leaves) than at 2k (~6), for no change."""
+        out = set(todo.add) | set(todo.move)
+        for cid, before in self.members.items():
+            now = set(members_of.get(cid, ()))
+            if al.cluster_nodes.get(cid, []) != self.nodes[cid]:
+                out |= now | before
+            else:
+                out |= now ^ before
+        return out - set(todo.remove)
+
+
 class TreeUpdater:
     """Applies batches of leaf inserts/deletes to a tree state with adRAP."""
 
@@ -143,68 +185,51 @@ class TreeUpdater:
             self._delete_node(state, node_id, stats)
         placing = todo.add + todo.move
         al.add_many(placing, state.matrix(placing), delta, vectors=state.matrix)
-
         stats.clusters_changed += len(delta.dirty - delta.created)
         stats.clusters_created += len(delta.created)
         stats.clusters_split += len(delta.split)
         stats.clusters_removed += len(delta.removed)
-        # cluster_nodes still holds the summaries as they were before this batch, and their
-        # children are the clusters' members before it.
-        changed = delta.dirty | delta.created | delta.removed
-        nodes_before = {cid: list(al.cluster_nodes.get(cid, [])) for cid in changed}
-        old_nodes = {n for ns in nodes_before.values() for n in ns}
-        state.nodes.prefetch(old_nodes)
-        members_before = {
-            cid: {c for n in ns if (node := state.nodes.peek(n)) is not None for c in node.children}
-            for cid, ns in nodes_before.items()
-        }
+
+        before = _ClustersBefore.of(state, al, delta)
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
         al.forget(delta.removed)
+        members_of, regen = self._regenerate(state, layer, al, delta, todo.move, stats)
+        refreshed |= regen.refreshed
+        self._relink(state, al, before.touched(al, members_of, todo), stats)
+        return _Pending(  # the layer above: made now, rewritten (placed again), named no more
+            add=[n for n in regen.made if n in regen.created],
+            move=[n for n in regen.made if n in regen.rewritten],
+            remove=sorted(
+                n
+                for n in before.old_nodes
+                if (node := state.nodes.peek(n)) is not None and not al.names(n, node.children)
+            ),
+        )
 
-        # Regenerate each affected cluster once, from its new membership.
+    def _regenerate(
+        self,
+        state: TreeState,
+        layer: int,
+        al: AdaptiveLayer,
+        delta: LayerDelta,
+        moved: list[str],
+        stats: UpdateStats,
+    ) -> tuple[dict[int, list[str]], Regeneration]:
+        """Regenerate each changed or new cluster's summary once, from its new membership, into
+        ``layer + 1``; return the clusters' members and what the regeneration did."""
         members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
         build_stats = BuildStats()
-        regen = Regeneration(
-            reuse=self._reusable(state, al, delta, members_of), changed=set(todo.move)
-        )
+        regen = Regeneration(reuse=self._reusable(state, al, delta, members_of), changed=set(moved))
         regenerated = self.builder.summaries.summarize_clusters(
             state, layer + 1, members_of, build_stats, regen=regen
         )
         al.cluster_nodes.update(regenerated)
+        regen.made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
         self._count_summaries(stats, build_stats)
         stats.upserted |= regen.created | regen.rewritten | regen.relinked | regen.refreshed
         stats.summaries_unchanged += len(regen.refreshed)
-        refreshed |= regen.refreshed
-
-        # The layer above: summaries made now enter it, rewritten ones are placed again there,
-        # summaries no cluster names leave it.
-        nxt = _Pending()
-        made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
-        nxt.add = [n for n in made if n in regen.created]
-        nxt.move = [n for n in made if n in regen.rewritten]
-        nxt.remove = sorted(
-            n
-            for n in old_nodes
-            if (node := state.nodes.peek(n)) is not None and not al.names(n, node.children)
-        )
-
-        # Recompute the parents of the nodes whose summaries above may differ: those placed now,
-        # those that joined or left a changed cluster, and every member of a cluster whose
-        # summary nodes are not the ones it had. A member that stayed in a cluster whose
-        # summary was rewritten in place keeps its parents: reading every member of every
-        # changed cluster cost ~6x more rows at 200k leaves (layer-1 clusters of ~34 leaves)
-        # than at 2k (~6), for no change.
-        touched = set(todo.add) | set(todo.move)
-        for cid, before in members_before.items():
-            now = set(members_of.get(cid, ()))
-            if al.cluster_nodes.get(cid, []) != nodes_before[cid]:
-                touched |= now | before
-            else:
-                touched |= now ^ before
-        touched -= set(todo.remove)
-        self._relink(state, al, touched, stats)
-        return nxt
+        return members_of, regen
 
     @staticmethod
     def _relink(

@@ -65,6 +65,7 @@ class Regeneration:
             vectors; only their children and sources change, and nothing above is regenerated
             for them. With the extractive summariser about a quarter of the summaries whose
             membership changed (bench/update.py, 2k leaves).
+        made: the summary nodes of the regenerated clusters, in cluster order, each once.
     """
 
     reuse: dict[int, list[str]] = field(default_factory=dict)
@@ -73,6 +74,7 @@ class Regeneration:
     rewritten: set[str] = field(default_factory=set)
     relinked: set[str] = field(default_factory=set)
     refreshed: set[str] = field(default_factory=set)
+    made: list[str] = field(default_factory=list)
 
 
 class SummaryWriter:
