@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.cluster.threads import one_thread
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
+from ingestor.tree.deferral import can_wait, forget_fresh, mark_stale, stale_seeds
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.state import Provenance, TreeState
 
@@ -44,6 +45,7 @@ class UpdateStats:
     layers_dropped: int = 0
     summaries_regenerated: int = 0
     summaries_unchanged: int = 0  # regenerated with the same text: nothing above moved for them
+    summaries_deferred: int = 0  # marked stale instead of regenerated (``defer``)
     summary_cache_hits: int = 0
     summary_tokens: int = 0
     upserted: set[str] = field(default_factory=set)
@@ -114,32 +116,52 @@ class TreeUpdater:
         state: TreeState,
         new_leaves: list[str],
         removed_leaves: list[str],
+        *,
+        defer: bool = False,
     ) -> UpdateStats:
         """Update ``state``: ``new_leaves`` are already in ``state.nodes``/``vectors``;
         ``removed_leaves`` are still there and will be deleted.
+
+        Args:
+            defer: mark the summaries of changed clusters stale instead of regenerating those
+                that can wait (:mod:`ingestor.tree.deferral`); :meth:`refresh` pays for them.
 
         Returns:
             What changed; ``upserted``/``deleted`` are the node ids to write to/delete from the store.
         """
         with one_thread("blas"):  # small matrices: a second BLAS thread only spins (threads.py)
-            return self._apply(state, new_leaves, removed_leaves)
+            return self._apply(state, new_leaves, removed_leaves, defer=defer)
+
+    def refresh(self, state: TreeState) -> UpdateStats:
+        """Regenerate every stale summary once, bottom-up, and what that moves above them."""
+        with one_thread("blas"):
+            return self._apply(state, [], [], seeds=stale_seeds(state))
 
     def _apply(
-        self, state: TreeState, new_leaves: list[str], removed_leaves: list[str]
+        self,
+        state: TreeState,
+        new_leaves: list[str],
+        removed_leaves: list[str],
+        *,
+        defer: bool = False,
+        seeds: dict[int, LayerDelta] | None = None,
     ) -> UpdateStats:
         t0 = time.perf_counter()
         stats = UpdateStats(leaves_added=len(new_leaves), leaves_removed=len(removed_leaves))
         stats.upserted |= set(new_leaves)
         pending = _Pending(add=list(new_leaves), remove=list(removed_leaves))
         # Models the installed libraries cannot read are fitted again first; the clusters a
-        # refit had to change (rarely any) are regenerated with this batch's.
-        repaired = repair_models(state, self.builder.make_clusterer)
+        # refit had to change (rarely any) are regenerated with this batch's, as are the
+        # clusters a refresh was seeded with (stale summaries).
+        start = repair_models(state, self.builder.make_clusterer)
+        for i, seed in (seeds or {}).items():
+            start.setdefault(i, LayerDelta()).absorb(seed.dirty, (), (), ())
         refreshed: set[str] = set()
         layer = 0
-        while pending.add or pending.move or pending.remove or repaired:
+        while pending.add or pending.move or pending.remove or start:
             al: AdaptiveLayer | None = state.layers[layer] if layer < len(state.layers) else None
-            delta = repaired.pop(layer, None) or LayerDelta()
-            pending = self._apply_layer(state, layer, al, pending, stats, refreshed, delta)
+            delta = start.pop(layer, None) or LayerDelta()
+            pending = self._apply_layer(state, layer, al, pending, stats, refreshed, delta, defer)
             layer += 1
         self._refresh_sources(state, refreshed, stats)
         depth = len(state.layers)
@@ -150,6 +172,8 @@ class TreeUpdater:
         stats.upserted |= upserted
         stats.deleted |= deleted
         self._count_summaries(stats, build_stats)
+        if state.stale:
+            forget_fresh(state)
         state.added_since_build += len(new_leaves)
         state.removed_since_build += len(removed_leaves)
         stats.upserted -= stats.deleted
@@ -165,6 +189,7 @@ class TreeUpdater:
         stats: UpdateStats,
         refreshed: set[str],
         delta: LayerDelta,
+        defer: bool = False,
     ) -> _Pending:
         """Apply ``todo`` to layer ``layer``; ``delta`` already holds clusters changed before
         (by a refit of models that could not be read)."""
@@ -194,7 +219,7 @@ class TreeUpdater:
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
         al.forget(delta.removed)
-        members_of, regen = self._regenerate(state, layer, al, delta, todo.move, stats)
+        members_of, regen = self._regenerate(state, layer, al, delta, todo.move, stats, defer)
         refreshed |= regen.refreshed
         self._relink(state, al, before.touched(al, members_of, todo), stats)
         return _Pending(  # the layer above: made now, rewritten (placed again), named no more
@@ -215,20 +240,34 @@ class TreeUpdater:
         delta: LayerDelta,
         moved: list[str],
         stats: UpdateStats,
+        defer: bool,
     ) -> tuple[dict[int, list[str]], Regeneration]:
         """Regenerate each changed or new cluster's summary once, from its new membership, into
-        ``layer + 1``; return the clusters' members and what the regeneration did."""
+        ``layer + 1`` (with ``defer``, mark those that can wait stale instead); return the
+        clusters' members and what the regeneration did."""
         members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
+        now, deferred = dict(members_of), set()
+        if defer:
+            limit = self.builder.params.max_input_tokens
+            for cid, members in members_of.items():
+                node_id = can_wait(state, al, cid, members, delta, limit)
+                if node_id is not None:
+                    mark_stale(state, node_id, members)
+                    deferred.add(node_id)
+                    del now[cid]
         build_stats = BuildStats()
-        regen = Regeneration(reuse=self._reusable(state, al, delta, members_of), changed=set(moved))
+        regen = Regeneration(reuse=self._reusable(state, al, delta, now), changed=set(moved))
         regenerated = self.builder.summaries.summarize_clusters(
-            state, layer + 1, members_of, build_stats, regen=regen
+            state, layer + 1, now, build_stats, regen=regen
         )
         al.cluster_nodes.update(regenerated)
         regen.made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
         self._count_summaries(stats, build_stats)
         stats.upserted |= regen.created | regen.rewritten | regen.relinked | regen.refreshed
         stats.summaries_unchanged += len(regen.refreshed)
+        stats.summaries_deferred += len(deferred)
+        stats.upserted |= deferred
+        regen.refreshed |= deferred  # stay where they are above; the sources above them follow
         return members_of, regen
 
     @staticmethod

@@ -226,7 +226,7 @@ class SummaryWriter:
             elif sorted(old.children) != sorted(groups[i]):
                 self._unlink_children(state, old, set(groups[i]), regen.relinked)
                 regen.rewritten.add(node_id)
-            elif not regen.changed.isdisjoint(groups[i]):
+            elif old.stale or not regen.changed.isdisjoint(groups[i]):
                 regen.rewritten.add(node_id)
             else:
                 continue
