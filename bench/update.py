@@ -414,7 +414,7 @@ def part2(
         state = p.require_state()
         before = s.calls
         t0, c0 = time.perf_counter(), cpu()
-        p.builder.summarize_groups = _uncached(p.builder.summarize_groups)  # type: ignore[method-assign]
+        p.builder.summaries.summarize_groups = _uncached(p.builder.summaries.summarize_groups)  # type: ignore[method-assign]
         p.builder.build(state)
         wall, cpu_s = time.perf_counter() - t0, cpu() - c0
         calls = s.calls - before

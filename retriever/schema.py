@@ -170,6 +170,9 @@ class NodePayload(BaseModel):
     parents: tuple[str, ...] = ()
     children: tuple[str, ...] = ()
     summarizer: str | None = None
+    #: A summary whose children changed and whose text is regenerated later (the daemon coalesces
+    #: regenerations): its ``children`` and ``sources`` are current, its text is the previous one.
+    stale: bool = False
     embed_model: str
     updated_at: float
 

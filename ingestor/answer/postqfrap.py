@@ -28,7 +28,7 @@ from ingestor.cluster.one_step import cluster_one_step
 from ingestor.errors import SummarizationError
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
-from ingestor.summarize.extractive import _truncate
+from ingestor.summarize.extractive import truncate
 from ingestor.summarize.query_focused import (
     QueryFocusedExtractiveSummarizer,
     Sentence,
@@ -240,7 +240,7 @@ class PostQFRAP:
         if len(self.tokenizer.encode(text)) > self.tau:
             # The model counts its own tokens; the budget is in cl100k_base tokens.
             log.info("final summary over %d tokens; cut to fit", self.tau)
-            text = _truncate(text, self.tau, self.tokenizer)
+            text = truncate(text, self.tau, self.tokenizer)
             if not text:
                 raise SummarizationError(f"the final summary does not fit tau={self.tau} tokens")
         return _Node(text, frozenset().union(*(n.origins for n in layer)), None)

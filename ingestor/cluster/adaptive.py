@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,16 +33,12 @@ from numpy.typing import NDArray
 
 from ingestor.cluster import group_upkeep
 from ingestor.cluster.digest import same_digest, vector_digest
-from ingestor.cluster.incremental import GUARDED, LayerDelta, prefetch
+from ingestor.cluster.incremental import GUARDED, LayerDelta, Vectors, prefetch
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
 
 __all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
-
-
-#: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
-Vectors = Callable[[list[str]], NDArray[np.float32]]
 
 
 @dataclass
@@ -64,6 +60,12 @@ class AdaptiveLayer:
             promoted); the clusterer's ``local_models_`` changed each time.
         refit_share: a group is refitted once more than ``max(tau_c, refit_share x n_fitted)``
             of its points changed (0.5; ``inf`` keeps the build's local models, as the paper).
+        group_splits: how many global clusters were cut for their size after the build.
+        global_version: bumped when the global model changed (a cut group): the store writes it.
+        cluster_group: cluster id → its global group, kept as clusters appear (see
+            :meth:`members`); ``cluster_index_built`` once it was filled from the groups.
+        clusterer_token: names the stored bytes of the clusterer (set by the tree's store).
+        storage: the tree's store's bookkeeping for this layer (opaque here; not persisted).
     """
 
     layer: int
@@ -82,6 +84,10 @@ class AdaptiveLayer:
     refit_share: float = 0.5
     group_splits: int = 0
     global_version: int = 0
+    cluster_group: MutableMapping[int, int] = field(default_factory=dict)
+    cluster_index_built: bool = False
+    clusterer_token: str | None = None
+    storage: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_fit(
@@ -194,19 +200,17 @@ class AdaptiveLayer:
         reads its maps row by row on first use)."""
         prefetch(self.point_of, node_ids)
 
-    def _cluster_index(self) -> dict[int, int]:
+    def _cluster_index(self) -> MutableMapping[int, int]:
         """Return cluster id -> global group, made on first use (one pass over the groups)."""
-        index: dict[int, int] | None = self.__dict__.get("cluster_group")
-        if index is None:
-            index = self.__dict__["cluster_group"] = {}
-        if not self.__dict__.get("cluster_index_built"):
+        index = self.cluster_group
+        if not self.cluster_index_built:
             for g in range(len(self.gmms)):
                 gmm = self.gmms[g]
                 if gmm is None:
                     index[self.guarded[g][0]] = g
                 else:
                     index.update(dict.fromkeys(gmm.members, g))
-            self.__dict__["cluster_index_built"] = True
+            self.cluster_index_built = True
         return index
 
     def note(self, g: int, created: Iterable[int]) -> None:
@@ -219,11 +223,8 @@ class AdaptiveLayer:
         """Drop clusters that are gone from the cluster -> group index (ids are never reused;
         an emptied guarded group's cluster, which may be refilled, is found again on a miss).
         Without this the index kept every cluster ever made: a long life's splits and refits."""
-        index: dict[int, int] | None = self.__dict__.get("cluster_group")
-        if index is None:
-            return
         for cid in removed:
-            index.pop(cid, None)
+            self.cluster_group.pop(cid, None)
 
     def clusters_of(self, node_id: str) -> set[int]:
         """Return the cluster ids a node of this layer belongs to."""
@@ -284,8 +285,7 @@ class AdaptiveLayer:
         if any(node_id in self.point_of for node_id in node_ids):
             dup = [n for n in node_ids if n in self.point_of]
             raise ValueError(f"layer {self.layer} already holds node(s) {dup[:3]}: remove first")
-        touched: set[int] = self.__dict__.pop("touched_groups", set())
-        moved_from: dict[str, tuple[int, frozenset[int]]] = self.__dict__.pop("moving", {})
+        touched, moved_from = delta.take_removals()  # left there by this batch's removes
         groups = self.clusterer.predict_global(X) if node_ids else np.zeros(0, dtype=np.intp)
         # A node moved within its group (a rewritten summary placed again) is one changed point:
         # its removal was not counted, its placement is.
@@ -351,23 +351,15 @@ class AdaptiveLayer:
                         f"layer {self.layer}: global cluster {g} outgrew tau_c={self.tau_c}; "
                         "pass vectors= so it can get a local model"
                     )
-                self._refit_group(g, vectors, delta)
+                group_upkeep.refit(self, g, vectors, delta)
             elif vectors is not None and group_upkeep.oversized(self, gmm.n):
-                work[:0] = self._split_group(g, vectors, delta)  # parts checked as any group
+                work[:0] = group_upkeep.split(self, g, vectors, delta)  # parts: checked as any
             elif (vectors is not None and gmm.n > 0 and group_upkeep.due(self, gmm, 0)) or (
                 group_upkeep.outgrown(self, gmm)
                 and not group_upkeep.cut(self, g, delta)
                 and vectors is not None
             ):
-                self._refit_group(g, vectors, delta)
-
-    def _refit_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> None:
-        """Fit group ``g``'s local model afresh on its members (:func:`group_upkeep.refit`)."""
-        group_upkeep.refit(self, g, vectors, delta)
-
-    def _split_group(self, g: int, vectors: Vectors, delta: LayerDelta) -> list[int]:
-        """Cut group ``g`` into parts of at most ``max_group`` (:func:`group_upkeep.split`)."""
-        return group_upkeep.split(self, g, vectors, delta)
+                group_upkeep.refit(self, g, vectors, delta)
 
     def remove(self, node_id: str, delta: LayerDelta, *, moving: bool = False) -> None:
         """Drop a node from its clusters; clusters left empty are removed.
@@ -380,9 +372,9 @@ class AdaptiveLayer:
         if moving:  # where it was, for add_many's count of changed points
             gmm = self.gmms[g]
             was = gmm.memberships(pid) if gmm is not None and pid != GUARDED else frozenset()
-            self.__dict__.setdefault("moving", {})[node_id] = (g, was)
+            delta.moving[node_id] = (g, was)
         self.placed.pop(node_id, None)
-        self.__dict__.setdefault("touched_groups", set()).add(g)  # add_many checks its refit
+        delta.touched.add(g)  # add_many checks its refit
         if pid == GUARDED:
             cid, nodes = self.guarded[g]
             nodes.discard(node_id)

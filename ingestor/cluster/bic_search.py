@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
 
-from ingestor.cluster.gmm import _EM, REG_COVAR, TOL, Array, _Fit, _fit_from_kmeans
+from ingestor.cluster.em import fit_from_kmeans
+from ingestor.cluster.gmm import EM, REG_COVAR, TOL, Array, EMFit
 from ingestor.cluster.threads import one_thread
 
 log = logging.getLogger(__name__)
@@ -85,15 +86,15 @@ class _BicSearch:
 
     def __init__(self, Y: Array, *, random_state: int | None, max_iter: int) -> None:
         self.Y = Y
-        self.em = _EM(Y, REG_COVAR)
+        self.em = EM(Y, REG_COVAR)
         self.random_state = random_state
         self.max_iter = max_iter
-        self.fits: dict[int, tuple[float, _Fit | None]] = {}
+        self.fits: dict[int, tuple[float, EMFit | None]] = {}
 
     def bic(self, k: int) -> float:
         if k not in self.fits:
             try:
-                fit = _fit_from_kmeans(self.em, self.Y, k, self.random_state, self.max_iter)
+                fit = fit_from_kmeans(self.em, self.Y, k, self.random_state, self.max_iter)
                 self.fits[k] = (self.em.bic(fit.params), fit)
             except np.linalg.LinAlgError:
                 # A component collapsed onto identical points: this k is simply not a candidate.

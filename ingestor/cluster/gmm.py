@@ -5,7 +5,7 @@ Bayesian Information Criterion over k = 1..max(50, √n). Those fits dominated t
 clustering a tree layer (scikit-learn, exhaustive: ~60 s for 1,400 leaves on 2 cores), and four
 things make them cheap here (~0.8 s):
 
-* :func:`run_em` is scikit-learn's EM for ``covariance_type="full"`` (same updates, same
+* :func:`~ingestor.cluster.em.run_em` is scikit-learn's EM for ``covariance_type="full"`` (same updates, same
   ``reg_covar``, same stopping rule; equal to 1e-8 from the same start), with every quadratic
   form of an iteration in one matrix product instead of a Python loop over components: 3.4-4x
   faster per iteration. It returns a real ``sklearn.mixture.GaussianMixture``
@@ -30,22 +30,19 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
 
-from ingestor.cluster.kmeans import kmeans_labels
-
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "EM",
     "REG_COVAR",
     "TOL",
+    "EMFit",
     "GaussianParams",
-    "bic",
-    "fit_gmm",
     "gaussian_parameters",
     "most_probable",
     "params_of",
     "precision_cholesky",
     "responsibilities",
-    "run_em",
     "soft_assign",
     "to_sklearn",
 ]
@@ -130,7 +127,7 @@ def gaussian_parameters(X: Array, resp: Array, reg_covar: float = REG_COVAR) -> 
     Returns:
         The parameters, with weights = N_k / n (N_k = Σ_i gamma_ik, plus scikit-learn's 10·eps).
     """
-    return _EM(np.asarray(X, dtype=np.float64), reg_covar).m_step(np.asarray(resp, np.float64))
+    return EM(np.asarray(X, dtype=np.float64), reg_covar).m_step(np.asarray(resp, np.float64))
 
 
 def soft_assign(
@@ -167,7 +164,7 @@ def responsibilities(
     X: NDArray[np.floating], params: GaussianParams
 ) -> tuple[float, NDArray[np.float64]]:
     """E-step: return the mean log-likelihood of X and its (n, k) posteriors gamma(z_ik) (Eq. 1)."""
-    return _EM(np.asarray(X, dtype=np.float64), REG_COVAR).e_step(params)
+    return EM(np.asarray(X, dtype=np.float64), REG_COVAR).e_step(params)
 
 
 #: The parameters of the fitted mixtures :func:`most_probable` has evaluated, kept while they live.
@@ -185,46 +182,14 @@ def most_probable(
             np.asarray(gmm.precisions_cholesky_, dtype=np.float64)
         )
         _PARAMS_OF[gmm] = params
-    weighted = _EM(np.asarray(X, dtype=np.float64), REG_COVAR).weighted_log_prob(params)
+    weighted = EM(np.asarray(X, dtype=np.float64), REG_COVAR).weighted_log_prob(params)
     return np.asarray(np.argmax(weighted[:, allowed], axis=1), dtype=np.intp)
 
 
-def bic(X: NDArray[np.floating], params: GaussianParams) -> float:
-    """Return the BIC of a full-covariance mixture on X (scikit-learn's ``GaussianMixture.bic``)."""
-    return _EM(np.asarray(X, dtype=np.float64), REG_COVAR).bic(params)
-
-
-def run_em(
-    X: NDArray[np.floating],
-    init: GaussianParams | NDArray[np.floating],
-    *,
-    reg_covar: float = REG_COVAR,
-    max_iter: int = 100,
-    tol: float = TOL,
-) -> GaussianMixture:
-    """Run EM to convergence from initial parameters or responsibilities.
-
-    Args:
-        X: (n, d) points.
-        init: starting parameters (a warm start, as in adRAP's Algorithm 2) or (n, k)
-            responsibilities (one-hot k-means labels for a cold start, as scikit-learn does).
-        reg_covar: added to every covariance diagonal.
-        max_iter: EM iterations (≥ 1).
-        tol: convergence threshold on the change of the mean log-likelihood.
-
-    Returns:
-        A fitted ``GaussianMixture`` (``converged_`` says whether ``tol`` was reached).
-
-    Raises:
-        numpy.linalg.LinAlgError: a covariance became singular (not with ``reg_covar`` > 0 in
-            practice).
-    """
-    fit = _EM(np.asarray(X, dtype=np.float64), reg_covar).run(init, max_iter=max_iter, tol=tol)
-    return fit.to_sklearn(max_iter=max_iter, tol=tol)
-
-
 @dataclass
-class _Fit:
+class EMFit:
+    """One EM run's result: the parameters, whether and when it converged, its bound."""
+
     params: GaussianParams
     converged: bool
     n_iter: int
@@ -247,7 +212,7 @@ class _Fit:
         return gmm
 
 
-class _EM:
+class EM:
     """EM on fixed points, with the quadratic forms as one matrix product per iteration.
 
     (x-μ)ᵀΛ(x-μ) = vec(x xᵀ)·vec(Λ) - 2 xᵀΛμ + μᵀΛμ, so with the (n, d²) outer products of the
@@ -300,7 +265,7 @@ class _EM:
 
     def run(
         self, init: GaussianParams | NDArray[np.floating], *, max_iter: int, tol: float
-    ) -> _Fit:
+    ) -> EMFit:
         start = init if isinstance(init, GaussianParams) else self.m_step(np.asarray(init, float))
         params = start
         lower_bound = -np.inf
@@ -319,7 +284,7 @@ class _EM:
             if abs(lower_bound - previous) < tol:
                 converged = True
                 break
-        return _Fit(params, converged, n_iter, lower_bound, self.reg_covar)
+        return EMFit(params, converged, n_iter, lower_bound, self.reg_covar)
 
     def bic(self, params: GaussianParams) -> float:
         """scikit-learn's ``GaussianMixture.bic`` for full covariances."""
@@ -370,41 +335,3 @@ def params_of(gmm: GaussianMixture) -> GaussianParams:
         np.asarray(gmm.means_, dtype=np.float64),
         np.asarray(gmm.covariances_, dtype=np.float64),
     )
-
-
-def fit_gmm(
-    Y: NDArray[np.floating],
-    k: int,
-    *,
-    random_state: int | None,
-    max_iter: int = 100,
-    reg_covar: float = REG_COVAR,
-) -> GaussianMixture:
-    """Fit a k-component mixture from scratch, initialised like scikit-learn (k-means labels).
-
-    Args:
-        Y: (n, c) points, n ≥ k.
-        k: number of components.
-        random_state: seed of the k-means initialisation.
-        max_iter: EM iterations.
-        reg_covar: added to every covariance diagonal.
-
-    Returns:
-        The fitted ``GaussianMixture``: the same algorithm as
-        ``GaussianMixture(k, random_state=random_state).fit(Y)`` (k-means start, EM), with its
-        own k-means seeding, so not the same floating-point result.
-    """
-    em = _EM(np.asarray(Y, dtype=np.float64), reg_covar)
-    fit = _fit_from_kmeans(em, np.asarray(Y, dtype=np.float64), k, random_state, max_iter)
-    return fit.to_sklearn(max_iter=max_iter, tol=TOL, random_state=random_state)
-
-
-def _fit_from_kmeans(em: _EM, Y: Array, k: int, random_state: int | None, max_iter: int) -> _Fit:
-    resp = np.zeros((len(Y), k))
-    resp[np.arange(len(Y)), kmeans_labels(Y, k, random_state=random_state)] = 1.0
-    fit = em.run(resp, max_iter=max_iter, tol=TOL)
-    if not fit.converged:
-        log.debug(
-            "GMM with k=%d did not converge in %d iterations on %d points", k, max_iter, len(Y)
-        )
-    return fit

@@ -1,6 +1,6 @@
 """Keeping a layer's groups fit: local refits and cuts of oversized global clusters [A §4.4].
 
-Both act on one global cluster ("group") of an :class:`~ingestor.cluster.adaptive.AdaptiveLayer`
+Both act on one global cluster ("group") of a layer (:class:`GroupedLayer`)
 and cost its size, never the layer's:
 
 * :func:`refit` runs the build's clustering on a group whose members changed too much since its
@@ -19,21 +19,20 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Iterable
+from typing import Any, Final, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.global_split import bound_groups
 from ingestor.cluster.group_refit import GroupFit, group_fit, refit_group
-from ingestor.cluster.incremental import GUARDED, LayerDelta, prefetch
-
-if TYPE_CHECKING:
-    from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
-    from ingestor.cluster.online_gmm import OnlineGMM
+from ingestor.cluster.incremental import GUARDED, LayerDelta, Vectors, prefetch
+from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 __all__ = [
     "OUTGROWN",
+    "GroupedLayer",
     "cut",
     "due",
     "install",
@@ -65,7 +64,30 @@ log = logging.getLogger(__name__)
 OUTGROWN: Final = 1.25
 
 
-def members_of(al: AdaptiveLayer, g: int) -> tuple[list[str], list[int], dict[int, frozenset[str]]]:
+class GroupedLayer(Protocol):
+    """What keeping a layer's groups fit reads and changes of the layer
+    (:class:`~ingestor.cluster.adaptive.AdaptiveLayer`): its groups' models, where its nodes
+    sit, its thresholds and counters."""
+
+    layer: int
+    clusterer: Any
+    gmms: list[OnlineGMM | None]
+    guarded: dict[int, tuple[int, set[str]]]
+    point_of: dict[str, tuple[int, int]]
+    node_at: dict[tuple[int, int], str]
+    tau_n: int
+    tau_c: int
+    ids: IdCounter
+    refit_share: float
+    refits: int
+    group_splits: int
+    global_version: int
+
+    def note(self, g: int, created: Iterable[int]) -> None:
+        """Record the global group of clusters that just appeared."""
+
+
+def members_of(al: GroupedLayer, g: int) -> tuple[list[str], list[int], dict[int, frozenset[str]]]:
     """Return group g's member nodes (sorted), their point ids and its clusters' members."""
     gmm = al.gmms[g]
     if gmm is None:
@@ -80,18 +102,18 @@ def members_of(al: AdaptiveLayer, g: int) -> tuple[list[str], list[int], dict[in
     return nodes, [pid_of[n] for n in nodes], old
 
 
-def due(al: AdaptiveLayer, gmm: OnlineGMM, coming: int) -> bool:
+def due(al: GroupedLayer, gmm: OnlineGMM, coming: int) -> bool:
     """Whether a group's local model is stale once ``coming`` more points have changed."""
     return gmm.churn + coming > max(al.tau_c, al.refit_share * gmm.fitted)
 
 
-def oversized(al: AdaptiveLayer, n: int) -> bool:
+def oversized(al: GroupedLayer, n: int) -> bool:
     """Whether a group of ``n`` points must be cut (see :mod:`~ingestor.cluster.global_split`)."""
     limit = getattr(al.clusterer, "max_group", None)
     return limit is not None and n > limit
 
 
-def outgrown(al: AdaptiveLayer, gmm: OnlineGMM) -> bool:
+def outgrown(al: GroupedLayer, gmm: OnlineGMM) -> bool:
     """Whether a cluster of the group holds more than ``max(tau_c, OUTGROWN x`` the largest cluster
     the group's last fit made) members (a cost of the group's clusters, not of its points)."""
     if math.isinf(al.refit_share):  # the paper's frozen local models: no refits at all
@@ -105,7 +127,7 @@ def outgrown_limit(gmm: OnlineGMM) -> float:
     return max(gmm.tau_c, OUTGROWN * gmm.fitted_largest)
 
 
-def cut(al: AdaptiveLayer, g: int, delta: LayerDelta) -> bool:
+def cut(al: GroupedLayer, g: int, delta: LayerDelta) -> bool:
     """Cut group ``g``'s clusters past :func:`outgrown_limit` in two on their own members
     (:meth:`OnlineGMM.cut`), and their parts again while past it: the cost of those clusters,
     not of the group. Return whether none is left past it (False: a part would hold fewer than
@@ -131,7 +153,7 @@ def cut(al: AdaptiveLayer, g: int, delta: LayerDelta) -> bool:
     return all(len(m) <= limit for m in gmm.members.values())
 
 
-def refit(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> None:
+def refit(al: GroupedLayer, g: int, vectors: Vectors, delta: LayerDelta) -> None:
     """Fit group ``g``'s local model afresh on its members, as a build of them would.
 
     Numbers of clusters are chosen by BIC (so every cluster is offered its split, and a
@@ -147,7 +169,7 @@ def refit(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> Non
     log.debug("layer %d group %d refitted: %d clusters", al.layer, g, len(fit.clusters))
 
 
-def split(al: AdaptiveLayer, g: int, vectors: Vectors, delta: LayerDelta) -> list[int]:
+def split(al: GroupedLayer, g: int, vectors: Vectors, delta: LayerDelta) -> list[int]:
     """Cut group ``g`` (past ``max_group`` points) into parts of at most ``max_group`` points.
 
     The cuts are made in the global UMAP space and replace the group's component of the
@@ -269,7 +291,7 @@ def _part(
 
 
 def _fit(
-    al: AdaptiveLayer,
+    al: GroupedLayer,
     nodes: list[str],
     X: NDArray[np.float32],
     old: dict[int, frozenset[str]],
@@ -288,7 +310,7 @@ def _fit(
 
 
 def install(
-    al: AdaptiveLayer,
+    al: GroupedLayer,
     g: int,
     fit: GroupFit,
     nodes: list[str],

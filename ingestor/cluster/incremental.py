@@ -15,19 +15,18 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import linear_sum_assignment
 
+from ingestor.cluster.em import bic, fit_from_kmeans, fit_gmm, run_em
 from ingestor.cluster.gmm import (
-    _EM,
+    EM,
     REG_COVAR,
     GaussianParams,
-    _fit_from_kmeans,
-    bic,
-    fit_gmm,
     gaussian_parameters,
     params_of,
     precision_cholesky,
     responsibilities,
-    run_em,
 )
+from ingestor.cluster.points import IdCounter as IdCounter  # stored layers name it here
+from ingestor.cluster.points import PointBuffer as PointBuffer  # (pickles)
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
 GUARDED = -1
@@ -35,18 +34,6 @@ GUARDED = -1
 #: A new point's responsibility below which :func:`incremental_m_step` leaves a component's mean
 #: and covariance as they are (they would move by less than 1e-12 of themselves).
 UNREACHED = 1e-12
-
-
-@dataclass
-class IdCounter:
-    """Hands out cluster ids; share one between the OnlineGMMs of a layer so ids never collide."""
-
-    next_id: int = 0
-
-    def take(self) -> int:
-        """Return a fresh id."""
-        self.next_id += 1
-        return self.next_id - 1
 
 
 @dataclass(frozen=True)
@@ -76,6 +63,34 @@ class UpdateResult:
     def dirty(self) -> frozenset[int]:
         """Clusters whose summary must be regenerated (changed or created)."""
         return self.changed | self.created
+
+    @classmethod
+    def diff(
+        cls,
+        members: Mapping[int, set[int]],
+        pid: int,
+        old_ids: frozenset[int],
+        before: Mapping[int, frozenset[int]],
+        *,
+        split: set[int] | None = None,
+        refit: bool = False,
+        assigned: bool = True,
+        near: Sequence[int] | None = None,
+    ) -> UpdateResult:
+        """The result of an update of point ``pid`` that left clusters ``members`` (cluster id →
+        point ids): a diff against ``before`` (the old members of every cluster it may have
+        touched) and ``old_ids`` (the clusters before it). ``near``: the only clusters the point
+        can be in (None: any, a look at every cluster; none when not ``assigned``)."""
+        near = (list(members) if assigned else []) if near is None else near
+        return cls(
+            point=pid,
+            assigned=frozenset(c for c in near if pid in members.get(c, ())),
+            changed=frozenset(c for c, m in before.items() if c in members and members[c] != m),
+            created=frozenset(members.keys() - old_ids),
+            split=frozenset(split or ()),
+            removed=frozenset(old_ids - members.keys()),
+            refit=refit,
+        )
 
 
 def incremental_m_step(
@@ -126,51 +141,36 @@ def incremental_m_step(
     return out
 
 
-@dataclass
-class PointBuffer:
-    """Points with stable ids in a growable (capacity, d) buffer; removal swaps with the last."""
-
-    X: NDArray[np.float64]
-    ids: list[int]
-    row: dict[int, int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.row = {pid: r for r, pid in enumerate(self.ids)}
-
-    @property
-    def n(self) -> int:
-        return len(self.ids)
-
-    def view(self) -> NDArray[np.float64]:
-        return self.X[: self.n]
-
-    def append(self, pid: int, x: NDArray[np.float64]) -> None:
-        if self.n == len(self.X):  # amortised O(1): double the buffer
-            grown = np.empty((max(8, 2 * len(self.X)), self.X.shape[1]))
-            grown[: self.n] = self.X[: self.n]
-            self.X = grown
-        self.X[self.n] = x
-        self.row[pid] = self.n
-        self.ids.append(pid)
-
-    def pop(self, pid: int) -> None:
-        r = self.row.pop(pid)
-        last = self.n - 1
-        if r != last:
-            self.X[r] = self.X[last]
-            self.ids[r] = self.ids[last]
-            self.row[self.ids[r]] = r
-        self.ids.pop()
+#: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
+Vectors = Callable[[list[str]], NDArray[np.float32]]
 
 
 @dataclass
 class LayerDelta:
-    """Cluster ids touched by a batch of operations on one layer."""
+    """One batch of operations on one layer: the cluster ids it touched, and what its removals
+    leave for its placements (``AdaptiveLayer.remove`` then ``add_many`` with the same delta).
+
+    Attributes:
+        dirty, created, split, removed: the clusters whose summary must be regenerated, that
+            appeared, that were split, that are gone.
+        touched: global groups that lost a point (``add_many`` checks whether they need a refit).
+        moving: node → (its group, its clusters) for nodes removed to be placed again (a
+            rewritten summary): one changed point of their group, not two.
+    """
 
     dirty: set[int] = field(default_factory=set)
     created: set[int] = field(default_factory=set)
     split: set[int] = field(default_factory=set)
     removed: set[int] = field(default_factory=set)
+    touched: set[int] = field(default_factory=set)
+    moving: dict[str, tuple[int, frozenset[int]]] = field(default_factory=dict)
+
+    def take_removals(self) -> tuple[set[int], dict[str, tuple[int, frozenset[int]]]]:
+        """Return what this batch's removals left for its placements (``touched``, ``moving``)
+        and clear it: a delta reused for another batch starts afresh."""
+        taken = self.touched, self.moving
+        self.touched, self.moving = set(), {}
+        return taken
 
     def absorb(
         self,
@@ -225,6 +225,19 @@ def match_ids(
     return ids
 
 
+def inherited_ids(
+    k: int,
+    pids: Sequence[int],
+    comps: Sequence[frozenset[int]],
+    members: Mapping[int, set[int]],
+) -> list[int]:
+    """The id each of ``k`` refitted components inherits (:func:`match_ids`, ties broken in the
+    order of ``members``): points ``pids`` now in components ``comps``, clusters before
+    ``members``."""
+    parts = [frozenset(p for p, cs in zip(pids, comps, strict=True) if j in cs) for j in range(k)]
+    return match_ids(parts, members, order=list(members))
+
+
 #: A cluster offered its split at s members is offered it again past s x (1 + this) members.
 REOFFER_GROWTH = 0.25
 
@@ -254,15 +267,34 @@ def best_split(
     """
     candidates = []
     X = np.asarray(X, dtype=np.float64)
-    em = _EM(X, REG_COVAR)  # the points' products, once for the three fits and their BICs
+    em = EM(X, REG_COVAR)  # the points' products, once for the three fits and their BICs
     for k in (1, 2, 3):
-        sub = _fit_from_kmeans(em, X, k, random_state, max_iter).params
+        sub = fit_from_kmeans(em, X, k, random_state, max_iter).params
         mean_log_lik, resp = em.e_step(sub)
         parts = _members(resp, pids, assign)
         if k == 1 or min(len(p) for p in parts) >= min_size:
             candidates.append((em.bic_of(mean_log_lik, sub), k, sub, parts))
     _, k, sub, parts = min(candidates, key=lambda c: (c[0], c[1]))
     return None if k == 1 else (sub, parts)
+
+
+def split_offer(
+    X: NDArray[np.float64],
+    pids: Sequence[int],
+    assign: Callable[[NDArray[np.float64]], list[frozenset[int]]],
+    *,
+    cut: bool,
+    min_size: int,
+    reg_covar: float,
+    random_state: int | None,
+    max_iter: int,
+) -> tuple[GaussianParams, list[set[int]]] | None:
+    """A cluster's split: :func:`halve` with ``cut``, else Algorithm 2's offer (:func:`best_split`)."""
+    if cut:
+        return halve(X, pids, assign, min_size=min_size, reg_covar=reg_covar)
+    return best_split(
+        X, pids, assign, random_state=random_state, max_iter=max_iter, min_size=min_size
+    )
 
 
 def halve(

@@ -5,31 +5,16 @@ One :class:`OnlineGMM` holds the local clustering of one global cluster: the mix
 the most probable one). Clusters have stable integer ids (a summary node is keyed by one); every
 update reports which ids changed, were created, split or removed: adRAP regenerates only those.
 
-``add(x)`` follows Algorithm 2:
+``add(x)`` follows Algorithm 2. n ≤ τ_n: EM to convergence from the current parameters on all
+points, then fresh fits with K + 1 .. K + c components (c: clusters past τ_c) compete by BIC; new
+clusters inherit the id of the old cluster they overlap most. n > τ_n: one incremental M-step
+(Equation 3 in its exact form: :func:`~ingestor.cluster.incremental.incremental_m_step`); the
+point joins its clusters and a cluster past τ_c is offered a split into k' = 1, 2, 3 by BIC.
+``remove(point)`` drops a point and the clusters left empty, parameters otherwise unchanged.
 
-* n ≤ τ_n: EM to convergence from the current parameters on all n + 1 points; c = number of
-  clusters with more than τ_c members; fresh fits with K + 1 .. K + c components compete with it
-  by BIC. All memberships are recomputed; new clusters inherit the id of the old cluster they
-  overlap most (optimal matching), so an unchanged cluster keeps its id and its summary.
-* n > τ_n: one incremental M-step with the new point's responsibilities (Equation 3); the point
-  joins the clusters with posterior > threshold, other points keep theirs. A cluster past τ_c
-  members is offered a split: k' = 1, 2, 3 components on its members by BIC (the largest keeps
-  the id).
-
-Equation 3 as printed updates Σ_k with g (x - μ_k)(x - μ_k)ᵀ; the exact M-step of Equation 2 on
-the n + 1 points (old responsibilities fixed), which the paper says it matches, needs the factor
-N_k / (N_k + g) on that term (μ_k the old mean, N_k = n π_k): we use the exact form, ``reg_covar``
-taken out before and put back after (an incremental and a batch M-step agree to rounding).
-
-``remove(point)`` drops a point and the clusters left empty, parameters otherwise unchanged (the
-paper's "leave the clusters unchanged" option).
-
-:attr:`OnlineGMM.offered` records, per cluster, its size at its last split offer (the BIC fit that
-made it, a refit, ``_try_split``), lowered to its size when it shrinks. A cluster past τ_c is
-offered its split when it passes τ_c and again after each quarter of growth
-(:func:`~ingestor.cluster.incremental.offer_due`), not on every insert as Algorithm 2 does
-(deviation: an offer fits three mixtures to the whole cluster, an O(cluster) cost per insert; see
-docs/architecture.md). :meth:`OnlineGMM.offer_due` is false for every cluster after every update.
+Deviation: :attr:`OnlineGMM.offered` records each cluster's size at its last split offer; a
+cluster is offered again after each quarter of growth (:func:`~ingestor.cluster.incremental.
+offer_due`), not on every insert (an offer costs O(cluster); see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -54,12 +39,11 @@ from ingestor.cluster.incremental import (
     IdCounter,
     PointBuffer,
     UpdateResult,
-    best_split,
-    halve,
     incremental_m_step,
-    match_ids,
+    inherited_ids,
     offer_due,
     refit_by_bic,
+    split_offer,
 )
 
 log = logging.getLogger(__name__)
@@ -199,12 +183,12 @@ class OnlineGMM:
             self._points.append(pid, x)
             params = GaussianParams(np.ones(1), x[None, :], (self.reg_covar * np.eye(len(x)))[None])
             self._install(params, [frozenset({0})], [-1])
-            return self._result(pid, old_ids, {}, refit=True)
+            return UpdateResult.diff(self.members, pid, old_ids, {}, refit=True)
         if self.n <= self.tau_n:
             before = self.clusters()  # a refit may move any point: compare every cluster
             self._points.append(pid, x)
             self._refit()
-            return self._result(pid, old_ids, before, refit=True)
+            return UpdateResult.diff(self.members, pid, old_ids, before, refit=True)
 
         _, gamma = responsibilities(x[None, :], self.params)
         self.params = incremental_m_step(self.params, self.n, x, gamma[0], self.reg_covar)
@@ -222,7 +206,7 @@ class OnlineGMM:
         near = [*joined, *made]  # the only clusters it can be in
         for cid in [*offer, *made]:  # offered now, or made by a split (BIC's choice)
             self.offered[cid] = len(self.members[cid])
-        return self._result(pid, old_ids, before, split=split, near=near)
+        return UpdateResult.diff(self.members, pid, old_ids, before, split=split, near=near)
 
     def add_many(self, X: NDArray[np.floating]) -> tuple[list[int], list[UpdateResult]]:
         """Insert points in order, as :meth:`add` each, with one full-EM refit per run of points
@@ -264,7 +248,7 @@ class OnlineGMM:
         self, old_ids: frozenset[int], before: dict[int, frozenset[int]]
     ) -> UpdateResult:
         self._refit()
-        return self._result(-1, old_ids, before, refit=True, assigned=False)
+        return UpdateResult.diff(self.members, -1, old_ids, before, refit=True, assigned=False)
 
     def add_greedy(self, x: NDArray[np.floating]) -> UpdateResult:
         """Insert one point the way the paper's greedy baseline does [A §6.4].
@@ -284,7 +268,7 @@ class OnlineGMM:
         before = {cid: frozenset(self.members[cid])}
         self._points.append(pid, x)
         self.members[cid].add(pid)
-        return self._result(pid, old_ids, before, near=[cid])
+        return UpdateResult.diff(self.members, pid, old_ids, before, near=[cid])
 
     def remove(self, point: int) -> UpdateResult:
         """Delete a point: drop it from its clusters and remove the clusters left empty.
@@ -310,7 +294,7 @@ class OnlineGMM:
                     del self.members[cid]
                     self.offered.pop(cid, None)
             self.cluster_ids = [self.cluster_ids[j] for j in keep]
-        return self._result(point, old_ids, before, assigned=False)
+        return UpdateResult.diff(self.members, point, old_ids, before, assigned=False)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -335,6 +319,25 @@ class OnlineGMM:
         # Installed parameters come from a fit that chose K by BIC: every cluster was offered.
         self.offered = {cid: len(m) for cid, m in self.members.items()}
 
+    @property
+    def buffer(self) -> PointBuffer:
+        """The points, with their ids (read only: the tree's store writes them by parts)."""
+        return self._points
+
+    def stored_fields(self) -> dict[str, Any]:
+        """Everything but the points and the parameters (which the tree's store writes by parts)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_points", "params")}
+
+    @classmethod
+    def restore(
+        cls, fields: dict[str, Any], points: PointBuffer, params: GaussianParams
+    ) -> OnlineGMM:
+        """The model :meth:`stored_fields`, its points and parameters describe (the defaults of
+        fields added since they were written filled in)."""
+        gmm = cls.__new__(cls)
+        gmm.__setstate__(fields | {"_points": points, "params": params})
+        return gmm
+
     def __setstate__(self, state: dict[str, Any]) -> None:
         state.setdefault("offered", {})  # saved before offers were recorded: none is known
         state.setdefault("churn", 0)  # saved before churn was counted: count from now
@@ -357,11 +360,7 @@ class OnlineGMM:
         )
         log.debug("online GMM refit on %d points: K %d -> %d", len(X), self.params.k, best.k)
         comps = self._assign(responsibilities(X, best)[1])
-        parts = [
-            frozenset(p for p, cs in zip(self._points.ids, comps, strict=True) if j in cs)
-            for j in range(best.k)
-        ]
-        self._install(best, comps, match_ids(parts, self.members, order=list(self.members)))
+        self._install(best, comps, inherited_ids(best.k, self._points.ids, comps, self.members))
 
     def _try_split(self, cid: int, *, cut: bool = False) -> bool:
         """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC, or with ``cut`` cut it in
@@ -373,17 +372,15 @@ class OnlineGMM:
         comp = self.cluster_ids.index(cid)
         pids = sorted(self.members[cid])
         Xc = self._points.view()[[self._points.row[p] for p in pids]]
-        choice = (
-            halve(Xc, pids, self._assign, min_size=self.min_split_size, reg_covar=self.reg_covar)
-            if cut
-            else best_split(
-                Xc,
-                pids,
-                self._assign,
-                random_state=self.random_state,
-                max_iter=self.max_iter,
-                min_size=self.min_split_size,
-            )
+        choice = split_offer(
+            Xc,
+            pids,
+            self._assign,
+            cut=cut,
+            min_size=self.min_split_size,
+            reg_covar=self.reg_covar,
+            random_state=self.random_state,
+            max_iter=self.max_iter,
         )
         if choice is None:
             return False
@@ -401,29 +398,3 @@ class OnlineGMM:
         """Cut cluster ``cid`` in two on its own members, no BIC (one that outgrew its group's
         fit, :func:`~ingestor.cluster.group_upkeep.cut`); return True if it was cut."""
         return self._try_split(cid, cut=True)
-
-    def _result(
-        self,
-        pid: int,
-        old_ids: frozenset[int],
-        before: dict[int, frozenset[int]],
-        *,
-        split: set[int] | None = None,
-        refit: bool = False,
-        assigned: bool = True,
-        near: Sequence[int] | None = None,
-    ) -> UpdateResult:
-        """Diff against ``before``: the old members of every cluster the update may have touched.
-        ``near``: the only clusters the point can be in (None: any; a look at every cluster)."""
-        near = (list(self.members) if assigned else []) if near is None else near
-        return UpdateResult(
-            point=pid,
-            assigned=frozenset(c for c in near if pid in self.members.get(c, ())),
-            changed=frozenset(
-                c for c, m in before.items() if c in self.members and self.members[c] != m
-            ),
-            created=frozenset(self.members.keys() - old_ids),
-            split=frozenset(split or ()),
-            removed=frozenset(old_ids - self.members.keys()),
-            refit=refit,
-        )

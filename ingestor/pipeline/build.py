@@ -28,6 +28,8 @@ from ingestor.read.documents import Document, iter_documents
 from ingestor.read.structure import Outline
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats, TreeBuilder
+from ingestor.tree.params import Progress
+from ingestor.tree.params import no_progress as _noop
 from ingestor.tree.persist import (
     begin_intent,
     checkpoint_cache,
@@ -39,7 +41,6 @@ from ingestor.tree.persist import (
     pending_intent,
 )
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
-from ingestor.tree.summaries import Progress, _noop
 from models_store import ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore
 

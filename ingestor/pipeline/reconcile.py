@@ -11,8 +11,9 @@ from ingestor.pipeline.apply import ApplyStage
 from ingestor.pipeline.build import UPSERT_BATCH
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.tree.adrap import UpdateStats
+from ingestor.tree.params import Progress
+from ingestor.tree.params import no_progress as _noop
 from ingestor.tree.state import TreeState
-from ingestor.tree.summaries import Progress, _noop
 
 log = logging.getLogger(__name__)
 

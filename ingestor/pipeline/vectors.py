@@ -12,8 +12,8 @@ import logging
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.tree.params import Progress
 from ingestor.tree.state import Node, TreeState
-from ingestor.tree.summaries import Progress
 from retriever import Embedder, NodeStore, StoreError
 
 log = logging.getLogger(__name__)

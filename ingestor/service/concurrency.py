@@ -18,7 +18,7 @@ import threading
 from typing import Any
 
 from ingestor.service.deadline import holding
-from ingestor.tree.build import Progress
+from ingestor.tree.params import Progress
 
 log = logging.getLogger(__name__)
 

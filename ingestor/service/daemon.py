@@ -45,7 +45,8 @@ from ingestor.service.metrics import Metrics
 from ingestor.service.mounts import filesystem_of, is_network_fs
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
-from ingestor.tree.summaries import Progress, _noop
+from ingestor.tree.params import Progress
+from ingestor.tree.params import no_progress as _noop
 from retriever import DEFAULT_COLLECTION, Embedder
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ def _sentences(text: str, *, structure: bool = False) -> list[str]:
     return out
 
 
-def _truncate(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
+def truncate(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
     """Cut ``text`` to at most ``max_tokens`` tokens without splitting a multi-byte character."""
     tokens = tokenizer.encode(text)
     n = min(len(tokens), max_tokens)
@@ -199,7 +199,7 @@ class ExtractiveSummarizer:
             if len(self.tokenizer.encode(summary)) <= max_tokens:
                 return summary
             chosen.pop()  # drop the lowest-scored pick until the exact count fits
-        summary = _truncate(sentences[ranked[0]], max_tokens, self.tokenizer)
+        summary = truncate(sentences[ranked[0]], max_tokens, self.tokenizer)
         if not summary:
             raise SummarizationError(
                 f"max_tokens={max_tokens} cannot hold even the first character of the best "

@@ -27,7 +27,7 @@ from sklearn.feature_extraction.text import TfidfVectorizer
 from ingestor.errors import SummarizationError
 from ingestor.read.chunking import split_sentences
 from ingestor.read.tokens import Tokenizer, default_tokenizer
-from ingestor.summarize.extractive import _truncate
+from ingestor.summarize.extractive import truncate
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class QueryFocusedExtractiveSummarizer:
     def _cut(self, sentence: Sentence, max_tokens: int) -> Sentence:
         """Cut one sentence longer than the budget to a prefix that fits."""
         lead = len(sentence.text) - len(sentence.text.lstrip())
-        prefix = _truncate(sentence.text.strip(), max_tokens, self.tokenizer)
+        prefix = truncate(sentence.text.strip(), max_tokens, self.tokenizer)
         if not prefix:
             raise SummarizationError(
                 f"max_tokens={max_tokens} cannot hold the first character of "

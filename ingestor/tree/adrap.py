@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.cluster.threads import one_thread
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
+from ingestor.tree.deferral import can_wait, forget_fresh, mark_stale, stale_seeds
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.state import Provenance, TreeState
 
@@ -44,6 +45,7 @@ class UpdateStats:
     layers_dropped: int = 0
     summaries_regenerated: int = 0
     summaries_unchanged: int = 0  # regenerated with the same text: nothing above moved for them
+    summaries_deferred: int = 0  # marked stale instead of regenerated (``defer``)
     summary_cache_hits: int = 0
     summary_tokens: int = 0
     upserted: set[str] = field(default_factory=set)
@@ -61,6 +63,48 @@ class _Pending:
     remove: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _ClustersBefore:
+    """The changed clusters of a layer as the batch found them: their summary nodes (which
+    ``cluster_nodes`` still holds until they are regenerated) and those summaries' children
+    (the clusters' members before the batch)."""
+
+    nodes: dict[int, list[str]]
+    members: dict[int, set[str]]
+
+    @classmethod
+    def of(cls, state: TreeState, al: AdaptiveLayer, delta: LayerDelta) -> _ClustersBefore:
+        changed = delta.dirty | delta.created | delta.removed
+        nodes = {cid: list(al.cluster_nodes.get(cid, [])) for cid in changed}
+        state.nodes.prefetch({n for ns in nodes.values() for n in ns})
+        members = {
+            cid: {c for n in ns if (node := state.nodes.peek(n)) is not None for c in node.children}
+            for cid, ns in nodes.items()
+        }
+        return cls(nodes, members)
+
+    @property
+    def old_nodes(self) -> set[str]:
+        return {n for ns in self.nodes.values() for n in ns}
+
+    def touched(
+        self, al: AdaptiveLayer, members_of: dict[int, list[str]], todo: _Pending
+    ) -> set[str]:
+        """The nodes whose parents may differ now: those placed by the batch, those that joined
+        or left a changed cluster, and every member of a cluster whose summary nodes are not
+        the ones it had. A member that stayed in a cluster whose summary was rewritten in place
+        keeps its parents: reading every member of every changed cluster cost ~6x more rows at
+        200k leaves (layer-1 clusters of ~34 leaves) than at 2k (~6), for no change."""
+        out = set(todo.add) | set(todo.move)
+        for cid, before in self.members.items():
+            now = set(members_of.get(cid, ()))
+            if al.cluster_nodes.get(cid, []) != self.nodes[cid]:
+                out |= now | before
+            else:
+                out |= now ^ before
+        return out - set(todo.remove)
+
+
 class TreeUpdater:
     """Applies batches of leaf inserts/deletes to a tree state with adRAP."""
 
@@ -72,32 +116,52 @@ class TreeUpdater:
         state: TreeState,
         new_leaves: list[str],
         removed_leaves: list[str],
+        *,
+        defer: bool = False,
     ) -> UpdateStats:
         """Update ``state``: ``new_leaves`` are already in ``state.nodes``/``vectors``;
         ``removed_leaves`` are still there and will be deleted.
+
+        Args:
+            defer: mark the summaries of changed clusters stale instead of regenerating those
+                that can wait (:mod:`ingestor.tree.deferral`); :meth:`refresh` pays for them.
 
         Returns:
             What changed; ``upserted``/``deleted`` are the node ids to write to/delete from the store.
         """
         with one_thread("blas"):  # small matrices: a second BLAS thread only spins (threads.py)
-            return self._apply(state, new_leaves, removed_leaves)
+            return self._apply(state, new_leaves, removed_leaves, defer=defer)
+
+    def refresh(self, state: TreeState) -> UpdateStats:
+        """Regenerate every stale summary once, bottom-up, and what that moves above them."""
+        with one_thread("blas"):
+            return self._apply(state, [], [], seeds=stale_seeds(state))
 
     def _apply(
-        self, state: TreeState, new_leaves: list[str], removed_leaves: list[str]
+        self,
+        state: TreeState,
+        new_leaves: list[str],
+        removed_leaves: list[str],
+        *,
+        defer: bool = False,
+        seeds: dict[int, LayerDelta] | None = None,
     ) -> UpdateStats:
         t0 = time.perf_counter()
         stats = UpdateStats(leaves_added=len(new_leaves), leaves_removed=len(removed_leaves))
         stats.upserted |= set(new_leaves)
         pending = _Pending(add=list(new_leaves), remove=list(removed_leaves))
         # Models the installed libraries cannot read are fitted again first; the clusters a
-        # refit had to change (rarely any) are regenerated with this batch's.
-        repaired = repair_models(state, self.builder.make_clusterer)
+        # refit had to change (rarely any) are regenerated with this batch's, as are the
+        # clusters a refresh was seeded with (stale summaries).
+        start = repair_models(state, self.builder.make_clusterer)
+        for i, seed in (seeds or {}).items():
+            start.setdefault(i, LayerDelta()).absorb(seed.dirty, (), (), ())
         refreshed: set[str] = set()
         layer = 0
-        while pending.add or pending.move or pending.remove or repaired:
+        while pending.add or pending.move or pending.remove or start:
             al: AdaptiveLayer | None = state.layers[layer] if layer < len(state.layers) else None
-            delta = repaired.pop(layer, None) or LayerDelta()
-            pending = self._apply_layer(state, layer, al, pending, stats, refreshed, delta)
+            delta = start.pop(layer, None) or LayerDelta()
+            pending = self._apply_layer(state, layer, al, pending, stats, refreshed, delta, defer)
             layer += 1
         self._refresh_sources(state, refreshed, stats)
         depth = len(state.layers)
@@ -108,6 +172,8 @@ class TreeUpdater:
         stats.upserted |= upserted
         stats.deleted |= deleted
         self._count_summaries(stats, build_stats)
+        if state.stale:
+            forget_fresh(state)
         state.added_since_build += len(new_leaves)
         state.removed_since_build += len(removed_leaves)
         stats.upserted -= stats.deleted
@@ -123,6 +189,7 @@ class TreeUpdater:
         stats: UpdateStats,
         refreshed: set[str],
         delta: LayerDelta,
+        defer: bool = False,
     ) -> _Pending:
         """Apply ``todo`` to layer ``layer``; ``delta`` already holds clusters changed before
         (by a refit of models that could not be read)."""
@@ -143,68 +210,65 @@ class TreeUpdater:
             self._delete_node(state, node_id, stats)
         placing = todo.add + todo.move
         al.add_many(placing, state.matrix(placing), delta, vectors=state.matrix)
-
         stats.clusters_changed += len(delta.dirty - delta.created)
         stats.clusters_created += len(delta.created)
         stats.clusters_split += len(delta.split)
         stats.clusters_removed += len(delta.removed)
-        # cluster_nodes still holds the summaries as they were before this batch, and their
-        # children are the clusters' members before it.
-        changed = delta.dirty | delta.created | delta.removed
-        nodes_before = {cid: list(al.cluster_nodes.get(cid, [])) for cid in changed}
-        old_nodes = {n for ns in nodes_before.values() for n in ns}
-        state.nodes.prefetch(old_nodes)
-        members_before = {
-            cid: {c for n in ns if (node := state.nodes.peek(n)) is not None for c in node.children}
-            for cid, ns in nodes_before.items()
-        }
+
+        before = _ClustersBefore.of(state, al, delta)
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
         al.forget(delta.removed)
-
-        # Regenerate each affected cluster once, from its new membership.
-        members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
-        build_stats = BuildStats()
-        regen = Regeneration(
-            reuse=self._reusable(state, al, delta, members_of), changed=set(todo.move)
+        members_of, regen = self._regenerate(state, layer, al, delta, todo.move, stats, defer)
+        refreshed |= regen.refreshed
+        self._relink(state, al, before.touched(al, members_of, todo), stats)
+        return _Pending(  # the layer above: made now, rewritten (placed again), named no more
+            add=[n for n in regen.made if n in regen.created],
+            move=[n for n in regen.made if n in regen.rewritten],
+            remove=sorted(
+                n
+                for n in before.old_nodes
+                if (node := state.nodes.peek(n)) is not None and not al.names(n, node.children)
+            ),
         )
-        regenerated = self.builder.summarize_clusters(
-            state, layer + 1, members_of, build_stats, regen=regen
+
+    def _regenerate(
+        self,
+        state: TreeState,
+        layer: int,
+        al: AdaptiveLayer,
+        delta: LayerDelta,
+        moved: list[str],
+        stats: UpdateStats,
+        defer: bool,
+    ) -> tuple[dict[int, list[str]], Regeneration]:
+        """Regenerate each changed or new cluster's summary once, from its new membership, into
+        ``layer + 1`` (with ``defer``, mark those that can wait stale instead); return the
+        clusters' members and what the regeneration did."""
+        members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
+        now, deferred = dict(members_of), set()
+        if defer:
+            limit = self.builder.params.max_input_tokens
+            for cid, members in members_of.items():
+                node_id = can_wait(state, al, cid, members, delta, limit)
+                if node_id is not None:
+                    mark_stale(state, node_id, members)
+                    deferred.add(node_id)
+                    del now[cid]
+        build_stats = BuildStats()
+        regen = Regeneration(reuse=self._reusable(state, al, delta, now), changed=set(moved))
+        regenerated = self.builder.summaries.summarize_clusters(
+            state, layer + 1, now, build_stats, regen=regen
         )
         al.cluster_nodes.update(regenerated)
+        regen.made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
         self._count_summaries(stats, build_stats)
         stats.upserted |= regen.created | regen.rewritten | regen.relinked | regen.refreshed
         stats.summaries_unchanged += len(regen.refreshed)
-        refreshed |= regen.refreshed
-
-        # The layer above: summaries made now enter it, rewritten ones are placed again there,
-        # summaries no cluster names leave it.
-        nxt = _Pending()
-        made = list(dict.fromkeys(n for ns in regenerated.values() for n in ns))
-        nxt.add = [n for n in made if n in regen.created]
-        nxt.move = [n for n in made if n in regen.rewritten]
-        nxt.remove = sorted(
-            n
-            for n in old_nodes
-            if (node := state.nodes.peek(n)) is not None and not al.names(n, node.children)
-        )
-
-        # Recompute the parents of the nodes whose summaries above may differ: those placed now,
-        # those that joined or left a changed cluster, and every member of a cluster whose
-        # summary nodes are not the ones it had. A member that stayed in a cluster whose
-        # summary was rewritten in place keeps its parents: reading every member of every
-        # changed cluster cost ~6x more rows at 200k leaves (layer-1 clusters of ~34 leaves)
-        # than at 2k (~6), for no change.
-        touched = set(todo.add) | set(todo.move)
-        for cid, before in members_before.items():
-            now = set(members_of.get(cid, ()))
-            if al.cluster_nodes.get(cid, []) != nodes_before[cid]:
-                touched |= now | before
-            else:
-                touched |= now ^ before
-        touched -= set(todo.remove)
-        self._relink(state, al, touched, stats)
-        return nxt
+        stats.summaries_deferred += len(deferred)
+        stats.upserted |= deferred
+        regen.refreshed |= deferred  # stay where they are above; the sources above them follow
+        return members_of, regen
 
     @staticmethod
     def _relink(

@@ -11,24 +11,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Protocol, Self
-
-import numpy as np
-from numpy.typing import NDArray
+from typing import Any
 
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.cluster.threads import one_thread
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
+from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
 from ingestor.tree.state import MAX_NODE_SOURCES_PARAM, TreeState
-from ingestor.tree.summaries import (
-    Progress,
-    Regeneration,
-    SummaryWriter,
-    _noop,
-    cache_key,
-)
+from ingestor.tree.summaries import Regeneration, SummaryWriter, cache_key
 from models_store import library_versions
 from retriever import Embedder
 
@@ -46,54 +37,6 @@ __all__ = [
 ]
 
 
-class Clusterer(Protocol):
-    """What the tree needs of a clustering estimator (``ingestor.cluster.two_step.TreeClusterer``).
-
-    Besides ``clusters_``, adRAP reads ``n_clusters_``, ``local_models_``, ``threshold``,
-    ``random_state``, ``predict_global`` and ``transform_local``, and fits the local model of a
-    grown guarded group with ``local_n_neighbors``, ``_reduce`` and ``_select_gmm`` (see
-    ``ingestor.cluster.adaptive``).
-    """
-
-    clusters_: list[tuple[int, ...]]
-
-    def fit(self, X: NDArray[np.float32]) -> Self: ...
-
-
-@dataclass(frozen=True)
-class TreeParams:
-    """Shape of the tree and of its summaries."""
-
-    max_layers: int = 5
-    min_top_nodes: int = 10
-    summary_max_tokens: int = 150
-    max_input_tokens: int | None = None
-    tau_c: int = 11
-    #: Full-EM size of the online GMMs [A Algorithm 2]; None: the paper's max(100, √n), which
-    #: makes an insert cost grow as the square root of the layer (see AdaptiveLayer.from_fit).
-    tau_n: int | None = 100
-    greedy: bool = False
-    #: A summary over more files (folders) than this lists none (``sources_capped``; 0: lists
-    #: all, and an update then rewrites lists as long as the collection). Recorded in the state
-    #: at a build: a tree keeps the limit it was built with until it is rebuilt.
-    max_node_sources: int = 100
-
-
-@dataclass
-class BuildStats:
-    """What a build cost, stage by stage (seconds), and what it made."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-    summary_calls: int = 0
-    cache_hits: int = 0
-    summary_tokens: int = 0
-    clusters_per_layer: dict[int, int] = field(default_factory=dict)
-    mean_cluster_size: dict[int, float] = field(default_factory=dict)
-
-    def add_time(self, stage: str, seconds: float) -> None:
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + seconds
-
-
 def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     """Return the nodes of the top layer: the summaries of ``below`` (the last clustered layer),
     or every leaf of a tree without summary layers."""
@@ -104,7 +47,19 @@ def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     )
 
 
-class TreeBuilder(SummaryWriter):
+def _given(name: str) -> Any:
+    """A TreeBuilder attribute that is its summary writer's (read and set through it)."""
+
+    def get(self: TreeBuilder) -> Any:
+        return getattr(self.summaries, name)
+
+    def put(self: TreeBuilder, value: Any) -> None:
+        setattr(self.summaries, name, value)
+
+    return property(get, put, doc=f"The summary writer's ``{name}``.")
+
+
+class TreeBuilder:
     """Builds the summary layers of a tree whose leaves are already in the state.
 
     Args:
@@ -114,8 +69,17 @@ class TreeBuilder(SummaryWriter):
         params: tree shape.
         tokenizer: counts summary tokens (cl100k_base by default).
 
-    Summaries (the cache, checkpoints, regeneration in place) are :class:`SummaryWriter`'s.
+    Summaries (the cache, checkpoints, regeneration in place) are its :class:`SummaryWriter`'s,
+    ``summaries``, given the same parts; the builder's ``embedder``, ``summarizer``,
+    ``make_clusterer``, ``params``, ``tokenizer`` and ``checkpoint`` are the writer's.
     """
+
+    embedder: Embedder = _given("embedder")
+    summarizer: Summarizer = _given("summarizer")
+    make_clusterer: Callable[[], Clusterer] = _given("make_clusterer")
+    params: TreeParams = _given("params")
+    tokenizer: Tokenizer = _given("tokenizer")
+    checkpoint: Callable[[TreeState], None] | None = _given("checkpoint")
 
     def __init__(
         self,
@@ -125,13 +89,11 @@ class TreeBuilder(SummaryWriter):
         params: TreeParams,
         tokenizer: Tokenizer | None = None,
     ) -> None:
-        self.embedder = embedder
-        self.summarizer = summarizer
-        self.make_clusterer = make_clusterer
-        self.params = params
-        self.tokenizer = tokenizer or default_tokenizer()
+        self.summaries = SummaryWriter(
+            embedder, summarizer, make_clusterer, params, tokenizer or default_tokenizer()
+        )
 
-    def build(self, state: TreeState, progress: Progress = _noop) -> BuildStats:
+    def build(self, state: TreeState, progress: Progress = no_progress) -> BuildStats:
         """Replace every summary layer of ``state`` by a fresh build over its leaves."""
         with one_thread("blas"):  # a second BLAS thread only spins (threads.py): 20k, -12 % CPU
             return self._build(state, progress)
@@ -217,7 +179,7 @@ class TreeBuilder(SummaryWriter):
         layer: int,
         ids: list[str],
         stats: BuildStats,
-        progress: Progress = _noop,
+        progress: Progress = no_progress,
     ) -> list[str]:
         """Cluster nodes ``ids`` of ``layer`` (the top) into a new layer; return its node ids."""
         t0 = time.perf_counter()
@@ -225,7 +187,9 @@ class TreeBuilder(SummaryWriter):
         clusterer = self.make_clusterer().fit(X)
         stats.add_time("cluster", time.perf_counter() - t0)
         clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}
-        cluster_nodes = self.summarize_clusters(state, layer + 1, clusters, stats, progress)
+        cluster_nodes = self.summaries.summarize_clusters(
+            state, layer + 1, clusters, stats, progress
+        )
         made = list(dict.fromkeys(n for ns in cluster_nodes.values() for n in ns))
         state.layers.append(
             AdaptiveLayer.from_fit(

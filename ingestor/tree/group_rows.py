@@ -21,8 +21,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.gmm import GaussianParams
-from ingestor.cluster.incremental import PointBuffer
 from ingestor.cluster.online_gmm import OnlineGMM
+from ingestor.cluster.points import PointBuffer
 from ingestor.tree.rowmap import RowMap, dumps, loads_model
 from models_store import Changes, IncompatibleModelError, ModelStoreError, RowStore
 
@@ -85,12 +85,12 @@ class GroupMap(RowMap[Any]):
         if head is None:
             self._stored[key] = _Stored(hashlib.blake2b(data).digest(), set(), {})
             return None
-        assert self._rows is not None
+        assert self.store is not None
         order: list[int] = head.pop("_order")
         weights = head.pop("_weights")
         dim = int(head.pop("_dim"))
         comps = {
-            int(k.rsplit("/", 1)[1]): v for k, v in self._rows.items_prefix(self._comp, key + "/")
+            int(k.rsplit("/", 1)[1]): v for k, v in self.store.items_prefix(self._comp, key + "/")
         }
         X, singles, blocks = self._read_points(key, order, dim)
         k = len(head["cluster_ids"])
@@ -98,10 +98,8 @@ class GroupMap(RowMap[Any]):
         for j, cid in enumerate(head["cluster_ids"]):
             flat = np.frombuffer(comps[cid], dtype=np.float64)
             means[j], covs[j] = flat[:dim], flat[dim:].reshape(dim, dim)
-        head["_points"] = PointBuffer(X, list(order))
-        head["params"] = GaussianParams(np.asarray(weights, dtype=np.float64), means, covs)
-        gmm = OnlineGMM.__new__(OnlineGMM)
-        gmm.__setstate__(head)  # its defaults for fields added since the row was written
+        params = GaussianParams(np.asarray(weights, dtype=np.float64), means, covs)
+        gmm = OnlineGMM.restore(head, PointBuffer(X, list(order)), params)
         self._stored[key] = _Stored(
             hashlib.blake2b(data).digest(),
             singles,
@@ -115,12 +113,12 @@ class GroupMap(RowMap[Any]):
     ) -> tuple[NDArray[np.float64], set[int], dict[str, _Block]]:
         """Read group ``key``'s points in ``order``: its blocks, then its single rows (a point
         written after a block was is taken from its own row)."""
-        assert self._rows is not None
+        assert self.store is not None
         at = {pid: r for r, pid in enumerate(order)}
         X = np.zeros((len(order), dim))
         found = np.zeros(len(order), dtype=bool)
         blocks: dict[str, _Block] = {}
-        for bkey, blob in self._rows.items_prefix(self._blk, key + "/"):
+        for bkey, blob in self.store.items_prefix(self._blk, key + "/"):
             ids, P = unpack(blob)
             rows = np.array([at.get(pid, -1) for pid in ids.tolist()], dtype=np.intp)
             live = rows >= 0
@@ -128,7 +126,7 @@ class GroupMap(RowMap[Any]):
                 X[rows[live]], found[rows[live]] = P[live], True
             blocks[bkey] = _Block(len(ids), set(ids[live].tolist()))
         singles = set()
-        for pkey, v in self._rows.items_prefix(self._pts, key + "/"):
+        for pkey, v in self.store.items_prefix(self._pts, key + "/"):
             pid = int(pkey.rsplit("/", 1)[1])
             singles.add(pid)  # one of a removed point (none should be) goes with the next write
             if pid in at:
@@ -138,27 +136,21 @@ class GroupMap(RowMap[Any]):
         if not found.all():
             missing = [order[r] for r in np.flatnonzero(~found)[:3]]
             raise ModelStoreError(
-                f"the state database {self._rows.path} lacks point(s) {missing} of group {key} "
+                f"the state database {self.store.path} lacks point(s) {missing} of group {key} "
                 f"of {self.ns}: it is damaged; delete it and run `adrap build DIR` to rebuild"
             )
         return X, singles, blocks
 
     def changes(self, out: Changes) -> None:
-        if self._cleared:
-            out.clear.update(self.namespaces())
         self._pending = {}
-        for key in self._dirty:
-            if key in self._cache:
-                self._write(key, self._cache[key], out)
-        for key in self._read - self._dirty - self._deleted:
-            out.touch.add((self.ns, key))
+        super().changes(out)  # each changed group through write_row
 
     def _stored_of(self, key: str) -> _Stored | None:
         """What the database holds of group ``key`` (read when this map never loaded it)."""
-        if self._cleared or self._rows is None:
+        if self.cleared or self.store is None:
             return None
         if key not in self._stored:
-            data = self._rows.get(self.ns, key)
+            data = self.store.get(self.ns, key)
             try:
                 head = loads_model(data, f"{self.ns}/{key}") if data is not None else None
             except IncompatibleModelError:  # refitted: every row beside it is listed, to go
@@ -167,12 +159,13 @@ class GroupMap(RowMap[Any]):
             _, singles, blocks = self._read_points(key, order, dim)
             comps = {
                 int(k.rsplit("/", 1)[1]): hashlib.blake2b(v).digest()
-                for k, v in self._rows.items_prefix(self._comp, key + "/")
+                for k, v in self.store.items_prefix(self._comp, key + "/")
             }
             self._stored[key] = _Stored(b"", singles, comps, blocks)
         return self._stored[key]
 
-    def _write(self, key: str, gmm: OnlineGMM | None, out: Changes) -> None:
+    def write_row(self, key: str, gmm: OnlineGMM | None, out: Changes) -> None:
+        """Write group ``key``'s head, the points and components the database lacks."""
         old = self._stored_of(key)
         if gmm is None:
             head = dumps(None)
@@ -186,15 +179,15 @@ class GroupMap(RowMap[Any]):
             self._pending[key] = _Stored(digest, set(), {})
             return
         params = gmm.params
-        ids = list(gmm._points.ids)
-        fields = {k: v for k, v in gmm.__dict__.items() if k not in ("_points", "params")}
+        ids = list(gmm.buffer.ids)
+        fields = gmm.stored_fields()
         head = dumps(
             fields | {"_order": ids, "_weights": params.weights, "_dim": params.means.shape[1]}
         )
         digest = hashlib.blake2b(head).digest()
         if old is None or old.head != digest:
             out.set(self.ns, key, head)
-        singles, blocks = self._write_points(key, ids, gmm._points.view(), old, out)
+        singles, blocks = self._write_points(key, ids, gmm.buffer.view(), old, out)
         comps: dict[int, bytes] = {}
         for j, cid in enumerate(gmm.cluster_ids):
             blob = np.concatenate([params.means[j], params.covariances[j].ravel()]).tobytes()

@@ -41,6 +41,15 @@ def violations(
         bad.append(f"source index lists {len(indexed)} leaves, tree has {len(by_layer[0])}")
     for i, al in enumerate(state.layers):
         bad += _layer(state, i, al, by_layer, placement)
+    stale = {nid for nid, node in nodes.items() if node.stale}
+    registered = set(getattr(state, "stale", None) or ())
+    if stale != registered:
+        bad.append(
+            f"stale summaries {sorted(stale - registered)[:3]} unregistered, "
+            f"registered {sorted(registered - stale)[:3]} not stale (tree.deferral)"
+        )
+    if by_layer.get(0, set()) & stale:
+        bad.append("a leaf is marked stale: only summaries are regenerated")
     depth = len(state.layers) + 1
     if nodes and sorted(by_layer) != list(range(depth)):
         bad.append(f"node layers {sorted(by_layer)} but {len(state.layers)} clustered layers")
@@ -141,7 +150,7 @@ def _layer(
                     "group was not refitted"
                 )
     guarded = {al.guarded[g][0] for g, gmm in enumerate(al.gmms) if gmm is None}
-    stale = set(al.__dict__.get("cluster_group") or ()) - set(clusters) - guarded
+    stale = set(al.cluster_group) - set(clusters) - guarded
     if stale:
         bad.append(f"layer {i}: the cluster -> group index keeps gone clusters {sorted(stale)[:5]}")
     if set(al.cluster_nodes) != set(clusters):

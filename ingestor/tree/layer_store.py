@@ -30,17 +30,15 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
 
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.tree.group_rows import GroupMap, side_namespaces
+from ingestor.tree.row_containers import KeyedRowMap, RowList
 from ingestor.tree.rowmap import RowMap, dumps, loads, loads_model
 from models_store import Changes, IncompatibleModelError, RowStore
-
-K = TypeVar("K")
-V = TypeVar("V")
 
 #: Map attributes of an AdaptiveLayer, with how their keys are written and whether their values
 #: are changed in place (written back whenever handed out).
@@ -53,122 +51,21 @@ _MAPS: dict[str, tuple[str, bool]] = {
     "cluster_group": ("int", False),
 }
 _LISTS = ("gmms",)
+#: The other fields of a layer, written in its head's ``scalars`` row (the clusterer has a row).
+_SCALARS = frozenset(
+    f.name for f in fields(AdaptiveLayer) if f.name not in {*_MAPS, *_LISTS, "clusterer", "storage"}
+)
 
 
-class KeyedRowMap(MutableMapping[K, V], Generic[K, V]):
-    """A :class:`~ingestor.tree.rowmap.RowMap` with non-string keys (ints, pairs)."""
-
-    def __init__(self, rows: RowMap[V], kind: str) -> None:
-        self.rows = rows
-        self.kind = kind
-
-    def _enc(self, key: Any) -> str:
-        if self.kind == "pair":
-            return f"{key[0]}/{key[1]}"
-        return str(key)
-
-    def _dec(self, key: str) -> Any:
-        if self.kind == "int":
-            return int(key)
-        if self.kind == "pair":
-            g, p = key.split("/")
-            return int(g), int(p)
-        return key
-
-    def __getitem__(self, key: K) -> V:
-        return self.rows[self._enc(key)]
-
-    def prefetch(self, keys: Iterable[K]) -> None:
-        """Read the rows of ``keys`` not yet loaded in one query (see ``RowMap.prefetch``)."""
-        self.rows.prefetch(self._enc(k) for k in keys)
-
-    def __setitem__(self, key: K, value: V) -> None:
-        self.rows[self._enc(key)] = value
-
-    def __delitem__(self, key: K) -> None:
-        del self.rows[self._enc(key)]
-
-    def __contains__(self, key: object) -> bool:
-        return self._enc(key) in self.rows
-
-    def __iter__(self) -> Iterator[K]:
-        return (self._dec(k) for k in self.rows)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def items(self) -> list[tuple[K, V]]:  # type: ignore[override]
-        return [(self._dec(k), v) for k, v in self.rows.items()]
-
-    def values(self) -> list[V]:  # type: ignore[override]
-        return self.rows.values()
-
-
-class RowList(MutableSequence[V], Generic[V]):
-    """A list whose items are rows (one per index), loaded on first use.
-
-    Args:
-        on_load: called with each item read from the database (to re-link shared objects).
-    """
-
-    def __init__(
-        self, rows: RowMap[V], length: int, on_load: Callable[[V], None] | None = None
-    ) -> None:
-        self.rows = rows
-        self.length = length
-        self.on_load = on_load
-        self._linked: set[int] = set()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickle (or copy) with every item loaded and re-linked, without the loader."""
-        for j in range(self.length):
-            self[j]
-        return self.__dict__ | {"on_load": None}
-
-    @overload
-    def __getitem__(self, i: int) -> V: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[V]: ...
-    def __getitem__(self, i: int | slice) -> V | list[V]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self.length))]
-        if not -self.length <= i < self.length:
-            raise IndexError(i)
-        i %= self.length
-        value = self.rows[str(i)]
-        if self.on_load is not None and i not in self._linked:
-            self.on_load(value)
-            self._linked.add(i)
-        return value
-
-    def __setitem__(self, i: int | slice, value: Any) -> None:
-        if isinstance(i, slice):
-            raise TypeError("RowList does not support slice assignment")
-        if not -self.length <= i < self.length:
-            raise IndexError(i)
-        i %= self.length
-        self.rows[str(i)] = value
-        self._linked.add(i)
-
-    def __delitem__(self, i: int | slice) -> None:
-        raise TypeError("items of a layer are never deleted, only replaced")
-
-    def __len__(self) -> int:
-        return self.length
-
-    def shed(self, committed_to: RowStore | None = None, *, used_since: int | None = None) -> int:
-        """Drop the items held in memory (see ``RowMap.shed``); return how many."""
-        n = self.rows.shed(committed_to, used_since=used_since)
-        if n:  # read again, linked again
-            self._linked = {i for i in self._linked if self.rows.holds(str(i))}
-        return n
-
-    def insert(self, i: int, value: V) -> None:
-        if i != self.length:
-            raise TypeError("RowList only appends")
-        self.rows[str(self.length)] = value
-        self._linked.add(self.length)
-        self.length += 1
+def _blank_layer() -> AdaptiveLayer:
+    """An AdaptiveLayer with every field at its default, for :func:`open_layer` to fill."""
+    al = AdaptiveLayer.__new__(AdaptiveLayer)
+    for f in fields(AdaptiveLayer):
+        if f.default is not MISSING:
+            setattr(al, f.name, f.default)
+        elif f.default_factory is not MISSING:
+            setattr(al, f.name, f.default_factory())
+    return al
 
 
 class UnreadableClusterer:
@@ -265,9 +162,8 @@ def _gmm_linker(al: AdaptiveLayer) -> Callable[[Any], None]:
     cluster id counter (one per layer, shared by its groups; each row pickles a copy)."""
 
     def relink(gmm: Any) -> None:
-        ids = al.__dict__.get("ids")
-        if gmm is not None and ids is not None:
-            gmm.ids = ids
+        if gmm is not None:
+            gmm.ids = al.ids
 
     return relink
 
@@ -315,7 +211,7 @@ def _containers(al: AdaptiveLayer) -> list[RowMap[Any]]:
 
 def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> None:
     """Add the writes of layer ``i`` to ``ch``: all of it when new or moved, else what changed."""
-    info = al.__dict__.get("_persist")
+    info = al.storage
     if info is None or info["index"] != i or info["db"] != str(rows.path):
         if not isinstance(al.gmms, RowList):
             _track(al, i)
@@ -323,18 +219,14 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
         for part in _containers(al):
             part.replace_all()  # loads whatever is still in the database under the old name
             part.ns = f"L{i}.{part.ns.split('.', 1)[1]}"
-        al.__dict__["_persist"] = {"index": i, "head": True, "db": str(rows.path)}
-    persist = al.__dict__["_persist"]
+        al.storage = {"index": i, "head": True, "db": str(rows.path)}
+    persist = al.storage
     for part in _containers(al):
         part.changes(ch)
     write_head = persist["head"] or persist.get("global_version", 0) != al.global_version
     if write_head:  # a new token names the clusterer's new bytes (see open_layer)
-        al.__dict__["clusterer_token"] = uuid.uuid4().hex
-    scalars = {
-        k: v
-        for k, v in al.__dict__.items()
-        if k not in _MAPS and k not in _LISTS and k not in ("clusterer", "_persist")
-    }
+        al.clusterer_token = uuid.uuid4().hex
+    scalars = {name: getattr(al, name) for name in _SCALARS}
     ch.set(f"L{i}.head", "scalars", dumps(scalars))
     ch.set(f"L{i}.head", "lengths", dumps([len(al.gmms), len(al.clusterer.local_models_)]))
     if write_head:
@@ -345,7 +237,7 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
         finally:
             c.local_models_ = local
         ch.set(f"L{i}.head", "clusterer", blob)
-        persist["written"] = (al.__dict__["clusterer_token"], blob)
+        persist["written"] = (al.clusterer_token, blob)
 
 
 def shed_layer(al: AdaptiveLayer, rows: RowStore, *, used_since: int | None = None) -> int:
@@ -353,7 +245,7 @@ def shed_layer(al: AdaptiveLayer, rows: RowStore, *, used_since: int | None = No
 
     A layer built in this process and committed to ``rows`` is read from there afterwards.
     """
-    persist = al.__dict__.get("_persist")
+    persist = al.storage
     if persist is None or persist["db"] != str(rows.path) or not isinstance(al.gmms, RowList):
         return 0  # never committed there: its containers hold the only copy
     dropped = sum(part.shed(rows, used_since=used_since) for part in _lists(al))
@@ -370,11 +262,11 @@ def layer_committed(al: AdaptiveLayer) -> None:
     """Forget a layer's pending writes once they are in the database."""
     for part in _containers(al):
         part.committed()
-    written = al.__dict__["_persist"].pop("written", None)
+    written = al.storage.pop("written", None)
     if written is not None:
         _remember(*written)
-    al.__dict__["_persist"]["head"] = False
-    al.__dict__["_persist"]["global_version"] = al.global_version  # a cut global cluster: written
+    al.storage["head"] = False
+    al.storage["global_version"] = al.global_version  # a cut global cluster: written
 
 
 def remove_layer(i: int, ch: Changes) -> None:
@@ -405,8 +297,9 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
         clusterer = loads_model(blob, f"the clusterer of layer {i} in {rows.path}")
     except IncompatibleModelError as exc:  # refitted by the next update (model_repair)
         clusterer = UnreadableClusterer(str(exc))
-    al = AdaptiveLayer.__new__(AdaptiveLayer)
-    al.__dict__.update(scalars)
+    al = _blank_layer()
+    for name in _SCALARS.intersection(scalars):  # a name an older version kept is dropped
+        setattr(al, name, scalars[name])
     al.clusterer = clusterer
     for name, (kind, mutable) in _MAPS.items():
         m: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
@@ -419,7 +312,7 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
     local: RowMap[Any] = _ModelRows(f"L{i}.local")
     local.bind(rows)
     clusterer.local_models_ = RowList(local, n_local, on_load=_relink_local)
-    al.__dict__["_persist"] = {
+    al.storage = {
         "index": i,
         "head": False,
         "db": str(rows.path),

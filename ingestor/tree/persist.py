@@ -163,7 +163,7 @@ def load_state(
 
 def _row_maps(state: TreeState) -> tuple[RowMap[Any], ...]:
     """The state's own row-backed mappings (each layer keeps its own, see layer_store)."""
-    return (state.nodes, state.sources, state.summary_cache)
+    return (state.nodes, state.sources, state.summary_cache, state.stale)
 
 
 def _open(rows: RowStore) -> TreeState:

@@ -122,13 +122,31 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._dirty = set(self._cache)
         self._deleted.clear()
 
+    @property
+    def store(self) -> RowStore | None:
+        """The database this mapping is bound to (None: in memory only)."""
+        return self._rows
+
+    @property
+    def cleared(self) -> bool:
+        """Whether every stored row goes at the next commit (:meth:`replace_all`)."""
+        return self._cleared
+
+    def namespaces(self) -> list[str]:
+        """The namespaces this mapping's rows live in (cleared together)."""
+        return [self.ns]
+
+    def write_row(self, key: str, value: V, out: Changes) -> None:
+        """Add the writes of one changed entry to ``out`` (a subclass may write it by parts)."""
+        out.set(self.ns, key, dumps(value))
+
     def changes(self, out: Changes) -> None:
         """Add this mapping's pending writes to ``out``."""
         if self._cleared:
-            out.clear.add(self.ns)
+            out.clear.update(self.namespaces())
         for key in self._dirty:
             if key in self._cache:
-                out.set(self.ns, key, dumps(self._cache[key]))
+                self.write_row(key, self._cache[key], out)
         if not self._cleared:
             for key in self._deleted:
                 out.remove(self.ns, key)
@@ -224,6 +242,9 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         return value
 
     def __getitem__(self, key: str) -> V:
+        """Return a value *for change*: in a ``mutable`` map the row is written back at the next
+        commit (its user may change it in place). To read without that write, use :meth:`peek`;
+        ``map[key] = value`` after a change is the same write, said explicitly."""
         value = self._fetch(key)
         if value is _MISSING:
             raise KeyError(key)
@@ -234,7 +255,8 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         return value  # type: ignore[return-value]
 
     def peek(self, key: str) -> V | None:
-        """Return a value without marking it for write-back (read-only use)."""
+        """Return a value (None if absent) without marking it for write-back: the read for use
+        without change. A value changed after a peek must be set back (``map[key] = value``)."""
         value = self._fetch(key)
         return None if value is _MISSING else value  # type: ignore[return-value]
 

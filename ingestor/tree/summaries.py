@@ -1,8 +1,8 @@
 """Summaries of clusters: the summary cache, batches that are checkpointed, and adRAP's
 regeneration in place (a regenerated summary keeps its node id).
 
-:class:`SummaryWriter` is the part of :class:`~ingestor.tree.build.TreeBuilder` that turns
-clusters of node ids into summary nodes; the builder adds the layers (Algorithm 1) around it.
+:class:`SummaryWriter` turns clusters of node ids into summary nodes; a
+:class:`~ingestor.tree.build.TreeBuilder` holds one and adds the layers (Algorithm 1) around it.
 """
 
 from __future__ import annotations
@@ -11,21 +11,16 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer
+from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
 from ingestor.tree.state import Node, Provenance, TreeState, sha256_text, summary_id
 from retriever import Embedder
 
-if TYPE_CHECKING:
-    from ingestor.tree.build import BuildStats, Clusterer, TreeParams
-
-#: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar from it).
-Progress = Callable[[str, int, int], None]
 #: Summaries are paid for in batches of about this many seconds (checkpointed, stoppable between).
 SUMMARY_BATCH_SECONDS = 5.0
 SUMMARY_BATCH_MAX = 64
@@ -44,10 +39,6 @@ def _tokens_used(summarizer: Summarizer) -> int:
     return int(getattr(summarizer, "prompt_tokens", 0)) + int(
         getattr(summarizer, "completion_tokens", 0)
     )
-
-
-def _noop(stage: str, done: int, total: int) -> None:
-    return None
 
 
 def _next_batch(done: int, seconds: float, floor: int) -> int:
@@ -74,6 +65,7 @@ class Regeneration:
             vectors; only their children and sources change, and nothing above is regenerated
             for them. With the extractive summariser about a quarter of the summaries whose
             membership changed (bench/update.py, 2k leaves).
+        made: the summary nodes of the regenerated clusters, in cluster order, each once.
     """
 
     reuse: dict[int, list[str]] = field(default_factory=dict)
@@ -82,21 +74,37 @@ class Regeneration:
     rewritten: set[str] = field(default_factory=set)
     relinked: set[str] = field(default_factory=set)
     refreshed: set[str] = field(default_factory=set)
+    made: list[str] = field(default_factory=list)
 
 
 class SummaryWriter:
-    """Turns clusters of node ids into summary nodes (the summary half of ``TreeBuilder``).
+    """Turns clusters of node ids into summary nodes (a ``TreeBuilder``'s ``summaries``).
 
-    ``checkpoint``, when set (by a build), is called with the state after each batch of paid
-    summaries, to make them durable before the build goes on (see ``summarize_groups``).
+    Args:
+        embedder: embeds the summaries.
+        summarizer: writes them.
+        make_clusterer: a fresh clusterer, to cut a cluster past the summariser's input limit.
+        params: summary length and input limit (``summary_max_tokens``, ``max_input_tokens``).
+        tokenizer: counts a summary's tokens.
+        checkpoint: when set (by a build), called with the state after each batch of paid
+            summaries, to make them durable before the build goes on (``summarize_groups``).
     """
 
-    embedder: Embedder
-    summarizer: Summarizer
-    make_clusterer: Callable[[], Clusterer]
-    params: TreeParams
-    tokenizer: Tokenizer
-    checkpoint: Callable[[TreeState], None] | None = None
+    def __init__(
+        self,
+        embedder: Embedder,
+        summarizer: Summarizer,
+        make_clusterer: Callable[[], Clusterer],
+        params: TreeParams,
+        tokenizer: Tokenizer,
+        checkpoint: Callable[[TreeState], None] | None = None,
+    ) -> None:
+        self.embedder = embedder
+        self.summarizer = summarizer
+        self.make_clusterer = make_clusterer
+        self.params = params
+        self.tokenizer = tokenizer
+        self.checkpoint = checkpoint
 
     def summarize_clusters(
         self,
@@ -104,7 +112,7 @@ class SummaryWriter:
         layer: int,
         clusters: dict[int, list[str]],
         stats: BuildStats,
-        progress: Progress = _noop,
+        progress: Progress = no_progress,
         regen: Regeneration | None = None,
     ) -> dict[int, list[str]]:
         """Make the summary node(s) of each cluster of node ids; return cluster id → node ids.
@@ -193,7 +201,7 @@ class SummaryWriter:
         layer: int,
         groups: list[list[str]],
         stats: BuildStats,
-        progress: Progress = _noop,
+        progress: Progress = no_progress,
         ids: list[str] | None = None,
         regen: Regeneration | None = None,
     ) -> list[str]:
@@ -218,7 +226,7 @@ class SummaryWriter:
             elif sorted(old.children) != sorted(groups[i]):
                 self._unlink_children(state, old, set(groups[i]), regen.relinked)
                 regen.rewritten.add(node_id)
-            elif not regen.changed.isdisjoint(groups[i]):
+            elif old.stale or not regen.changed.isdisjoint(groups[i]):
                 regen.rewritten.add(node_id)
             else:
                 continue
@@ -289,7 +297,7 @@ class SummaryWriter:
         state: TreeState,
         groups: list[list[str]],
         stats: BuildStats,
-        progress: Progress = _noop,
+        progress: Progress = no_progress,
         layer: int = 1,
     ) -> list[str]:
         """Return one summary per group of node ids, reusing the content-addressed cache.

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.pipeline import load_state
+from ingestor.tree.invariants import violations
 from ingestor.tree.persist import checkpoint_path
 from ingestor.tree.state import TreeState
 from models_store import ModelStore
@@ -154,7 +155,7 @@ def built_tree(state: Path) -> TreeState:
         warnings.simplefilter("ignore", ImportWarning)
         tree = load_state(ModelStore(state / "models"), "default", readonly=True)
     assert tree is not None
-    assert tree.invariant_violations() == []
+    assert violations(tree) == []
     with EdgeNodeStore(state / "qdrant") as store:
         assert set(store.iter_ids("default")) == set(tree.nodes)
     assert not checkpoint_path(ModelStore(state / "models"), "default").exists()

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.pipeline import load_state, state_exists
+from ingestor.tree.invariants import violations
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
 
@@ -435,7 +436,7 @@ def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_re
             tree = load_state(ModelStore(state / "models"), "default", readonly=True)
         assert tree is not None
         assert set(tree.sources) == {"aesops-fables.md", "gettysburg-address.txt", "lanterns.txt"}
-        assert tree.invariant_violations() == []
+        assert violations(tree) == []
         with EdgeNodeStore(state / "qdrant") as store:
             assert set(store.iter_ids("default")) == set(tree.nodes)
     finally:

@@ -15,8 +15,8 @@ from numpy.typing import NDArray
 
 from ingestor.cluster import group_upkeep
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
+from ingestor.cluster.em import fit_gmm
 from ingestor.cluster.global_split import bound_groups, split_component
-from ingestor.cluster.gmm import fit_gmm
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import load_state
 from tests.fakes import EchoSummarizer

@@ -143,7 +143,7 @@ def test_new_clusters_take_the_id_of_the_old_cluster_they_overlap_most() -> None
 def test_an_online_gmm_saved_before_churn_was_counted_loads_with_defaults() -> None:
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 2))
-    from ingestor.cluster.gmm import fit_gmm
+    from ingestor.cluster.em import fit_gmm
 
     gmm = OnlineGMM.from_gmm(fit_gmm(X, 2, random_state=0), X)
     gmm.remove(0)
@@ -278,7 +278,7 @@ def test_a_cluster_that_outgrows_its_fit_gets_its_group_refitted() -> None:
 def test_an_online_gmm_saved_before_its_largest_fitted_cluster_was_recorded_loads() -> None:
     rng = np.random.default_rng(0)
     X = rng.standard_normal((30, 2))
-    from ingestor.cluster.gmm import fit_gmm
+    from ingestor.cluster.em import fit_gmm
 
     gmm = OnlineGMM.from_gmm(fit_gmm(X, 2, random_state=0), X)
     state = gmm.__dict__.copy()

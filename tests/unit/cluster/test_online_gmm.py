@@ -11,14 +11,12 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
 
+from ingestor.cluster.em import bic, fit_gmm, run_em
 from ingestor.cluster.gmm import (
     GaussianParams,
-    bic,
-    fit_gmm,
     gaussian_parameters,
     params_of,
     precision_cholesky,
-    run_em,
 )
 from ingestor.cluster.kmeans import kmeans_labels
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM, incremental_m_step

@@ -10,6 +10,7 @@ from watchdog.events import FileCreatedEvent
 
 from ingestor.errors import SummarizationError
 from ingestor.service.failures import Quarantine, classify
+from ingestor.tree.invariants import violations
 from retriever import StoreError
 from tests.fakes import EchoSummarizer
 from tests.unit.service.test_watcher import assert_agrees, retrying_watcher
@@ -84,7 +85,7 @@ def test_a_permanent_llm_rejection_quarantines_one_file_and_the_rest_lands(
         assert set(Quarantine(tmp_path / "state" / "quarantine.json").items()) == {"n3.txt"}
         assert set(errors) == {"SummarizationError"}
         state = p.require_state()
-        assert state.invariant_violations() == []
+        assert violations(state) == []
         assert set(p.store.iter_ids("t")) == set(state.nodes)
 
 

@@ -35,6 +35,7 @@ from ingestor.service.daemon import Daemon
 from ingestor.service.events import Change
 from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
 from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.invariants import violations
 from ingestor.tree.persist import held_rows
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
@@ -103,7 +104,7 @@ def assert_agrees(p: Pipeline, root: Path, state: Any = None) -> None:
     """The committed state lists exactly the files on disk and the store exactly its nodes."""
     committed = p.require_state()
     assert set(committed.sources) == on_disk(root)
-    assert committed.invariant_violations() == []
+    assert violations(committed) == []
     assert set(p.store.iter_ids("t")) == set(committed.nodes)
     if state is not None:
         assert set(state.sources) == set(committed.sources)

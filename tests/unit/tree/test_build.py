@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.two_step import LocalModel
 from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.invariants import violations
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from tests.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 
@@ -83,7 +84,7 @@ def test_layers_are_added_until_the_top_has_at_most_ten_nodes() -> None:
     state = make_state(100)
     builder(EchoSummarizer()).build(state)
     assert state.layer_counts() == {0: 100, 1: 25, 2: 7}
-    assert state.invariant_violations() == []
+    assert violations(state) == []
 
 
 def test_the_tree_stops_at_max_layers() -> None:
@@ -97,7 +98,7 @@ def test_summaries_carry_the_union_of_their_childrens_sources_and_parents_link_b
     builder(EchoSummarizer(), overlap=True).build(state)
     # The fake's soft overlap is not in its (guarded) local models, so the adaptive layer does
     # not know the second membership: only that check is left out.
-    assert [v for v in state.invariant_violations() if "clusters' summaries" not in v] == []
+    assert [v for v in violations(state) if "clusters' summaries" not in v] == []
     soft = [n for n in state.nodes.values() if len(n.parents) > 1]
     assert soft, "the overlapping cluster should give one node two parents"
     top = [n for n in state.nodes.values() if n.layer == max(state.layer_counts())]

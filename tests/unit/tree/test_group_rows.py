@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ingestor.cluster.gmm import fit_gmm, params_of
+from ingestor.cluster.em import fit_gmm
+from ingestor.cluster.gmm import params_of
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.tree.group_rows import PACK_MIN, PACK_SHARE, GroupMap, pack, unpack
 from ingestor.tree.rowmap import dumps, loads

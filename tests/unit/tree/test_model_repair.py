@@ -15,6 +15,7 @@ import pytest
 
 from ingestor.pipeline import Pipeline
 from ingestor.tree import layer_store
+from ingestor.tree.invariants import violations
 from ingestor.tree.layer_store import unreadable_models
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.persist import commit_state, load_state, state_path
@@ -100,7 +101,7 @@ def test_unreadable_models_are_refitted_keeping_every_cluster_and_summary(
     assert deltas == {}, "no cluster changed"
     assert [clusters(layer) for layer in state.layers] == expected
     assert {k: n.text for k, n in state.nodes.items() if n.layer > 0} == summaries
-    assert state.invariant_violations() == []
+    assert violations(state) == []
     (line,) = [r.getMessage() for r in caplog.records if r.name == "ingestor.tree.model_repair"]
     assert "layer 0: global model and" in line
     assert "umap-learn 0.4.6" in line

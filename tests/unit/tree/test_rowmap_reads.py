@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ingestor.tree.layer_store import KeyedRowMap
+from ingestor.tree.row_containers import KeyedRowMap
 from ingestor.tree.rowmap import RowMap, dumps
 from models_store import Changes, RowStore
 from tests.fakes import EchoSummarizer

@@ -35,7 +35,7 @@ def test_a_membership_whose_address_names_another_clusters_node_gets_its_own(
     old = "old-summary-of-the-regenerated-cluster"
     summary(state, old, [a, b, e])
     regen = Regeneration(reuse={14: [old]} if own_old_node else {})
-    made = make_builder(real_clusterer).summarize_clusters(
+    made = make_builder(real_clusterer).summaries.summarize_clusters(
         state, 1, {14: [a, b]}, BuildStats(), regen=regen
     )
     (node_id,) = made[14]
@@ -57,7 +57,7 @@ def test_a_free_node_at_the_address_is_still_rewritten_in_place() -> None:
     state, (a, b, c, d) = new_state(["alpha one", "beta two", "gamma three", "delta four"])
     at = summary_id(state.tree, 1, [a, b])
     summary(state, at, [c, d])
-    made = make_builder(real_clusterer).summarize_clusters(
+    made = make_builder(real_clusterer).summaries.summarize_clusters(
         state, 1, {14: [a, b], 15: [c]}, BuildStats(), regen=Regeneration(reuse={15: [at]})
     )
     assert made[14] == [at]
