@@ -48,6 +48,7 @@ class UpdateStats:
     summaries_deferred: int = 0  # marked stale instead of regenerated (``defer``)
     summary_cache_hits: int = 0
     summary_tokens: int = 0
+    summary_input_tokens: int = 0  # the children's tokens of the summaries paid for
     upserted: set[str] = field(default_factory=set)
     deleted: set[str] = field(default_factory=set)
     seconds: float = 0.0
@@ -361,6 +362,7 @@ class TreeUpdater:
         stats.summaries_regenerated += build_stats.summary_calls
         stats.summary_cache_hits += build_stats.cache_hits
         stats.summary_tokens += build_stats.summary_tokens
+        stats.summary_input_tokens += build_stats.summary_input_tokens
 
     def _delete_node(self, state: TreeState, node_id: str, stats: UpdateStats) -> None:
         node = state.nodes.pop(node_id, None)

@@ -86,7 +86,8 @@ class BuildStats:
     seconds: dict[str, float] = field(default_factory=dict)
     summary_calls: int = 0
     cache_hits: int = 0
-    summary_tokens: int = 0
+    summary_tokens: int = 0  # as the summariser reports them (prompt + completion; 0: none)
+    summary_input_tokens: int = 0  # the children's tokens of every summary paid for
     clusters_per_layer: dict[int, int] = field(default_factory=dict)
     mean_cluster_size: dict[int, float] = field(default_factory=dict)
 

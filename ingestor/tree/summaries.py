@@ -322,6 +322,9 @@ class SummaryWriter:
         while start < len(missing):
             todo = missing[start : start + size]
             texts = [[_node(state, c).text for c in groups[i]] for i in todo]
+            stats.summary_input_tokens += sum(
+                _node(state, c).n_tokens for i in todo for c in groups[i]
+            )
             before, t0 = _tokens_used(self.summarizer), time.perf_counter()
             out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
             size = _next_batch(len(todo), time.perf_counter() - t0, floor)
