@@ -110,15 +110,15 @@ class SummarySchedule:
         """Refresh at the next chance, whatever the window (``adrap refresh``)."""
         self.requested = True
 
-    def due(self, now: float, oldest_stale: float | None) -> bool:
-        """Whether a refresh should run now; ``oldest_stale``: when the oldest stale summary
-        went stale (None: none is)."""
-        if oldest_stale is None:
+    def due(self, now: float, stale_age: float | None) -> bool:
+        """Whether a refresh should run now; ``stale_age``: seconds since the oldest stale
+        summary went stale (None: none is)."""
+        if stale_age is None:
             self.requested = False
             return False
         if not self.budget.allows(now):
             return False
-        if self.requested or now - oldest_stale >= self.window:
+        if self.requested or stale_age >= self.window:
             return True
         return self.idle > 0 and now - self.last_change >= self.idle
 

@@ -107,6 +107,8 @@ class TreeBuilder:
         for node in state.nodes.values():
             node.parents = []
         state.nodes.touch_all()  # every leaf changed in place: all are written at the commit
+        for node_id in list(state.stale):  # every summary is made anew
+            del state.stale[node_id]
         state.layers = []
         state.model_libraries = library_versions()  # every model is fitted anew
         layer = 0
