@@ -115,8 +115,9 @@ class StdioRunner:
                 f"answer ({exc}); check `curl http://{address}/healthz` and its "
                 "ADRAP_WATCH__HTTP_TOKEN"
             ) from exc
-        if result.is_error:
-            raise ToolError(" ".join(getattr(c, "text", "") for c in result.content).strip())
+        if result.is_error:  # the daemon's message, without the SDK's prefix (ours adds it)
+            text = " ".join(getattr(c, "text", "") for c in result.content).strip()
+            raise ToolError(text.removeprefix(f"Error executing tool {tool}: "))
         out: dict[str, Any] = result.structured_content
         return out
 

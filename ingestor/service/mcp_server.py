@@ -70,6 +70,11 @@ def _preview(node: NodePayload) -> dict[str, Any]:
     return cite(node) | {F.N_TOKENS: node.n_tokens, "preview": text}
 
 
+def _request(args: Mapping[str, object], question: str) -> dict[str, object]:
+    """Return the ``/query`` parameters of a tool's arguments (``question`` names ``q``)."""
+    return {("q" if k == question else k): v for k, v in args.items() if k != "node_id"}
+
+
 class TreeTools:
     """The tools' work on one tree, blocking (callers run it in a worker thread).
 
@@ -81,13 +86,13 @@ class TreeTools:
         self.queries = queries
 
     def search(self, args: Mapping[str, object]) -> dict[str, Any]:
-        """Return the hits of a ``search`` call (``args``: the ``/query`` parameters).
+        """Return the hits of a ``search`` call (``args``: the tool's arguments).
 
         Raises:
             ValueError: a bad parameter.
             RetrieverError, SummarizationError: the store / postQFRAP's summariser failed.
         """
-        req = self.queries.parse(args)
+        req = self.queries.parse(_request(args, "query"))
         ctx = self.queries.context(req)
         out: dict[str, Any] = {
             "question": req.question,
@@ -107,7 +112,7 @@ class TreeTools:
         Raises:
             ValueError, RetrieverError, SummarizationError: as :meth:`QueryService.ask`.
         """
-        out = self.queries.ask(args)
+        out = self.queries.ask(_request(args, "question"))
         keep = ("question", "mode", "answered", "answer", "reason", "citations", "parts", "model")
         return {k: out[k] for k in keep if k in out}
 
@@ -249,13 +254,14 @@ def build_server(
     instructions += " `ask` answers with numbered citations." if with_ask else NO_ASK
     server: MCPServer = MCPServer(NAME, instructions=instructions)
 
-    def params(question: str, **kw: Any) -> dict[str, Any]:
+    def params(**kw: Any) -> dict[str, Any]:
+        """The arguments given (None: left out), within the server's bounds."""
         from mcp.server.mcpserver.exceptions import ToolError
 
         for name, most in (("max_tokens", max_tokens), ("top_k", max_top_k)):
             if (kw.get(name) or 0) > most:
                 raise ToolError(f"{name} must be at most {most}, not {kw[name]}")
-        return {"q": question} | {k: v for k, v in kw.items() if v is not None}
+        return {k: v for k, v in kw.items() if v is not None}
 
     async def search(
         query: Question,
@@ -270,7 +276,7 @@ def build_server(
         return await runner.call(
             "search",
             params(
-                query,
+                query=query,
                 mode=mode,
                 max_tokens=max_tokens,
                 top_k=top_k,
@@ -298,7 +304,7 @@ def build_server(
         return await runner.call(
             "ask",
             params(
-                question,
+                question=question,
                 mode=mode,
                 max_tokens=max_tokens,
                 source=source,
