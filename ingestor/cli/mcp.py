@@ -133,7 +133,7 @@ def mcp_command(ctx: Ctx) -> None:
     tree, calls go to its /mcp endpoint (streamable HTTP, the same tools).
 
     \b
-    Example (an MCP client's configuration):
+    Example: an MCP client's configuration
       {"mcpServers": {"adrap": {"command": "adrap", "args": ["mcp"],
                                 "env": {"ADRAP_STATE_DIR": "/home/me/.adrap"}}}}
     """

@@ -181,7 +181,7 @@ class LocalRunner:
 
         def work(t: TreeTools) -> dict[str, Any]:
             if tool == "read_node":
-                return t.read_node(str(args["node_id"]))
+                return t.read_node(str(args[F.NODE_ID]))
             return t.ask(args) if tool == "ask" else t.search(args)
 
         try:
