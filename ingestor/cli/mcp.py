@@ -17,7 +17,8 @@ import click
 from ingestor.cli.app import Ctx, main, run
 from ingestor.cli.factories import make_embedder, make_query_service, reading_store, require_built
 from ingestor.config import Settings
-from ingestor.service.mcp_server import MCP_PATH, LocalRunner, TreeTools, build_server
+from ingestor.service.mcp_http import MCP_PATH
+from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
 from retriever import Embedder
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ Routes (``build_app`` takes a list, so other routers, e.g. the read-only Qdrant 
 - ``GET /dashboard`` and ``/dashboard/api/...``: the web page of the tree
   (:mod:`ingestor.service.dashboard.routes`; the page itself needs no token, its data does).
 - ``POST /mcp``: MCP's streamable HTTP transport, the tree's tools for agents
-  (:mod:`ingestor.service.mcp_server`).
+  (:mod:`ingestor.service.mcp_http`).
 
 Door (:mod:`ingestor.service.door`), on every route before the token: a ``Host`` that does not
 name this daemon (DNS rebinding) and a cross-site browser request are refused (403).
@@ -56,7 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ingestor.errors import ConfigError, SummarizationError
 from ingestor.service.deadline import Deadline
 from ingestor.service.door import Door
-from ingestor.service.mcp_server import MCP_PATH, mcp_endpoint
+from ingestor.service.mcp_http import MCP_PATH, mcp_endpoint
 from retriever import RetrieverError
 
 if TYPE_CHECKING:

@@ -99,7 +99,7 @@ def session(
             result = await client.call_tool(name, args)
             text = " ".join(getattr(c, "text", "") for c in result.content)
             out["calls"].append((result.is_error, result.structured_content, text))
-        if calls and not out["calls"][0][0]:  # read the first call's first hit
+        if calls and not out["calls"][0][0] and "hits" in out["calls"][0][1]:  # a search
             hit = out["calls"][0][1]["hits"][0]
             node = await client.call_tool("read_node", {"node_id": hit["node_id"]})
             out["node"] = node.structured_content
@@ -225,3 +225,24 @@ def test_http_refuses_without_the_token_and_across_sites(daemon: Watch) -> None:
         ok = http.post(url, json=init, headers=accept | bearer)  # the same request, let in
         assert ok.status_code == 200, ok.text
         assert ok.json()["result"]["serverInfo"]["name"] == "adrap"
+
+
+@pytest.mark.slow
+def test_ask_is_listed_with_an_llm_and_answers_citing_files(built: Path, llm_server: Any) -> None:
+    """With a real local OpenAI-compatible server (SmolLM2), ``ask`` answers with citations."""
+    env = {
+        "ADRAP_SUMMARY__BACKEND": "openai",
+        "ADRAP_SUMMARY__OPENAI__BASE_URL": llm_server.base_url,
+        "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
+        "ADRAP_ANSWER__MAX_TOKENS": "32",
+    }
+    question = {"question": QUESTION, "max_tokens": 600}
+    got = session(stdio(built, **env), [("ask", question)])
+    assert got["tools"] == ["ask", "read_node", "search"]
+    is_error, result, text = got["calls"][0]
+    assert not is_error, text
+    assert result["answered"]
+    assert result["answer"]
+    assert result["model"] == llm_server.model
+    assert result["parts"]
+    assert all(s["source"] for p in result["parts"] for s in p["spans"])
