@@ -78,13 +78,13 @@ def _layout(
     """UMAP's ``spectral_layout`` of ``graph`` (dense when small), columns sign-fixed."""
     from umap.spectral import spectral_layout
 
-    out = _dense_spectral(graph, dim)
+    out: NDArray[np.floating] | None = _dense_spectral(graph, dim)
     if out is None:
         parts, labels = scipy.sparse.csgraph.connected_components(graph)
         if parts > 1:
             out = _apart(data, graph, parts, labels, dim, random_state, metric)
         else:
-            out = spectral_layout(data, graph, dim, random_state, metric=metric)
+            out = np.asarray(spectral_layout(data, graph, dim, random_state, metric=metric))
     return _fixed_signs(out)
 
 

@@ -3,7 +3,7 @@ cache, quiet calls.
 
 The exact kNN replaces UMAP's NNDescent: on the layer sizes of a tree it is faster and exact, and
 its ``query`` is all ``UMAP.transform`` needs to place new points (adRAP calls UMAP's own
-``transform``; a re-implementation on UMAP's internals saved ~0.8 ms per call, ~7 ms of a
+``transform``; a re-implementation on UMAP's internals saved ~0.8 ms per call, ~7-15 ms of a
 ~60-110 ms update at 2.7k leaves, and was dropped for that reason).
 
 :func:`fit_umap` gives UMAP its start as ``init=`` (an array), the spectral start UMAP would

@@ -19,7 +19,13 @@ from sklearn.manifold import trustworthiness
 
 from ingestor.cluster.one_step import cluster_one_step
 from ingestor.cluster.two_step import TreeClusterer
-from ingestor.cluster.umap_reduce import ExactCosineIndex, fit_umap, load_umap, umap_call
+from ingestor.cluster.umap_reduce import (
+    ExactCosineIndex,
+    fit_umap,
+    load_umap,
+    umap_call,
+    unit_rows,
+)
 from tests.unit.cluster.test_two_step import sphere_blobs
 
 
@@ -56,12 +62,14 @@ def test_clustering_leaves_umap_as_installed(points: NDArray[np.float32]) -> Non
     # Patched before this test ran (by an import, a warm-up) would still show: every function
     # umap's modules hold is defined in umap's own files.
     home = os.path.realpath(os.path.dirname(inspect.getfile(umap)))
-    assert [k for k, f in after.items() if _source_file(f) and not _source_file(f).startswith(home)] == []
+    assert [
+        k for k, f in after.items() if _source_file(f) and not _source_file(f).startswith(home)
+    ] == []
 
 
 def test_new_points_are_placed_by_umaps_own_transform(points: NDArray[np.float32]) -> None:
     clusterer = TreeClusterer(n_components=6, random_state=0).fit(points[:300])
-    Q = points[300:310]
+    Q = unit_rows(points[300:310])  # as the clusterer passes them (the last bit matters)
     with umap_call("test", serial=True):
         expected = clusterer.global_umap_.transform(Q)
     np.testing.assert_array_equal(clusterer.transform_global(Q), expected)
@@ -87,22 +95,30 @@ def test_a_fit_from_our_start_is_as_good_as_from_umaps_own(points: NDArray[np.fl
     with umap_call("test", serial=True):
         theirs.fit(X)
     np.testing.assert_array_equal(ours.graph_.toarray(), theirs.graph_.toarray())
-    score = [trustworthiness(X, m.embedding_, n_neighbors=10, metric="cosine") for m in (ours, theirs)]
+    score = [
+        trustworthiness(X, m.embedding_, n_neighbors=10, metric="cosine") for m in (ours, theirs)
+    ]
     assert score[0] == pytest.approx(score[1], abs=0.02)
     assert score[0] > 0.9
 
 
 def test_a_fitted_umap_keeps_its_parameters_as_given(points: NDArray[np.float32]) -> None:
     """The seed, not the generator the fit used up; no (n, c) start in every stored model."""
-    reducer = fit_umap(points[:200], n_neighbors=10, n_components=4, n_epochs=50, random_state=7, what="t")
+    reducer = fit_umap(
+        points[:200], n_neighbors=10, n_components=4, n_epochs=50, random_state=7, what="t"
+    )
     assert reducer.random_state == 7
     assert reducer.init == "spectral"
-    again = fit_umap(points[:200], n_neighbors=10, n_components=4, n_epochs=50, random_state=7, what="t")
+    again = fit_umap(
+        points[:200], n_neighbors=10, n_components=4, n_epochs=50, random_state=7, what="t"
+    )
     np.testing.assert_array_equal(again.embedding_, reducer.embedding_)
     restored = pickle.loads(pickle.dumps(reducer))
     restored._knn_search_index.data = restored._raw_data  # as TreeClusterer.__setstate__ does
     with umap_call("test", serial=True):
-        np.testing.assert_array_equal(restored.transform(points[200:205]), reducer.transform(points[200:205]))
+        np.testing.assert_array_equal(
+            restored.transform(points[200:205]), reducer.transform(points[200:205])
+        )
 
 
 def test_the_exact_index_finds_the_nearest_rows(points: NDArray[np.float32]) -> None:
@@ -110,7 +126,8 @@ def test_the_exact_index_finds_the_nearest_rows(points: NDArray[np.float32]) -> 
     X = np.vstack([points[:50], points[:1]])  # row 50 duplicates row 0
     indices, dists = ExactCosineIndex(X).query(X, 5, exclude_self=True)
     np.testing.assert_array_equal(indices[:, 0], np.arange(51))
-    assert indices[0, 1] == 50 and indices[50, 1] == 0
+    assert indices[0, 1] == 50
+    assert indices[50, 1] == 0
     brute = 1.0 - X @ X.T
     np.fill_diagonal(brute, np.inf)
     expected = np.maximum(np.sort(brute, axis=1)[:, :4], 0)
