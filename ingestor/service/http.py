@@ -16,6 +16,8 @@ Routes (``build_app`` takes a list, so other routers, e.g. the read-only Qdrant 
 - ``POST /confirm-deletions``: let a held bulk deletion through.
 - ``GET /dashboard`` and ``/dashboard/api/...``: the web page of the tree
   (:mod:`ingestor.service.dashboard.routes`; the page itself needs no token, its data does).
+- ``POST /mcp``: MCP's streamable HTTP transport, the tree's tools for agents
+  (:mod:`ingestor.service.mcp_http`).
 
 Door (:mod:`ingestor.service.door`), on every route before the token: a ``Host`` that does not
 name this daemon (DNS rebinding) and a cross-site browser request are refused (403).
@@ -54,6 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ingestor.errors import ConfigError, SummarizationError
 from ingestor.service.deadline import Deadline
 from ingestor.service.door import Door
+from ingestor.service.mcp_http import MCP_PATH, mcp_endpoint
 from retriever import RetrieverError
 
 if TYPE_CHECKING:
@@ -221,6 +224,17 @@ def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
         Route("/ask", answering(daemon.ask), methods=["POST"]),  # spends LLM tokens
         Route("/retry", retry, methods=["POST"]),
         Route("/confirm-deletions", confirm, methods=["POST"]),
+        Route(
+            MCP_PATH,
+            mcp_endpoint(
+                lambda: daemon.queries,
+                ready=lambda: daemon.metrics.ready,
+                timeout=limits.query_timeout,
+                max_tokens=limits.max_tokens,
+                max_top_k=limits.max_top_k,
+            ),
+            methods=["GET", "POST", "DELETE"],
+        ),
     ]
 
 

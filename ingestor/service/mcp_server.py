@@ -1,0 +1,316 @@
+"""The tree as MCP tools for agents (the official ``mcp`` SDK): search, read a node, ask.
+
+Two transports serve the same tools: stdio (``adrap mcp``, see :mod:`ingestor.cli.mcp`) and
+streamable HTTP at ``/mcp`` on the daemon's port (:mod:`ingestor.service.mcp_http`, mounted by
+:func:`ingestor.service.http.daemon_routes`), where the daemon's door (Host and cross-site
+checks) and bearer token guard it like every other route.
+
+Tools (every hit carries its node id, file, span, section/locator where known, layer and score,
+so an agent can cite it):
+
+- ``search``: collapsed-tree, traversal or postQFRAP retrieval (the modes of ``adrap query``;
+  hybrid dense + BM25 where the store has sparse vectors), with source and layer filters.
+- ``read_node``: one node's text with its parents and children (ids, places and a preview), to
+  walk the tree up to the summaries or down to the leaves.
+- ``ask``: an answer with numbered citations; only listed when an LLM is configured (the
+  server's instructions say how to configure one otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol
+
+from pydantic import Field
+
+from ingestor.answer.modes import MODES
+from ingestor.answer.service import LIMITS, QueryService
+from ingestor.errors import IngestError
+from retriever import F, NodePayload, RetrieverError, ScoredNode, SearchFilter
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+log = logging.getLogger(__name__)
+
+#: Characters of a parent's or child's text shown by ``read_node`` (read it by id for all).
+PREVIEW_CHARS: Final = 200
+NAME: Final = "adrap"
+
+
+def cite(node: NodePayload) -> dict[str, Any]:
+    """Return where ``node`` is, for an agent to cite: id, file(s), span, section, locator,
+    layer (keys left out where unknown). A summary lists its files unless they were capped."""
+    out: dict[str, Any] = {F.NODE_ID: node.node_id, **node.citation()}
+    if node.layer > 0 and node.sources:
+        out[F.SOURCES] = list(node.sources)
+    return out
+
+
+def node_json(node: NodePayload) -> dict[str, Any]:
+    """Return a node: its place (:func:`cite`), token count and text."""
+    return cite(node) | {F.N_TOKENS: node.n_tokens, F.TEXT: node.text}
+
+
+def hit_json(hit: ScoredNode) -> dict[str, Any]:
+    """Return one search hit: :func:`node_json` and its score."""
+    return node_json(hit.node) | {"score": round(hit.score, 6)}
+
+
+def _preview(node: NodePayload) -> dict[str, Any]:
+    text = node.text if len(node.text) <= PREVIEW_CHARS else node.text[:PREVIEW_CHARS] + "…"
+    return cite(node) | {F.N_TOKENS: node.n_tokens, "preview": text}
+
+
+def _request(args: Mapping[str, object], question: str) -> dict[str, object]:
+    """Return the ``/query`` parameters of a tool's arguments (``question`` names ``q``)."""
+    return {("q" if k == question else k): v for k, v in args.items() if k != "node_id"}
+
+
+class TreeTools:
+    """The tools' work on one tree, blocking (callers run it in a worker thread).
+
+    Args:
+        queries: the query service of the tree (its store, embedder, lock and LLM).
+    """
+
+    def __init__(self, queries: QueryService) -> None:
+        self.queries = queries
+
+    def search(self, args: Mapping[str, object]) -> dict[str, Any]:
+        """Return the hits of a ``search`` call (``args``: the tool's arguments).
+
+        Raises:
+            ValueError: a bad parameter.
+            RetrieverError, SummarizationError: the store / postQFRAP's summariser failed.
+        """
+        req = self.queries.parse(_request(args, "query"))
+        ctx = self.queries.context(req)
+        out: dict[str, Any] = {
+            "question": req.question,
+            "mode": req.mode,
+            "max_tokens": req.max_tokens,
+            "total_tokens": sum(h.node.n_tokens for h in ctx.hits),
+            "hits": [hit_json(h) for h in ctx.hits],
+        }
+        if ctx.qf is not None:  # postQFRAP: the context is its parts, each with its spans
+            out["total_tokens"] = ctx.qf.n_tokens
+            out["parts"] = [p.to_json() for p in ctx.qf.parts]
+        return out
+
+    def ask(self, args: Mapping[str, object]) -> dict[str, Any]:
+        """Return the answer of an ``ask`` call: text, citations ``[n]`` -> files and spans.
+
+        Raises:
+            ValueError, RetrieverError, SummarizationError: as :meth:`QueryService.ask`.
+        """
+        out = self.queries.ask(_request(args, "question"))
+        keep = ("question", "mode", "answered", "answer", "reason", "citations", "parts", "model")
+        return {k: out[k] for k in keep if k in out}
+
+    def read_node(self, node_id: str) -> dict[str, Any]:
+        """Return a node of this tree with its parents and children (previews).
+
+        Raises:
+            ValueError: ``node_id`` is not a node id, or no node of this tree has it.
+        """
+        store, tree = self.queries.store, self.queries.tree
+        found, _ = store.scroll(SearchFilter(tree=tree, ids=(node_id,)), 1)
+        if not found:  # the tree filter also keeps the reserved meta point out
+            raise ValueError(
+                f"no node {node_id!r} in tree {tree!r}; use a node_id from a search hit"
+            )
+        node = found[0]
+        parents = store.retrieve(list(node.parents)) if node.parents else []
+        children = store.retrieve(list(node.children)) if node.children else []
+        return {
+            "node": node_json(node),
+            "parents": [_preview(p) for p in parents],
+            "children": [_preview(c) for c in children],
+        }
+
+
+class ToolRunner(Protocol):
+    """Runs a tool by name: in this process, or by forwarding it to the daemon that owns the tree."""
+
+    async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """Return the tool's structured result.
+
+        Raises:
+            ToolError: the tool failed (the message names the value and the fix).
+        """
+        ...
+
+
+class LocalRunner:
+    """Runs tools on a :class:`TreeTools` in a worker thread, under a deadline.
+
+    Args:
+        tools: returns the tools to use for one call (opening the store if need be), and runs
+            the call on them: ``tools(fn)`` -> ``fn(TreeTools)``.
+        timeout: seconds a call may take (its work stops then too; see ``run_bounded``).
+        ready: False while the daemon reconciles (calls are refused, to retry shortly).
+    """
+
+    def __init__(
+        self,
+        tools: Callable[[Callable[[TreeTools], dict[str, Any]]], dict[str, Any]],
+        *,
+        timeout: float,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.tools = tools
+        self.timeout = timeout
+        self.ready = ready
+
+    async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        from ingestor.service.http import run_bounded
+
+        if not self.ready():
+            raise ToolError("adrap is reconciling the tree with its folder; retry shortly")
+
+        def work(t: TreeTools) -> dict[str, Any]:
+            if tool == "read_node":
+                return t.read_node(str(args[F.NODE_ID]))
+            return t.ask(args) if tool == "ask" else t.search(args)
+
+        try:
+            return await run_bounded(lambda: self.tools(work), self.timeout)
+        except TimeoutError:
+            raise ToolError(
+                f"{tool} took longer than {self.timeout:.0f} s; ask for fewer tokens "
+                "(max_tokens) or narrow it with source / layers"
+            ) from None
+        except (ValueError, RetrieverError, IngestError) as exc:  # SummarizationError too
+            raise ToolError(str(exc)) from exc
+
+
+# -- the server --------------------------------------------------------------------------------
+
+#: What the server says instead of listing ``ask`` when no LLM is configured.
+NO_ASK: Final = (
+    " No `ask` tool: no LLM is configured for this tree; set ADRAP_SUMMARY__BACKEND=openai and "
+    "ADRAP_SUMMARY__OPENAI__BASE_URL (any OpenAI-compatible server) and restart adrap to get it."
+)
+
+
+#: The tools' arguments (module level: the SDK reads the annotations to build each schema).
+Question = Annotated[str, Field(min_length=1, description="What to look for, or the question.")]
+Budget = Annotated[int | None, Field(ge=1, description="Context budget in tokens.")]
+Mode = Annotated[
+    str | None,
+    Field(
+        description="collapsed: one search over every layer (default); traversal: top_k per "
+        "layer from the top down; postqfrap: leaves summarised around the question.",
+        json_schema_extra={"enum": list(MODES)},
+    ),
+]
+Source = Annotated[
+    str | None,
+    Field(
+        description="Only this file, or this folder when it ends in '/', relative to the tree's "
+        "root (as in a hit's source)."
+    ),
+]
+Layer = Annotated[int | None, Field(ge=0, description="Layer bound (0 = leaves).")]
+TopK = Annotated[int | None, Field(ge=1, description="traversal: nodes per layer.")]
+NodeId = Annotated[str, Field(description="A node_id from a search hit.")]
+
+
+def build_server(
+    runner: ToolRunner,
+    *,
+    with_ask: bool,
+    max_tokens: int = LIMITS["max_tokens"],
+    max_top_k: int = LIMITS["top_k"],
+) -> MCPServer:
+    """Return the MCP server of one tree, its tools calling ``runner``.
+
+    Args:
+        runner: runs each call.
+        with_ask: list the ``ask`` tool (an LLM is configured).
+        max_tokens: the largest ``max_tokens`` a call may ask for.
+        max_top_k: the largest ``top_k``.
+    """
+    from mcp.server.mcpserver import MCPServer
+
+    instructions = (
+        "Search a folder of documents kept as a RAPTOR tree: leaves (layer 0) are chunks of the "
+        "files, each layer above summarises clusters of the one below. `search` returns nodes "
+        "with node_id, source (file), char_start/char_end (span), section, locator, layer and "
+        "score: cite them. `read_node` walks from a hit to its parents (broader summaries) or "
+        "children (details, down to the leaves)."
+    )
+    instructions += " `ask` answers with numbered citations." if with_ask else NO_ASK
+    server: MCPServer = MCPServer(NAME, instructions=instructions)
+
+    def params(**kw: Any) -> dict[str, Any]:
+        """The arguments given (None: left out), within the server's bounds."""
+        from mcp.server.mcpserver.exceptions import ToolError
+
+        for name, most in (("max_tokens", max_tokens), ("top_k", max_top_k)):
+            if (kw.get(name) or 0) > most:
+                raise ToolError(f"{name} must be at most {most}, not {kw[name]}")
+        return {k: v for k, v in kw.items() if v is not None}
+
+    async def search(
+        query: Question,
+        mode: Mode = None,
+        max_tokens: Budget = None,
+        top_k: TopK = None,
+        source: Source = None,
+        min_layer: Layer = None,
+        max_layer: Layer = None,
+    ) -> dict[str, Any]:
+        """Search the tree: the nodes whose text best matches the query, within a token budget."""
+        return await runner.call(
+            "search",
+            params(
+                query=query,
+                mode=mode,
+                max_tokens=max_tokens,
+                top_k=top_k,
+                source=source,
+                min_layer=min_layer,
+                max_layer=max_layer,
+            ),
+        )
+
+    async def read_node(
+        node_id: NodeId,
+    ) -> dict[str, Any]:
+        """Read one node in full, with its parents and children (previews; read them by id)."""
+        return await runner.call("read_node", {"node_id": node_id})
+
+    async def ask(
+        question: Question,
+        mode: Mode = None,
+        max_tokens: Budget = None,
+        source: Source = None,
+        min_layer: Layer = None,
+        max_layer: Layer = None,
+    ) -> dict[str, Any]:
+        """Answer a question from the tree with the configured LLM, citing sources as [n]."""
+        return await runner.call(
+            "ask",
+            params(
+                question=question,
+                mode=mode,
+                max_tokens=max_tokens,
+                source=source,
+                min_layer=min_layer,
+                max_layer=max_layer,
+            ),
+        )
+
+    from mcp.types import ToolAnnotations
+
+    read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    server.add_tool(search, annotations=read_only)
+    server.add_tool(read_node, annotations=read_only)
+    if with_ask:
+        server.add_tool(ask, annotations=ToolAnnotations(read_only_hint=True))
+    return server
