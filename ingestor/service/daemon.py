@@ -29,17 +29,10 @@ from ingestor.config import MAX_HELD_ROWS
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.unread import unread_status
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
-from ingestor.service.dashboard.routes import dashboard_routes
-from ingestor.service.dashboard.view import TreeView
+from ingestor.service.daemon_http import daemon_app, is_embedded
 from ingestor.service.deadline import BoundedLock
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
-from ingestor.service.http import (
-    HttpLimits,
-    HttpServer,
-    build_app,
-    daemon_routes,
-    require_token_off_loopback,
-)
+from ingestor.service.http import HttpLimits, HttpServer, require_token_off_loopback
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
 from ingestor.service.mounts import filesystem_of, is_network_fs
@@ -331,13 +324,17 @@ class Daemon:
         )
 
     def app(self) -> Starlette:
-        """Return the ASGI app: the daemon's routes, the dashboard's and (embedded store) Qdrant's
-        read API, behind the token."""
-        view = TreeView(self.store, self.pipeline.tree)
-        pages = dashboard_routes(view, self.dashboard_updates, lambda: self.metrics.ready)
-        routes = [*daemon_routes(self, self.limits), *pages, *self._qdrant_routes()]
-        return build_app(
-            routes, self.http_token, host=self.http_host, allowed_hosts=self.limits.allowed_hosts
+        """Return the ASGI app (:func:`~ingestor.service.daemon_http.daemon_app`)."""
+        return daemon_app(
+            self,
+            self.store,
+            tree=self.pipeline.tree,
+            root=self.root,
+            collection=self.collection,
+            limits=self.limits,
+            token=self.http_token,
+            host=self.http_host,
+            updates=self.dashboard_updates,
         )
 
     def _maintain(self) -> None:
@@ -348,23 +345,19 @@ class Daemon:
             self.store.optimize()
 
     @property
+    def ready(self) -> bool:
+        """The first reconciliation is done: queries are answered."""
+        return self.metrics.ready
+
+    def share_problem(self) -> str | None:
+        """Why the watched folder is not there now (None: it is)."""
+        problem = self.root_monitor.status()["problem"]
+        return None if problem is None else str(problem)
+
+    @property
     def embedded(self) -> bool:
         """True if the store is the embedded one (served read-only to Qdrant clients)."""
-        from retriever import EdgeNodeStore
-
-        return isinstance(self.store.inner, EdgeNodeStore)
-
-    def _qdrant_routes(self) -> list[Any]:
-        """The read-only Qdrant REST routes over the embedded store (none in server mode)."""
-        if not self.embedded:
-            return []  # clients read the Qdrant server itself
-        from ingestor.service.qdrant_rest import qdrant_routes
-        from retriever import EdgeRestReader
-
-        reader = EdgeRestReader(self.store, self.collection)  # each engine call: the store's lock
-        return qdrant_routes(
-            reader, root=self.root, limits=self.limits, ready=lambda: self.metrics.ready
-        )
+        return is_embedded(self.store)
 
     def stop_http(self) -> None:
         """Stop the HTTP server and join its thread."""

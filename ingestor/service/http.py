@@ -36,14 +36,13 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-import json
 import logging
 import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TypeVar
 
 import anyio
 from starlette.applications import Starlette
@@ -53,14 +52,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingestor.errors import ConfigError, SummarizationError
+from ingestor.errors import ConfigError
 from ingestor.service.deadline import Deadline
 from ingestor.service.door import Door
-from ingestor.service.mcp_http import MCP_PATH, mcp_endpoint
-from retriever import RetrieverError
-
-if TYPE_CHECKING:
-    from ingestor.service.daemon import Daemon
 
 log = logging.getLogger(__name__)
 
@@ -126,20 +120,20 @@ class GuardMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         refused = self.door.refusal(scope["method"], scope["path"], headers)
         if refused is not None:
-            await _error(403, refused)(scope, receive, send)
+            await error_response(403, refused)(scope, receive, send)
             return
         length = headers.get("content-length")
         if (length is not None and (not length.isdigit() or int(length) > MAX_BODY)) or (
             length is None and "chunked" in headers.get("transfer-encoding", "")
         ):
-            await _error(413, f"request body over {MAX_BODY} bytes")(scope, receive, send)
+            await error_response(413, f"request body over {MAX_BODY} bytes")(scope, receive, send)
             return
         if (
             self.token is not None
             and scope["path"] not in OPEN_PATHS
             and not _authorized(headers, self.token)
         ):
-            resp = _error(
+            resp = error_response(
                 401,
                 "missing or wrong token: send `Authorization: Bearer <token>` (or "
                 "`api-key: <token>`, as Qdrant clients do), the daemon's "
@@ -158,111 +152,9 @@ def _authorized(headers: dict[str, str], token: str) -> bool:
     return hmac.compare_digest(given.encode(), token.encode())
 
 
-def _error(code: int, message: str) -> JSONResponse:
+def error_response(code: int, message: str) -> JSONResponse:
+    """A JSON error: ``{"error": message}`` with status ``code``."""
     return JSONResponse({"error": message}, status_code=code)
-
-
-def daemon_routes(daemon: Daemon, limits: HttpLimits) -> list[BaseRoute]:
-    """Return the daemon's own routes."""
-
-    async def healthz(_: Request) -> Response:
-        return PlainTextResponse("ok\n")
-
-    async def readyz(_: Request) -> Response:
-        if daemon.metrics.ready:
-            # Queries are answered from the kept tree while the share is away: still ready.
-            problem = daemon.root_monitor.status()["problem"]
-            return PlainTextResponse("ready\n" if problem is None else f"ready; {problem}\n")
-        return PlainTextResponse("reconciling\n", status_code=503)
-
-    async def metrics(_: Request) -> Response:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        body = await anyio.to_thread.run_sync(generate_latest, daemon.registry)
-        return Response(body, media_type=CONTENT_TYPE_LATEST)
-
-    async def status(request: Request) -> Response:
-        try:  # ?offset=N&limit=M pages the skipped and stale files
-            offset = int(request.query_params.get("offset", "0"))
-            limit = int(request.query_params.get("limit", "100"))
-            if offset < 0 or not 0 <= limit <= 1000:
-                raise ValueError
-        except ValueError:
-            return _error(400, "offset must be an integer >= 0 and limit one in 0..1000")
-        out = await anyio.to_thread.run_sync(partial(daemon.status, offset=offset, limit=limit))
-        return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
-
-    def answering(fn: Callable[[dict[str, str]], dict[str, Any]]) -> Any:
-        async def route(request: Request) -> Response:
-            if not daemon.metrics.ready:
-                return _error(503, "reconciling; retry shortly")
-            params = dict(request.query_params)
-            try:
-                _bounded(params, "max_tokens", limits.max_tokens)
-                _bounded(params, "top_k", limits.max_top_k)
-            except ValueError as exc:
-                return _error(400, str(exc))
-            return await _run(partial(fn, params), limits.query_timeout)
-
-        return route
-
-    async def retry(request: Request) -> Response:
-        path = request.query_params.get("path") or None
-        released = await anyio.to_thread.run_sync(daemon.retry, path)
-        return JSONResponse({"released": released})
-
-    async def confirm(_: Request) -> Response:
-        await anyio.to_thread.run_sync(daemon.confirm_deletions)
-        return JSONResponse({"confirmed": True})
-
-    return [
-        Route("/healthz", healthz),
-        Route("/readyz", readyz),
-        Route("/metrics", metrics),
-        Route("/status", status),
-        Route("/query", answering(daemon.query)),
-        Route("/ask", answering(daemon.ask), methods=["POST"]),  # spends LLM tokens
-        Route("/retry", retry, methods=["POST"]),
-        Route("/confirm-deletions", confirm, methods=["POST"]),
-        Route(
-            MCP_PATH,
-            mcp_endpoint(
-                lambda: daemon.queries,
-                ready=lambda: daemon.metrics.ready,
-                timeout=limits.query_timeout,
-                max_tokens=limits.max_tokens,
-                max_top_k=limits.max_top_k,
-            ),
-            methods=["GET", "POST", "DELETE"],
-        ),
-    ]
-
-
-def _bounded(params: dict[str, str], name: str, most: int) -> None:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        return
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, not {raw!r}") from None
-    if not 1 <= value <= most:
-        raise ValueError(f"{name} must be between 1 and {most}, not {value}")
-
-
-async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:
-    """Run a blocking answer in a worker thread; 400/503/504 for bad input, store, timeout."""
-    try:
-        out = await run_bounded(fn, timeout)
-    except TimeoutError:
-        return _error(504, f"the query took longer than {timeout:.0f} s")
-    except ValueError as exc:
-        return _error(400, str(exc))
-    except SummarizationError as exc:  # the LLM failed: no partial answer
-        return _error(502, str(exc))
-    except RetrieverError as exc:
-        return _error(503, str(exc))
-    return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
 
 
 async def run_bounded(fn: Callable[[], T], timeout: float) -> T:

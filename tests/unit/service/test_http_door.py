@@ -17,10 +17,11 @@ from qdrant_client.http import models
 from starlette.testclient import TestClient
 
 from ingestor.service.concurrency import LockedStore
+from ingestor.service.daemon_routes import daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.deadline import BoundedLock, Deadline, DeadlineExceeded
 from ingestor.service.door import Door, split_host
-from ingestor.service.http import HttpLimits, build_app, daemon_routes
+from ingestor.service.http import HttpLimits, build_app
 from ingestor.service.qdrant_rest import qdrant_routes
 
 BASE = "http://127.0.0.1:8765"
@@ -65,11 +66,13 @@ class FakeDaemon:
     def __init__(self, query: Callable[[dict[str, str]], dict[str, Any]] | None = None) -> None:
         from prometheus_client import CollectorRegistry
 
-        self.metrics = SimpleNamespace(ready=True)
-        self.root_monitor = SimpleNamespace(status=lambda: {"problem": None})
+        self.ready = True
         self.registry = CollectorRegistry()
         self.changed: list[str] = []
         self._query = query or (lambda params: {"hits": ["the corpus"]})
+
+    def share_problem(self) -> str | None:
+        return None
 
     def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
         return {"files": 1}

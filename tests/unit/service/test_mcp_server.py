@@ -14,7 +14,8 @@ from starlette.testclient import TestClient
 
 from ingestor.answer.service import QueryService
 from ingestor.pipeline import Pipeline
-from ingestor.service.http import HttpLimits, build_app, daemon_routes
+from ingestor.service.daemon_routes import daemon_routes
+from ingestor.service.http import HttpLimits, build_app
 from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
 from retriever import SearchFilter
 
@@ -106,7 +107,7 @@ def client(service: QueryService) -> Iterator[TestClient]:
         queries=service,
         query=service.query,
         ask=service.ask,
-        metrics=SimpleNamespace(ready=True),
+        ready=True,
     )
     app = build_app(daemon_routes(daemon, HttpLimits()), TOKEN)  # type: ignore[arg-type]
     with TestClient(app, base_url=BASE) as c:

@@ -1,0 +1,49 @@
+"""The daemon's HTTP app: its own routes (:mod:`ingestor.service.daemon_routes`), the dashboard's
+and, over the embedded store, Qdrant's read-only REST API, behind the door and the token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+
+from ingestor.service.daemon_routes import Served, daemon_routes
+from ingestor.service.dashboard.routes import dashboard_routes
+from ingestor.service.dashboard.view import TreeView
+from ingestor.service.http import HttpLimits, build_app
+
+__all__ = ["daemon_app", "is_embedded"]
+
+
+def is_embedded(store: Any) -> bool:
+    """Whether ``store`` (the daemon's locked store) is the embedded one: served read-only to
+    Qdrant clients by the daemon, where a server's clients read the server itself."""
+    from retriever import EdgeNodeStore
+
+    return isinstance(store.inner, EdgeNodeStore)
+
+
+def daemon_app(
+    served: Served,
+    store: Any,
+    *,
+    tree: str,
+    root: Path,
+    collection: str,
+    limits: HttpLimits,
+    token: str | None,
+    host: str,
+    updates: Callable[[], dict[str, Any]],
+) -> Starlette:
+    """Return the ASGI app over ``served`` (the daemon) and its locked ``store``."""
+    pages = dashboard_routes(TreeView(store, tree), updates, lambda: served.ready)
+    routes = [*daemon_routes(served, limits), *pages]
+    if is_embedded(store):
+        from ingestor.service.qdrant_rest import qdrant_routes
+        from retriever import EdgeRestReader
+
+        reader = EdgeRestReader(store, collection)  # each engine call: the store's lock
+        routes += qdrant_routes(reader, root=root, limits=limits, ready=lambda: served.ready)
+    return build_app(routes, token, host=host, allowed_hosts=limits.allowed_hosts)

@@ -1,0 +1,154 @@
+"""The daemon's own HTTP routes: health, readiness, metrics, status, queries and answers, the
+retry and confirm actions, and the MCP endpoint. They are given the few services of the daemon
+they use (:class:`Served`), not the daemon; :mod:`ingestor.service.http` serves them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Protocol
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from ingestor.errors import SummarizationError
+from ingestor.service.http import HttpLimits, error_response, run_bounded
+from ingestor.service.mcp_http import MCP_PATH, mcp_endpoint
+from retriever import RetrieverError
+
+__all__ = ["Served", "daemon_routes"]
+
+
+class Served(Protocol):
+    """What the daemon's routes read of the daemon (:class:`~ingestor.service.daemon.Daemon`)."""
+
+    @property
+    def ready(self) -> bool:
+        """The first reconciliation is done: queries are answered."""
+
+    @property
+    def registry(self) -> Any:
+        """The Prometheus registry of ``/metrics``."""
+
+    @property
+    def queries(self) -> Any:
+        """The query service (``/query``, ``/ask``, MCP)."""
+
+    def share_problem(self) -> str | None:
+        """Why the watched folder is not there now (None: it is)."""
+
+    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]: ...
+
+    def query(self, params: dict[str, str]) -> dict[str, Any]: ...
+
+    def ask(self, params: dict[str, str]) -> dict[str, Any]: ...
+
+    def retry(self, path: str | None = None) -> list[str]: ...
+
+    def confirm_deletions(self) -> None: ...
+
+
+def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
+    """Return the daemon's own routes."""
+
+    async def healthz(_: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(_: Request) -> Response:
+        if daemon.ready:
+            # Queries are answered from the kept tree while the share is away: still ready.
+            problem = daemon.share_problem()
+            return PlainTextResponse("ready\n" if problem is None else f"ready; {problem}\n")
+        return PlainTextResponse("reconciling\n", status_code=503)
+
+    async def metrics(_: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        body = await anyio.to_thread.run_sync(generate_latest, daemon.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    async def status(request: Request) -> Response:
+        try:  # ?offset=N&limit=M pages the skipped and stale files
+            offset = int(request.query_params.get("offset", "0"))
+            limit = int(request.query_params.get("limit", "100"))
+            if offset < 0 or not 0 <= limit <= 1000:
+                raise ValueError
+        except ValueError:
+            return error_response(400, "offset must be an integer >= 0 and limit one in 0..1000")
+        out = await anyio.to_thread.run_sync(partial(daemon.status, offset=offset, limit=limit))
+        return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
+
+    def answering(fn: Callable[[dict[str, str]], dict[str, Any]]) -> Any:
+        async def route(request: Request) -> Response:
+            if not daemon.ready:
+                return error_response(503, "reconciling; retry shortly")
+            params = dict(request.query_params)
+            try:
+                _bounded(params, "max_tokens", limits.max_tokens)
+                _bounded(params, "top_k", limits.max_top_k)
+            except ValueError as exc:
+                return error_response(400, str(exc))
+            return await _run(partial(fn, params), limits.query_timeout)
+
+        return route
+
+    async def retry(request: Request) -> Response:
+        path = request.query_params.get("path") or None
+        released = await anyio.to_thread.run_sync(daemon.retry, path)
+        return JSONResponse({"released": released})
+
+    async def confirm(_: Request) -> Response:
+        await anyio.to_thread.run_sync(daemon.confirm_deletions)
+        return JSONResponse({"confirmed": True})
+
+    return [
+        Route("/healthz", healthz),
+        Route("/readyz", readyz),
+        Route("/metrics", metrics),
+        Route("/status", status),
+        Route("/query", answering(daemon.query)),
+        Route("/ask", answering(daemon.ask), methods=["POST"]),  # spends LLM tokens
+        Route("/retry", retry, methods=["POST"]),
+        Route("/confirm-deletions", confirm, methods=["POST"]),
+        Route(
+            MCP_PATH,
+            mcp_endpoint(
+                lambda: daemon.queries,
+                ready=lambda: daemon.ready,
+                timeout=limits.query_timeout,
+                max_tokens=limits.max_tokens,
+                max_top_k=limits.max_top_k,
+            ),
+            methods=["GET", "POST", "DELETE"],
+        ),
+    ]
+
+
+def _bounded(params: dict[str, str], name: str, most: int) -> None:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, not {raw!r}") from None
+    if not 1 <= value <= most:
+        raise ValueError(f"{name} must be between 1 and {most}, not {value}")
+
+
+async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:
+    """Run a blocking answer in a worker thread; 400/503/504 for bad input, store, timeout."""
+    try:
+        out = await run_bounded(fn, timeout)
+    except TimeoutError:
+        return error_response(504, f"the query took longer than {timeout:.0f} s")
+    except ValueError as exc:
+        return error_response(400, str(exc))
+    except SummarizationError as exc:  # the LLM failed: no partial answer
+        return error_response(502, str(exc))
+    except RetrieverError as exc:
+        return error_response(503, str(exc))
+    return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
