@@ -187,15 +187,16 @@ def lay_out(nodes: Sequence[NodePayload]) -> Layout:
     top = counts.max(axis=1) if folders else np.zeros(n, np.int64)
     purity = np.rint(255 * top / np.maximum(size, 1)).astype(np.uint8)
 
-    # top-down: roots grouped by colour (biggest first), then each layer's nodes after their
-    # parent's earlier children; a summary with no leaf under it is drawn nowhere (size 0)
+    # top-down: roots grouped by colour (biggest first), then each node after its siblings of
+    # lower colour (same colour: the parent's order), so that a summary's leaves group by folder;
+    # a summary with no leaf under it is drawn nowhere (size 0)
     x0 = np.zeros(n, dtype=np.int64)
     roots = np.flatnonzero((parent < 0) & (size > 0))
     roots = roots[np.lexsort((roots, -layer[roots], -size[roots], folder[roots]))]
     x0[roots] = np.cumsum(size[roots]) - size[roots]
     for k in layers[::-1]:
         kids = np.flatnonzero((layer == k) & (parent >= 0))
-        kids = kids[np.lexsort((place[kids], parent[kids]))]
+        kids = kids[np.lexsort((place[kids], folder[kids], parent[kids]))]
         before = np.cumsum(size[kids]) - size[kids]  # within the layer; restarted per parent
         first = np.r_[True, parent[kids][1:] != parent[kids][:-1]] if len(kids) else kids
         start = np.maximum.accumulate(np.where(first, np.arange(len(kids)), 0))
