@@ -16,7 +16,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-
 from tests.integration.test_daemon import SAMPLE, wait_for, watching
 from tests.integration.test_dashboard_browser import (
     QUESTION,
