@@ -36,7 +36,7 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,6 +49,28 @@ LEGEND: Final = 11
 OTHER: Final = "other folders"
 #: Nodes per store call while reading the tree.
 SCROLL_PAGE: Final = 1024
+
+
+class Link(NamedTuple):
+    """What the picture needs of a node: no text (100k texts would be ~10x the memory)."""
+
+    node_id: str
+    layer: int
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+    source: str | None
+    updated_at: float
+
+    @classmethod
+    def of(cls, node: NodePayload) -> Link:
+        return cls(
+            node.node_id,
+            node.layer,
+            tuple(node.parents),
+            tuple(node.children),
+            node.source,
+            node.updated_at,
+        )
 
 
 @dataclass(frozen=True)
@@ -87,14 +109,14 @@ class Layout:
         raise ValueError(f"tree has no layer {layer}; its layers are {have}")
 
 
-def read_nodes(store: NodeStore, tree: str) -> list[NodePayload]:
-    """Return every node of ``tree`` in ``store`` (scrolled in pages of :data:`SCROLL_PAGE`)."""
+def read_nodes(store: NodeStore, tree: str) -> list[Link]:
+    """Return the links of every node of ``tree`` in ``store`` (pages of :data:`SCROLL_PAGE`)."""
     flt = SearchFilter(tree=tree)
-    out: list[NodePayload] = []
+    out: list[Link] = []
     offset: str | None = None
     while True:
         page, offset = store.scroll(flt, SCROLL_PAGE, offset)
-        out += page
+        out += map(Link.of, page)
         if offset is None:
             return out
 
@@ -117,7 +139,7 @@ def top_folders(sources: Sequence[str]) -> tuple[list[str], str]:
 
 
 def _primary_parents(
-    nodes: Sequence[NodePayload], index: dict[str, int]
+    nodes: Sequence[Link], index: dict[str, int]
 ) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Return each node's parent in the icicle (-1: a root) and its place among that parent's
     children: its first parent above it, then one child given back to each summary left
@@ -153,7 +175,7 @@ def _primary_parents(
     return parent, place
 
 
-def lay_out(nodes: Sequence[NodePayload]) -> Layout:
+def lay_out(nodes: Sequence[Link]) -> Layout:
     """Lay ``nodes`` (one tree, any order) out as an icicle; see the module's docstring."""
     n = len(nodes)
     index = {node.node_id: i for i, node in enumerate(nodes)}

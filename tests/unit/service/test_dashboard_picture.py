@@ -21,6 +21,7 @@ from ingestor.service.daemon import Daemon
 from ingestor.service.dashboard import picture as picture_module
 from ingestor.service.dashboard.picture import (
     Layout,
+    Link,
     Touched,
     lay_out,
     picture_json,
@@ -28,7 +29,6 @@ from ingestor.service.dashboard.picture import (
     top_folders,
 )
 from ingestor.service.dashboard.pictures import GRID, project
-from retriever import NodePayload
 from tests.unit.service.test_watcher import make_pipeline
 from tests.unit.tree.test_adrap import doc_text
 
@@ -63,7 +63,7 @@ def foldered(tmp_path: Path) -> Iterator[Built]:
 
 
 @pytest.fixture
-def nodes(foldered: Built) -> list[NodePayload]:
+def nodes(foldered: Built) -> list[Link]:
     return read_nodes(foldered[0].store, "t")
 
 
@@ -71,7 +71,7 @@ def decode(out: dict[str, Any], key: str, dtype: str) -> np.ndarray:
     return np.frombuffer(base64.b64decode(out[key]), dtype=dtype)
 
 
-def leaves_below(node: NodePayload, by_id: dict[str, NodePayload]) -> set[str]:
+def leaves_below(node: Link, by_id: dict[str, Link]) -> set[str]:
     """Every leaf reachable from ``node`` through its children (all of them)."""
     if node.layer == 0:
         return {node.node_id}
@@ -85,7 +85,7 @@ def test_top_folders_strip_the_shared_prefix() -> None:
     assert top_folders(["d/e/1.md", "d/e/2.md"]) == (["", ""], "d/e/")
 
 
-def test_each_summary_spans_exactly_the_leaves_under_it(nodes: list[NodePayload]) -> None:
+def test_each_summary_spans_exactly_the_leaves_under_it(nodes: list[Link]) -> None:
     by_id = {n.node_id: n for n in nodes}
     lay = lay_out(nodes)
     assert len(lay.ids) == len(nodes)
@@ -115,7 +115,7 @@ def test_each_summary_spans_exactly_the_leaves_under_it(nodes: list[NodePayload]
     assert sum(lay.size[pos[r.node_id]] for r in roots) == lay.width
 
 
-def test_colours_are_the_top_folder_below_the_shared_one(nodes: list[NodePayload]) -> None:
+def test_colours_are_the_top_folder_below_the_shared_one(nodes: list[Link]) -> None:
     lay = lay_out(nodes)
     assert lay.under == "notes/"
     names = [f["name"] for f in lay.folders]
@@ -144,7 +144,7 @@ def test_colours_are_the_top_folder_below_the_shared_one(nodes: list[NodePayload
 
 
 def test_folders_past_the_legend_share_one_colour(
-    nodes: list[NodePayload], monkeypatch: pytest.MonkeyPatch
+    nodes: list[Link], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(picture_module, "LEGEND", 2)
     lay = lay_out(nodes)
@@ -154,7 +154,7 @@ def test_folders_past_the_legend_share_one_colour(
     assert set(lay.folder[: lay.width].tolist()) == {0, 1, 2}
 
 
-def test_the_picture_is_compact_arrays_without_texts(nodes: list[NodePayload]) -> None:
+def test_the_picture_is_compact_arrays_without_texts(nodes: list[Link], foldered: Built) -> None:
     lay = lay_out(nodes)
     out = picture_json(lay, "t", "v1", Touched(None, "none"))
     n, w = out["n"], out["width"]
@@ -167,12 +167,14 @@ def test_the_picture_is_compact_arrays_without_texts(nodes: list[NodePayload]) -
     assert decode(out, "purity", "u1").tolist() == lay.purity[w:].tolist()
     assert len(decode(out, "touched", "<i4")) == 0
     text = str(out)
-    assert not any(node.text[:40] in text for node in nodes)  # no node text travels
+    texts = [n.text for n in foldered[0].require_state().nodes.values()]
+    assert len(texts) == n
+    assert not any(t[:40] in text for t in texts)  # no node text travels
     # ~16 bytes of id + ~10 of arrays per node, base64'd: far below one JSON object per node
     assert len(text) < 40 * n + 2000
 
 
-def test_touched_are_the_nodes_written_since_the_update_began(nodes: list[NodePayload]) -> None:
+def test_touched_are_the_nodes_written_since_the_update_began(nodes: list[Link]) -> None:
     lay = lay_out(nodes)
     stamps = sorted({float(t) for t in lay.updated_at})
     since = stamps[len(stamps) // 2]
@@ -264,7 +266,7 @@ def test_the_picture_is_read_once_per_version(
     calls: list[int] = []
     real = picture_module.lay_out
 
-    def counting(nodes: list[NodePayload]) -> Layout:
+    def counting(nodes: list[Link]) -> Layout:
         calls.append(len(nodes))
         return real(nodes)
 
