@@ -14,7 +14,11 @@ alone; headless Chromium (Debian's, via Selenium) opens ``/dashboard`` and the s
   layer 1 (its children are leaves) and the leaf layer's first page;
 - bytes of the first view: the document and every fetch (Resource Timing ``transferSize``);
 - each endpoint's server-side latency (median of ``--repeat``), and peak RSS of this process
-  (store + server) and of Chromium's processes.
+  (store + server) and of Chromium's processes;
+- the picture (icicle of every node, PCA map of a layer): time to serve it the first time (the
+  tree read and laid out) and from the cache, its bytes (plain and gzipped), the maps' times, and
+  in Chromium the page's ``adrap:picture`` (fetch, decode, icicle drawn), ``adrap:picture-draw``
+  (one redraw) and ``adrap:map`` measures; a screenshot goes to test-artifacts/dashboard-100k.png.
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ def make_tree(n: int, rng: np.random.Generator) -> list[list[NodePayload]]:
     """Return the layers (leaves first) of a ~``n``-node tree with links both ways."""
     n_leaves = round(n / sum(FANOUT**-i for i in range(7)))
     text = "lorem ipsum dolor sit amet " * 40
-    files = [f"area{i % 7}/topic{i % 97}/doc{i % 1000}.md" for i in range(n_leaves)]
+    # ~80 chunks per file, files grouped in 7 top-level folders (the picture's colours)
+    files = [f"area{i * 7 // n_leaves}/topic{i // 800}/doc{i // 80}.md" for i in range(n_leaves)]
     layers: list[list[dict[str, Any]]] = [
         [
             {"id": point_id(f"{TREE}/0/{i}"), "sources": (files[i],), "children": (), "i": i}
@@ -122,11 +127,13 @@ def fill(store: EdgeNodeStore, layers: list[list[NodePayload]], rng: np.random.G
     return time.perf_counter() - t0
 
 
-def timed_get(url: str, repeat: int) -> tuple[float, int]:
+def timed_get(url: str, repeat: int, gz: bool = False) -> tuple[float, int]:
+    """Median ms of ``repeat`` GETs, and the bytes of the body as sent (``gz``: gzip asked)."""
     times, size = [], 0
     for _ in range(repeat):
         t0 = time.perf_counter()
-        with urllib.request.urlopen(url, timeout=60) as resp:
+        req = urllib.request.Request(url, headers={"Accept-Encoding": "gzip"} if gz else {})
+        with urllib.request.urlopen(req, timeout=120) as resp:
             size = len(resp.read())
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3, size
@@ -201,6 +208,10 @@ def browser_run(base: str) -> dict[str, Any]:
     try:
         driver.get(base + "/dashboard")
         wait_css(driver, "body[data-ready='1']")
+        wait_css(driver, "body[data-picture='1']", 180)
+        pic = {k: measured(driver, f"adrap:{k}", 0) for k in ("picture", "picture-draw", "map")}
+        (REPO / "test-artifacts").mkdir(exist_ok=True)
+        driver.save_screenshot(str(REPO / "test-artifacts" / "dashboard-100k.png"))
         perf = driver.execute_script(
             """
             const paint = Object.fromEntries(
@@ -221,6 +232,7 @@ def browser_run(base: str) -> dict[str, Any]:
             "return performance.memory ? performance.memory.usedJSHeapSize : 0"
         )
         return perf | {
+            "picture": pic,
             "expand_top_ms": top,
             "expand_layer1_ms": l1,
             "layer1_page_ms": layer1_page,
@@ -267,6 +279,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = EdgeNodeStore(Path(tmp) / "qdrant", auto_optimize_points=None)
         print(f"filled the embedded store in {fill(store, layers, rng):.1f} s")
+        sizes = [len(x) for x in layers]
         del layers
         filled_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         view = TreeView(LockedStore(store), TREE)
@@ -297,6 +310,18 @@ def main() -> None:
                 if after is None:
                     break
                 deep, deep_page = after, deep_page + 1
+            print("\nthe picture, server side (ms, bytes as sent):")
+            for name, path in (
+                ("picture, first (gz)", "/dashboard/api/picture"),
+                ("picture, cached (gz)", "/dashboard/api/picture"),
+                ("picture, cached", "/dashboard/api/picture"),
+                (f"map layer 1 first ({sizes[1]})", "/dashboard/api/picture/map/1"),
+                ("map layer 1 cached", "/dashboard/api/picture/map/1"),
+                (f"map leaves first ({sizes[0]})", "/dashboard/api/picture/map/0"),
+            ):
+                once = "first" in name
+                ms, size = timed_get(base + path, 1 if once else args.repeat, "gz" in name)
+                print(f"  {name:<28} {ms:8.1f} ms {size:>9} B")
             print(f"\nserver side, median of {args.repeat} (ms, bytes):")
             for name, path in (
                 ("page /dashboard", "/dashboard"),
@@ -332,6 +357,12 @@ def main() -> None:
     print(f"  open layer 1 (page 1)  {med('layer1_page_ms'):8.1f}")
     print(f"  expand a layer-1 node  {med('expand_layer1_ms'):8.1f}")
     print(f"  open the leaf layer    {med('leaves_page_ms'):8.1f}")
+    for k, what in (
+        ("picture", "picture: fetch+decode+icicle"),
+        ("picture-draw", "picture: one icicle redraw"),
+        ("map", "map: fetch+decode+draw"),
+    ):
+        print(f"  {what:<30} {statistics.median(r['picture'][k] for r in runs):8.1f}")
     n_fetches = len(first["fetches"])
     print(
         f"\nbytes for the first view: document {first['doc']} B + {n_fetches} fetches {fetched} B"

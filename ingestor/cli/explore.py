@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from ingestor.config import Settings
 from ingestor.service.dashboard.export import DEFAULT_MAX_NODES
 from ingestor.service.locking import WriterActiveError
 from models_store import ModelStore
+
+if TYPE_CHECKING:
+    from ingestor.service.dashboard.picture import Touched
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +43,9 @@ log = logging.getLogger(__name__)
 def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
     """Write the tree's dashboard page as one self-contained HTML file (opens offline).
 
-    The same page as the daemon's /dashboard, with the tree embedded: layers from the top, each
-    node's text, sources, parents and children. Search is off in the file (it needs the embedding
+    The same page as the daemon's /dashboard, with the tree embedded: the picture of the whole
+    tree (icicle and 2-D maps), layers from the top, each node's text, sources, parents and
+    children. Search is off in the file (it needs the embedding
     model); a watched tree is explored live at http://HOST:PORT/dashboard instead.
 
     \b
@@ -50,6 +54,7 @@ def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
     """
     from ingestor.service.dashboard.export import export_data
     from ingestor.service.dashboard.page import render_page
+    from ingestor.service.dashboard.pictures import whole_picture
     from ingestor.service.dashboard.view import TreeView
 
     s = ctx.settings if tree is None else ctx.settings.model_copy(update={"tree": tree})
@@ -58,9 +63,10 @@ def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
         t0 = time.perf_counter()
         try:
             with reading_store(s) as store:
-                data = export_data(
-                    TreeView(store, s.tree), max_nodes=max_nodes, updates=_snapshot(s)
-                )
+                updates, touched = _snapshot(s)
+                data = export_data(TreeView(store, s.tree), max_nodes=max_nodes, updates=updates)
+                if data["layers"]:
+                    data["picture"] = whole_picture(store, s.tree, touched)
         except WriterActiveError as exc:
             raise click.ClickException(_in_use(s, exc.holder)) from exc
         if not data["layers"]:
@@ -94,10 +100,17 @@ def _in_use(s: Settings, holder: dict[str, Any]) -> str:
     return f"state dir {str(s.state_dir)!r} is in use by {who}; run `adrap explore` when it ends"
 
 
-def _snapshot(s: Settings) -> dict[str, Any]:
-    """What the page shows under "Updates" for an unwatched tree: the state's counters."""
+def _snapshot(s: Settings) -> tuple[dict[str, Any], Touched]:
+    """What the page shows under "Updates" for an unwatched tree (the state's counters), and
+    the nodes its picture marks as updated.
+
+    The state records when the tree was last fully built, not which nodes each later update
+    wrote: the picture marks the nodes written since that build (every node carries the time it
+    was written), which are the last update's when only one update followed the build.
+    """
     from ingestor.pipeline import load_state, state_exists
     from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
+    from ingestor.service.dashboard.picture import Touched
     from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
 
     out: dict[str, Any] = {
@@ -116,14 +129,22 @@ def _snapshot(s: Settings) -> dict[str, Any]:
         if models and state_exists(models, s.tree)
         else None
     )
+    touched = Touched(None, "no tree state found: updates cannot be marked")
     if state is not None:
+        built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(state.built_at))
+        changed = state.added_since_build + state.removed_since_build
+        touched = (
+            Touched(state.built_at, f"nodes written since the last full build ({built})")
+            if changed
+            else Touched(None, f"no update since the last full build ({built})")
+        )
         out["documents"] = len(state.sources)
         out["state"] = {
             "root": state.root,
-            "built_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(state.built_at)),
+            "built_at": built,
             "generation": state.generation,
             "leaves_added_since_build": state.added_since_build,
             "leaves_removed_since_build": state.removed_since_build,
             "embed_model": state.embed_model,
         }
-    return out
+    return out, touched

@@ -7,4 +7,8 @@
 - :mod:`~ingestor.service.dashboard.page`: the page itself, one HTML document with its CSS and
   JavaScript inlined (``static/``), optionally carrying the tree as an embedded JSON blob.
 - :mod:`~ingestor.service.dashboard.export`: that blob for ``adrap explore``.
+- :mod:`~ingestor.service.dashboard.picture`: the picture of the tree: every node laid out as an
+  icicle (sizes, colours by folder, the last update), as compact arrays.
+- :mod:`~ingestor.service.dashboard.pictures`: the 2-D (PCA) map of a layer, and the picture and
+  maps cached per tree version.
 """

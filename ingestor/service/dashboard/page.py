@@ -54,7 +54,8 @@ def render_page(data: Any = None) -> str:
     Args:
         data: the exported tree (:func:`ingestor.service.dashboard.export.export_data`), or None.
     """
-    style, script = _asset("style.css"), _asset("app.js")
+    # one script: the picture's module first (app.js uses it), so one hash in the CSP
+    style, script = _asset("style.css"), _asset("picture.js") + "\n" + _asset("app.js")
     connect = "'none'" if data is not None else "'self'"
     csp = (
         f"default-src 'none'; script-src {_sha256(script)}; style-src {_sha256(style)}; "

@@ -8,6 +8,11 @@
 - ``GET /dashboard/api/node/{id}``: the node (payload, parents previewed, children counted).
 - ``GET /dashboard/api/children/{id}?offset=I&limit=N``: previews of a page of its children.
 - ``GET /dashboard/api/updates``: the ``/status`` document plus the last updates, newest first.
+- ``GET /dashboard/api/picture``: the tree as an icicle, in compact arrays
+  (:mod:`~ingestor.service.dashboard.picture`), with the nodes the last update wrote marked.
+- ``GET /dashboard/api/picture/map/{n}``: the 2-D map of layer ``n``
+  (:mod:`~ingestor.service.dashboard.pictures`). Both are computed once per tree version (the
+  daemon's last update) and sent gzipped when the client accepts it.
 
 Searching uses the daemon's own ``/query`` (the JSON of ``adrap query --json``), so the page
 highlights exactly what a query returns. ``limit`` is at most ``view.MAX_PAGE`` (400 beyond);
@@ -17,6 +22,7 @@ unknown or malformed node ids are 404; every endpoint but the page needs the bea
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -27,6 +33,8 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ingestor.service.dashboard.page import render_page
+from ingestor.service.dashboard.picture import Touched
+from ingestor.service.dashboard.pictures import Encoded, Pictures
 from ingestor.service.dashboard.view import TreeView, index_offset, page_limit
 from retriever import F, RetrieverError
 
@@ -42,6 +50,35 @@ def _json(out: Any) -> Response:
     return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
 
 
+def _encoded(request: Request, out: Encoded) -> Response:
+    headers = {"Vary": "Accept-Encoding", "Cache-Control": "no-cache"}
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        headers["Content-Encoding"] = "gzip"
+        return Response(out.gz, media_type="application/json", headers=headers)
+    return Response(out.raw, media_type="application/json", headers=headers)
+
+
+def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:
+    """Return the tree's version and the nodes its last update wrote, from the updates document.
+
+    The version is the newest update's time (``"start"`` before the daemon's first update). The
+    update wrote the nodes stamped (``updated_at``) from its start to its end; nodes only
+    re-linked to a new parent keep their stamp and are not marked.
+    """
+    ups = updates.get("updates") or []
+    if not ups:
+        return "start", Touched(None, "no update since the daemon started")
+    up = ups[0]
+    when = time.strftime("%H:%M:%S", time.localtime(up["at"]))
+    note = (
+        f"nodes written by the last update ({when}: files +{up.get('files_added', 0)} "
+        f"~{up.get('files_changed', 0)} -{up.get('files_removed', 0)})"
+    )
+    # ``at`` is taken after the update ended and ``seconds`` timed all of it: the window starts
+    # at or before its first stamp
+    return f"{len(ups)}@{up['at']}", Touched(up["at"] - up.get("seconds", 0.0), note)
+
+
 def dashboard_routes(
     view: TreeView,
     updates: Callable[[], dict[str, Any]],
@@ -55,7 +92,11 @@ def dashboard_routes(
         ready: False while the daemon reconciles (the API answers 503 meanwhile).
     """
 
-    async def call(fn: Callable[[], Any], missing: str | None = None) -> Response:
+    pictures = Pictures(view.store, view.tree)
+
+    async def call(
+        fn: Callable[[], Any], missing: str | None = None, request: Request | None = None
+    ) -> Response:
         if not ready():
             return _error(503, "reconciling; retry shortly")
         try:
@@ -66,6 +107,8 @@ def dashboard_routes(
             return _error(503, str(exc))
         if out is None:
             return _error(404, f"no node {missing!r} in tree {view.tree!r}; ids come from layers")
+        if isinstance(out, Encoded) and request is not None:
+            return _encoded(request, out)
         return _json(out)
 
     async def page(_: Request) -> Response:
@@ -100,8 +143,23 @@ def dashboard_routes(
         out = await anyio.to_thread.run_sync(updates)
         return _json(out)
 
+    def picture() -> Encoded:
+        return pictures.picture(*last_update(updates()))
+
+    def layer_map(layer: int) -> Encoded:
+        return pictures.map(*last_update(updates()), layer)
+
+    async def picture_route(request: Request) -> Response:
+        return await call(picture, request=request)
+
+    async def map_route(request: Request) -> Response:
+        n: int = request.path_params["n"]
+        return await call(partial(layer_map, n), request=request)
+
     return [
         Route(PAGE_PATH, page),
+        Route("/dashboard/api/picture", picture_route),
+        Route("/dashboard/api/picture/map/{n:int}", map_route),
         Route("/dashboard/api/layers", layers),
         Route("/dashboard/api/layer/{n:int}", layer),
         Route("/dashboard/api/node/{id}", node),

@@ -42,6 +42,8 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/dashboard/api/node/n1", None),
     ("GET", "/dashboard/api/children/n1", None),
     ("GET", "/dashboard/api/updates", None),
+    ("GET", "/dashboard/api/picture", None),
+    ("GET", "/dashboard/api/picture/map/0", None),
     ("GET", "/collections", None),
     ("GET", "/aliases", None),
     ("GET", "/collections/adrap", None),
@@ -129,6 +131,7 @@ def fake_view() -> Any:
         layer_page=lambda n, limit, offset: {"nodes": []},
         node=lambda node_id: {"node_id": node_id},
         children=lambda node_id, offset, limit: {"children": []},
+        store=SimpleNamespace(scroll=lambda flt, limit, offset: ([], None)),  # the picture's
     )
 
 

@@ -41,6 +41,8 @@ TEMPLATES = [
     "/dashboard/api/node/{s}",
     "/dashboard/api/children/{s}",
     "/dashboard/api/updates",
+    "/dashboard/api/picture",
+    "/dashboard/api/picture/map/{n}",
     "/collections",
     "/aliases",
     "/collections/{c}",

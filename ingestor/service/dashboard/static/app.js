@@ -64,6 +64,8 @@
       get("dashboard/api/children/" + encodeURIComponent(id), { offset, limit: PAGE }),
     updates: () => get("dashboard/api/updates"),
     query: (params) => get("query", params),
+    picture: () => get("dashboard/api/picture"),
+    map: (n) => get("dashboard/api/picture/map/" + n),
   };
 
   // -- data: an exported file ------------------------------------------------------------------
@@ -109,6 +111,8 @@
       },
       updates: async () => data.updates,
       query: null,
+      picture: async () => data.picture || null,
+      map: async (n) => data.picture.maps[String(n)],
     };
   }
 
@@ -246,6 +250,7 @@
   }
 
   async function showNode(id) {
+    picture.select(id);
     const box = $("detail");
     for (const li of document.querySelectorAll("li.node.selected")) li.classList.remove("selected");
     for (const li of rows.get(id) || []) li.classList.add("selected");
@@ -288,6 +293,7 @@
   // -- a query ----------------------------------------------------------------------------------
   function showHits(out) {
     hits = new Map(out.hits.map((h, i) => [h.node_id, i + 1]));
+    picture.setHits(out.hits.map((h) => h.node_id));
     const list = $("hits");
     list.replaceChildren();
     for (const h of out.hits) {
@@ -375,6 +381,7 @@
     const newest = ups.length ? ups[0].at : null;
     if (lastUpdate !== undefined && newest !== lastUpdate) {
       showLayers().catch((err) => showError(err.message)); // the tree changed: recount and reload
+      loadPicture();
     }
     lastUpdate = newest;
   }
@@ -387,11 +394,96 @@
     }
   }
 
+  // -- the picture ------------------------------------------------------------------------------
+  const picture = AdrapPicture.create({
+    icicle: $("icicle"),
+    map: $("map"),
+    onSelect: (id) => showNode(id),
+    fetchMap: (n) => src.map(n),
+    onStale: () => loadPicture(),
+    onZoom: (zoomed) => {
+      $("zoom-out").hidden = !zoomed;
+    },
+  });
+
+  function legend(p) {
+    const ul = $("legend");
+    ul.replaceChildren();
+    const item = (swatchClass, colour, name, count) => {
+      const li = el("li");
+      const sw = el("span", "swatch " + swatchClass);
+      if (swatchClass === "ring") sw.style.borderColor = colour;
+      else sw.style.backgroundColor = colour; // CSSOM: allowed by the page's CSP
+      li.append(sw, el("span", null, name));
+      if (count !== null) li.append(el("span", "count", count));
+      ul.append(li);
+    };
+    p.raw.folders.forEach((f, k) => {
+      const name = f.name === "" ? "(files directly in " + (p.raw.under || "the root") + ")" : p.raw.under + f.name;
+      item("", picture.colour(k), name, f.leaves + " leaves");
+    });
+    item("", picture.touchedColour, "top edge: " + p.raw.touched_note, p.nTouched ? p.nTouched + " nodes" : null);
+    item("ring", picture.hitColour, "a query's hits, ranked", null);
+  }
+
+  async function showMapOf(layer) {
+    try {
+      const m = await picture.showMap(layer);
+      if (!m) return;
+      const pct = m.explained.map((v) => (100 * v).toFixed(1) + " %").join(" + ");
+      $("map-note").textContent = (m.layer === 0 ? "Leaves" : "Layer " + m.layer) + ": " + m.count +
+        " nodes at the two main axes of their vectors (PCA, " + pct + " of the variance" +
+        (m.sampled < m.count ? ", fitted on " + m.sampled : "") + "). Near means alike, roughly.";
+    } catch (err) {
+      showError("map of layer " + layer + ": " + err.message);
+    }
+  }
+
+  let pictureLoad = null;
+  async function loadPicture() {
+    if (pictureLoad) return pictureLoad; // one load at a time
+    pictureLoad = (async () => {
+      const t0 = performance.now();
+      try {
+        const raw = await src.picture();
+        if (!raw || !raw.n) {
+          $("picture").hidden = true;
+          return;
+        }
+        $("picture").hidden = false;
+        const p = picture.load(raw);
+        legend(p);
+        const select = $("map-layer");
+        select.replaceChildren();
+        for (const l of raw.layers) {
+          const o = el("option", null, (l.layer === 0 ? "leaves" : "layer " + l.layer) + " (" + l.count + ")");
+          o.value = String(l.layer);
+          select.append(o);
+        }
+        select.value = String(raw.map_layer);
+        performance.measure("adrap:picture", { start: t0 }); // read by bench/dashboard.py
+        await showMapOf(raw.map_layer);
+        if (hits.size) picture.setHits([...hits.keys()]);
+        document.body.dataset.picture = "1";
+      } catch (err) {
+        showError("picture: " + err.message);
+      } finally {
+        pictureLoad = null;
+      }
+    })();
+    return pictureLoad;
+  }
+
+  $("map-layer").addEventListener("change", (event) => showMapOf(Number(event.target.value)));
+  $("show-touched").addEventListener("change", (event) => picture.setTouched(event.target.checked));
+  $("zoom-out").addEventListener("click", () => picture.zoomOut());
+
   // -- start ------------------------------------------------------------------------------------
   async function start() {
     showError("");
     try {
       await showLayers();
+      loadPicture(); // drawn when it comes (a big tree's first picture takes seconds)
       await refreshUpdates();
       document.body.dataset.ready = "1";
       performance.mark("adrap:ready"); // the first view is drawn (bench/dashboard.py reads it)
