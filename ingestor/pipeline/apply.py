@@ -17,7 +17,8 @@ from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
 from ingestor.pipeline.build import UPSERT_BATCH, BuildStage, bulk_writes, stat_or_none
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.pipeline.unread import content_stale_reason
-from ingestor.read.documents import Document, confirmed_gone, iter_files, read_document
+from ingestor.read.documents import Document, read_document
+from ingestor.read.listing import confirmed_gone, iter_files
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.state import Node, SourceEntry, TreeState
 from retriever import Embedder, StoreError
