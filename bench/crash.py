@@ -58,7 +58,7 @@ from retriever.edge_store import EdgeNodeStore
 TREE = "default"
 OPS = ("add", "edit", "remove", "rename")
 WEIGHTS = (35, 35, 15, 15)
-#: The debug line that starts each phase of an update (ingestor/pipeline/apply.py), in order.
+#: The debug line that starts each phase of an update (ingestor/pipeline/apply.py, context.py), in order.
 MARKS = (
     ("locked ", "start"),
     ("update: embedding", "embed"),

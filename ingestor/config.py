@@ -23,7 +23,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from ingestor.read.documents import DEFAULT_IGNORE
+from ingestor.read.listing import DEFAULT_IGNORE
 
 #: Default of ``watch.max_held_rows`` (see WatchSettings).
 MAX_HELD_ROWS: Final = 20_000

@@ -15,12 +15,8 @@ or used them), indexed per namespace, so it evicts its least recently used rows 
 rows keep stamp 0. A row written again is updated where it is (an upsert keeps its rowid), so its
 entries in both indexes stay put and the commit writes the page that holds it, not three: with
 ``INSERT OR REPLACE`` and every row stamped, a 265k-leaf state wrote 7.1 MB of log per 200-row
-commit (7.6 ms CPU), in place and unstamped 4.8 MB (5.6 ms).
-
-Pages are 16 KiB (SQLite's default is 4 KiB): a node row (~1.5 KiB with its text) then sits in
-its leaf page instead of spilling into an overflow page, so a point read is one page, not two or
-three, and the database is 40 % smaller (a 199k-leaf state: 1.53 GB at 4 KiB, 0.93 GB at 16 KiB).
-A database made with other pages keeps them (SQLite fixes the page size of a WAL database).
+commit (7.6 ms CPU), in place and unstamped 4.8 MB (5.6 ms). How the file is opened (page size,
+log size, durability) is :mod:`models_store.rows_connection`.
 
 A process keeps one connection per database (:meth:`RowStore.shared`), so SQLite's page cache
 outlives an update: a daemon opens the state for every update, and each fresh connection read the
@@ -43,30 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from models_store.changes import Changes
-from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
+from models_store.errors import IncompatibleModelError, ModelStoreError
 from models_store.manifest import library_changes, library_versions
-from models_store.rows_format import READABLE_FORMATS, ROWS_FORMAT, SCHEMA, migrate
+from models_store.rows_connection import connect, file_identity, fsync_dir, trim_log
+from models_store.rows_format import READABLE_FORMATS, ROWS_FORMAT
 
 log = logging.getLogger(__name__)
 
 #: Keys IN (...) per statement (SQLite's default limit on host parameters is 32766).
 _CHUNK = 900
-#: Page size of a new database (see the module docstring).
-PAGE_SIZE = 16384
 #: Connections a process keeps open (:meth:`RowStore.shared`), least recently used dropped first.
 _SHARED_KEEP = 8
-#: The write-ahead log kept on disk between commits. A kept connection never closes, and closing
-#: was what removed the log: a build's commit would leave a log as large as the database beside
-#: it for the daemon's lifetime. A commit larger than this checkpoints and truncates the log.
-WAL_KEEP_BYTES = 64 * 1024 * 1024
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RowStore:
@@ -93,36 +76,13 @@ class RowStore:
             created = True
         else:
             created = False
-        uri = f"file:{self.path}?mode=ro" if readonly else f"file:{self.path}"
-        try:
-            self._db = sqlite3.connect(
-                uri, uri=True, isolation_level=None, check_same_thread=False, timeout=30.0
-            )
-            if not readonly:
-                if created:  # before the first table: fixed from then on
-                    self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-                self._db.execute("PRAGMA journal_mode=WAL")
-                self._db.execute(f"PRAGMA journal_size_limit={WAL_KEEP_BYTES}")
-                # Checkpoint at that size, not SQLite's 1,000 pages: each checkpoint rewrites
-                # every page changed since the last, and an update changes the same upper pages
-                # of the B-tree again and again (265k leaves: one-document remove and edit
-                # medians 0.080 -> 0.075 s, 0.095 -> 0.085 s CPU).
-                self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_KEEP_BYTES // PAGE_SIZE}")
-                self._db.execute("PRAGMA synchronous=FULL")
-                migrate(self._db, self.path)
-                self._db.executescript(SCHEMA)
-            self._db.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache
-        except sqlite3.DatabaseError as exc:
-            raise CorruptModelError(
-                f"{self.path} is not a readable state database ({exc}); delete it and rebuild "
-                "with `adrap build DIR`"
-            ) from exc
+        self._db = connect(self.path, created=created, readonly=readonly)
         # Closed when the store is dropped: a state opened and forgotten holds no connection open.
         weakref.finalize(self, self._db.close)
         if created:
-            _fsync_dir(self.path.parent)  # the new file's directory entry survives a crash
+            fsync_dir(self.path.parent)  # the new file's directory entry survives a crash
         self.closed = False
-        self._identity = _identity(self.path)
+        self._identity = file_identity(self.path)
         #: Per namespace, an upper bound of its rows (from a count, plus every row put since)
         #: and the database's data_version then: evict_oldest counts only when it may be over.
         self._bounds: dict[str, tuple[int, int]] = {}
@@ -139,7 +99,7 @@ class RowStore:
         key = (os.getpid(), str(Path(path).absolute()), readonly)
         with _SHARED_LOCK:
             got = _SHARED.get(key)
-            if got is not None and not got.closed and got._identity == _identity(got.path):
+            if got is not None and not got.closed and got._identity == file_identity(got.path):
                 _SHARED.move_to_end(key)
                 return got
             _SHARED.pop(key, None)
@@ -337,18 +297,9 @@ class RowStore:
                     f"cannot commit the tree state to {self.path}: {exc}; check free space and "
                     "permissions of the state dir, then run the command again"
                 ) from exc
-            if written > WAL_KEEP_BYTES:
-                self._truncate_log()
-            self._identity = _identity(self.path)  # a checkpoint may have written the file
+            trim_log(self._db, self.path, written)
+            self._identity = file_identity(self.path)  # a checkpoint may have written the file
         return written
-
-    def _truncate_log(self) -> None:
-        """Checkpoint and truncate the write-ahead log, best effort: the commit before it is
-        durable whatever happens here (a reader on an old snapshot defers it to a later one)."""
-        try:
-            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except sqlite3.Error as exc:
-            log.warning("could not truncate the write-ahead log of %s: %s", self.path, exc)
 
     def evict_oldest(self, ns: str, keep: int, *, down_to: int | None = None) -> int:
         """Delete the least recently stamped rows of ``ns`` beyond ``keep`` (down to ``down_to``
@@ -379,7 +330,7 @@ class RowStore:
                 (ns, ns, excess),
             )
             self._db.execute("COMMIT")
-            self._identity = _identity(self.path)
+            self._identity = file_identity(self.path)
             # data_version moves only with other connections' commits: this one leaves it be
             self._bounds[ns] = (int(n) - excess, version)
         return excess
@@ -389,16 +340,6 @@ class RowStore:
         with self._lock:
             self._db.close()
             self.closed = True
-
-
-def _identity(path: Path) -> tuple[int, int, int] | None:
-    """The file at ``path`` as (device, inode, change time): another file (deleted and made
-    again, replaced) differs even where the new file reuses the inode number."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_ctime_ns)
 
 
 _SHARED: OrderedDict[tuple[int, str, bool], RowStore] = OrderedDict()

@@ -1,7 +1,9 @@
 """The data path, short and visible: folder → chunks → embeddings → tree → Qdrant → state.
 
-Split by stage: ``build`` (read, chunk, embed, build the layers, store), ``apply`` (adRAP batches),
-``reconcile`` (agree with the folder and the store after a crash or downtime).
+Split by stage, each given the parts it uses: ``context`` (the tree's adapters and its crash-safe
+writes), ``collect`` (read the folder), ``build`` (chunk, embed, build the layers, store),
+``apply`` (adRAP batches), ``reconcile`` (the :class:`Pipeline` composing them; agree with the
+folder and the store after a crash or downtime).
 """
 
 from ingestor.pipeline.reconcile import Pipeline

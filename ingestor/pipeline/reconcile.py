@@ -1,31 +1,194 @@
-"""Bring the stored tree to agree with its folder after a crash or downtime (the daemon's start)."""
+"""The pipeline: the stages composed, and bringing a stored tree to agree with its folder.
+
+:class:`Pipeline` is what the CLI and the daemon hold. It is made of a
+:class:`~ingestor.pipeline.context.TreeContext` (the tree's adapters and crash-safe writes), a
+:class:`~ingestor.pipeline.collect.Collector` (reads the folder), a
+:class:`~ingestor.pipeline.build.BuildStage` (builds from scratch) and an
+:class:`~ingestor.pipeline.apply.ApplyStage` (updates in place with adRAP), each given the
+parts it uses; its own work is :meth:`Pipeline.reconcile`, after a crash or downtime.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
 
 from ingestor.errors import TreeError
 from ingestor.pipeline.apply import ApplyStage
-from ingestor.pipeline.build import UPSERT_BATCH
-from ingestor.pipeline.reports import UpdateReport
+from ingestor.pipeline.build import BuildStage
+from ingestor.pipeline.collect import Collector
+from ingestor.pipeline.context import UPSERT_BATCH, TreeContext
+from ingestor.pipeline.reports import BuildReport, UpdateReport
+from ingestor.pipeline.unread import Unread
+from ingestor.read.documents import Document
+from ingestor.read.tokens import Tokenizer
 from ingestor.tree.adrap import UpdateStats
-from ingestor.tree.params import Progress
-from ingestor.tree.params import no_progress as _noop
+from ingestor.tree.build import TreeBuilder
+from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.state import TreeState
+from models_store import ModelStore
+from retriever import Embedder, NodeStore
 
 log = logging.getLogger(__name__)
 
 
-class Pipeline(ApplyStage):
+class Pipeline:
     """The data path, short and visible: folder → chunks → embeddings → tree → Qdrant → state.
 
-    ``BuildStage`` builds a tree from scratch, ``ApplyStage`` updates it in place with adRAP, and
-    this class reconciles the stored tree with its folder after any crash or downtime.
+    Adapters are passed in; nothing here builds a client. The parts are plain attributes
+    (``context``, ``collector``, ``build_stage``, ``apply_stage``); the settings and adapters
+    callers read or replace (``store``, ``unread``, ``drift_threshold``, ...) are properties
+    over the part that holds them, so a replaced store is the one every stage uses.
     """
 
-    def reconcile(self, root: Path, progress: Progress = _noop) -> UpdateReport:
+    def __init__(
+        self,
+        *,
+        tree: str,
+        embedder: Embedder,
+        builder: TreeBuilder,
+        store: NodeStore,
+        models: ModelStore,
+        chunk_tokens: int = 250,
+        chunk_overlap: int = 50,
+        max_file_bytes: int = 50_000_000,
+        ignore: list[str] | None = None,
+        tokenizer: Tokenizer | None = None,
+        drift_threshold: float = 0.3,
+        ocr: bool = False,
+        text_suffixes: Sequence[str] = (),
+    ) -> None:
+        self.context = TreeContext(
+            tree=tree, embedder=embedder, builder=builder, store=store, models=models
+        )
+        self.collector = Collector(
+            max_file_bytes=max_file_bytes, ignore=ignore, ocr=ocr, text_suffixes=text_suffixes
+        )
+        self.build_stage = BuildStage(
+            self.context,
+            self.collector,
+            chunk_tokens=chunk_tokens,
+            chunk_overlap=chunk_overlap,
+            tokenizer=tokenizer,
+        )
+        self.apply_stage = ApplyStage(
+            self.context, self.build_stage, self.collector, drift_threshold=drift_threshold
+        )
+
+    # -- the parts' attributes callers use -----------------------------------------------------
+
+    @property
+    def tree(self) -> str:
+        return self.context.tree
+
+    @property
+    def embedder(self) -> Embedder:
+        return self.context.embedder
+
+    @property
+    def builder(self) -> TreeBuilder:
+        return self.context.builder
+
+    @property
+    def models(self) -> ModelStore:
+        return self.context.models
+
+    @property
+    def store(self) -> NodeStore:
+        """The node store every stage writes to (the daemon wraps it in its lock)."""
+        return self.context.store
+
+    @store.setter
+    def store(self, store: NodeStore) -> None:
+        self.context.store = store
+
+    @property
+    def unread(self) -> Unread:
+        """The ledger of files skipped or stale (the CLI and the daemon give it a file)."""
+        return self.collector.unread
+
+    @unread.setter
+    def unread(self, unread: Unread) -> None:
+        self.collector.unread = unread
+
+    @property
+    def drift_threshold(self) -> float:
+        return self.apply_stage.drift_threshold
+
+    @drift_threshold.setter
+    def drift_threshold(self, value: float) -> None:
+        self.apply_stage.drift_threshold = value
+
+    @property
+    def leaves_first(self) -> bool:
+        return self.apply_stage.leaves_first
+
+    @leaves_first.setter
+    def leaves_first(self, value: bool) -> None:
+        self.apply_stage.leaves_first = value
+
+    @property
+    def chunk_tokens(self) -> int:
+        return self.build_stage.chunk_tokens
+
+    @property
+    def chunk_overlap(self) -> int:
+        return self.build_stage.chunk_overlap
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.build_stage.tokenizer
+
+    # -- the stages' work ----------------------------------------------------------------------
+
+    def build(self, root: Path, progress: Progress = no_progress) -> BuildReport:
+        """Build the whole tree over ``root`` from scratch and store it (:meth:`BuildStage.build`)."""
+        return self.build_stage.build(root, progress)
+
+    def rebuild(self, progress: Progress = no_progress) -> BuildReport:
+        """Rebuild every summary layer over the current leaves (:meth:`BuildStage.rebuild`)."""
+        return self.build_stage.rebuild(progress)
+
+    def update(self, paths: list[Path], *, remove: bool = False) -> UpdateReport:
+        """Bring the tree up to date with ``paths`` (:meth:`ApplyStage.update`)."""
+        return self.apply_stage.update(paths, remove=remove)
+
+    def collect(
+        self,
+        state: TreeState,
+        paths: list[Path],
+        report: UpdateReport,
+        held: Callable[[str, Path], bool] | None = None,
+    ) -> tuple[list[Document], list[str]]:
+        """Read what changed under ``paths`` and name the gone sources (:meth:`Collector.collect`)."""
+        return self.collector.collect(state, paths, report, held)
+
+    def apply_batch(
+        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+    ) -> None:
+        """Apply one batch, reusing removed leaves' vectors (:meth:`ApplyStage.apply_batch`)."""
+        self.apply_stage.apply_batch(state, docs, gone, report)
+
+    def open_state(self, *, recover: bool = False) -> TreeState | None:
+        """Return the committed state, or None (:meth:`TreeContext.open_state`)."""
+        return self.context.open_state(recover=recover)
+
+    def require_state(self, *, recover: bool = False) -> TreeState:
+        """Return the committed state, or explain the build it needs first."""
+        return self.context.require_state(recover=recover)
+
+    def vectors_of(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
+        """Return the vectors of nodes, embedding their texts again where the store lost them."""
+        return self.context.vectors_of(state, ids)
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    def reconcile(self, root: Path, progress: Progress = no_progress) -> UpdateReport:
         """Bring the stored tree to agree with the folder ``root`` after any crash or downtime.
 
         First run (no state): a full ``build``. Otherwise the folder is compared with the source
@@ -38,9 +201,9 @@ class Pipeline(ApplyStage):
         t0 = time.perf_counter()
         report = UpdateReport()
         root = root.resolve()
-        state = self.open_state(recover=True)
+        state = self.context.open_state(recover=True)
         if state is None:
-            built = self.build(root, progress)
+            built = self.build_stage.build(root, progress)
             report.files_added = built.files
             report.skipped = built.skipped
             report.stats = UpdateStats(
@@ -53,10 +216,10 @@ class Pipeline(ApplyStage):
             return report
         if Path(state.root) != root:
             raise TreeError(
-                f"tree {self.tree!r} in {self.models.root.parent} was built over {state.root!r}, "
+                f"tree {self.tree!r} in {self.context.models.root.parent} was built over {state.root!r}, "
                 f"not {str(root)!r}; watch that folder, or use another ADRAP_TREE or ADRAP_STATE_DIR"
             )
-        docs, gone = self.collect(state, [root], report)
+        docs, gone = self.collector.collect(state, [root], report)
         self.apply_batch(state, docs, gone, report)
         self.reconcile_store(state)
         report.seconds = time.perf_counter() - t0
@@ -82,7 +245,7 @@ class Pipeline(ApplyStage):
                     stale.append(want.node_id)
         for start in range(0, len(stale), UPSERT_BATCH):
             batch = stale[start : start + UPSERT_BATCH]
-            self.store.upsert(state.payloads(batch), self.vectors_of(state, batch))
+            self.store.upsert(state.payloads(batch), self.context.vectors_of(state, batch))
         if orphans:
             self.store.delete(orphans)
         if orphans or stale:

@@ -98,7 +98,7 @@ class Unread:
         self.clock = clock
         self._lock = threading.Lock()
         self._items: dict[str, UnreadFile] = read_unread(path) if path is not None else {}
-        self._dirty = False
+        self._unsaved = False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -164,7 +164,7 @@ class Unread:
                 )  # fmt: skip
                 news = True
             self._items[source] = entry
-            self._dirty = True
+            self._unsaved = True
         return news
 
     def known(self, source: str, st: os.stat_result | None) -> UnreadFile | None:
@@ -186,7 +186,7 @@ class Unread:
         """Forget ``source`` (it was read, or it is gone)."""
         with self._lock:
             if self._items.pop(source, None) is not None:
-                self._dirty = True
+                self._unsaved = True
 
     def clear_under(self, prefix: str) -> None:
         """Forget every entry equal to or under the folder ``prefix`` (``""``: all)."""
@@ -194,7 +194,7 @@ class Unread:
             drop = [s for s in self._items if _under(s, prefix)]
             for s in drop:
                 del self._items[s]
-            self._dirty = self._dirty or bool(drop)
+            self._unsaved = self._unsaved or bool(drop)
 
     def clear_unlisted(self, prefix: str, listed: set[str], unlisted: list[str]) -> None:
         """Forget the entries under folder ``prefix`` that its listing no longer backs.
@@ -212,7 +212,7 @@ class Unread:
             ]
             for s in drop:
                 del self._items[s]
-            self._dirty = self._dirty or bool(drop)
+            self._unsaved = self._unsaved or bool(drop)
 
     def due(self) -> list[str]:
         """Return the stale sources whose retry is due now."""
@@ -227,15 +227,15 @@ class Unread:
     def flush(self) -> None:
         """Write the ledger if it changed (atomically)."""
         with self._lock:
-            if not self._dirty or self.path is None:
-                self._dirty = False
+            if not self._unsaved or self.path is None:
+                self._unsaved = False
                 return
             data = {k: asdict(v) for k, v in sorted(self._items.items())}
-            self._dirty = False
+            self._unsaved = False
         try:
             write_json_atomic(self.path, data)
         except OSError as exc:  # the state dir is on the same disk as the state: logged, retried
-            self._dirty = True
+            self._unsaved = True
             log.warning(
                 "cannot write %s yet (%s); it is written with the next change", self.path, exc
             )

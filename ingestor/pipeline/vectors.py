@@ -2,12 +2,15 @@
 
 A first build embeds its leaves in batches and stores each batch as it goes, so a build killed
 half-way resumes with the vectors already stored; recovery and reconciliation read vectors back
-from the store and embed a node's text again only where the store lost its point.
+from the store and embed a node's text again only where the store lost its point; an update that
+removes a source and adds one with the same text (a rename) takes the removed leaves' vectors
+back instead of embedding them again (:func:`reuse_removed`).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,7 +21,7 @@ from retriever import Embedder, NodeStore, StoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EMBED_BATCH", "embed_leaves", "vectors_of"]
+__all__ = ["EMBED_BATCH", "ReusingEmbedder", "embed_leaves", "reuse_removed", "vectors_of"]
 
 EMBED_BATCH = 128
 
@@ -90,3 +93,62 @@ def vectors_of(
         for node_id, vec in zip(lost, vecs, strict=True):
             state.vectors[node_id] = vec
         return state.matrix(ids)
+
+
+def reuse_removed(state: TreeState, gone: list[str], embedder: Embedder) -> Embedder:
+    """Return an embedder for an update removing the sources ``gone``: it gives the vectors of
+    their leaves back for texts that come back (a renamed or moved file) and embeds the rest
+    with ``embedder``; ``embedder`` itself when those leaves have no vector to give.
+
+    Leaf ids include the source path, so a moved file's leaves get new ids; their vectors need
+    not be paid for again. Vectors the store lost (after a crash) are not reused: those texts
+    are embedded again.
+    """
+    old = [
+        node
+        for source in gone
+        for node_id in getattr(state.sources.peek(source), "node_ids", ())
+        if (node := state.nodes.peek(node_id)) is not None
+    ]
+    try:
+        vectors = state.matrix([n.node_id for n in old])
+    except StoreError as exc:  # points missing after a crash: embed those texts again
+        log.info("cannot reuse the vectors of removed leaves (%s); embedding them", exc)
+        vectors = np.zeros((0, embedder.dim), dtype=np.float32)
+    known: dict[str, NDArray[np.float32]] = {}
+    for node, vec in zip(old, vectors, strict=False):
+        known[node.text] = vec
+    return ReusingEmbedder(embedder, known) if known else embedder
+
+
+class ReusingEmbedder:
+    """An embedder that returns known vectors for known texts and embeds only the rest.
+
+    Attributes:
+        inner: embeds the texts not in ``known``.
+        known: vectors by text.
+        reused: how many texts were given a known vector so far.
+    """
+
+    def __init__(self, inner: Embedder, known: dict[str, NDArray[np.float32]]) -> None:
+        self.inner = inner
+        self.known = known
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.reused = 0
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        todo = [i for i, t in enumerate(texts) if t not in self.known]
+        if todo:
+            out[todo] = self.inner.embed_documents([texts[i] for i in todo])
+        for i, text in enumerate(texts):
+            if text in self.known:
+                out[i] = self.known[text]
+        self.reused += len(texts) - len(todo)
+        if self.reused:
+            log.debug("reused %d leaf vectors of removed sources", len(texts) - len(todo))
+        return out
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)

@@ -7,7 +7,6 @@ file, the reason and the fix; the daemon logs it and skips the file.
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import logging
 import os
@@ -20,27 +19,14 @@ from pathlib import Path
 
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
 from ingestor.read import formats
+from ingestor.read.listing import DEFAULT_IGNORE, iter_files, source_name
 from ingestor.read.structure import join_normalised
 
-__all__ = [
-    "DEFAULT_IGNORE",
-    "SUPPORTED_SUFFIXES",
-    "Document",
-    "confirmed_gone",
-    "iter_documents",
-    "iter_files",
-    "normalise_text",
-    "read_document",
-]
+__all__ = ["SUPPORTED_SUFFIXES", "Document", "iter_documents", "normalise_text", "read_document"]
 
 log = logging.getLogger(__name__)
 
 SUPPORTED_SUFFIXES: frozenset[str] = formats.SUPPORTED_SUFFIXES
-DEFAULT_IGNORE: tuple[str, ...] = (
-    # hidden files and folders (.git, .DS_Store, LibreOffice's .~lock.*#), Office lock files,
-    # editors' swap and backup files, partial downloads, Windows' thumbnail and folder files
-    ".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~", "Thumbs.db", "desktop.ini"
-)  # fmt: skip
 
 _SIZE_SETTING = "ADRAP_READ__MAX_FILE_BYTES"
 #: The coarsest modification-time granularity of the filesystems a share lives on (FAT, SMB).
@@ -144,7 +130,7 @@ def read_document(
     """
     if max_bytes < 1:
         raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
-    source = _source_name(path, root)
+    source = source_name(path, root)
     name = source or str(path)
     suffix = path.suffix.lower()
     extra = {x.lower() if x.startswith(".") else "." + x.lower() for x in text_suffixes}
@@ -213,117 +199,6 @@ def iter_documents(
         )
 
 
-def iter_files(
-    root: Path, *, ignore: Sequence[str] = DEFAULT_IGNORE
-) -> Iterator[tuple[Path, SourceError | None]]:
-    """Walk the folder ``root`` like ``iter_documents`` but read nothing: ``(path, None)`` per file.
-
-    Folders that cannot be listed or are unsafe links yield ``(path, SourceError)``.
-
-    Raises:
-        SourceError: ``root`` itself does not exist or cannot be listed.
-    """
-    try:
-        real_root = root.resolve(strict=True)
-    except (OSError, RuntimeError) as exc:
-        reason = getattr(exc, "strerror", None) or exc
-        raise SourceUnavailableError(
-            f"folder {str(root)!r} cannot be opened ({reason}); check the path"
-        ) from exc
-    if not real_root.is_dir():
-        raise SourceError(f"{str(root)!r} is not a folder or a regular file; check the path")
-    yield from _walk(root, root, real_root, [real_root], tuple(ignore))
-
-
-def _walk(
-    folder: Path,
-    root: Path,
-    real_root: Path,
-    ancestors: list[Path],
-    ignore: tuple[str, ...],
-) -> Iterator[tuple[Path, SourceError | None]]:
-    try:
-        with os.scandir(folder) as it:
-            entries = sorted(it, key=lambda e: e.name)
-    except OSError as exc:
-        # Never "everything under it is gone": the folder was in its parent's listing (or is the
-        # root, which the share guard watches), so what was read under it is kept.
-        yield (
-            folder,
-            SourceUnavailableError(
-                f"folder {_rel(folder, root)!r} cannot be listed now ({exc.strerror or exc}); "
-                "what was read under it is kept and it is tried again; grant read access or add "
-                "it to ADRAP_READ__IGNORE"
-            ),
-        )
-        return
-    for entry in entries:
-        if any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in ignore):
-            continue
-        path = Path(entry.path)
-        try:
-            is_dir = entry.is_dir()  # follows symlinks: a link to a folder is walked if safe
-        except OSError:
-            is_dir = False
-        if not is_dir:
-            yield path, None
-            continue
-        try:
-            real = path.resolve(strict=True)
-        except RuntimeError as exc:  # Python 3.11 reports a symlink loop that way
-            yield path, SourceError(f"folder {_rel(path, root)!r} cannot be resolved ({exc})")
-            continue
-        except OSError as exc:
-            yield (
-                path,
-                SourceUnavailableError(
-                    f"folder {_rel(path, root)!r} cannot be resolved now ({exc.strerror or exc}); "
-                    "what was read under it is kept and it is tried again"
-                ),
-            )
-            continue
-        if not real.is_relative_to(real_root):
-            yield (
-                path,
-                SourceError(
-                    f"folder {_rel(path, root)!r} is a symlink to {str(real)!r}, outside the root; "
-                    "links never leave the watched folder: copy the files in instead"
-                ),
-            )
-            continue
-        if real in ancestors:
-            yield (
-                path,
-                SourceError(
-                    f"folder {_rel(path, root)!r} is a symlink loop back to {str(real)!r}; "
-                    "remove the link"
-                ),
-            )
-            continue
-        yield from _walk(path, root, real_root, [*ancestors, real], ignore)
-
-
-def confirmed_gone(path: Path, root: Path) -> bool:
-    """Return True only if ``path`` is gone: its name is absent from a successful listing.
-
-    The listing is of its nearest existing folder at or under ``root`` (a folder that vanished
-    takes its files with it). A folder that cannot be listed, or a missing ``root`` (a share that
-    went away: the share guard's business), proves nothing, so the answer is False.
-    """
-    cur = Path(os.path.abspath(path))
-    top = Path(os.path.abspath(root))
-    while cur != top and cur.is_relative_to(top):
-        try:
-            names = os.listdir(cur.parent)
-        except (FileNotFoundError, NotADirectoryError):
-            cur = cur.parent
-            continue
-        except OSError:
-            return False
-        return cur.name not in names
-    return False
-
-
 def _try_read(
     path: Path, root: Path, max_bytes: int, ocr: bool, text_suffixes: Collection[str]
 ) -> Document | SourceError:
@@ -331,27 +206,6 @@ def _try_read(
         return read_document(path, root, max_bytes=max_bytes, ocr=ocr, text_suffixes=text_suffixes)
     except SourceError as exc:
         return exc
-
-
-def _rel(path: Path, root: Path) -> str:
-    return _source_name(path, root) or str(path)
-
-
-def _source_name(path: Path, root: Path) -> str | None:
-    """Return ``path`` relative to ``root`` as POSIX text, or None if it is not under ``root``.
-
-    Lexical first, so a symlink keeps the name under which it appears in the folder.
-    """
-    abs_path = Path(os.path.abspath(path))
-    for base in (Path(os.path.abspath(root)), root.resolve()):
-        if abs_path.is_relative_to(base) and abs_path != base:
-            return abs_path.relative_to(base).as_posix()
-    # ``root`` given through a symlink (macOS /tmp → /private/tmp) and ``path`` already resolved
-    parent = abs_path.parent.resolve()
-    real_root = root.resolve()
-    if parent.is_relative_to(real_root):
-        return (parent / abs_path.name).relative_to(real_root).as_posix()
-    return None
 
 
 def _resolve_inside(path: Path, root: Path, name: str) -> Path:

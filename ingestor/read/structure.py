@@ -13,8 +13,8 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Sequence
 
-from ingestor.read.chunking import HEADING
 from ingestor.read.parts import Part
+from ingestor.read.sentences import HEADING
 
 __all__ = ["Outline", "join_normalised", "merge_locators"]
 

@@ -38,8 +38,7 @@ from ingestor.service.metrics import Metrics
 from ingestor.service.mounts import filesystem_of, is_network_fs
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.watcher import Watcher, make_observer
-from ingestor.tree.params import Progress
-from ingestor.tree.params import no_progress as _noop
+from ingestor.tree.params import Progress, no_progress
 from retriever import DEFAULT_COLLECTION, Embedder
 
 log = logging.getLogger(__name__)
@@ -191,7 +190,7 @@ class Daemon:
         """Paths waiting to be applied."""
         return self.watcher.pending() if self.watcher else 0
 
-    def run(self, stop: threading.Event, progress: Progress = _noop) -> None:
+    def run(self, stop: threading.Event, progress: Progress = no_progress) -> None:
         """Serve HTTP, reconcile, then watch until ``stop`` is set; always stops every thread.
 
         A first build stops within seconds when ``stop`` is set (nothing is committed).

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ingestor.pipeline import Pipeline, UpdateReport
-from ingestor.read.documents import DEFAULT_IGNORE, Document, iter_files
+from ingestor.read.documents import Document
+from ingestor.read.listing import DEFAULT_IGNORE, iter_files
 from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ingestor.errors import SummarizationError
-from ingestor.read.chunking import BULLET, split_units
+from ingestor.read.sentences import BULLET, split_units
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 
 log = logging.getLogger(__name__)

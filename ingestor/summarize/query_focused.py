@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ingestor.errors import SummarizationError
-from ingestor.read.chunking import split_sentences
+from ingestor.read.sentences import split_sentences
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.summarize.extractive import truncate
 

@@ -128,7 +128,7 @@ def test_list_settings_take_a_comma_separated_string_or_json(
 def test_ignore_patterns_starting_with_plus_add_to_the_defaults(
     monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    from ingestor.read.documents import DEFAULT_IGNORE
+    from ingestor.read.listing import DEFAULT_IGNORE
 
     monkeypatch.setenv("ADRAP_READ__IGNORE", value)
     s = Settings(_env_file=None)  # type: ignore[call-arg]

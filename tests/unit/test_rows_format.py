@@ -75,7 +75,7 @@ def test_a_format_1_database_is_read_as_it_is_and_moved_by_the_first_writer(
 def test_the_log_is_checkpointed_at_its_kept_size_not_sqlites_1000_pages(tmp_path: Path) -> None:
     """Each checkpoint rewrites every page changed since the last; updates change the same upper
     pages of the B-tree each time, so checkpoints are made as rare as the kept log allows."""
-    from models_store.rows import PAGE_SIZE, WAL_KEEP_BYTES
+    from models_store.rows_connection import PAGE_SIZE, WAL_KEEP_BYTES
 
     store = RowStore(tmp_path / "s.db", create=True)
     for i in range(24):  # 24 commits of ~1 MB: past SQLite's default (1,000 pages = 16 MB)

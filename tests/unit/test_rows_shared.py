@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from models_store import Changes, ModelStoreError, RowStore
-from models_store.rows import PAGE_SIZE
+from models_store.rows_connection import PAGE_SIZE
 
 
 def put(rows: RowStore, key: str, value: bytes) -> None:
@@ -90,9 +90,9 @@ def test_a_large_commit_leaves_no_large_log_behind(
 ) -> None:
     """A kept connection never closes: the log a build's commit grew is truncated by the commit,
     not left beside the database (as large as it) for the daemon's lifetime."""
-    import models_store.rows as rows_module
+    import models_store.rows_connection as connection
 
-    monkeypatch.setattr(rows_module, "WAL_KEEP_BYTES", 256 * 1024)
+    monkeypatch.setattr(connection, "WAL_KEEP_BYTES", 256 * 1024)
     path = tmp_path / "s.sqlite"
     rows = RowStore.shared(path, create=True)
     ch = Changes()
@@ -123,9 +123,9 @@ class _FailingCheckpoint:
 def test_a_failed_log_truncation_does_not_fail_the_commit_before_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import models_store.rows as rows_module
+    import models_store.rows_connection as connection
 
-    monkeypatch.setattr(rows_module, "WAL_KEEP_BYTES", 1024)
+    monkeypatch.setattr(connection, "WAL_KEEP_BYTES", 1024)
     rows = RowStore(tmp_path / "s.sqlite", create=True)
     rows._db = _FailingCheckpoint(rows._db)  # type: ignore[assignment]
     put(rows, "k", bytes(4096))  # committed: the truncation after it is best effort

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingestor.read.chunking import Chunk, chunk_text, split_sentences
+from ingestor.read.chunking import Chunk, chunk_text
 from ingestor.read.documents import normalise_text
+from ingestor.read.sentences import split_sentences
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from tests.conftest import DATA
 from tests.fakes import ByteTokenizer

@@ -16,13 +16,13 @@ from hypothesis import strategies as st
 from ingestor.errors import SourceError
 from ingestor.read import formats
 from ingestor.read.documents import (
-    DEFAULT_IGNORE,
     SUPPORTED_SUFFIXES,
     Document,
     iter_documents,
     normalise_text,
     read_document,
 )
+from ingestor.read.listing import DEFAULT_IGNORE
 
 MAX = 1_000_000
 

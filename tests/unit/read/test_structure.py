@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ingestor.read.chunking import chunk_text, split_units
+from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import normalise_text
 from ingestor.read.parts import Part
+from ingestor.read.sentences import split_units
 from ingestor.read.structure import Outline, join_normalised, merge_locators
 from ingestor.summarize.extractive import ExtractiveSummarizer
 from tests.fakes import ByteTokenizer

@@ -97,7 +97,7 @@ def test_a_crash_before_the_commit_leaves_the_previous_tree_and_no_orphans(
         raise KeyboardInterrupt("killed after the upserts, before the state commit")
 
     monkeypatch.setattr(persist, "commit_state", crash)
-    monkeypatch.setattr("ingestor.pipeline.build.commit_state", crash)
+    monkeypatch.setattr("ingestor.pipeline.context.commit_state", crash)
     (root / "late.txt").write_text(doc_text(random.Random(7), 6))
     with pytest.raises(KeyboardInterrupt):
         p.update([root / "late.txt"])

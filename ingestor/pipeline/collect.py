@@ -1,0 +1,296 @@
+"""Read the tree's folder into documents, and tell which sources are gone; write nothing.
+
+A build reads the whole folder (:meth:`Collector.read_all`); an update reads what changed under
+some paths and names the sources that are gone (:meth:`Collector.collect`). Only a file whose
+name is absent from a successful listing is gone; one that cannot be read now keeps its leaves
+and is recorded in the ledger (:class:`~ingestor.pipeline.unread.Unread`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
+from ingestor.pipeline.reports import BuildReport, UpdateReport
+from ingestor.pipeline.unread import Unread, content_stale_reason
+from ingestor.read.documents import Document, iter_documents, read_document
+from ingestor.read.listing import confirmed_gone, iter_files
+from ingestor.tree.state import TreeState
+from ingestor.tree.params import Progress
+
+__all__ = ["Collector"]
+
+log = logging.getLogger(__name__)
+
+
+class Collector:
+    """Reads files under the tree's root with the read settings, recording each skip in ``unread``.
+
+    Attributes:
+        max_file_bytes, ignore, ocr, text_suffixes: the read settings (``ADRAP_READ__*``);
+            ``ignore`` None: the default patterns.
+        unread: the ledger of files skipped or stale, and why (the CLI and the daemon give it a
+            file in the state dir).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_file_bytes: int = 50_000_000,
+        ignore: list[str] | None = None,
+        ocr: bool = False,
+        text_suffixes: Sequence[str] = (),
+    ) -> None:
+        self.max_file_bytes = max_file_bytes
+        self.ignore = ignore
+        self.ocr = ocr
+        self.text_suffixes = tuple(text_suffixes)
+        self.unread = Unread()
+
+    def _ignore(self) -> dict[str, Any]:
+        return {} if self.ignore is None else {"ignore": self.ignore}
+
+    def read_all(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
+        """Read every supported file under ``root``; log and record each skipped one."""
+        docs: list[Document] = []
+        items = iter_documents(
+            root,
+            max_bytes=self.max_file_bytes,
+            ocr=self.ocr,
+            text_suffixes=self.text_suffixes,
+            **self._ignore(),
+        )
+        for path, item in items:
+            if isinstance(item, SourceError):
+                source = _relative(path, root)
+                kind: Literal["skipped", "stale"] = (
+                    "stale"
+                    if isinstance(item, SourceUnavailableError | SourceGoneError)
+                    else "skipped"
+                )
+                if path.is_dir() and kind == "stale":
+                    source += "/"
+                if self.unread.note(source, kind, str(item), _stat_or_none(path), kept=False):
+                    log.warning("%s %s: %s", kind, path, item)
+                report.skipped.append((source, str(item)))
+                continue
+            self.unread.clear(item.source)
+            docs.append(item)
+            progress("read", len(docs), 0)
+        self.unread.flush()
+        return docs
+
+    def collect(
+        self,
+        state: TreeState,
+        paths: list[Path],
+        report: UpdateReport,
+        held: Callable[[str, Path], bool] | None = None,
+    ) -> tuple[list[Document], list[str]]:
+        """Read ``paths`` (files or folders under the tree's root): changed docs and gone sources.
+
+        Only a file that is gone is returned as gone: its name is absent from a successful listing
+        of its folder. A file that exists but cannot be read now (EACCES, EBUSY, EIO), or whose new
+        version cannot be used, keeps its leaves and is recorded as stale in ``self.unread``; a
+        folder that cannot be listed keeps everything under it. Skips are logged once per file
+        version; a file already skipped in this version is not read again. ``held(source, path)``
+        names files a folder's listing keeps without reading (the daemon's quarantine).
+        """
+        root = Path(state.root)
+        docs: list[Document] = []
+        gone: list[str] = []
+        for path in paths:
+            path = Path(os.path.abspath(path))
+            try:
+                rel = path.relative_to(root).as_posix()
+            except ValueError:
+                try:
+                    rel = path.resolve().relative_to(root).as_posix()
+                    path = root / rel
+                except ValueError:
+                    raise TreeError(
+                        f"{str(path)!r} is outside the tree's root {state.root!r}; add files "
+                        "under it or build another tree (ADRAP_TREE=...)"
+                    ) from None
+            prefix = "" if rel == "." else rel + "/"
+            try:
+                is_dir = stat.S_ISDIR(os.stat(path).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                if confirmed_gone(path, root):
+                    gone.extend(_sources_at(state, rel))
+                    self.unread.clear_under(rel if rel != "." else "")
+                else:
+                    self._unavailable(state, rel, "its folder cannot be listed now", report)
+                continue
+            except OSError as exc:
+                self._unavailable(state, rel, f"cannot be reached now ({exc.strerror})", report)
+                continue
+            if not is_dir:
+                self._read_file(state, root, path, _stat_or_none(path), docs, report)
+                continue
+            seen, kept = self._collect_folder(state, path, root, docs, report, held)
+            self.unread.clear_unlisted(prefix, seen, kept)
+            gone.extend(
+                s
+                for s in state.sources.keys_with_prefix(prefix)
+                if s not in seen and not s.startswith(tuple(kept))
+            )
+        self.unread.flush()
+        return docs, gone
+
+    def _collect_folder(
+        self,
+        state: TreeState,
+        folder: Path,
+        root: Path,
+        docs: list[Document],
+        report: UpdateReport,
+        held: Callable[[str, Path], bool] | None,
+    ) -> tuple[set[str], list[str]]:
+        """Read the files under ``folder`` that changed; skip the rest by (size, mtime_ns, inode).
+
+        Returns the sources seen in the listing (read or not) and the folders that could not be
+        listed (``sub/``: every source under them is kept).
+        """
+        seen: set[str] = set()
+        kept: list[str] = []
+        unchanged = 0
+        for p, error in iter_files(folder, **self._ignore()):
+            source = _source_of(p, root)
+            if error is not None:  # a folder: unreadable now (kept), or a link that is refused
+                if isinstance(error, SourceUnavailableError):
+                    kept.append(source + "/")
+                    self._unavailable(state, source + "/", str(error), report)
+                else:
+                    self._skip(source, str(error), None, report)
+                continue
+            seen.add(source)
+            if held is not None and held(source, p):
+                continue
+            st = _stat_or_none(p)
+            entry = state.sources.get(source)
+            if entry is not None and st is not None and entry.unchanged(st):
+                unchanged += 1
+                self.unread.clear(source)
+                continue
+            self._read_file(state, root, p, st, docs, report)
+        report.files_unchanged += unchanged
+        return seen, kept
+
+    def _read_file(
+        self,
+        state: TreeState,
+        root: Path,
+        path: Path,
+        st: os.stat_result | None,
+        docs: list[Document],
+        report: UpdateReport,
+    ) -> None:
+        """Read one file (``st``: its stat before the read) into ``docs``, or record why not.
+
+        Never a deletion here. A version the ledger already knows to fail is not read again.
+        """
+        source = _source_of(path, root)
+        if self.unread.known(source, st) is not None:
+            return  # recorded and logged for this version already
+        try:
+            doc = read_document(
+                path,
+                root,
+                max_bytes=self.max_file_bytes,
+                ocr=self.ocr,
+                text_suffixes=self.text_suffixes,
+            )
+        except SourceGoneError as exc:
+            # vanished mid-read: a later event (or rescan) decides whether it is gone
+            self._unavailable(state, source, str(exc), report)
+        except SourceUnavailableError as exc:
+            self._unavailable(state, source, str(exc), report, st)
+        except SourceError as exc:
+            if source not in state.sources:
+                self._skip(source, str(exc), st, report)
+                return
+            reason = content_stale_reason(str(exc))
+            if self.unread.note(source, "stale", reason, st, kept=True):
+                log.warning("stale %s: %s", source, exc)
+                report.stale.append((source, reason))
+        else:
+            docs.append(doc)
+            self.unread.clear(doc.source)
+
+    def _skip(
+        self, source: str, reason: str, st: os.stat_result | None, report: UpdateReport
+    ) -> None:
+        if self.unread.note(source, "skipped", reason, st, kept=False):
+            log.warning("skipped %s: %s", source, reason)
+            report.skipped.append((source, reason))
+
+    def _unavailable(
+        self,
+        state: TreeState,
+        source: str,
+        reason: str,
+        report: UpdateReport,
+        st: os.stat_result | None = None,
+    ) -> None:
+        kept = source in state.sources or bool(
+            source.endswith("/") and state.sources.keys_with_prefix(source)
+        )
+        if self.unread.note(source, "stale", reason, st, kept=kept):
+            log.warning("stale %s: %s", source, reason)
+            report.stale.append((source, reason))
+
+    def sources_under(self, state: TreeState, paths: list[Path]) -> list[str]:
+        """Return the sources of the tree named by ``paths`` (files or folders, existing or not)."""
+        root = Path(state.root)
+        out: list[str] = []
+        for path in paths:
+            try:
+                rel = path.resolve().relative_to(root).as_posix()
+            except ValueError:
+                raise TreeError(
+                    f"{str(path)!r} is outside the tree's root {state.root!r}"
+                ) from None
+            found = _sources_at(state, rel)
+            if not found:
+                raise TreeError(
+                    f"{str(path)!r} is not in tree {state.tree!r} (no document at or under "
+                    f"{rel!r}); `adrap status` shows the tree"
+                )
+            out.extend(found)
+        return out
+
+
+def _sources_at(state: TreeState, rel: str) -> list[str]:
+    """Return the source ``rel`` if the tree has it, else the sources under folder ``rel``
+    (one key lookup or one range scan: never a pass over every source)."""
+    if rel != "." and rel in state.sources:
+        return [rel]
+    return state.sources.keys_with_prefix("" if rel == "." else rel + "/")
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
+    """``path.stat()``, or None where it cannot be had."""
+    try:
+        return path.stat()
+    except OSError:
+        return None
+
+
+def _source_of(path: Path, root: Path) -> str:
+    try:
+        return Path(os.path.abspath(path)).relative_to(root).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return path.name

@@ -1,0 +1,225 @@
+"""What the stages of one tree share: its adapters, and the crash-safe writes to its two stores.
+
+The tree lives in two stores, the node store (Qdrant: points) and the state database (the
+tree's rows). An update is: compute in memory → record the intent (the points it writes and
+deletes) → upsert new/changed points (idempotent ids) → commit the state atomically → delete
+points no longer referenced → drop the intent. A crash between any two steps leaves either the
+previous state with extra points or the new state fully stored, and :meth:`TreeContext.recover`
+repairs the store from the intent alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ingestor.errors import TreeError
+from ingestor.pipeline.vectors import vectors_of
+from ingestor.tree.build import TreeBuilder
+from ingestor.tree.persist import begin_intent, commit_state, end_intent, load_state, pending_intent
+from ingestor.tree.state import TreeState
+from ingestor.tree.params import Progress
+from models_store import ModelStore, ModelStoreError
+from retriever import Embedder, NodeStore
+
+__all__ = ["UPSERT_BATCH", "TreeContext", "bulk_writes"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Points per upsert request.
+UPSERT_BATCH = 512
+
+
+class TreeContext:
+    """One tree's adapters, given to each stage, and the writes that keep its stores agreeing.
+
+    Attributes:
+        tree: the tree's name (``ADRAP_TREE``); its points carry it.
+        embedder: embeds leaves (and, through ``builder``, summaries); its ``dim`` and
+            ``model_id`` shape the collection.
+        builder: builds the summary layers (its clusterer and summariser).
+        store: the node store the points are written to (the daemon wraps it in a lock).
+        models: the state directory's model store; the state database lives in it.
+    """
+
+    def __init__(
+        self,
+        *,
+        tree: str,
+        embedder: Embedder,
+        builder: TreeBuilder,
+        store: NodeStore,
+        models: ModelStore,
+    ) -> None:
+        self.tree = tree
+        self.embedder = embedder
+        self.builder = builder
+        self.store = store
+        self.models = models
+
+    # -- the state ---------------------------------------------------------------------------
+
+    def open_state(self, *, recover: bool = False) -> TreeState | None:
+        """Return the committed state (its vectors read from the store on demand), or None.
+
+        Args:
+            recover: finish or undo an interrupted update first (see :meth:`recover`); only the
+                holder of the writer lock may, since another process's update in flight looks
+                the same.
+        """
+        state = load_state(self.models, self.tree, self.embedder)
+        if state is not None:
+            state.vectors.fetch = self.store.retrieve_vectors
+            if recover:
+                self.recover(state)
+        return state
+
+    def require_state(self, *, recover: bool = False) -> TreeState:
+        """Return the committed state, or explain that the tree must be built first.
+
+        Args:
+            recover: as for :meth:`open_state` (writers pass True).
+        """
+        state = self.open_state(recover=recover)
+        if state is None:
+            raise TreeError(
+                f"tree {self.tree!r} has not been built in {self.models.root.parent}; "
+                "run `adrap build DIR` first"
+            )
+        return state
+
+    def recover(self, state: TreeState) -> int:
+        """Repair the store after an update interrupted by a crash; return the points repaired.
+
+        The update's intent names every point it was writing and deleting. Committed: its
+        deletes are redone. Not committed: the points it wrote are put back as the committed
+        state has them (re-embedded if a point is gone), and points of nodes the state does not
+        have are deleted. Either way the cost is the size of that update, not of the tree.
+        """
+        intent = pending_intent(state)
+        if intent is None:
+            return 0
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        if intent.committed:
+            doomed = [i for i in intent.delete if i not in state.nodes]
+            restore: list[str] = []
+        else:
+            doomed = [i for i in intent.upsert if i not in state.nodes]
+            restore = [i for i in intent.upsert if i in state.nodes]
+        for start in range(0, len(restore), UPSERT_BATCH):
+            batch = restore[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), self.vectors_of(state, batch))
+        if doomed:
+            self.store.delete(doomed)
+        self.drop_intent(state)
+        log.info(
+            "recovered tree %r from an interrupted update: %d points restored, %d deleted",
+            self.tree,
+            len(restore),
+            len(doomed),
+        )
+        return len(restore) + len(doomed)
+
+    def vectors_of(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
+        """Return the vectors of nodes, embedding their texts again where the store lost them."""
+        return vectors_of(state, ids, store=self.store, embedder=self.embedder)
+
+    def guard(self, action: Callable[[], T], what: str) -> T:
+        """Run a state-database ``action``, turning its failure into a TreeError with the fix.
+
+        ``what`` completes "cannot ... the tree state in <dir>" (``"write to"``).
+        """
+        try:
+            return action()
+        except (OSError, ModelStoreError) as exc:
+            raise TreeError(
+                f"cannot {what} the tree state in {self.models.root}: {exc}; check free space "
+                "and permissions of ADRAP_STATE_DIR, then run the command again"
+            ) from exc
+
+    # -- the crash-safe writes ---------------------------------------------------------------
+
+    def record_intent(self, state: TreeState, upsert: list[str], delete: list[str]) -> None:
+        """Record, before writing, the points an update upserts and deletes (see :meth:`recover`)."""
+        self.guard(lambda: begin_intent(state, upsert, delete), "write to")
+
+    def drop_intent(self, state: TreeState) -> None:
+        """Drop the intent once the update it names is fully written."""
+        self.guard(lambda: end_intent(state), "write to")
+
+    def commit(self, state: TreeState) -> None:
+        """Make the points durable, then commit ``state`` atomically to the state database."""
+        try:
+            self.store.flush()  # the points are durable before the state that references them
+            commit_state(self.models, state)
+        except (OSError, ModelStoreError) as exc:
+            raise TreeError(
+                f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "
+                "permissions of ADRAP_STATE_DIR, then run the command again"
+            ) from exc
+
+    def store_state(self, state: TreeState, progress: Progress | None = None) -> None:
+        """Upsert every node, commit the state, then delete points the state no longer has."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        ids = list(state.nodes)
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+            if progress is not None:
+                progress("store", start + len(batch), len(ids))
+        self.store.optimize()  # embedded: build the HNSW index once, after the bulk write
+        self.commit(state)
+        orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
+        if orphans:
+            self.store.delete(orphans)
+            log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
+
+    def show_leaves(self, state: TreeState, ids: list[str]) -> None:
+        """Make new leaves searchable before adRAP places them (file → searchable is the
+        embedding, not the summaries over it): they are written without parents, under an intent,
+        so a crash or a failed update before the commit deletes them again (:meth:`recover`)."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        self.record_intent(state, ids, [])
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+
+    def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
+        """Upsert changed nodes, commit the state, then delete the points of removed nodes.
+
+        The intent (which points are written and deleted) is recorded first, so that a crash at
+        any step is repaired by :meth:`recover` from those ids alone.
+        """
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        ids = sorted(i for i in upserted if i in state.nodes)
+        gone = sorted(i for i in deleted if i not in state.nodes)
+        self.record_intent(state, ids, gone)
+        log.debug("update: intent recorded; upserting %d points", len(ids))
+        for start in range(0, len(ids), UPSERT_BATCH):
+            batch = ids[start : start + UPSERT_BATCH]
+            self.store.upsert(state.payloads(batch), state.matrix(batch))
+        log.debug("update: upserted; committing the state")
+        self.commit(state)
+        log.debug(
+            "update: committed generation %d; deleting %d points", state.generation, len(gone)
+        )
+        if gone:
+            self.store.delete(gone)
+        log.debug("update: deleted; dropping the intent")
+        self.drop_intent(state)
+        log.debug("update: done")
+
+
+def bulk_writes(store: NodeStore) -> AbstractContextManager[None]:
+    """The store's bulk-write mode where it has one (embedded: no index build per upsert batch,
+    see :meth:`~retriever.edge_shard.EdgeShardLifecycle.bulk_writes`); a server indexes by
+    itself."""
+    bulk = getattr(store, "bulk_writes", None)
+    return bulk() if bulk is not None else nullcontext()
