@@ -183,6 +183,16 @@ class SummarySettings(_Section):
     backend: Literal["extractive", "openai"] = "extractive"
     max_tokens: int = Field(default=150, ge=8)
     openai: OpenAISettings = Field(default_factory=OpenAISettings)
+    #: ``adrap watch``: summaries whose children changed wait (stale, their old text searchable)
+    #: and are regenerated together once the oldest is this many seconds old, so a summary
+    #: touched by many changes is bought once; 0 regenerates at once, at every update.
+    refresh_seconds: float = Field(default=300.0, ge=0)
+    #: ... or sooner, once the folder has been quiet this long (0: only the window).
+    refresh_idle_seconds: float = Field(default=60.0, ge=0)
+    #: Caps on the summariser's input tokens (the children's texts) per hour and per day: when
+    #: one is reached, leaves stay current and summaries wait until the budget refills.
+    max_tokens_per_hour: int | None = Field(default=None, ge=1)
+    max_tokens_per_day: int | None = Field(default=None, ge=1)
 
 
 class AdrapSettings(_Section):

@@ -95,3 +95,38 @@ def confirm_deletions(ctx: Ctx) -> None:
         click.echo("deletions confirmed; adrap watch rescans the folder now")
 
     run(ctx, body)
+
+
+@main.command()
+@click.pass_obj
+def refresh(ctx: Ctx) -> None:
+    """Regenerate the stale summaries now (those whose children changed: the daemon pays for
+    them together, see ADRAP_SUMMARY__REFRESH_SECONDS), through the running daemon if there is one.
+
+    \b
+    Example:
+      adrap refresh
+    """
+
+    def body() -> None:
+        s = ctx.settings
+        out = post_daemon(s, "/refresh")
+        if out is not None:
+            left = out["summaries"]["stale"]
+            if out["refreshed"]:
+                click.echo(f"{out['summary']}; {left} stale summaries left")
+            elif out["summaries"].get("exhausted"):
+                click.echo(
+                    f"the summary budget is spent: {left} summaries stay stale until it refills"
+                )
+            else:
+                click.echo(f"nothing to refresh ({left} stale summaries)")
+            return
+        from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+
+        embedder = make_embedder(s)
+        with writer_lock(s, "refresh"), opened_store(s) as store:
+            report = make_pipeline(s, store, embedder).refresh()
+        click.echo(report.summary())
+
+    run(ctx, body)

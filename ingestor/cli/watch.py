@@ -68,6 +68,7 @@ def watch(
 
     from ingestor.service.daemon import Daemon
     from ingestor.service.http import HttpLimits, require_token_off_loopback
+    from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
 
     def body() -> None:
         s = ctx.settings
@@ -121,6 +122,11 @@ def watch(
                 confirm_deletions=confirm_deletions,
                 queries=make_query_service(s, store, embedder),
                 collection=s.qdrant.collection,
+                summaries=SummarySchedule(
+                    window=s.summary.refresh_seconds,
+                    idle=s.summary.refresh_idle_seconds,
+                    budget=TokenBudget(s.summary.max_tokens_per_hour, s.summary.max_tokens_per_day),
+                ),
             )
             daemon.run(stop, show)
 

@@ -20,8 +20,8 @@ from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread, content_stale_reason
 from ingestor.read.documents import Document, iter_documents, read_document
 from ingestor.read.listing import confirmed_gone, iter_files
-from ingestor.tree.state import TreeState
 from ingestor.tree.params import Progress
+from ingestor.tree.state import TreeState
 
 __all__ = ["Collector"]
 

@@ -21,9 +21,9 @@ from numpy.typing import NDArray
 from ingestor.errors import TreeError
 from ingestor.pipeline.vectors import vectors_of
 from ingestor.tree.build import TreeBuilder
+from ingestor.tree.params import Progress
 from ingestor.tree.persist import begin_intent, commit_state, end_intent, load_state, pending_intent
 from ingestor.tree.state import TreeState
-from ingestor.tree.params import Progress
 from models_store import ModelStore, ModelStoreError
 from retriever import Embedder, NodeStore
 

@@ -132,6 +132,10 @@ class Pipeline:
     def leaves_first(self, value: bool) -> None:
         self.apply_stage.leaves_first = value
 
+    def refresh(self, state: TreeState | None = None) -> UpdateReport:
+        """Regenerate every stale summary once (see :meth:`ApplyStage.refresh`)."""
+        return self.apply_stage.refresh(state or self.require_state(recover=True))
+
     @property
     def chunk_tokens(self) -> int:
         return self.build_stage.chunk_tokens

@@ -36,6 +36,8 @@ class UpdateReport:
     seconds: float = 0.0
     #: Bytes the update wrote to the state database.
     state_bytes: int = 0
+    #: A refresh of stale summaries (no file changed), not an update.
+    refresh: bool = False
 
     def summary(self) -> str:
         """Return the one-line account printed by the CLI and logged by the daemon."""
@@ -45,7 +47,8 @@ class UpdateReport:
             f"(={self.files_unchanged}); leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
             f"changed {s.clusters_changed}, created {s.clusters_created}, split {s.clusters_split}, "
             f"removed {s.clusters_removed}; summaries regenerated {s.summaries_regenerated} "
-            f"(cache hits {s.summary_cache_hits}, {s.summary_tokens} tokens); "
-            f"{'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"(cache hits {s.summary_cache_hits}, {s.summary_input_tokens} input tokens"
+            f"{f', {s.summary_tokens} billed' if s.summary_tokens else ''}), deferred "
+            f"{s.summaries_deferred}; {'full rebuild (drift); ' if self.rebuilt else ''}"
             f"{self.seconds:.2f}s"
         )

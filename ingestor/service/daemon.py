@@ -27,16 +27,17 @@ from starlette.applications import Starlette
 from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import MAX_HELD_ROWS
 from ingestor.pipeline import Pipeline
-from ingestor.pipeline.unread import unread_status
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
-from ingestor.service.daemon_http import daemon_app, is_embedded
+from ingestor.service.daemon_api import DaemonApi
+from ingestor.service.daemon_http import daemon_app, is_embedded, start_server
 from ingestor.service.deadline import BoundedLock
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
-from ingestor.service.http import HttpLimits, HttpServer, require_token_off_loopback
+from ingestor.service.http import HttpLimits, HttpServer
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
-from ingestor.service.mounts import filesystem_of, is_network_fs
+from ingestor.service.mounts import polls_by_default
 from ingestor.service.share import RootMonitor, ShareGuard
+from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.params import Progress, no_progress
 from retriever import DEFAULT_COLLECTION, Embedder
@@ -81,6 +82,8 @@ class Daemon:
         queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
             ``query_defaults`` and no LLM); it is rebound to the locked store and query embedder.
         collection: the name Qdrant clients read the embedded store under (``/collections/...``).
+        summaries: when stale summaries are regenerated and the LLM budget (default: at once,
+            every update paying for its summaries, as before issue 34).
     """
 
     def __init__(
@@ -110,10 +113,11 @@ class Daemon:
         query_embedder: Embedder | None = None,
         queries: QueryService | None = None,
         collection: str = DEFAULT_COLLECTION,
+        summaries: SummarySchedule | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
-        self.polling = polling if polling is not None else self._polls_by_default(self.root)
+        self.polling = polling if polling is not None else polls_by_default(self.root)
         self.poll_interval = poll_interval
         self.debounce = debounce
         self.close_grace = close_grace
@@ -161,25 +165,24 @@ class Daemon:
         self.queries.lock = (
             self._embed_lock
         )  # queries serialise among themselves, not on the writer
+        self.summaries = summaries or SummarySchedule(window=0, idle=0)
+        pipeline.apply_stage.defer_summaries = lambda: self.summaries.defer(time.monotonic())
         self.metrics = Metrics(pipeline.tree)
-        self.registry = self.metrics.registry(self.pending, self._gauges)
         self.watcher: Watcher | None = None
+        self.api = DaemonApi(
+            self.metrics,
+            self.summaries,
+            self.queries,
+            root=self.root,
+            quarantine=self.quarantine,
+            guard=self.guard,
+            root_monitor=self.root_monitor,
+            unread=lambda: self.pipeline.unread,
+            watcher=lambda: self.watcher,
+        )
+        self.registry = self.api.registry
         self.server: HttpServer | None = None
         self._stop = threading.Event()
-
-    @staticmethod
-    def _polls_by_default(root: Path) -> bool:
-        """Poll a network share (SMB, NFS, FUSE): inotify misses other machines' changes."""
-        fstype = filesystem_of(root)
-        if is_network_fs(fstype):
-            log.info(
-                "%s is on a %s mount: polling (native events miss changes made by other "
-                "machines); set ADRAP_WATCH__POLLING=false to use native events",
-                root,
-                fstype,
-            )
-            return True
-        return False
 
     @property
     def address(self) -> tuple[str, int] | None:
@@ -188,7 +191,7 @@ class Daemon:
 
     def pending(self) -> int:
         """Paths waiting to be applied."""
-        return self.watcher.pending() if self.watcher else 0
+        return self.api.pending()
 
     def run(self, stop: threading.Event, progress: Progress = no_progress) -> None:
         """Serve HTTP, reconcile, then watch until ``stop`` is set; always stops every thread.
@@ -217,7 +220,7 @@ class Daemon:
                 exclude=self.exclude,
                 lock=self.lock,
                 max_backoff=self.max_backoff,
-                on_applied=self.metrics.applied,
+                on_applied=self.api.applied,
                 on_error=self.metrics.error,
                 quarantine=self.quarantine,
                 settle=self.poll_interval if self.polling else 0.0,
@@ -306,26 +309,22 @@ class Daemon:
         Raises:
             ConfigError: binding beyond loopback without a token, or the port is taken.
         """
-        if self.http_port < 0:
-            return
-        require_token_off_loopback(self.http_host, self.http_token)
-        self.server = HttpServer(self.app(), self.http_host, self.http_port, self.limits)
-        self.server.start()
-        host, port = self.server.address
-        if self.state_lock is not None:
-            self.state_lock.describe(http=f"{host}:{port}")
-        log.info(
-            "serving /healthz /readyz /metrics /status /query /dashboard%s on http://%s:%d%s",
-            f" and Qdrant's read API (collection {self.collection!r})" if self.embedded else "",
-            host,
-            port,
-            " (bearer token required)" if self.http_token else "",
-        )
+        if self.http_port >= 0:
+            self.server = start_server(
+                self.app(),
+                self.http_host,
+                self.http_port,
+                self.limits,
+                self.http_token,
+                lock=self.state_lock,
+                embedded=self.embedded,
+                collection=self.collection,
+            )
 
     def app(self) -> Starlette:
         """Return the ASGI app (:func:`~ingestor.service.daemon_http.daemon_app`)."""
         return daemon_app(
-            self,
+            self.api,
             self.store,
             tree=self.pipeline.tree,
             root=self.root,
@@ -333,7 +332,7 @@ class Daemon:
             limits=self.limits,
             token=self.http_token,
             host=self.http_host,
-            updates=self.dashboard_updates,
+            updates=self.api.dashboard_updates,
         )
 
     def _maintain(self) -> None:
@@ -342,16 +341,8 @@ class Daemon:
         due = getattr(self.store.inner, "optimize_due", None)
         if due is not None and due():
             self.store.optimize()
-
-    @property
-    def ready(self) -> bool:
-        """The first reconciliation is done: queries are answered."""
-        return self.metrics.ready
-
-    def share_problem(self) -> str | None:
-        """Why the watched folder is not there now (None: it is)."""
-        problem = self.root_monitor.status()["problem"]
-        return None if problem is None else str(problem)
+        if self.watcher is not None:
+            self.watcher.refresh(self.api.refresh_due)
 
     @property
     def embedded(self) -> bool:
@@ -362,55 +353,3 @@ class Daemon:
         """Stop the HTTP server and join its thread."""
         if self.server is not None:
             self.server.stop()
-
-    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        """Return the ``/status`` document (``offset``/``limit``: the page of unread files)."""
-        out = self.metrics.status(self.pending()) | {"root": str(self.root)}
-        out["quarantined"] = {
-            source: {"reason": q.reason, "since": q.at}
-            for source, q in self.quarantine.items().items()
-        }
-        out["unread"] = unread_status(self.pipeline.unread, offset=offset, limit=limit)
-        return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
-
-    def dashboard_updates(self) -> dict[str, Any]:
-        """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates."""
-        return self.status() | {"updates": self.metrics.recent()}
-
-    def _gauges(self) -> dict[str, Any]:
-        g = self.guard.status()
-        return {
-            "quarantined": len(self.quarantine),
-            "unread": self.pipeline.unread.counts(),
-            "deletions_paused": g["deletions_paused"] is not None
-            or g["awaiting_confirmation"] is not None,
-            "watched_folder_missing": not self.root_monitor.status()["available"],
-        }
-
-    def retry(self, path: str | None = None) -> list[str]:
-        """Release quarantined files (all, or those equal to / under ``path``) and queue them."""
-        released = self.quarantine.release(path)
-        if self.watcher is not None:
-            self.watcher.enqueue(self.root / s for s in released)
-        if released:
-            log.info("retrying %d quarantined files: %s", len(released), ", ".join(released[:10]))
-        return released
-
-    def confirm_deletions(self) -> None:
-        """Let a held bulk deletion through, and rescan the root."""
-        self.guard.confirm()
-        if self.watcher is not None:
-            self.watcher.enqueue([self.root])
-
-    def query(self, params: dict[str, str]) -> dict[str, Any]:
-        """Answer ``/query``: the JSON of ``adrap query --json`` (never waits for the writer).
-
-        Raises:
-            ValueError: a parameter is missing, invalid or out of bounds.
-            SummarizationError: postQFRAP's summariser failed.
-        """
-        return self.queries.query(params)
-
-    def ask(self, params: dict[str, str]) -> dict[str, Any]:
-        """Answer ``/ask``: the JSON of ``adrap ask --json`` (same errors as :meth:`query`)."""
-        return self.queries.ask(params)

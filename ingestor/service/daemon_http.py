@@ -3,6 +3,7 @@ and, over the embedded store, Qdrant's read-only REST API, behind the door and t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,12 @@ from starlette.applications import Starlette
 from ingestor.service.daemon_routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
-from ingestor.service.http import HttpLimits, build_app
+from ingestor.service.http import HttpLimits, HttpServer, build_app, require_token_off_loopback
+from ingestor.service.locking import StateLock
 
-__all__ = ["daemon_app", "is_embedded"]
+__all__ = ["daemon_app", "is_embedded", "start_server"]
+
+log = logging.getLogger(__name__)
 
 
 def is_embedded(store: Any) -> bool:
@@ -47,3 +51,36 @@ def daemon_app(
         reader = EdgeRestReader(store, collection)  # each engine call: the store's lock
         routes += qdrant_routes(reader, root=root, limits=limits, ready=lambda: served.ready)
     return build_app(routes, token, host=host, allowed_hosts=limits.allowed_hosts)
+
+
+def start_server(
+    app: Starlette,
+    host: str,
+    port: int,
+    limits: HttpLimits,
+    token: str | None,
+    *,
+    lock: StateLock | None,
+    embedded: bool,
+    collection: str,
+) -> HttpServer:
+    """Serve ``app`` in a thread and write its address into the writer lock (where ``adrap``
+    commands find the daemon).
+
+    Raises:
+        ConfigError: binding beyond loopback without a token, or the port is taken.
+    """
+    require_token_off_loopback(host, token)
+    server = HttpServer(app, host, port, limits)
+    server.start()
+    bound, at = server.address
+    if lock is not None:
+        lock.describe(http=f"{bound}:{at}")
+    log.info(
+        "serving /healthz /readyz /metrics /status /query /dashboard%s on http://%s:%d%s",
+        f" and Qdrant's read API (collection {collection!r})" if embedded else "",
+        bound,
+        at,
+        " (bearer token required)" if token else "",
+    )
+    return server

@@ -50,6 +50,8 @@ class Served(Protocol):
 
     def confirm_deletions(self) -> None: ...
 
+    def refresh(self) -> dict[str, Any]: ...
+
 
 def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
     """Return the daemon's own routes."""
@@ -100,6 +102,13 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
         released = await anyio.to_thread.run_sync(daemon.retry, path)
         return JSONResponse({"released": released})
 
+    async def refresh(_: Request) -> Response:  # spends LLM tokens: POST, behind the token
+        try:
+            out = await anyio.to_thread.run_sync(daemon.refresh)
+        except ValueError as exc:
+            return error_response(503, str(exc))
+        return JSONResponse(out)
+
     async def confirm(_: Request) -> Response:
         await anyio.to_thread.run_sync(daemon.confirm_deletions)
         return JSONResponse({"confirmed": True})
@@ -113,6 +122,7 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
         Route("/ask", answering(daemon.ask), methods=["POST"]),  # spends LLM tokens
         Route("/retry", retry, methods=["POST"]),
         Route("/confirm-deletions", confirm, methods=["POST"]),
+        Route("/refresh", refresh, methods=["POST"]),
         Route(
             MCP_PATH,
             mcp_endpoint(

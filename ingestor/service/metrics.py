@@ -34,6 +34,11 @@ class Metrics:
         self.summary_calls = 0
         self.summary_cache_hits = 0
         self.summary_tokens = 0
+        self.summary_input_tokens = 0
+        self.summaries_deferred = 0
+        self.last_summary_input_tokens = 0
+        self.refreshes = 0
+        self.stale_summaries = 0
         self.rebuilds = 0
         self.errors: Counter[str] = Counter()
         self.buckets = [0] * len(LATENCY_BUCKETS)
@@ -48,18 +53,27 @@ class Metrics:
         with self._lock:
             self.files = len(state.sources)
             self.layers = state.layer_counts()
+            self.stale_summaries = len(state.stale)
 
     def applied(self, report: UpdateReport, state: TreeState) -> None:
         """Count one applied update and refresh the tree snapshot."""
         s = report.stats
         with self._lock:
+            self.summary_input_tokens += s.summary_input_tokens
+            self.summaries_deferred += s.summaries_deferred
+            self.last_summary_input_tokens = s.summary_input_tokens
+            self.summary_calls += s.summaries_regenerated
+            self.summary_cache_hits += s.summary_cache_hits
+            self.summary_tokens += s.summary_tokens
+            self.stale_summaries = len(state.stale)
+            if report.refresh:
+                self.refreshes += 1
+                self.layers = state.layer_counts()
+                return
             self.updates += 1
             self.files_changed += report.files_added + report.files_changed + report.files_removed
             self.leaves_added += s.leaves_added
             self.leaves_removed += s.leaves_removed
-            self.summary_calls += s.summaries_regenerated
-            self.summary_cache_hits += s.summary_cache_hits
-            self.summary_tokens += s.summary_tokens
             self.rebuilds += report.rebuilt
             for i, bound in enumerate(LATENCY_BUCKETS):
                 if report.seconds <= bound:
@@ -127,6 +141,10 @@ class Metrics:
                 "updates_applied": self.updates,
                 "summary_calls": self.summary_calls,
                 "summary_tokens": self.summary_tokens,
+                "summary_input_tokens": self.summary_input_tokens,
+                "summaries_deferred": self.summaries_deferred,
+                "summary_refreshes": self.refreshes,
+                "stale_summaries": self.stale_summaries,
                 "errors": dict(self.errors),
                 "last_update": self.last,
             }
@@ -216,6 +234,22 @@ class _Collector:
             )
             yield counter(
                 "summary_cache_hits", "Summaries taken from the cache.", m.summary_cache_hits
+            )
+            yield counter(
+                "summary_input_tokens",
+                "Summariser input tokens (the children's texts of every summary paid for).",
+                m.summary_input_tokens,
+            )
+            yield counter(
+                "summaries_deferred",
+                "Summaries marked stale instead of regenerated.",
+                m.summaries_deferred,
+            )
+            yield counter("summary_refreshes", "Refreshes of stale summaries.", m.refreshes)
+            yield gauge(
+                "stale_summaries",
+                "Summaries whose children changed, waiting for the next refresh (old text kept).",
+                m.stale_summaries,
             )
             yield counter("rebuilds", "Updates that ended in a full rebuild.", m.rebuilds)
             errors = CounterMetricFamily(

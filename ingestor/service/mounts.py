@@ -13,7 +13,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NETWORK_FS", "filesystem_of", "is_network_fs"]
+__all__ = ["NETWORK_FS", "filesystem_of", "is_network_fs", "polls_by_default"]
 
 #: Filesystem types whose changes by other machines inotify does not report.
 NETWORK_FS = frozenset(
@@ -56,6 +56,20 @@ def filesystem_of(path: Path, mountinfo: str | None = None) -> str | None:
 def is_network_fs(fstype: str | None) -> bool:
     """True for a network or FUSE filesystem (``fuse.sshfs``, ``fuse.rclone`` included)."""
     return fstype is not None and (fstype in NETWORK_FS or fstype.startswith("fuse."))
+
+
+def polls_by_default(root: Path) -> bool:
+    """Poll a network share (SMB, NFS, FUSE): inotify misses other machines' changes."""
+    fstype = filesystem_of(root)
+    if is_network_fs(fstype):
+        log.info(
+            "%s is on a %s mount: polling (native events miss changes made by other "
+            "machines); set ADRAP_WATCH__POLLING=false to use native events",
+            root,
+            fstype,
+        )
+        return True
+    return False
 
 
 def _unescape(field: str) -> str:

@@ -15,13 +15,22 @@ Every time is a ``time.monotonic()`` reading passed in, so tests drive the clock
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOUR", "SummarySchedule", "TokenBudget"]
+__all__ = ["HOUR", "SummarySchedule", "TokenBudget", "stale_age"]
+
+
+def stale_age(state: Any) -> float | None:
+    """Seconds since the tree's oldest stale summary went stale (None: none is); the stamps are
+    wall-clock times kept in the state, so a restart does not reset the window."""
+    stamps = list(state.stale.values())
+    return max(0.0, time.time() - min(stamps)) if stamps else None
+
 
 HOUR = 3600.0
 DAY = 24 * HOUR
@@ -121,6 +130,20 @@ class SummarySchedule:
         if self.requested or stale_age >= self.window:
             return True
         return self.idle > 0 and now - self.last_change >= self.idle
+
+    def status(self, now: float, state: Any) -> dict[str, Any]:
+        """The ``/status`` block: stale summaries, when the next refresh comes, the budget."""
+        age = stale_age(state)
+        return {
+            "stale": len(state.stale),
+            "oldest_stale_seconds": None if age is None else round(age, 1),
+            "refresh_window_seconds": self.window,
+            "refresh_idle_seconds": self.idle,
+            "next_refresh_in_seconds": None
+            if age is None
+            else round(max(0.0, self.window - age), 1),
+            "last_refresh_tokens": self.last_refresh_tokens,
+        } | self.budget.status(now)
 
     def refreshed(self, tokens: int, now: float) -> None:
         """A refresh paid ``tokens`` at ``now``."""

@@ -313,6 +313,28 @@ class Watcher:
         log.info("applied update: %s; paths: %s%s", report.summary(), ", ".join(names), more)
         return True
 
+    def refresh(self, due: Callable[[TreeState], bool]) -> UpdateReport | None:
+        """Regenerate the stale summaries when ``due(state)`` (the daemon's summary schedule),
+        under the writer's lock, between batches. A failure (the LLM endpoint) keeps them stale,
+        and the summaries paid before it, for the next try; returns None then or when not due."""
+        with self.lock:
+            try:
+                if self._stale:
+                    self._reload()
+                if not due(self.state):
+                    return None
+                report = self.pipeline.refresh(self.state)
+            except Exception as exc:  # the worker must survive anything
+                self._paid.update(self.state.summary_cache.pending_items())
+                self._stale = True
+                log.warning("regenerating stale summaries failed (%s); kept for the next try", exc)
+                return None
+            self._paid = {}
+            if self.on_applied:
+                self.on_applied(report, self.state)
+        log.info("refreshed stale summaries: %s", report.summary())
+        return report
+
     def _reload(self) -> None:
         """Start again from the committed state, keeping the summaries already paid for."""
         fresh = self.pipeline.require_state(recover=True)

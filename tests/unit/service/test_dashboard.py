@@ -225,7 +225,7 @@ def test_the_updates_list_skipped_and_stale_files_with_their_reasons(
 
 def test_the_query_the_page_runs_is_the_daemon_s_own(client: TestClient, daemon: Daemon) -> None:
     out = get(client, "/query", q="apple orchard harvest", max_tokens=300)
-    direct = daemon.query({"q": "apple orchard harvest", "max_tokens": "300"})
+    direct = daemon.api.query({"q": "apple orchard harvest", "max_tokens": "300"})
     assert [h["node_id"] for h in out["hits"]] == [h["node_id"] for h in direct["hits"]]
     assert out["total_tokens"] <= 300
 

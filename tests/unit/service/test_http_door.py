@@ -36,6 +36,7 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/ask?q=zebras", None),
     ("POST", "/retry", None),
     ("POST", "/confirm-deletions", None),
+    ("POST", "/refresh", None),
     ("GET", "/dashboard", None),
     ("GET", "/dashboard/api/layers", None),
     ("GET", "/dashboard/api/layer/0", None),
@@ -92,6 +93,10 @@ class FakeDaemon:
 
     def confirm_deletions(self) -> None:
         self.changed.append("confirm")
+
+    def refresh(self) -> dict[str, Any]:
+        self.changed.append("refresh")
+        return {"refreshed": True}
 
 
 class FakeReader:
@@ -181,7 +186,7 @@ def test_non_browser_clients_reach_every_route(client: TestClient, daemon: FakeD
         resp = send(client, method, path, body)
         assert resp.status_code != 403 or path == "/collections/adrap/points", (path, resp.text)
         assert resp.status_code < 500 or resp.status_code == 501, (path, resp.text)
-    assert daemon.changed == ["ask", "retry", "confirm"]
+    assert daemon.changed == ["ask", "retry", "confirm", "refresh"]
 
 
 @pytest.mark.parametrize(
@@ -251,7 +256,7 @@ def test_a_link_from_another_site_opens_the_page_but_nothing_else(client: TestCl
 def test_state_changing_and_paying_routes_are_post_only(
     client: TestClient, daemon: FakeDaemon
 ) -> None:
-    for path in ("/ask?q=zebras", "/retry", "/confirm-deletions"):
+    for path in ("/ask?q=zebras", "/retry", "/confirm-deletions", "/refresh"):
         resp = client.get(path)
         assert resp.status_code == 405, path
         assert "POST" in resp.headers["allow"]

@@ -35,6 +35,7 @@ TEMPLATES = [
     "/ask",
     "/retry",
     "/confirm-deletions",
+    "/refresh",
     "/dashboard",
     "/dashboard/api/layers",
     "/dashboard/api/layer/{n}",

@@ -154,7 +154,7 @@ def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daem
         .points
     )
     ids = fill_ids(hits, budget)
-    expected = served.daemon.query({"q": question, "max_tokens": str(budget)})
+    expected = served.daemon.api.query({"q": question, "max_tokens": str(budget)})
     assert ids == [h[F.NODE_ID] for h in expected["hits"]]
     assert len(ids) >= 3
 
@@ -173,7 +173,7 @@ def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served:
     leaves = served.pipeline.store.count(SearchFilter(tree=TREE, max_layer=0))
     assert len(hits) == min(50, leaves)
     ids = fill_ids(hits, budget)
-    expected = served.daemon.query({"q": question, "max_tokens": str(budget), "max_layer": "0"})
+    expected = served.daemon.api.query({"q": question, "max_tokens": str(budget), "max_layer": "0"})
     assert ids == [h[F.NODE_ID] for h in expected["hits"]]
     upper = models.Filter(must=[models.FieldCondition(key=F.LAYER, range=models.Range(gte=1))])
     summary = client.scroll("adrap", scroll_filter=upper, limit=1, with_vectors=True)[0][0]

@@ -1,0 +1,172 @@
+"""What the daemon answers (:class:`DaemonApi`, the ``Served`` of its routes): status, queries and
+answers, the retry, confirm and refresh actions, and the bookkeeping after each update or refresh
+(counted in the metrics, spent from the summary budget). Given the daemon's parts, not the daemon."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ingestor.pipeline import UpdateReport
+from ingestor.pipeline.unread import Unread, unread_status
+from ingestor.service.failures import Quarantine
+from ingestor.service.metrics import Metrics
+from ingestor.service.share import RootMonitor, ShareGuard
+from ingestor.service.summary_schedule import SummarySchedule, stale_age
+from ingestor.tree.state import TreeState
+
+if TYPE_CHECKING:
+    from ingestor.answer.service import QueryService
+    from ingestor.service.watcher import Watcher
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DaemonApi"]
+
+
+class DaemonApi:
+    """The daemon's answers and actions over its parts.
+
+    Args:
+        metrics: the counters and tree snapshot.
+        summaries: when stale summaries are regenerated, and the LLM budget.
+        queries: answers ``/query`` and ``/ask``.
+        root: the watched folder.
+        quarantine, guard, root_monitor: the failed files, the share guard, the folder's watch.
+        unread: returns the pipeline's ledger of files that could not be read.
+        watcher: returns the writer (None while reconciling).
+    """
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        summaries: SummarySchedule,
+        queries: QueryService,
+        *,
+        root: Path,
+        quarantine: Quarantine,
+        guard: ShareGuard,
+        root_monitor: RootMonitor,
+        unread: Callable[[], Unread],
+        watcher: Callable[[], Watcher | None],
+    ) -> None:
+        self.metrics = metrics
+        self.summaries = summaries
+        self.queries = queries
+        self.root = root
+        self.quarantine = quarantine
+        self.guard = guard
+        self.root_monitor = root_monitor
+        self.unread = unread
+        self.watcher = watcher
+        self.registry = metrics.registry(self.pending, self.gauges)
+
+    @property
+    def ready(self) -> bool:
+        """The first reconciliation is done: queries are answered."""
+        return self.metrics.ready
+
+    def share_problem(self) -> str | None:
+        """Why the watched folder is not there now (None: it is)."""
+        problem = self.root_monitor.status()["problem"]
+        return None if problem is None else str(problem)
+
+    def pending(self) -> int:
+        """Paths waiting to be applied."""
+        w = self.watcher()
+        return w.pending() if w else 0
+
+    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+        """Return the ``/status`` document (``offset``/``limit``: the page of unread files)."""
+        out = self.metrics.status(self.pending()) | {"root": str(self.root)}
+        w = self.watcher()
+        if w is not None:
+            out["summaries"] = self.summaries.status(time.monotonic(), w.state)
+        out["quarantined"] = {
+            source: {"reason": q.reason, "since": q.at}
+            for source, q in self.quarantine.items().items()
+        }
+        out["unread"] = unread_status(self.unread(), offset=offset, limit=limit)
+        return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
+
+    def dashboard_updates(self) -> dict[str, Any]:
+        """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates."""
+        return self.status() | {"updates": self.metrics.recent()}
+
+    def gauges(self) -> dict[str, Any]:
+        """The ``/metrics`` gauges the metrics do not hold themselves."""
+        g = self.guard.status()
+        return {
+            "quarantined": len(self.quarantine),
+            "unread": self.unread().counts(),
+            "deletions_paused": g["deletions_paused"] is not None
+            or g["awaiting_confirmation"] is not None,
+            "watched_folder_missing": not self.root_monitor.status()["available"],
+        }
+
+    def retry(self, path: str | None = None) -> list[str]:
+        """Release quarantined files (all, or those equal to / under ``path``) and queue them."""
+        released = self.quarantine.release(path)
+        w = self.watcher()
+        if w is not None:
+            w.enqueue(self.root / s for s in released)
+        if released:
+            log.info("retrying %d quarantined files: %s", len(released), ", ".join(released[:10]))
+        return released
+
+    def confirm_deletions(self) -> None:
+        """Let a held bulk deletion through, and rescan the root."""
+        self.guard.confirm()
+        w = self.watcher()
+        if w is not None:
+            w.enqueue([self.root])
+
+    def query(self, params: dict[str, str]) -> dict[str, Any]:
+        """Answer ``/query``: the JSON of ``adrap query --json`` (never waits for the writer).
+
+        Raises:
+            ValueError: a parameter is missing, invalid or out of bounds.
+            SummarizationError: postQFRAP's summariser failed.
+        """
+        return self.queries.query(params)
+
+    def ask(self, params: dict[str, str]) -> dict[str, Any]:
+        """Answer ``/ask``: the JSON of ``adrap ask --json`` (same errors as :meth:`query`)."""
+        return self.queries.ask(params)
+
+    # -- summaries -------------------------------------------------------------------------------
+
+    def applied(self, report: UpdateReport, state: TreeState) -> None:
+        """After each update or refresh (the writer, under its lock): count it, spend it."""
+        now = time.monotonic()
+        if report.refresh:
+            self.summaries.refreshed(report.stats.summary_input_tokens, now)
+        else:
+            self.summaries.changed(now)
+            self.summaries.budget.spend(report.stats.summary_input_tokens, now)
+        self.metrics.applied(report, state)
+
+    def refresh_due(self, state: TreeState) -> bool:
+        """Whether the stale summaries of ``state`` are due now (the summary schedule)."""
+        return self.summaries.due(time.monotonic(), stale_age(state))
+
+    def refresh(self) -> dict[str, Any]:
+        """Regenerate the stale summaries now (``POST /refresh``, ``adrap refresh``), unless the
+        LLM budget is spent; waits for the batch in hand.
+
+        Raises:
+            ValueError: the daemon is still reconciling.
+        """
+        w = self.watcher()
+        if w is None:
+            raise ValueError("the daemon is still reconciling; retry shortly")
+        self.summaries.request()
+        report = w.refresh(self.refresh_due)
+        return {
+            "refreshed": report is not None,
+            "summary": None if report is None else report.summary(),
+            "summaries": self.summaries.status(time.monotonic(), w.state),
+        }

@@ -1,0 +1,109 @@
+"""The daemon's coalesced summaries (issue 34) on a real built tree (qdrant-edge shard): an update
+marks summaries stale (payload, /status, /metrics), a refresh regenerates them once, and the
+window, a spent budget and POST /refresh decide when."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from ingestor.pipeline import Pipeline
+from ingestor.service.daemon import Daemon
+from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
+from ingestor.service.watcher import Watcher
+from ingestor.tree.invariants import violations
+from tests.unit.tree.test_adrap import doc_text
+
+TOKEN = "s3cret-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture
+def daemon(tree: tuple[Pipeline, Path], tmp_path: Path) -> Daemon:
+    p, root = tree
+    d = Daemon(
+        p,
+        root,
+        http_token=TOKEN,
+        state_dir=tmp_path / "state",
+        summaries=SummarySchedule(window=300, idle=0),
+    )
+    d.watcher = Watcher(p, p.require_state(), root, lock=d.lock, on_applied=d.api.applied)
+    d.metrics.ready = True
+    return d
+
+
+def change(d: Daemon, name: str, seed: int) -> None:
+    assert d.watcher is not None
+    path = d.root / name
+    path.write_text(doc_text(random.Random(seed), 8))
+    assert d.watcher.apply({path})
+
+
+def stale_in_store(d: Daemon) -> set[str]:
+    assert d.watcher is not None
+    state = d.watcher.state
+    summaries = [i for i, n in state.nodes.items() if n.layer > 0]
+    return {p.node_id for p in d.store.retrieve(summaries) if p.stale}
+
+
+def test_an_update_defers_its_summaries_and_says_so(daemon: Daemon) -> None:
+    with TestClient(daemon.app(), base_url="http://127.0.0.1:8765") as client:
+        change(daemon, "new0.txt", 1)
+        assert daemon.watcher is not None
+        stale = set(daemon.watcher.state.stale)
+        assert stale, "the update's changed clusters wait"
+        assert stale_in_store(daemon) == stale, "the payload carries the stale flag"
+        status = client.get("/status", headers=AUTH).json()
+        assert status["summaries"]["stale"] == len(stale)
+        assert status["stale_summaries"] == len(stale)
+        metrics = client.get("/metrics", headers=AUTH).text
+        assert f'adrap_stale_summaries{{tree="t"}} {float(len(stale))}' in metrics
+        assert violations(daemon.watcher.state) == []
+
+
+def test_a_refresh_pays_once_for_many_changes_and_leaves_none_stale(daemon: Daemon) -> None:
+    with TestClient(daemon.app(), base_url="http://127.0.0.1:8765") as client:
+        for i in range(3):
+            change(daemon, f"new{i}.txt", 10 + i)
+        assert daemon.watcher is not None
+        assert daemon.watcher.state.stale
+        assert client.get("/refresh", headers=AUTH).status_code == 405, "POST only"
+        out = client.post("/refresh", headers=AUTH).json()
+        assert out["refreshed"]
+        assert out["summaries"]["stale"] == 0
+        assert len(daemon.watcher.state.stale) == 0
+        assert stale_in_store(daemon) == set()
+        assert violations(daemon.watcher.state) == []
+        reopened = daemon.pipeline.require_state()
+        assert len(reopened.stale) == 0, "committed"
+
+
+def test_the_window_and_the_budget_decide_when(daemon: Daemon) -> None:
+    change(daemon, "new0.txt", 3)
+    assert daemon.watcher is not None
+    assert daemon.watcher.refresh(daemon.api.refresh_due) is None, "inside the window: waits"
+    daemon.summaries.budget = TokenBudget(per_hour=1)
+    daemon.summaries.budget.spend(5, time.monotonic())
+    daemon.summaries.window = 0.0
+    assert daemon.watcher.refresh(daemon.api.refresh_due) is None, "a spent budget: waits"
+    daemon.summaries.budget = TokenBudget()
+    report = daemon.watcher.refresh(daemon.api.refresh_due)
+    assert report is not None, "the window passed: paid"
+    assert len(daemon.watcher.state.stale) == 0
+
+
+def test_stale_marks_survive_a_restart(daemon: Daemon, tree: tuple[Pipeline, Path]) -> None:
+    change(daemon, "new0.txt", 4)
+    assert daemon.watcher is not None
+    stale = set(daemon.watcher.state.stale)
+    p, _ = tree
+    reopened = p.require_state()
+    assert set(reopened.stale) == stale
+    assert all(reopened.nodes[n].stale for n in stale)
+    assert p.refresh(reopened).stats.summaries_regenerated > 0
+    assert len(p.require_state().stale) == 0
