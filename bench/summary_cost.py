@@ -103,6 +103,7 @@ def run_mode(
     per_change: list[int] = []
     ratios: list[float] = []
     pending: list[int] = []
+    doc_tokens: list[int] = []
     t0 = time.perf_counter()
     for i, (kind, doc, donor) in enumerate(ops):
         path = root / f"d{doc:04d}.txt"
@@ -118,18 +119,19 @@ def run_mode(
             before = s.input_tokens
             p.update([path])
         pending.append(s.input_tokens - before)
+        doc_tokens.append(changed)
         if name == "coalesced" and ((i + 1) % window == 0 or i + 1 == len(ops)):
             before = s.input_tokens
             p.refresh()
             pending[-1] += s.input_tokens - before
             spent = sum(pending)
             per_change += [spent // len(pending)] * len(pending)
-            ratios += [spent / len(pending) / max(1, changed)] * len(pending)
-            pending = []
+            ratios += [spent / max(1, sum(doc_tokens))] * len(pending)
+            pending, doc_tokens = [], []
         elif name != "coalesced":
             per_change.append(pending[-1])
             ratios.append(pending[-1] / max(1, changed))
-            pending = []
+            pending, doc_tokens = [], []
     state = p.require_state()
     out = {
         "mode": name,

@@ -68,6 +68,7 @@ class F:
     PARENTS: Final = "parents"
     CHILDREN: Final = "children"
     SUMMARIZER: Final = "summarizer"
+    STALE: Final = "stale"
     EMBED_MODEL: Final = "embed_model"
     EMBED_DIM: Final = "embed_dim"
     EMBED_MODEL_NAME: Final = "embed_model_name"

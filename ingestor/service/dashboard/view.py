@@ -49,6 +49,7 @@ def preview(node: NodePayload) -> dict[str, Any]:
         F.LOCATOR: node.locator,
         "n_sources": len(node.sources),
         F.SOURCES_CAPPED: node.sources_capped,
+        F.STALE: node.stale,
         "n_children": len(node.children),
         "preview": node.text[:PREVIEW_CHARS],
     }

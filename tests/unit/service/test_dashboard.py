@@ -189,7 +189,7 @@ def test_updates_list_what_each_update_changed_and_the_quarantine(
     (root / "new.txt").write_text(doc_text(random.Random(5), 6))
     report = p.update([root / "new.txt"])
     daemon.metrics.applied(report, p.require_state())
-    daemon.quarantine = Quarantine(None)
+    daemon.quarantine = daemon.api.quarantine = Quarantine(None)
     daemon.quarantine.add("bad.pdf", root / "bad.pdf", "the LLM refused it (400)")
 
     out = get(client, "/dashboard/api/updates")

@@ -141,6 +141,7 @@
     else if (p.sources_capped) label.append(el("span", "src", "many files"));
     else if (p.n_sources) label.append(el("span", "src", p.n_sources + " files"));
     label.append(el("span", "tok", p.n_tokens + " tok"));
+    if (p.stale) label.append(el("span", "stale", "stale"));
     head.append(toggle, el("span", "rank"), label);
     const kids = el("ul", "nodes children");
     kids.hidden = true;
@@ -270,6 +271,7 @@
         if (n.sources_capped) add("sources", "more files than the tree's max_node_sources: not listed");
         else add("sources (" + n.n_sources + ")", n.sources.join(", ") + more);
         if (n.summarizer) add("summarizer", n.summarizer);
+        if (n.stale) add("stale", "its children changed; its text is regenerated at the next refresh");
       }
       add("updated", new Date(n.updated_at * 1000).toLocaleString());
       if (hits.has(n.node_id)) add("query rank", "#" + hits.get(n.node_id));
