@@ -13,7 +13,7 @@ extractive summariser). Per mode: tokens of the context (what a reader reads), t
 
 Each retrieval mode runs dense (the question's dense vector alone) and hybrid (``+bm25``: one
 Query API request, a dense and a BM25 prefetch fused; ``--fusions`` lists the fusions tried on
-the collapsed tree, e.g. ``rrf:60,rrf:2,dbsf,rrf:60:1.0:0.5``, the first being the one the other
+the collapsed tree, e.g. ``dbsf,rrf:60,rrf:2,rrf:60:1.0:0.5``, the first being the one the other
 hybrid modes use).
 
 ``--llm N``: postQFRAP(leaves) with the local SmolLM2-135M server (xllamacpp, as in the integration
@@ -266,7 +266,7 @@ def main() -> None:
     ap.add_argument("--skip-hotpot", action="store_true")
     ap.add_argument("--llm", type=int, default=0, help="HotpotQA questions with the local LLM")
     ap.add_argument("--only-llm", action="store_true", help="HotpotQA: skip the offline modes")
-    ap.add_argument("--fusions", default="rrf:60", help="hybrid fusions tried (first: default)")
+    ap.add_argument("--fusions", default="dbsf", help="hybrid fusions tried (first: the others')")
     ap.add_argument("--no-postqfrap", action="store_true", help="skip the postQFRAP modes")
     ap.add_argument("--hotpot-questions", type=int, default=0, help="HotpotQA questions (0: all)")
     args = ap.parse_args()

@@ -136,7 +136,7 @@ def test_hybrid_search_finds_the_node_that_names_the_exact_term(
     kind: str, client: Any, tmp_path: Path
 ) -> None:
     nodes, vectors = corpus()
-    away = -vectors[TARGET]  # the dense query points away from the target
+    away = unit_vectors(1, seed=12)[0]  # the target is 14th by the dense vector alone
     flt = SearchFilter(tree="t1")
     with open_store(kind, tmp_path, client) as store:
         store.ensure_collection(DIM, MODEL)
@@ -199,14 +199,16 @@ def test_a_store_without_bm25_searches_dense_until_index_sparse_adds_it(
             },
         )
     nodes, vectors = corpus()
-    away = -vectors[TARGET]
+    away = unit_vectors(1, seed=12)[0]
     flt = SearchFilter(tree="t1")
     with open_store(kind, tmp_path, client) as store:
         store.ensure_collection(DIM, MODEL)
         store.upsert(nodes, vectors)
         assert not store.index.sparse
         dense = store.search(away, flt, 10)
-        assert store.search(away, flt, 10, text="zx4711") == dense  # dense, as before
+        same = store.search(away, flt, 10, text="zx4711")  # dense, as before
+        assert [h.node for h in same] == [h.node for h in dense]
+        assert [h.score for h in same] == pytest.approx([h.score for h in dense])
         before = store.scroll(flt, 100)[0]
         assert store.index_sparse() == len(nodes)
         assert store.scroll(flt, 100)[0] == before  # the tree and its summaries are kept
@@ -219,3 +221,109 @@ def test_a_store_without_bm25_searches_dense_until_index_sparse_adds_it(
         assert store.index.sparse
     if client is not None:
         client.close()
+
+
+# -- the facade (Qdrant's REST models over the shard) and qdrant-client's local mode ------------
+
+
+def assert_same_ranking(got: list[Any], want: list[Any], why: object) -> None:
+    """Same scores in the same order, and the same ids per score: RRF gives two nodes the same
+    score when each is at the same rank of a different prefetch, and engines order such a tie
+    as they like (the last tie may also be cut by the limit differently)."""
+    assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-5), why
+    groups: dict[float, tuple[set[str], set[str]]] = {}
+    for g, w in zip(got, want, strict=True):
+        pair = groups.setdefault(round(w.score, 5), (set(), set()))
+        pair[0].add(str(g.id))
+        pair[1].add(str(w.id))
+    last = round(want[-1].score, 5) if want else None
+    assert all(a == b for key, (a, b) in groups.items() if key != last), why
+
+
+def local_query(client: QdrantClient, req: models.QueryRequest) -> list[models.ScoredPoint]:
+    """The same request through qdrant-client's local mode."""
+    return client.query_points(
+        "adrap",
+        prefetch=req.prefetch,
+        query=req.query,
+        using=req.using,
+        query_filter=req.filter,
+        limit=req.limit or 10,
+        with_payload=False,
+    ).points
+
+
+@pytest.mark.parametrize(
+    "fusion",
+    [
+        models.RrfQuery(rrf=models.Rrf(k=60)),
+        models.FusionQuery(fusion=models.Fusion.RRF),
+        models.FusionQuery(fusion=models.Fusion.DBSF),
+        models.RrfQuery(rrf=models.Rrf(k=10, weights=[1.0, 0.5])),
+    ],
+    ids=["rrf60", "rrf", "dbsf", "rrf-weighted"],
+)
+def test_the_facade_answers_prefetch_fusion_sparse_and_mmr_like_local_mode(
+    fusion: Any, tmp_path: Path
+) -> None:
+    """The same points in a shard read through EdgeRestReader and in QdrantClient(":memory:"):
+    same ids in the same order, same scores. The corpus has no BM25 ties (each node's term
+    count and length differ), so each prefetch ranks alike in both."""
+    from retriever.edge_rest import EdgeRestReader
+
+    nodes, vectors = corpus()
+    client = QdrantClient(":memory:")
+    with (
+        open_store("server", tmp_path, client) as server,
+        open_store("edge", tmp_path, None) as edge,
+    ):
+        for store in (server, edge):
+            store.ensure_collection(DIM, MODEL)
+            store.upsert(nodes, vectors)
+        reader = EdgeRestReader(edge, "adrap")
+        tree = models.Filter(
+            must=[models.FieldCondition(key="tree", match=models.MatchValue(value="t1"))]
+        )
+        leaves = models.Filter(
+            must=[models.FieldCondition(key="layer", match=models.MatchValue(value=0))]
+        )
+        for seed, text in enumerate(["ledger filler2", "ledger zx4711 filler5"]):
+            dense = unit_vectors(1, seed=20 + seed)[0].tolist()
+            sparse = bm25_query(text)
+            sv = models.SparseVector(indices=sparse.indices, values=sparse.values)
+            for flt in (tree, leaves, None):
+                request = models.QueryRequest(
+                    prefetch=[
+                        models.Prefetch(query=dense, using="dense", filter=flt, limit=25),
+                        models.Prefetch(query=sv, using="bm25", filter=flt, limit=25),
+                    ],
+                    query=fusion,
+                    filter=flt,
+                    limit=15,
+                    with_payload=False,
+                )
+                got = reader.query(request).points
+                want = local_query(client, request)
+                assert len(want) == 15
+                assert_same_ranking(got, want, (text, flt))
+            for query in (
+                models.QueryRequest(query=sv, using="bm25", limit=10),
+                models.QueryRequest(
+                    query=models.NearestQuery(nearest=dense, mmr=models.Mmr(diversity=0.7)),
+                    using="dense",
+                    limit=8,
+                ),
+                models.QueryRequest(
+                    query=models.NearestQuery(
+                        nearest=dense, mmr=models.Mmr(diversity=0.3, candidates_limit=30)
+                    ),
+                    using="dense",
+                    filter=tree,
+                    limit=8,
+                ),
+            ):
+                got = reader.query(query).points
+                want = local_query(client, query)
+                assert [str(p.id) for p in got] == [str(p.id) for p in want], query
+                assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-4)
+    client.close()

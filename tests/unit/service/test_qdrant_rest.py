@@ -486,50 +486,6 @@ def same_ranking(got: list[models.ScoredPoint], want: list[models.ScoredPoint]) 
             assert a == b
 
 
-def hybrid_request(vector: list[float], question: str, fusion: Any, flt: Any) -> dict[str, Any]:
-    from retriever.sparse import bm25_query
-
-    sparse = bm25_query(question)
-    return {
-        "prefetch": [
-            models.Prefetch(query=vector, using="dense", filter=flt, limit=30),
-            models.Prefetch(
-                query=models.SparseVector(indices=sparse.indices, values=sparse.values),
-                using="bm25",
-                filter=flt,
-                limit=30,
-            ),
-        ],
-        "query": fusion,
-        "query_filter": flt,
-        "limit": 20,
-    }
-
-
-@pytest.mark.parametrize(
-    "fusion",
-    [
-        models.RrfQuery(rrf=models.Rrf(k=60)),
-        models.FusionQuery(fusion=models.Fusion.RRF),
-        models.FusionQuery(fusion=models.Fusion.DBSF),
-        models.RrfQuery(rrf=models.Rrf(k=10, weights=[1.0, 0.5])),
-    ],
-    ids=["rrf60", "rrf", "dbsf", "rrf-weighted"],
-)
-def test_prefetch_and_fusion_answer_like_qdrant_client_local_mode(
-    served: Served, local: QdrantClient, fusion: Any
-) -> None:
-    client = served.client()
-    for question in ("orchard cider harvest", "court judge contract rocket"):
-        vector = served.pipeline.embedder.embed_query(question).tolist()
-        for flt in (tree_filter(), _filters([])[1], None):
-            kwargs = hybrid_request(vector, question, fusion, flt)
-            got = client.query_points("adrap", **kwargs).points
-            want = local.query_points("adrap", **kwargs).points
-            assert len(want) >= 10
-            same_ranking(got, want)
-
-
 def test_sparse_and_mmr_queries_answer_like_qdrant_client_local_mode(
     served: Served, local: QdrantClient
 ) -> None:
@@ -557,7 +513,7 @@ def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_que
     served: Served,
 ) -> None:
     """One Query API request (the README's hybrid recipe: dense and BM25 prefetch with the
-    tree filter, RRF k=60, ``candidate_limit`` hits each), then the token fill, equals the
+    tree filter, DBSF, ``candidate_limit`` hits each), then the token fill, equals the
     daemon's ``/query`` (hybrid by default)."""
     from retriever.sparse import bm25_query
 
@@ -579,7 +535,7 @@ def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_que
                         limit=limit,
                     ),
                 ],
-                query=models.RrfQuery(rrf=models.Rrf(k=60)),
+                query=models.FusionQuery(fusion=models.Fusion.DBSF),
                 query_filter=tree_filter(),
                 limit=limit,
                 with_payload=True,
