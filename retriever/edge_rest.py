@@ -23,15 +23,23 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
 import qdrant_edge as qe
-from pydantic import BaseModel, ConfigDict, Field
 from qdrant_client.http import models
 
 from retriever.edge_rest_filter import edge_filter, point_id
-from retriever.edge_rest_io import out_id, record, scored, with_payload, with_vector
-from retriever.edge_rest_query import QueryTranslator
+from retriever.edge_rest_io import (
+    NamedVectorIn,
+    RestSearchRequest,
+    out_id,
+    record,
+    scored,
+    with_payload,
+    with_vector,
+)
+from retriever.edge_rest_query import QueryTranslator, stored_vector
 from retriever.edge_store import edge_search_params
 from retriever.errors import StoreError
 from retriever.plan import HnswConfig, Planner, StoreIndex
@@ -52,33 +60,6 @@ class ShardReader(Protocol):
     index: StoreIndex
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T: ...
-
-
-class NamedVectorIn(BaseModel):
-    """``{"name": "dense", "vector": [...]}`` in a legacy search request."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    vector: list[float]
-
-
-class RestSearchRequest(BaseModel):
-    """The body of ``POST /collections/{name}/points/search`` (Qdrant's legacy search).
-
-    qdrant-client 1.16+ no longer ships this model (its ``search`` became ``query_points``), but
-    servers and the JS client still speak it; the parts are qdrant-client's own models.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    vector: list[float] | NamedVectorIn
-    filter: models.Filter | None = None
-    params: models.SearchParams | None = None
-    limit: int = Field(ge=0)
-    offset: int | None = Field(default=None, ge=0)
-    with_payload: models.WithPayloadInterface | None = None
-    with_vector: models.WithVector | None = None
-    score_threshold: float | None = None
-    shard_key: models.ShardKeySelector | None = None
 
 
 class EdgeRestReader:
@@ -261,18 +242,20 @@ class EdgeRestReader:
         limit, offset = _bounded(req.limit, req.offset)
         flt = edge_filter(req.filter)
 
-        def run(shard: qe.EdgeShard) -> list[qe.ScoredPoint]:
-            def vector_of(point: qe.PointId, name: str) -> Any:
-                records = shard.retrieve([point], False, [name])
-                vectors = records[0].vector if records else None
-                if not isinstance(vectors, dict) or name not in vectors:
-                    raise LookupError(f"Not found: No point with id {point} found")
-                return vectors[name]
+        bad: list[Exception] = []  # the request's own faults: 400/404, not a store failure
 
+        def run(shard: qe.EdgeShard) -> list[qe.ScoredPoint]:
+            try:
+                return shard.query(translated(shard))
+            except (ValueError, LookupError) as exc:
+                bad.append(exc)
+                return []
+
+        def translated(shard: qe.EdgeShard) -> qe.QueryRequest:
             def params(given: Any, where: qe.Filter | None, n: int, dense: bool) -> Any:
                 return self._params(shard, given, where, n) if dense else None
 
-            translate = QueryTranslator(vector_of, params, self._using)
+            translate = QueryTranslator(partial(stored_vector, shard), params, self._using)
             scoring, dense = translate.scoring(req.query, req.using, limit + offset)
             prefetches = translate.prefetches(req.prefetch, flt)
             request = qe.QueryRequest(
@@ -286,9 +269,12 @@ class EdgeRestReader:
                 score_threshold=req.score_threshold,
                 params=params(req.params, flt, limit + offset, dense and not prefetches),
             )
-            return shard.query(request)
+            return request
 
-        return self.store.read_shard("query points", run)
+        hits = self.store.read_shard("query points", run)
+        if bad:
+            raise bad[0]
+        return hits
 
     def _using(self, using: str | None) -> str:
         names = self._vector_names()
@@ -366,11 +352,14 @@ class EdgeRestReader:
         return edge_search_params(self.store.planner.plan(matches, total, limit, self.store.index))
 
 
+_SPARSE: Final = (models.SparseVector, models.Document)
+
+
 def _composite(query: object) -> bool:
     """Whether a query needs the translator: fusion, a sparse vector, MMR."""
     if isinstance(query, models.NearestQuery):
-        return query.mmr is not None or isinstance(query.nearest, models.SparseVector)
-    return isinstance(query, models.FusionQuery | models.RrfQuery | models.SparseVector)
+        return query.mmr is not None or isinstance(query.nearest, _SPARSE)
+    return isinstance(query, (models.FusionQuery, models.RrfQuery, *_SPARSE))
 
 
 def _refuse(value: object, part: str) -> None:

@@ -1,12 +1,40 @@
-"""Engine points as Qdrant REST replies, and REST payload/vector selectors as the engine's: part
-of :mod:`retriever.edge_rest`."""
+"""The legacy search request, engine points as Qdrant REST replies, and REST payload/vector
+selectors as the engine's: part of :mod:`retriever.edge_rest`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import qdrant_edge as qe
+from pydantic import BaseModel, ConfigDict, Field
 from qdrant_client.http import models
+
+
+class NamedVectorIn(BaseModel):
+    """``{"name": "dense", "vector": [...]}`` in a legacy search request."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    vector: list[float]
+
+
+class RestSearchRequest(BaseModel):
+    """The body of ``POST /collections/{name}/points/search`` (Qdrant's legacy search).
+
+    qdrant-client 1.16+ no longer ships this model (its ``search`` became ``query_points``), but
+    servers and the JS client still speak it; the parts are qdrant-client's own models.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    vector: list[float] | NamedVectorIn
+    filter: models.Filter | None = None
+    params: models.SearchParams | None = None
+    limit: int = Field(ge=0)
+    offset: int | None = Field(default=None, ge=0)
+    with_payload: models.WithPayloadInterface | None = None
+    with_vector: models.WithVector | None = None
+    score_threshold: float | None = None
+    shard_key: models.ShardKeySelector | None = None
 
 
 def out_id(value: qe.PointId) -> int | str:

@@ -2,6 +2,7 @@
 engine's terms: part of :mod:`retriever.edge_rest`.
 
 Served: a dense or sparse vector (``{"nearest": ...}`` too), a point id (its vector of ``using``),
+a document ``{"text": ..., "model": "qdrant/bm25"}`` on ``bm25`` (what a server's inference does),
 ``nearest.mmr`` (diversity and candidates_limit as Qdrant reads them: the engine's lambda is
 ``1 - diversity``, the candidates default to the limit), ``{"fusion": "rrf" | "dbsf"}`` and
 ``{"rrf": {"k", "weights"}}`` over ``prefetch`` (nested prefetches too), each prefetch with its
@@ -18,9 +19,13 @@ import qdrant_edge as qe
 from qdrant_client.http import models
 
 from retriever.edge_rest_filter import edge_filter, point_id
+from retriever.schema import SPARSE_VECTOR
+from retriever.sparse import bm25_query
 
 #: Qdrant's RRF k when a request names none (``{"fusion": "rrf"}``).
 QDRANT_RRF_K: Final = 2
+#: The model name of Qdrant's BM25 inference: a document query with it is served.
+BM25_MODEL: Final = "qdrant/bm25"
 #: Qdrant's MMR diversity when a request names none.
 QDRANT_MMR_DIVERSITY: Final = 0.5
 
@@ -90,6 +95,8 @@ class QueryTranslator:
         return qe.Query.Nearest(vector, using=name), isinstance(vector, list)
 
     def vector(self, query: Any, name: str) -> list[float] | qe.SparseVector:
+        if isinstance(query, models.Document):
+            return _bm25_document(query, name)
         if isinstance(query, models.SparseVector):
             return qe.SparseVector(list(query.indices), [float(v) for v in query.values])
         if isinstance(query, int | str | uuid.UUID):
@@ -101,6 +108,31 @@ class QueryTranslator:
             "facade: send a dense or sparse vector, {'nearest': ...} (with 'mmr'), a point id, "
             "or {'fusion': 'rrf' | 'dbsf'} / {'rrf': {'k': ...}} over 'prefetch'"
         )
+
+
+def stored_vector(shard: qe.EdgeShard, point: qe.PointId, name: str) -> Any:
+    """Return the vector ``name`` of a stored point (a query by point id).
+
+    Raises:
+        LookupError: no such point, or it has no such vector.
+    """
+    records = shard.retrieve([point], False, [name])
+    vectors = records[0].vector if records else None
+    if not isinstance(vectors, dict) or name not in vectors:
+        raise LookupError(f"Not found: No point with id {point} found")
+    return vectors[name]
+
+
+def _bm25_document(doc: models.Document, name: str) -> qe.SparseVector:
+    """A ``{"text": ..., "model": "qdrant/bm25"}`` query on the BM25 vector: the engine's BM25
+    encoder, the one a Qdrant server's inference runs for that model."""
+    if doc.model.lower() != BM25_MODEL or name != SPARSE_VECTOR or doc.options:
+        raise ValueError(
+            f"a document query is served for model {BM25_MODEL!r} on vector {SPARSE_VECTOR!r} "
+            f"without options (got model {doc.model!r} on {name!r}); embed other queries "
+            "yourself and send the vector"
+        )
+    return bm25_query(doc.text)
 
 
 def _both(inner: qe.Filter | None, outer: qe.Filter | None) -> qe.Filter | None:

@@ -173,10 +173,11 @@ class EdgeShardLifecycle:
                 shard.update(qe.UpdateOperation.update_vectors(vectors))
 
         done = reindex_sparse(page, write)
+        self.index = read_index(self.path)
+        # the updated points moved to an appendable segment, outside the HNSW graph: rebuild it
+        self.optimize()
         with self._engine("flush to disk"):
             shard.flush()
-        self.index = read_index(self.path)
-        self._estimates.clear()
         log.info("added BM25 vectors to %d points of %s", done, self.path)
         return done
 

@@ -35,6 +35,7 @@ from retriever.sparse import DEFAULT_FUSION, Fusion
 
 log = logging.getLogger(__name__)
 
+
 class QdrantCollection:
     """The collection management of :class:`~retriever.qdrant_store.QdrantNodeStore`."""
 

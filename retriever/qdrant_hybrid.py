@@ -60,9 +60,7 @@ def hybrid_prefetch(
     """Return the dense and BM25 prefetches of a hybrid query, ``depth`` hits each."""
     sparse = bm25_query(text)
     return [
-        models.Prefetch(
-            query=dense, using=using, filter=query_filter, params=params, limit=depth
-        ),
+        models.Prefetch(query=dense, using=using, filter=query_filter, params=params, limit=depth),
         models.Prefetch(
             query=sparse_vector(sparse.indices, sparse.values),
             using=SPARSE_VECTOR,
@@ -97,9 +95,7 @@ def index_sparse_points(
     def write(rows: list[tuple[Any, str]]) -> None:
         sparse = bm25_documents([text for _, text in rows])
         points = [
-            models.PointVectors(
-                id=pid, vector={SPARSE_VECTOR: sparse_vector(v.indices, v.values)}
-            )
+            models.PointVectors(id=pid, vector={SPARSE_VECTOR: sparse_vector(v.indices, v.values)})
             for (pid, _), v in zip(rows, sparse, strict=True)
         ]
         with call("write BM25 vectors"):

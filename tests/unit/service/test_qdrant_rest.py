@@ -577,3 +577,32 @@ def test_the_reported_version_keeps_the_js_client_a_minor_behind_quiet() -> None
     for client in (f"{major}.{minor - 2}.0", f"{major}.{minor - 1}.0", f"{major}.{minor}.0"):
         assert js_compatible(client, api_version()), client
         assert is_compatible(client, api_version()), client
+
+
+def test_a_qdrant_bm25_document_query_is_the_bm25_vector_of_its_text(served: Served) -> None:
+    """What the README's JS and curl recipes send: the facade embeds it as a server's
+    ``qdrant/bm25`` inference would (the engine's encoder), any other model is refused."""
+    from retriever.sparse import bm25_query
+
+    client = served.client()
+    base = f"{served.base}/collections/adrap/points/query"
+    question = "orchard cider harvest"
+    sparse = bm25_query(question)
+    by_vector = client.query_points(
+        "adrap",
+        query=models.SparseVector(indices=sparse.indices, values=sparse.values),
+        using="bm25",
+        limit=10,
+    ).points
+    code, body, _ = call(
+        base,
+        {"query": {"text": question, "model": "qdrant/bm25"}, "using": "bm25", "limit": 10},
+    )
+    assert code == 200
+    assert [p["id"] for p in body["result"]["points"]] == [str(p.id) for p in by_vector]
+    assert by_vector
+    code, body, _ = call(
+        base, {"query": {"text": question, "model": "sentence-transformers/x"}, "using": "bm25"}
+    )
+    assert code == 400
+    assert "qdrant/bm25" in body["status"]["error"]
