@@ -32,13 +32,13 @@ from qdrant_client.http import models
 from retriever.edge_rest_filter import edge_filter, point_id
 from retriever.edge_rest_io import (
     NamedVectorIn,
-    RestSearchRequest,
     out_id,
     record,
     scored,
     with_payload,
     with_vector,
 )
+from retriever.edge_rest_io import RestSearchRequest as RestSearchRequest  # retriever's export
 from retriever.edge_rest_query import QueryTranslator, stored_vector
 from retriever.edge_store import edge_search_params
 from retriever.errors import StoreError

@@ -155,7 +155,7 @@ class EdgeShardLifecycle:
                 qe.UpdateOperation.create_sparse_vector(SPARSE_VECTOR, modifier=qe.Modifier.Idf)
             )
 
-        def page(offset: object) -> tuple[list[tuple[object, str]], object]:
+        def page(offset: qe.PointId | None) -> tuple[list[tuple[qe.PointId, str]], Any]:
             request = qe.ScrollRequest(
                 offset=offset, limit=1024, with_payload=qe.PayloadSelector.Include([F.TEXT])
             )
@@ -163,10 +163,10 @@ class EdgeShardLifecycle:
                 records, after = shard.scroll(request)
             return [(r.id, (r.payload or {})[F.TEXT]) for r in records if r.payload], after
 
-        def write(rows: list[tuple[object, str]]) -> None:
+        def write(rows: list[tuple[qe.PointId, str]]) -> None:
             sparse = bm25_documents([text for _, text in rows])
             vectors = [
-                qe.PointVectors(pid, {SPARSE_VECTOR: v})  # type: ignore[arg-type]
+                qe.PointVectors(pid, {SPARSE_VECTOR: v})
                 for (pid, _), v in zip(rows, sparse, strict=True)
             ]
             with self._engine("write BM25 vectors"):
@@ -289,7 +289,7 @@ class EdgeShardLifecycle:
         with self._engine("migrate the meta point"):
             records = shard.retrieve([META_POINT_ID], False, True)
             if records and records[0].vector:
-                names = list(records[0].vector)
+                names = [str(name) for name in records[0].vector]
                 shard.update(qe.UpdateOperation.delete_vectors([META_POINT_ID], names))
                 shard.flush()
                 log.info("meta point of %s: dropped its vectors %s", self.path, names)

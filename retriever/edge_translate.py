@@ -77,8 +77,9 @@ def edge_payload(node: NodePayload) -> dict[str, Any]:
     return {k: tuple(v) if isinstance(v, list) else v for k, v in node.to_payload().items()}
 
 
-def edge_fusion(fusion: Fusion) -> qe.Fusion.Rrf | qe.Fusion.Dbsf:
-    """Return the engine's fusion query for ``fusion``."""
+def edge_fusion(fusion: Fusion) -> Any:
+    """Return the engine's fusion query for ``fusion`` (its stub types the query as ``Fusion``,
+    the engine takes ``Fusion.Rrf`` / ``Fusion.Dbsf``)."""
     if fusion.method == "dbsf":
         return qe.Fusion.Dbsf()
     weights = None if fusion.weights is None else list(fusion.weights)
