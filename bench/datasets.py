@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+#: The evaluation data (../shared/data beside the repository, or ADRAP_BENCH_DATA).
+SHARED = Path(
+    os.environ.get("ADRAP_BENCH_DATA")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "data"
+)
 SQUAD = SHARED / "squad" / "squad-v1.1-dev-part-a.json"
 HOTPOT = SHARED / "hotpotqa" / "hotpot-dev-distractor-part-a.json"
 

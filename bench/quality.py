@@ -11,11 +11,17 @@ Modes at the same budget: collapsed tree, tree traversal, leaves only (flat RAG)
 extractive summariser). Per mode: tokens of the context (what a reader reads), tokens retrieved
 (postQFRAP reads k0 nodes to write its context) and ms per query.
 
+Each retrieval mode runs dense (the question's dense vector alone) and hybrid (``+bm25``: one
+Query API request, a dense and a BM25 prefetch fused; ``--fusions`` lists the fusions tried on
+the collapsed tree, e.g. ``dbsf,rrf:60,rrf:2,rrf:60:1.0:0.5``, the first being the one the other
+hybrid modes use).
+
 ``--llm N``: postQFRAP(leaves) with the local SmolLM2-135M server (xllamacpp, as in the integration
 tests) on N HotpotQA questions: seconds, summariser calls and tokens per query. A 135M model's
 summaries are not meaningful for quality; this measures cost only.
 
     python bench/quality.py [--articles N] [--max-tokens 2000] [--questions N] [--llm N]
+        [--fusions rrf:60,dbsf] [--no-postqfrap] [--hotpot-questions N]
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, SearchFilter, collapsed_tree, tree_traversal
 from retriever.edge_store import EdgeNodeStore
+from retriever.sparse import Fusion
 
 
 @dataclass
@@ -71,6 +78,16 @@ def plain(hits: list) -> Context:  # type: ignore[type-arg]
     )
 
 
+def parse_fusion(spec: str) -> Fusion:
+    """``rrf:K[:WD:WS]`` or ``dbsf``."""
+    method, *rest = spec.split(":")
+    if method == "dbsf":
+        return Fusion("dbsf")
+    k = int(rest[0]) if rest else 60
+    weights = (float(rest[1]), float(rest[2])) if len(rest) == 3 else None
+    return Fusion("rrf", k, weights)
+
+
 def postqfrap_mode(
     store: NodeStore,
     embedder: Embedder,
@@ -79,11 +96,13 @@ def postqfrap_mode(
     max_tokens: int,
     summarizer: Summarizer,
     k0: int = 20,
+    hybrid: bool = False,
 ) -> Mode:
     qf = PostQFRAP(summarizer, embedder, tau=max_tokens)
 
     def run(question: str, vector: object) -> Context:
-        hits = retrieve_k0(store, vector, flt, base=base, k0=k0)  # type: ignore[arg-type]
+        text = question if hybrid else None
+        hits = retrieve_k0(store, vector, flt, base=base, k0=k0, text=text)  # type: ignore[arg-type]
         vectors = store.retrieve_vectors([h.node.node_id for h in hits])
         r = qf.run(question, hits, vectors, SpanResolver(store))
         spans = [{s.source for s in p.spans} for p in r.parts]
@@ -102,6 +121,8 @@ def evaluate(
     max_tokens: int,
     llm_questions: int,
     only_llm: bool = False,
+    fusions: tuple[Fusion, ...] = (Fusion(),),
+    with_postqfrap: bool = True,
 ) -> None:
     settings = Settings(_env_file=None, state_dir=tmp / f"state-{name}")  # type: ignore[call-arg]
     embedder = make_embedder(settings)
@@ -116,14 +137,43 @@ def evaluate(
     flt = SearchFilter(tree=settings.tree)
     leaves = SearchFilter(tree=settings.tree, max_layer=0)
     qfs = QueryFocusedExtractiveSummarizer()
+
+    def collapsed(f: SearchFilter, hybrid: bool) -> Mode:
+        return lambda q, v: plain(
+            collapsed_tree(store, v, f, max_tokens=max_tokens, text=q if hybrid else None)  # type: ignore[arg-type]
+        )
+
+    def traversal(hybrid: bool) -> Mode:
+        return lambda q, v: plain(
+            tree_traversal(
+                store, v, flt, top_k=5, max_tokens=max_tokens, text=q if hybrid else None
+            )  # type: ignore[arg-type]
+        )
+
     modes: dict[str, Mode] = {
-        "collapsed tree": lambda q, v: plain(collapsed_tree(store, v, flt, max_tokens=max_tokens)),  # type: ignore[arg-type]
-        "tree traversal": lambda q, v: plain(
-            tree_traversal(store, v, flt, top_k=5, max_tokens=max_tokens)  # type: ignore[arg-type]
-        ),
-        "leaves only": lambda q, v: plain(collapsed_tree(store, v, leaves, max_tokens=max_tokens)),  # type: ignore[arg-type]
-        "postqfrap(leaves)": postqfrap_mode(store, embedder, flt, "leaves", max_tokens, qfs),
-        "postqfrap(collapsed)": postqfrap_mode(store, embedder, flt, "collapsed", max_tokens, qfs),
+        "collapsed tree": collapsed(flt, False),
+        "tree traversal": traversal(False),
+        "leaves only": collapsed(leaves, False),
+        "tree traversal +bm25": traversal(True),
+        "leaves only +bm25": collapsed(leaves, True),
+    }
+    for fusion in fusions:
+        label = fusion.method if fusion.method == "dbsf" else f"rrf{fusion.k}"
+        if fusion.weights:
+            label += "w" + "/".join(f"{w:g}" for w in fusion.weights)
+        modes[f"collapsed +bm25 {label}"] = collapsed(flt, True)
+    if with_postqfrap:
+        modes |= {
+            "postqfrap(leaves)": postqfrap_mode(store, embedder, flt, "leaves", max_tokens, qfs),
+            "postqfrap(leaves) +bm25": postqfrap_mode(
+                store, embedder, flt, "leaves", max_tokens, qfs, hybrid=True
+            ),
+            "postqfrap(collapsed)": postqfrap_mode(
+                store, embedder, flt, "collapsed", max_tokens, qfs
+            ),
+        }
+    fusion_of = {
+        name: f for name, f in zip(list(modes)[5 : 5 + len(fusions)], fusions, strict=True)
     }
     if only_llm:
         modes = {}
@@ -133,6 +183,7 @@ def evaluate(
         f"{'ctx tok':>8} {'read tok':>8} {'ms/query':>9}"
     )
     for mode, fn in modes.items():
+        store.fusion = fusion_of.get(mode, fusions[0])
         hit = both = both_leaves = tokens = read = 0
         t0 = time.perf_counter()
         for q, v in zip(questions, qvecs, strict=True):
@@ -215,16 +266,33 @@ def main() -> None:
     ap.add_argument("--skip-hotpot", action="store_true")
     ap.add_argument("--llm", type=int, default=0, help="HotpotQA questions with the local LLM")
     ap.add_argument("--only-llm", action="store_true", help="HotpotQA: skip the offline modes")
+    ap.add_argument("--fusions", default="dbsf", help="hybrid fusions tried (first: the others')")
+    ap.add_argument("--no-postqfrap", action="store_true", help="skip the postQFRAP modes")
+    ap.add_argument("--hotpot-questions", type=int, default=0, help="HotpotQA questions (0: all)")
     args = ap.parse_args()
+    fusions = tuple(parse_fusion(f) for f in args.fusions.split(","))
+    extra = {"fusions": fusions, "with_postqfrap": not args.no_postqfrap}
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         if not args.skip_squad:
             _, qs = squad_folder(tmp / "squad", squad_titles()[: args.articles])
-            evaluate("squad", tmp / "squad", sample(qs, args.questions), tmp, args.max_tokens, 0)
+            evaluate(
+                "squad", tmp / "squad", sample(qs, args.questions), tmp, args.max_tokens, 0, **extra
+            )
         if not args.skip_hotpot:
             _, hq = hotpot_folder(tmp / "hotpot")
-            evaluate("hotpotqa", tmp / "hotpot", hq, tmp, args.max_tokens, args.llm, args.only_llm)
+            hq = sample(hq, args.hotpot_questions)
+            evaluate(
+                "hotpotqa",
+                tmp / "hotpot",
+                hq,
+                tmp,
+                args.max_tokens,
+                args.llm,
+                args.only_llm,
+                **extra,
+            )
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

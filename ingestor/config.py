@@ -212,6 +212,9 @@ class QuerySettings(_Section):
     max_tokens: int = Field(default=2000, ge=1, le=16_000)
     mode: Literal["collapsed", "traversal", "postqfrap"] = "collapsed"
     top_k: int = Field(default=5, ge=1, le=100)
+    #: Collapsed tree, traversal and postQFRAP's base search BM25 and dense vectors in one fused
+    #: query (stores without BM25 vectors search dense); False: dense only.
+    hybrid: bool = True
     #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
     daemon_wait_seconds: float = Field(default=120.0, ge=0)
 

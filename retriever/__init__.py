@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from retriever.edge_store import EdgeNodeStore
     from retriever.embedding import SentenceTransformerEmbedder
     from retriever.embedding_openai import OpenAIEmbedder
-    from retriever.qdrant_collection import connect
+    from retriever.qdrant_connect import connect
     from retriever.qdrant_store import QdrantNodeStore
 
 _LAZY = {
@@ -44,7 +44,7 @@ _LAZY = {
     "EdgeRestReader": "retriever.edge_rest",
     "RestSearchRequest": "retriever.edge_rest",
     "QdrantNodeStore": "retriever.qdrant_store",
-    "connect": "retriever.qdrant_collection",
+    "connect": "retriever.qdrant_connect",
     "SentenceTransformerEmbedder": "retriever.embedding",
     "OpenAIEmbedder": "retriever.embedding_openai",
 }

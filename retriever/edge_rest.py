@@ -7,31 +7,43 @@ shard without HTTP and the engine's types stay inside the retriever. Requests ar
 REST models (``qdrant_client.http.models``) and replies are built from them too, so both stay
 faithful to what real clients send and parse.
 
-Supported: collection info; the Query API's nearest query (a vector, ``{"nearest": ...}`` or a
-point id), no query (points by id), ``filter``, ``limit``, ``offset``, ``score_threshold``,
-``with_payload``, ``with_vector``, ``params``; the legacy search; scroll; retrieve by ids; count.
-Every filter condition Qdrant has but slices (:mod:`retriever.edge_rest_filter`). ``using`` may
-be omitted: the collection has one vector, ``dense``. A query without ``params`` is planned as
-adrap's own searches are (:mod:`retriever.plan`), so the same filter gives the same hits as
-``adrap query``. Anything else (prefetch, fusion, recommend, documents for inference, order_by,
-shard keys) raises ValueError naming the part, which the facade answers with 400.
+Supported: collection info; the Query API's nearest query (a dense or sparse vector,
+``{"nearest": ...}`` with or without ``mmr``, or a point id), ``prefetch`` with fusion (``rrf``
+with its k and weights, ``dbsf``; :mod:`retriever.edge_rest_query`), no query (points by id),
+``filter``, ``limit``, ``offset``, ``score_threshold``, ``with_payload``, ``with_vector``,
+``params``; the legacy search; scroll; retrieve by ids; count. Every filter condition Qdrant has
+but slices (:mod:`retriever.edge_rest_filter`). ``using`` may be omitted: the dense vector,
+``dense``; ``bm25`` is the sparse one. A dense query without ``params`` is planned as adrap's own
+searches are (:mod:`retriever.plan`), so the same filter gives the same hits as ``adrap query``.
+Anything else (recommend, documents for inference, order_by, shard keys) raises ValueError
+naming the part, which the facade answers with 400.
 """
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Final, Protocol, TypeVar
 
 import qdrant_edge as qe
-from pydantic import BaseModel, ConfigDict, Field
 from qdrant_client.http import models
 
 from retriever.edge_rest_filter import edge_filter, point_id
+from retriever.edge_rest_io import (
+    NamedVectorIn,
+    out_id,
+    record,
+    scored,
+    with_payload,
+    with_vector,
+)
+from retriever.edge_rest_io import RestSearchRequest as RestSearchRequest  # retriever's export
+from retriever.edge_rest_query import QueryTranslator, stored_vector
 from retriever.edge_store import edge_search_params
 from retriever.errors import StoreError
 from retriever.plan import HnswConfig, Planner, StoreIndex
-from retriever.schema import VECTOR_NAME, vector_names
+from retriever.schema import SPARSE_VECTOR, VECTOR_NAME, vector_names
 
 _T = TypeVar("_T")
 
@@ -48,33 +60,6 @@ class ShardReader(Protocol):
     index: StoreIndex
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T: ...
-
-
-class NamedVectorIn(BaseModel):
-    """``{"name": "dense", "vector": [...]}`` in a legacy search request."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    vector: list[float]
-
-
-class RestSearchRequest(BaseModel):
-    """The body of ``POST /collections/{name}/points/search`` (Qdrant's legacy search).
-
-    qdrant-client 1.16+ no longer ships this model (its ``search`` became ``query_points``), but
-    servers and the JS client still speak it; the parts are qdrant-client's own models.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-    vector: list[float] | NamedVectorIn
-    filter: models.Filter | None = None
-    params: models.SearchParams | None = None
-    limit: int = Field(ge=0)
-    offset: int | None = Field(default=None, ge=0)
-    with_payload: models.WithPayloadInterface | None = None
-    with_vector: models.WithVector | None = None
-    score_threshold: float | None = None
-    shard_key: models.ShardKeySelector | None = None
 
 
 class EdgeRestReader:
@@ -111,8 +96,13 @@ class EdgeRestReader:
             params=models.CollectionParams(
                 vectors={
                     name: models.VectorParams(size=dim, distance=models.Distance.COSINE)
-                    for name in self._vector_names()
+                    for name in vector_names(leaf_vector=self.store.index.leaf_vector)
+                },
+                sparse_vectors={
+                    SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
                 }
+                if self.store.index.sparse
+                else None,
             ),
             hnsw_config=models.HnswConfig(
                 m=hnsw.m, ef_construct=hnsw.ef_construct, full_scan_threshold=hnsw.scan_kb(dim)
@@ -137,15 +127,15 @@ class EdgeRestReader:
         Raises:
             ValueError: an unsupported or invalid part of the request (named).
         """
-        _refuse(req.prefetch, "prefetch")
         _refuse(req.lookup_from, "lookup_from")
         _refuse(req.shard_key, "shard_key")
         limit, offset = _bounded(req.limit, req.offset)
         flt = edge_filter(req.filter)
-        payload, vector = _with_payload(req.with_payload, False), _with_vector(req.with_vector)
+        payload, vector = with_payload(req.with_payload, False), with_vector(req.with_vector)
         query = req.query
+        if req.prefetch is not None or _composite(query):
+            return models.QueryResponse(points=[scored(p) for p in self._composite(req)])
         if isinstance(query, models.NearestQuery):
-            _refuse(query.mmr, "nearest.mmr")
             query = query.nearest
         if query is None:  # no scoring: points in id order, as Qdrant does
             request = qe.QueryRequest(
@@ -157,7 +147,7 @@ class EdgeRestReader:
                 score_threshold=req.score_threshold,
             )
             hits = self.store.read_shard("query points", lambda s: s.query(request))
-            return models.QueryResponse(points=[_scored(p) for p in hits])
+            return models.QueryResponse(points=[scored(p) for p in hits])
         if isinstance(query, int | str | uuid.UUID):
             by_id = point_id(query)
             dense = self._vector_of(by_id)
@@ -175,7 +165,7 @@ class EdgeRestReader:
             vector,
             req.score_threshold,
         )
-        return models.QueryResponse(points=[_scored(p) for p in hits])
+        return models.QueryResponse(points=[scored(p) for p in hits])
 
     def search(self, req: RestSearchRequest) -> list[models.ScoredPoint]:
         """Run a legacy search (``POST /collections/{name}/points/search``).
@@ -197,11 +187,11 @@ class EdgeRestReader:
             limit,
             offset,
             req.params,
-            _with_payload(req.with_payload, False),
-            _with_vector(req.with_vector),
+            with_payload(req.with_payload, False),
+            with_vector(req.with_vector),
             req.score_threshold,
         )
-        return [_scored(p) for p in hits]
+        return [scored(p) for p in hits]
 
     def scroll(self, req: models.ScrollRequest) -> models.ScrollResult:
         """Return one page of points in id order (``POST /collections/{name}/points/scroll``).
@@ -216,13 +206,13 @@ class EdgeRestReader:
             offset=None if req.offset is None else point_id(req.offset),
             limit=limit,
             filter=edge_filter(req.filter),
-            with_payload=_with_payload(req.with_payload, True),
-            with_vector=_with_vector(req.with_vector),
+            with_payload=with_payload(req.with_payload, True),
+            with_vector=with_vector(req.with_vector),
         )
         records, after = self.store.read_shard("scroll points", lambda s: s.scroll(request))
         return models.ScrollResult(
-            points=[_record(r) for r in records],
-            next_page_offset=None if after is None else _out_id(after),
+            points=[record(r) for r in records],
+            next_page_offset=None if after is None else out_id(after),
         )
 
     def retrieve(self, req: models.PointRequest) -> list[models.Record]:
@@ -235,11 +225,11 @@ class EdgeRestReader:
         if len(req.ids) > MAX_POINTS:
             raise ValueError(f"{len(req.ids)} ids is over the {MAX_POINTS} a request may ask for")
         ids = list(dict.fromkeys(point_id(i) for i in req.ids))
-        payload, vector = _with_payload(req.with_payload, True), _with_vector(req.with_vector)
+        payload, vector = with_payload(req.with_payload, True), with_vector(req.with_vector)
         records = self.store.read_shard(
             f"retrieve {len(ids)} points", lambda s: s.retrieve(ids, payload, vector)
         )
-        return [_record(r) for r in records]
+        return [record(r) for r in records]
 
     def count(self, req: models.CountRequest) -> models.CountResult:
         """Count the points matching the filter (``POST /collections/{name}/points/count``)."""
@@ -247,8 +237,57 @@ class EdgeRestReader:
         request = qe.CountRequest(exact=req.exact is not False, filter=edge_filter(req.filter))
         return models.CountResult(count=self.store.read_shard("count", lambda s: s.count(request)))
 
+    def _composite(self, req: models.QueryRequest) -> list[qe.ScoredPoint]:
+        """A query with prefetches, fusion, a sparse vector or MMR: translated as a whole."""
+        limit, offset = _bounded(req.limit, req.offset)
+        flt = edge_filter(req.filter)
+
+        bad: list[Exception] = []  # the request's own faults: 400/404, not a store failure
+
+        def run(shard: qe.EdgeShard) -> list[qe.ScoredPoint]:
+            try:
+                return shard.query(translated(shard))
+            except (ValueError, LookupError) as exc:
+                bad.append(exc)
+                return []
+
+        def translated(shard: qe.EdgeShard) -> qe.QueryRequest:
+            def params(given: Any, where: qe.Filter | None, n: int, dense: bool) -> Any:
+                return self._params(shard, given, where, n) if dense else None
+
+            translate = QueryTranslator(partial(stored_vector, shard), params, self._using)
+            scoring, dense = translate.scoring(req.query, req.using, limit + offset)
+            prefetches = translate.prefetches(req.prefetch, flt)
+            request = qe.QueryRequest(
+                limit=limit,
+                offset=offset,
+                query=scoring,
+                prefetches=prefetches,
+                filter=flt,
+                with_payload=with_payload(req.with_payload, False),
+                with_vector=with_vector(req.with_vector),
+                score_threshold=req.score_threshold,
+                params=params(req.params, flt, limit + offset, dense and not prefetches),
+            )
+            return request
+
+        hits = self.store.read_shard("query points", run)
+        if bad:
+            raise bad[0]
+        return hits
+
+    def _using(self, using: str | None) -> str:
+        names = self._vector_names()
+        if using is not None and using not in names:
+            raise ValueError(
+                f"Wrong input: Not existing vector name error: {using} "
+                f"(adrap's collection has {', '.join(map(repr, names))})"
+            )
+        return using or VECTOR_NAME
+
     def _vector_names(self) -> tuple[str, ...]:
-        return vector_names(leaf_vector=self.store.index.leaf_vector)
+        dense = vector_names(leaf_vector=self.store.index.leaf_vector)
+        return (*dense, SPARSE_VECTOR) if self.store.index.sparse else dense
 
     def _vector_of(self, point: qe.PointId) -> list[float]:
         records = self.store.read_shard(
@@ -271,17 +310,13 @@ class EdgeRestReader:
         with_vector: Any,
         score_threshold: float | None,
     ) -> list[qe.ScoredPoint]:
-        if using is not None and using not in self._vector_names():
-            raise ValueError(
-                f"Wrong input: Not existing vector name error: {using} "
-                f"(adrap's collection has {', '.join(map(repr, self._vector_names()))})"
-            )
+        name = self._using(using)
         if self.store.dim is not None and len(vector) != self.store.dim:
             raise ValueError(
                 f"Wrong input: Vector dimension error: expected dim: {self.store.dim}, got "
                 f"{len(vector)} (embed the query with the model named in the meta point)"
             )
-        query = qe.Query.Nearest([float(x) for x in vector], using=using or VECTOR_NAME)
+        query = qe.Query.Nearest([float(x) for x in vector], using=name)
 
         def run(shard: qe.EdgeShard) -> list[qe.ScoredPoint]:
             request = qe.QueryRequest(
@@ -317,6 +352,16 @@ class EdgeRestReader:
         return edge_search_params(self.store.planner.plan(matches, total, limit, self.store.index))
 
 
+_SPARSE: Final = (models.SparseVector, models.Document)
+
+
+def _composite(query: object) -> bool:
+    """Whether a query needs the translator: fusion, a sparse vector, MMR."""
+    if isinstance(query, models.NearestQuery):
+        return query.mmr is not None or isinstance(query.nearest, _SPARSE)
+    return isinstance(query, (models.FusionQuery, models.RrfQuery, *_SPARSE))
+
+
 def _refuse(value: object, part: str) -> None:
     if value is not None:
         raise ValueError(f"{part!r} is not supported by adrap's read-only Qdrant facade; drop it")
@@ -341,42 +386,3 @@ def _dense(query: object) -> list[float]:
         f"query of type {type(query).__name__} is not supported by adrap's read-only Qdrant "
         "facade: send a dense vector, {'nearest': vector} or a point id"
     )
-
-
-def _out_id(value: qe.PointId) -> int | str:
-    return value if isinstance(value, int) else str(value)
-
-
-def _scored(p: qe.ScoredPoint) -> models.ScoredPoint:
-    return models.ScoredPoint(
-        id=_out_id(p.id),
-        version=p.version,
-        score=p.score,
-        payload=p.payload,
-        vector=_vector_out(p.vector),
-    )
-
-
-def _record(r: qe.Record) -> models.Record:
-    return models.Record(id=_out_id(r.id), payload=r.payload, vector=_vector_out(r.vector))
-
-
-def _vector_out(vector: object) -> Any:
-    """The engine's vectors as REST returns them: ``{"dense": [...]}`` (dense only here)."""
-    return vector
-
-
-def _with_payload(value: models.WithPayloadInterface | None, default: bool) -> Any:
-    if value is None:
-        return default
-    if isinstance(value, models.PayloadSelectorInclude):
-        return qe.PayloadSelector.Include(list(value.include))
-    if isinstance(value, models.PayloadSelectorExclude):
-        return qe.PayloadSelector.Exclude(list(value.exclude))
-    return value if isinstance(value, bool) else list(value)
-
-
-def _with_vector(value: models.WithVector | None) -> Any:
-    if value is None:
-        return False
-    return value if isinstance(value, bool) else list(value)

@@ -21,6 +21,7 @@ from retriever.schema import (
     LEAF_VECTOR,
     META_POINT_ID,
     PAYLOAD_INDEXES,
+    SPARSE_VECTOR,
     TENANT_FIELD,
     VECTOR_NAME,
     F,
@@ -30,6 +31,7 @@ from retriever.schema import (
     check_meta,
     vector_names,
 )
+from retriever.sparse import DEFAULT_FUSION, Fusion, bm25_documents, reindex_sparse
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +64,8 @@ class EdgeShardLifecycle:
         self.index = StoreIndex()
         #: The planner's estimate (matching, total points) per filter, until the next write.
         self._estimates: dict[SearchFilter, tuple[int, int]] = {}
+        #: How a hybrid search fuses its dense and BM25 prefetches.
+        self.fusion: Fusion = DEFAULT_FUSION
         self.dim: int | None = None
         self._shard: qe.EdgeShard | None = None
         self._closed = False
@@ -76,6 +80,7 @@ class EdgeShardLifecycle:
             if meta is not None and isinstance(meta.get(F.EMBED_DIM), int):
                 self.dim = meta[F.EMBED_DIM]
             self.index = read_index(self.path)
+            self._strip_meta_vectors()
             log.debug("opened embedded store %s (dim=%s)", self.path, self.dim)
 
     def ensure_collection(self, dim: int, embed_model: str) -> None:
@@ -101,6 +106,7 @@ class EdgeShardLifecycle:
                     name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
                     for name in vector_names()
                 },
+                sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
                 hnsw_config=graph,
                 quantization_config=int8 if self.hnsw.quantize else None,
                 optimizers=None
@@ -122,17 +128,58 @@ class EdgeShardLifecycle:
                     shard.update(
                         qe.UpdateOperation.create_field_index(field, _index_schema(field, kind))
                     )
-        if meta is None:
-            e0 = [1.0] + [0.0] * (dim - 1)
+        if meta is None:  # no vector: no search can return it
             payload = MetaPayload(embed_model=embed_model, embed_dim=dim).to_payload()
             with self._engine("write the meta point"):
                 shard.update(
-                    qe.UpdateOperation.upsert_points(
-                        [qe.Point(META_POINT_ID, {VECTOR_NAME: e0}, payload)]
-                    )
+                    qe.UpdateOperation.upsert_points([qe.Point(META_POINT_ID, {}, payload)])
                 )
                 shard.flush()
         self.dim = dim
+
+    def index_sparse(self) -> int:
+        """Add the BM25 vector to every point of a store created before it (the tree, its
+        summaries and dense vectors are kept); a store that has it is left as it is.
+
+        Returns:
+            The number of points given a BM25 vector (0 if the store had it already).
+
+        Raises:
+            StoreError: no store yet, or the engine failed.
+        """
+        shard = self._require()
+        if self.index.sparse:
+            return 0
+        with self._engine("add the BM25 sparse vector"):
+            shard.update(
+                qe.UpdateOperation.create_sparse_vector(SPARSE_VECTOR, modifier=qe.Modifier.Idf)
+            )
+
+        def page(offset: qe.PointId | None) -> tuple[list[tuple[qe.PointId, str]], Any]:
+            request = qe.ScrollRequest(
+                offset=offset, limit=1024, with_payload=qe.PayloadSelector.Include([F.TEXT])
+            )
+            with self._engine("scroll the points"):
+                records, after = shard.scroll(request)
+            return [(r.id, (r.payload or {})[F.TEXT]) for r in records if r.payload], after
+
+        def write(rows: list[tuple[qe.PointId, str]]) -> None:
+            sparse = bm25_documents([text for _, text in rows])
+            vectors = [
+                qe.PointVectors(pid, {SPARSE_VECTOR: v})
+                for (pid, _), v in zip(rows, sparse, strict=True)
+            ]
+            with self._engine("write BM25 vectors"):
+                shard.update(qe.UpdateOperation.update_vectors(vectors))
+
+        done = reindex_sparse(page, write)
+        self.index = read_index(self.path)
+        # the updated points moved to an appendable segment, outside the HNSW graph: rebuild it
+        self.optimize()
+        with self._engine("flush to disk"):
+            shard.flush()
+        log.info("added BM25 vectors to %d points of %s", done, self.path)
+        return done
 
     def flush(self) -> None:
         """Flush every write so far to disk (before a state commit that references the points)."""
@@ -174,7 +221,7 @@ class EdgeShardLifecycle:
             return False
         with self._engine("read the store's info"):
             info = self._shard.info()
-        unindexed = info.points_count - info.indexed_vectors_count
+        unindexed = unindexed_points(info, sparse=self.index.sparse)
         return unindexed >= max(least, OPTIMIZE_SHARE * info.points_count)
 
     def optimize(self) -> bool:
@@ -235,6 +282,18 @@ class EdgeShardLifecycle:
             )
         return self._shard
 
+    def _strip_meta_vectors(self) -> None:
+        """Drop the vectors of a meta point written before it had none (so no search returns
+        it); done once, when the store is opened."""
+        shard = self._require()
+        with self._engine("migrate the meta point"):
+            records = shard.retrieve([META_POINT_ID], False, True)
+            if records and records[0].vector:
+                names = [str(name) for name in records[0].vector]
+                shard.update(qe.UpdateOperation.delete_vectors([META_POINT_ID], names))
+                shard.flush()
+                log.info("meta point of %s: dropped its vectors %s", self.path, names)
+
     def _read_meta(self) -> dict[str, Any] | None:
         shard = self._require()
         with self._engine("read the meta point"):
@@ -288,6 +347,16 @@ class EdgeShardLifecycle:
         )
 
 
+def unindexed_points(info: qe.ShardInfo, *, sparse: bool) -> int:
+    """Return the points outside an HNSW graph (negative once indexed: leaves count twice).
+
+    The engine's ``indexed_vectors_count`` counts every named vector, and a BM25 vector is
+    indexed as it is written: in a store with them every point but the meta point has one.
+    """
+    written = max(info.points_count - 1, 0) if sparse else 0
+    return info.points_count - (info.indexed_vectors_count - written)
+
+
 def read_index(path: Path) -> StoreIndex:
     """Return the planner's view of the shard in ``path`` from the config the engine persisted
     (``edge_config.json``): int8 copy or not, the plain-scan threshold in points, the leaves' own
@@ -303,10 +372,13 @@ def read_index(path: Path) -> StoreIndex:
         kb = int((config.get("hnsw_config") or {}).get("full_scan_threshold") or FULL_SCAN_KB)
         quantized = bool(vector.get("quantization_config") or config.get("quantization_config"))
         leaf = LEAF_VECTOR in config["vectors"]
+        sparse = SPARSE_VECTOR in (config.get("sparse_vectors") or {})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("planning %s as unquantized: its config is unreadable (%s)", path, exc)
         return StoreIndex()
-    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf)
+    return StoreIndex(
+        quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf, sparse=sparse
+    )
 
 
 def _index_schema(field: str, kind: IndexType) -> qe.PayloadSchemaType | qe.KeywordIndexParams:

@@ -36,9 +36,9 @@ import numpy as np
 import qdrant_edge as qe
 from numpy.typing import NDArray
 
-from retriever.edge_shard import EdgeShardLifecycle
+from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
-from retriever.edge_translate import edge_payload as _edge_payload
+from retriever.edge_translate import edge_points, edge_query_request
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
@@ -47,9 +47,9 @@ from retriever.schema import (
     NodePayload,
     ScoredNode,
     SearchFilter,
-    point_vectors,
     search_vector,
 )
+from retriever.sparse import bm25_query
 from retriever.validation import (
     check_ids,
     check_node,
@@ -113,17 +113,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
             for start in range(0, len(nodes), UPSERT_BATCH):
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
-                points = [
-                    qe.Point(
-                        node.node_id,
-                        point_vectors(node.layer, row, leaf_vector=self.index.leaf_vector),
-                        _edge_payload(node),
-                    )
-                    for node, row in zip(batch, rows, strict=True)
-                ]
+                points = edge_points(batch, rows, self.index)
                 shard.update(qe.UpdateOperation.upsert_points(points))
             info = shard.info()
-        unindexed = info.points_count - info.indexed_vectors_count
+        unindexed = unindexed_points(info, sparse=self.index.sparse)
         if self.auto_optimize_points is not None and unindexed >= self.auto_optimize_points:
             self.optimize()
 
@@ -142,19 +135,31 @@ class EdgeNodeStore(EdgeShardLifecycle):
     # -- reads -----------------------------------------------------------------------------------
 
     def search(
-        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        *,
+        text: str | None = None,
     ) -> list[ScoredNode]:
-        """Return up to ``limit`` nodes matching ``flt``, best cosine score first.
+        """Return up to ``limit`` nodes matching ``flt``, best cosine score first; with the
+        question's ``text`` in a store with BM25 vectors, best fused score first (hybrid).
 
         Raises:
             ValueError: ``flt.tree`` is the reserved meta tree, or the vector/limit is invalid.
             StoreError: the engine failed.
         """
-        hits = self._query(vector, flt, limit, with_payload=True)
+        hits = self._query(vector, flt, limit, limit, text, with_payload=True)
         return [ScoredNode(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
 
     def search_budget(
-        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int, max_tokens: int
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        max_tokens: int,
+        *,
+        text: str | None = None,
     ) -> list[ScoredNode]:
         """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, reading fewer payloads.
 
@@ -177,10 +182,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
         fetched: dict[qe.PointId, dict[str, Any]] = {}
-        hits = self._query(vector, flt, first)
+        hits = self._query(vector, flt, first, limit, text)
         kept, stopped = self._fill(hits, max_tokens, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            kept, _ = self._fill(self._query(vector, flt, limit), max_tokens, fetched)
+            kept, _ = self._fill(self._query(vector, flt, limit, limit, text), max_tokens, fetched)
         return kept
 
     def _fill(
@@ -333,9 +338,14 @@ class EdgeNodeStore(EdgeShardLifecycle):
         vector: NDArray[np.float32],
         flt: SearchFilter,
         limit: int,
+        depth: int,
+        text: str | None,
         *,
         with_payload: bool = False,
     ) -> list[qe.ScoredPoint]:
+        """The planned query; hybrid (prefetches of ``depth`` hits, fused) given ``text`` in a
+        store with BM25 vectors. A hybrid query is not retried as an exact scan: its sparse
+        prefetch fills in what a cut-off walk misses."""
         query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -345,20 +355,25 @@ class EdgeNodeStore(EdgeShardLifecycle):
         shard = self._require()
 
         using = search_vector(flt, leaf_vector=self.index.leaf_vector)
+        sparse = bm25_query(text) if text is not None and self.index.sparse else None
 
         def run(plan: SearchPlan) -> list[qe.ScoredPoint]:
-            request = qe.QueryRequest(
-                limit=limit,
-                query=qe.Query.Nearest(query, using=using),
-                filter=edge_filter,
+            request = edge_query_request(
+                query,
+                using,
+                edge_filter,
+                limit,
+                edge_search_params(plan),
                 with_payload=with_payload,
-                with_vector=False,
-                params=edge_search_params(plan),
+                sparse=sparse,
+                fusion=self.fusion,
+                prefetch_limit=depth,
             )
             with self._engine("search"):
                 return shard.query(request)
 
-        return search_planned(self._plan(flt, edge_filter, limit), limit, run)
+        plan = self._plan(flt, edge_filter, max(limit, depth if sparse is not None else 0))
+        return run(plan) if sparse is not None else search_planned(plan, limit, run)
 
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
         ids: list[qe.PointId] = list(

@@ -123,6 +123,7 @@ class HnswConfig:
             quantized=self.quantize,
             scan_points=scan_points(self.scan_kb(dim), dim),
             leaf_vector=True,
+            sparse=True,
         )
 
 
@@ -136,11 +137,14 @@ class StoreIndex:
             (its ``full_scan_threshold``, in points).
         leaf_vector: Leaves carry a second vector (:data:`~retriever.schema.LEAF_VECTOR`) with
             a graph of their own: leaves-only filters walk it like any other filter.
+        sparse: Every node carries its BM25 vector (:data:`~retriever.schema.SPARSE_VECTOR`):
+            a search given the question's text can be hybrid.
     """
 
     quantized: bool = False
     scan_points: int = 0
     leaf_vector: bool = False
+    sparse: bool = False
 
 
 def scan_points(full_scan_kb: int, dim: int) -> int:

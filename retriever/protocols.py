@@ -46,19 +46,41 @@ class NodeStore(Protocol):
         ...
 
     def search(
-        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        *,
+        text: str | None = None,
     ) -> list[ScoredNode]:
-        """Return up to ``limit`` nodes matching ``flt``, best cosine score first."""
+        """Return up to ``limit`` nodes matching ``flt``, best cosine score first.
+
+        Given the question's ``text``, a store whose nodes carry BM25 vectors runs one hybrid
+        query instead (a dense and a sparse prefetch, fused; scores are the fusion's); a store
+        without them searches dense.
+        """
         ...
 
     def search_budget(
-        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int, max_tokens: int
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        max_tokens: int,
+        *,
+        text: str | None = None,
     ) -> list[ScoredNode]:
-        """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, reading fewer payloads.
+        """Return ``fill_budget(search(vector, flt, limit, text=text), max_tokens)``, reading
+        fewer payloads.
 
-        The collapsed-tree query: one ANN search, then payloads only of the hits the greedy
-        token fill keeps (stopping at the first that does not fit).
+        The collapsed-tree query: one ANN (or hybrid) search, then payloads only of the hits the
+        greedy token fill keeps (stopping at the first that does not fit).
         """
+        ...
+
+    def index_sparse(self) -> int:
+        """Add the BM25 vector to every point of a store created before it, keeping the tree;
+        return how many points got one (0: the store had it)."""
         ...
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:

@@ -5,24 +5,25 @@ The point operations are in :mod:`retriever.qdrant_store`."""
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Self
 
-import grpc
-import httpx
 from qdrant_client import QdrantClient, models
-from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from retriever.errors import SchemaMismatchError, StoreError
 from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
+from retriever.qdrant_connect import CLIENT_ERRORS
+from retriever.qdrant_connect import connect as connect  # its old home; retriever.connect
+from retriever.qdrant_hybrid import SPARSE_PARAMS, index_sparse_points
 from retriever.schema import (
     LEAF_VECTOR,
     META_POINT_ID,
     PAYLOAD_INDEXES,
+    SPARSE_VECTOR,
     TENANT_FIELD,
     VECTOR_NAME,
     IndexType,
@@ -30,59 +31,9 @@ from retriever.schema import (
     check_meta,
     vector_names,
 )
+from retriever.sparse import DEFAULT_FUSION, Fusion
 
 log = logging.getLogger(__name__)
-
-# What qdrant-client raises: HTTP errors, gRPC errors, transport errors, and (local mode)
-# ValueError/RuntimeError, e.g. "Collection x not found" or a closed local client.
-_CLIENT_ERRORS: Final = (
-    UnexpectedResponse,
-    ResponseHandlingException,
-    grpc.RpcError,
-    httpx.HTTPError,
-    ConnectionError,
-    TimeoutError,
-    ValueError,
-    RuntimeError,
-)
-
-
-def connect(
-    url: str,
-    api_key: str | None = None,
-    *,
-    timeout: float = 10.0,
-    https: bool | None = None,
-    verify: bool | str = True,
-    prefer_grpc: bool = False,
-) -> QdrantClient:
-    """Build a client for a Qdrant server (no request is sent yet).
-
-    Args:
-        url: ``http(s)://host:port`` of the server.
-        api_key: The server's API key, if it requires one.
-        timeout: Request timeout in seconds (rounded up to whole seconds by qdrant-client).
-        https: Force TLS on or off (``None``: from the URL scheme).
-        verify: TLS verification: True, False, or a CA bundle path (REST only).
-        prefer_grpc: Use gRPC (port 6334) for data requests.
-
-    Raises:
-        StoreError: the URL is malformed.
-    """
-    extra: dict[str, Any] = {} if verify is True else {"verify": verify}
-    try:
-        return QdrantClient(
-            url=url,
-            api_key=api_key,
-            timeout=math.ceil(timeout),
-            https=https,
-            prefer_grpc=prefer_grpc,
-            # The version check runs in a thread and only warns; the first request fails clearly.
-            check_compatibility=False,
-            **extra,
-        )
-    except ValueError as exc:
-        raise StoreError(f"invalid Qdrant URL {url!r}: {exc}; check ADRAP_QDRANT__URL") from exc
 
 
 class QdrantCollection:
@@ -111,6 +62,10 @@ class QdrantCollection:
         self.index = StoreIndex()
         #: Per filter: (when, estimated matches, estimated points) for the planner.
         self._estimates: dict[Any, tuple[float, int, int]] = {}
+        #: How a hybrid search fuses its dense and BM25 prefetches.
+        self.fusion: Fusion = DEFAULT_FUSION
+        #: The physical collection behind the alias (read by :meth:`ensure_collection`).
+        self.physical: str | None = None
         #: Distribution of a collection adrap creates on a cluster (None: the server's default, 1).
         #: Only read at creation; an existing collection keeps its own (a mismatch is logged).
         self.shard_number = shard_number
@@ -149,6 +104,7 @@ class QdrantCollection:
         self._check_vectors_config(info, physical, dim, embed_model)
         self._check_distribution(info, physical)
         self.index = _read_index(info, dim)
+        self.physical = physical
         meta = self._read_meta()
         check_meta(meta, embed_model=embed_model, dim=dim, where=self._where())
         with self._call("create payload indexes"):
@@ -157,10 +113,10 @@ class QdrantCollection:
                     self.client.create_payload_index(
                         physical, field, field_schema=_index_schema(field, kind), wait=True
                     )
-        if meta is None:
+        if meta is None:  # no vector: no search can return it
             point = models.PointStruct(
                 id=META_POINT_ID,
-                vector={VECTOR_NAME: [1.0] + [0.0] * (dim - 1)},
+                vector={},
                 payload=MetaPayload(embed_model=embed_model, embed_dim=dim).to_payload(),
             )
             with self._call("write the meta point"):
@@ -225,6 +181,27 @@ class QdrantCollection:
                 self.client.delete_collection(old)
         log.info("alias %s now points at %s (dropped %s)", alias, self.collection, old)
 
+    def index_sparse(self) -> int:
+        """Add the BM25 vector to every point of a collection created before it (the tree, its
+        summaries and dense vectors are kept); a collection that has it is left as it is.
+
+        Returns:
+            The number of points given a BM25 vector (0 if the collection had it already).
+
+        Raises:
+            StoreError: the server failed, or :meth:`ensure_collection` was not called.
+        """
+        self._require_open()
+        if self.physical is None:
+            raise StoreError(f"{self._where()}: call ensure_collection() before index_sparse()")
+        if self.index.sparse:
+            return 0
+        done = index_sparse_points(self.client, self.collection, self.physical, self._call)
+        self.index = replace(self.index, sparse=True)
+        self._estimates.clear()
+        log.info("added BM25 vectors to %d points of %s", done, self._where())
+        return done
+
     def flush(self) -> None:
         """Do nothing: every write waits for the server to apply it (``wait=True``)."""
 
@@ -257,6 +234,7 @@ class QdrantCollection:
                 name: models.VectorParams(size=dim, distance=models.Distance.COSINE)
                 for name in vector_names()
             },
+            sparse_vectors_config={SPARSE_VECTOR: SPARSE_PARAMS},
             hnsw_config=models.HnswConfigDiff(
                 m=self.hnsw.m,
                 ef_construct=self.hnsw.ef_construct,
@@ -300,10 +278,18 @@ class QdrantCollection:
         return {a.alias_name: a.collection_name for a in self.client.get_aliases().aliases}
 
     def _read_meta(self) -> dict[str, Any] | None:
+        """Return the meta point's payload; drop its vectors if it was written before it had
+        none (so no search returns it)."""
         with self._call("read the meta point"):
             records = self.client.retrieve(
-                self.collection, ids=[META_POINT_ID], with_payload=True, with_vectors=False
+                self.collection, ids=[META_POINT_ID], with_payload=True, with_vectors=True
             )
+            if records and records[0].vector:
+                names = list(records[0].vector) if isinstance(records[0].vector, dict) else [""]
+                self.client.delete_vectors(
+                    self.collection, vectors=names, points=[META_POINT_ID], wait=True
+                )
+                log.info("meta point of %s: dropped its vectors %s", self._where(), names)
         return dict(records[0].payload or {}) if records else None
 
     def _check_vectors_config(
@@ -341,7 +327,7 @@ class QdrantCollection:
         """Translate client failures into StoreError naming the server, collection and fix."""
         try:
             yield
-        except _CLIENT_ERRORS as exc:
+        except CLIENT_ERRORS as exc:
             status = getattr(exc, "status_code", None)
             if status in (401, 403):
                 fix = "check the API key (ADRAP_QDRANT__API_KEY)"
@@ -362,7 +348,10 @@ def _read_index(info: models.CollectionInfo, dim: int) -> StoreIndex:
     quantized = bool(info.config.quantization_config or (params and params.quantization_config))
     kb = info.config.hnsw_config.full_scan_threshold or FULL_SCAN_KB
     leaf = isinstance(vectors, dict) and LEAF_VECTOR in vectors
-    return StoreIndex(quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf)
+    sparse = SPARSE_VECTOR in (info.config.params.sparse_vectors or {})
+    return StoreIndex(
+        quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf, sparse=sparse
+    )
 
 
 def _create_alias(physical: str, alias: str) -> models.CreateAliasOperation:

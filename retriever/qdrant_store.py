@@ -21,6 +21,7 @@ from qdrant_client import QdrantClient, models
 
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
+from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points
 from retriever.schema import (
     META_POINT_ID,
     META_TREE,
@@ -29,7 +30,6 @@ from retriever.schema import (
     NodePayload,
     ScoredNode,
     SearchFilter,
-    point_vectors,
     search_vector,
 )
 from retriever.validation import (
@@ -85,14 +85,7 @@ class QdrantNodeStore(QdrantCollection):
             for start in range(0, len(nodes), UPSERT_BATCH):
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
-                points = [
-                    models.PointStruct(
-                        id=node.node_id,
-                        vector=point_vectors(node.layer, row, leaf_vector=self.index.leaf_vector),
-                        payload=node.to_payload(),
-                    )
-                    for node, row in zip(batch, rows, strict=True)
-                ]
+                points = qdrant_points(batch, rows, self.index)
                 self.client.upsert(self.collection, points=points, wait=True)
 
     def delete(self, node_ids: Sequence[str]) -> None:
@@ -110,19 +103,31 @@ class QdrantNodeStore(QdrantCollection):
     # -- reads -----------------------------------------------------------------------------------
 
     def search(
-        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        *,
+        text: str | None = None,
     ) -> list[ScoredNode]:
-        """Return up to ``limit`` nodes matching ``flt``, best cosine score first.
+        """Return up to ``limit`` nodes matching ``flt``, best cosine score first; with the
+        question's ``text`` in a collection with BM25 vectors, best fused score first (hybrid).
 
         Raises:
             ValueError: ``flt.tree`` is the reserved meta tree, or the vector/limit is invalid.
             StoreError: the server failed or is unreachable.
         """
-        hits = self._query(vector, flt, limit, with_payload=True)
+        hits = self._query(vector, flt, limit, limit, text, with_payload=True)
         return [ScoredNode(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
 
     def search_budget(
-        self, vector: NDArray[np.float32], flt: SearchFilter, limit: int, max_tokens: int
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        max_tokens: int,
+        *,
+        text: str | None = None,
     ) -> list[ScoredNode]:
         """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, fetching less.
 
@@ -139,12 +144,11 @@ class QdrantNodeStore(QdrantCollection):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
-        hits = self._query(vector, flt, first, with_payload=[F.N_TOKENS])
+        hits = self._query(vector, flt, first, limit, text, with_payload=[F.N_TOKENS])
         kept, stopped = _fill_ids(hits, max_tokens)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            kept, _ = _fill_ids(
-                self._query(vector, flt, limit, with_payload=[F.N_TOKENS]), max_tokens
-            )
+            again = self._query(vector, flt, limit, limit, text, with_payload=[F.N_TOKENS])
+            kept, _ = _fill_ids(again, max_tokens)
         found = self._records([i for i, _ in kept], with_payload=True)
         return [
             ScoredNode(NodePayload.from_payload(found[i].payload), score)
@@ -258,9 +262,13 @@ class QdrantNodeStore(QdrantCollection):
         vector: NDArray[np.float32],
         flt: SearchFilter,
         limit: int,
+        depth: int,
+        text: str | None,
         *,
         with_payload: bool | list[str],
     ) -> list[models.ScoredPoint]:
+        """The planned query; hybrid (prefetches of ``depth`` hits, fused) given ``text`` in a
+        collection with BM25 vectors, then not retried as an exact scan."""
         query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -268,9 +276,25 @@ class QdrantNodeStore(QdrantCollection):
         if query_filter is None or limit == 0:
             return []
         self._require_open()
-        plan = self.plan(flt, limit)
         using = search_vector(flt, leaf_vector=self.index.leaf_vector)
-        if _is_local(self.client):  # always scans exactly and warns about search params
+        hybrid = text is not None and self.index.sparse
+        plan = self.plan(flt, max(limit, depth if hybrid else 0))
+        local = _is_local(self.client)  # always scans exactly and warns about search params
+        if hybrid:
+            assert text is not None
+            params = None if local else search_params(plan)
+            prefetch = hybrid_prefetch(query, using, text, query_filter, params, max(limit, depth))
+            with self._call("search"):
+                return self.client.query_points(
+                    self.collection,
+                    prefetch=prefetch,
+                    query=fusion_query(self.fusion),
+                    query_filter=query_filter,
+                    limit=limit,
+                    with_payload=with_payload,
+                    with_vectors=False,
+                ).points
+        if local:
             return self._run(query, using, query_filter, None, limit, with_payload)
         return search_planned(
             plan,

@@ -29,6 +29,11 @@ VECTOR_NAME: Final = "dense"
 #: summaries over it, and a walk filtered to leaves fell apart (recall@100 0.2-0.5 at 100k nodes).
 #: Summaries have no ``leaf`` vector. Stores created before it have none: they scan leaves exactly.
 LEAF_VECTOR: Final = "leaf"
+#: Every node's BM25 sparse vector (the engine's IDF modifier), computed from its text when it is
+#: written (:mod:`retriever.sparse`); a collapsed-tree search fuses it with :data:`VECTOR_NAME`
+#: in one Query API request. Stores created before it have none: they search dense only until
+#: ``adrap index-sparse`` adds it. The meta point has no vector at all, so no search returns it.
+SPARSE_VECTOR: Final = "bm25"
 DEFAULT_COLLECTION: Final = "adrap"
 DISTANCE: Final = "cosine"
 

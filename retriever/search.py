@@ -50,11 +50,18 @@ def collapsed_tree(
     flt: SearchFilter,
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    text: str | None = None,
 ) -> list[ScoredNode]:
-    """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill."""
+    """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill.
+
+    Given the question's ``text``, the query is hybrid where the store has BM25 vectors (dense
+    and sparse prefetch fused, see :mod:`retriever.sparse`)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
-    return store.search_budget(query_vector, flt, candidate_limit(max_tokens), max_tokens)
+    limit = candidate_limit(max_tokens)
+    if text is None:
+        return store.search_budget(query_vector, flt, limit, max_tokens)
+    return store.search_budget(query_vector, flt, limit, max_tokens, text=text)
 
 
 def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:
@@ -72,21 +79,31 @@ def tree_traversal(
     *,
     top_k: int = 5,
     max_tokens: int = DEFAULT_MAX_TOKENS,
+    text: str | None = None,
 ) -> list[ScoredNode]:
-    """Return the nodes selected by top-k traversal from the top layer down, within the budget."""
+    """Return the nodes selected by top-k traversal from the top layer down, within the budget.
+
+    Given ``text``, each layer's search is hybrid where the store has BM25 vectors; the nodes
+    selected are then ordered by their fused scores (each search's own)."""
     if top_k < 1:
         raise ValueError(f"top_k must be ≥ 1, got {top_k}")
     layer = top_layer(store, flt)
     if layer is None:
         return []
     selected: list[ScoredNode] = []
-    hits = store.search(query_vector, replace(flt, min_layer=layer, max_layer=layer), top_k)
+
+    def search(f: SearchFilter) -> list[ScoredNode]:
+        if text is None:
+            return store.search(query_vector, f, top_k)
+        return store.search(query_vector, f, top_k, text=text)
+
+    hits = search(replace(flt, min_layer=layer, max_layer=layer))
     while hits:
         selected.extend(hits)
         children = tuple(dict.fromkeys(c for h in hits for c in h.node.children))
         if not children:
             break
-        hits = store.search(query_vector, replace(flt, ids=children, min_layer=None), top_k)
+        hits = search(replace(flt, ids=children, min_layer=None))
     selected.sort(key=lambda h: -h.score)
     return fill_budget(selected, max_tokens)
 
@@ -99,16 +116,20 @@ def run_query(
     mode: str,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     top_k: int = 5,
+    text: str | None = None,
 ) -> list[ScoredNode]:
-    """Run ``collapsed`` or ``traversal`` retrieval.
+    """Run ``collapsed`` or ``traversal`` retrieval (hybrid given ``text``, see
+    :func:`collapsed_tree`).
 
     Raises:
         ValueError: an unknown mode.
     """
     if mode == "traversal":
-        return tree_traversal(store, query_vector, flt, top_k=top_k, max_tokens=max_tokens)
+        return tree_traversal(
+            store, query_vector, flt, top_k=top_k, max_tokens=max_tokens, text=text
+        )
     if mode == "collapsed":
-        return collapsed_tree(store, query_vector, flt, max_tokens=max_tokens)
+        return collapsed_tree(store, query_vector, flt, max_tokens=max_tokens, text=text)
     raise ValueError(f"mode must be 'collapsed' or 'traversal', not {mode!r}")
 
 

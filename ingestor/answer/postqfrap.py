@@ -49,8 +49,10 @@ def retrieve_k0(
     base: str,
     k0: int,
     top_k: int = 5,
+    text: str | None = None,
 ) -> list[ScoredNode]:
-    """Return the k0 nodes of the base retriever, best first, with no token limit.
+    """Return the k0 nodes of the base retriever, best first, with no token limit (``leaves`` and
+    ``collapsed`` hybrid given the question's ``text``, where the store has BM25 vectors).
 
     ``leaves``: the k0 nearest leaves (naive RAG, the paper's choice). ``collapsed``: the k0
     nearest nodes of any layer. ``traversal``: top-k traversal, its best k0 nodes.
@@ -60,11 +62,13 @@ def retrieve_k0(
     """
     if k0 < 1:
         raise ValueError(f"k0 must be at least 1, got {k0}")
+    hybrid = {} if text is None else {"text": text}
     if base == "leaves":
-        return store.search(vector, replace(flt, min_layer=None, max_layer=0), k0)
+        return store.search(vector, replace(flt, min_layer=None, max_layer=0), k0, **hybrid)
     if base == "collapsed":
-        return store.search(vector, flt, k0)
+        return store.search(vector, flt, k0, **hybrid)
     if base == "traversal":
+        # dense: a hybrid traversal measured worse (docs/retrieval.md)
         return tree_traversal(store, vector, flt, top_k=top_k, max_tokens=2**62)[:k0]
     raise ValueError(f"base must be one of {', '.join(BASES)}, not {base!r}")
 

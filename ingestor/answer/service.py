@@ -53,6 +53,7 @@ class QueryDefaults:
     base: str = "leaves"
     summary_tokens: int = 500
     answer_tokens: int = 500
+    hybrid: bool = True
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,8 @@ class QueryRequest:
     base: str
     flt: SearchFilter
     answer_tokens: int
+    #: Search BM25 and dense vectors in one fused query (where the store has BM25 vectors).
+    hybrid: bool = True
 
 
 def _int(params: Mapping[str, object], name: str, default: int | None) -> int | None:
@@ -89,11 +92,23 @@ def _bounded(params: Mapping[str, object], name: str, default: int) -> int:
     return value
 
 
+def _flag(params: Mapping[str, object], name: str, default: bool) -> bool:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false", "1", "0"):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return text in ("true", "1")
+
+
 def parse_request(
     params: Mapping[str, object], *, tree: str, defaults: QueryDefaults
 ) -> QueryRequest:
     """Validate parameters ``q mode max_tokens top_k k0 base source min_layer max_layer
-    answer_tokens`` (strings or numbers; missing → ``defaults``).
+    answer_tokens hybrid`` (strings or numbers; missing → ``defaults``).
 
     Raises:
         ValueError: a parameter is missing, not a number, out of bounds or unknown.
@@ -123,6 +138,7 @@ def parse_request(
         base=base,
         flt=flt,
         answer_tokens=_bounded(params, "answer_tokens", defaults.answer_tokens),
+        hybrid=_flag(params, "hybrid", defaults.hybrid),
     )
 
 
@@ -250,6 +266,9 @@ class QueryService:
         t0 = time.perf_counter()
         with self.lock:
             vector = self.embedder.embed_query(req.question)
+            # Hybrid where it measured better (docs/retrieval.md): the collapsed tree and
+            # postQFRAP's leaves/collapsed base; traversal stays dense (it lost 8 points).
+            text = req.question if req.hybrid and req.mode != "traversal" else None
             if req.mode != "postqfrap":
                 hits = run_query(
                     self.store,
@@ -258,11 +277,12 @@ class QueryService:
                     mode=req.mode,
                     max_tokens=req.max_tokens,
                     top_k=req.top_k,
+                    text=text,
                 )
                 parts = self._hit_parts(hits) if with_parts else []
                 return Context(hits, parts, None, time.perf_counter() - t0)
             retrieved = retrieve_k0(
-                self.store, vector, req.flt, base=req.base, k0=req.k0, top_k=req.top_k
+                self.store, vector, req.flt, base=req.base, k0=req.k0, top_k=req.top_k, text=text
             )
             vectors = self._vectors(retrieved)
         qf = PostQFRAP(

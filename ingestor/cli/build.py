@@ -1,4 +1,5 @@
-"""``adrap build``, ``add``, ``remove``, ``rebuild``: the commands that write the tree."""
+"""``adrap build``, ``add``, ``remove``, ``rebuild``, ``index-sparse``: the commands that write
+the tree."""
 
 from __future__ import annotations
 
@@ -115,6 +116,32 @@ def rebuild(ctx: Ctx, progress: bool | None) -> None:
             f"rebuilt tree {settings.tree!r}: {report.leaves} leaves; nodes per layer {layers}; "
             f"{report.stats.summary_calls} summaries ({report.stats.cache_hits} from cache); "
             f"{report.seconds:.1f}s"
+        )
+
+    run(ctx, body)
+
+
+@main.command("index-sparse")
+@click.pass_obj
+def index_sparse(ctx: Ctx) -> None:
+    """Add the BM25 sparse vector (hybrid search) to a store built before it, keeping the tree,
+    its summaries and dense vectors; a store that has it is left as it is.
+
+    \b
+    Example:
+      adrap index-sparse
+    """
+
+    def body() -> None:
+        settings = ctx.settings
+        embedder = make_embedder(settings)
+        with writer_lock(settings, "index-sparse"), opened_store(settings) as store:
+            store.ensure_collection(embedder.dim, embedder.model_id)
+            added = store.index_sparse()
+        click.echo(
+            f"added BM25 vectors to {added} points; queries are hybrid now"
+            if added
+            else "the store has BM25 vectors already; nothing to do"
         )
 
     run(ctx, body)

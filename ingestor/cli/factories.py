@@ -115,6 +115,7 @@ def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder)
         base=p.base,
         summary_tokens=p.summary_tokens,
         answer_tokens=settings.answer.max_tokens,
+        hybrid=q.hybrid,
     )
     return QueryService(
         store,

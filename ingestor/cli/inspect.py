@@ -56,6 +56,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         }
         if s.store_mode == "embedded" and built:
             out["leaf_graph"] = _leaf_graph(s.state_dir / STORE_DIR)
+            out["hybrid_search"] = _hybrid(s.state_dir / STORE_DIR)
         state = load_state(models, s.tree, readonly=True) if models and built else None
         if state is not None:
             counts = state.layer_counts()
@@ -109,6 +110,15 @@ def _leaf_graph(store: Path) -> str:
         "no: the store predates it; leaves-only searches scan every leaf (index into a fresh "
         "ADRAP_STATE_DIR to get it)"
     )
+
+
+def _hybrid(store: Path) -> str:
+    """Whether the embedded store has the BM25 vectors of hybrid search (from its config file)."""
+    from retriever.edge_shard import read_index
+
+    if read_index(store).sparse:
+        return "yes (BM25 and dense vectors, fused in one query)"
+    return "no: the store predates it and searches dense only; add it with `adrap index-sparse`"
 
 
 def _service_status(s: Any) -> dict[str, Any]:

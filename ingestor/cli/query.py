@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 @click.option(
     "--layers", default=None, help="Layer range, e.g. 0-0 for leaves only, 1- for summaries."
 )
+@click.option(
+    "--dense-only",
+    is_flag=True,
+    help="Search the dense vector alone (default: hybrid with BM25, ADRAP_QUERY__HYBRID).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: hits with provenance + context.")
 @click.pass_obj
 def query(
@@ -62,6 +67,7 @@ def query(
     k0: int | None,
     source_prefix: str | None,
     layers: str | None,
+    dense_only: bool,
     as_json: bool,
 ) -> None:
     """Retrieve the context for QUESTION from the tree.
@@ -75,6 +81,7 @@ def query(
       adrap query "Who helps Cinderella?" --mode postqfrap --base leaves --k0 20
     """
     params = request_params(question, mode, max_tokens, top_k, k0, base, source_prefix, layers)
+    params["hybrid"] = "false" if dense_only else None
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
     _echo_answer(out, as_json)
     _hint_small_budget(ctx.settings, out, as_json)

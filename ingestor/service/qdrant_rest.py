@@ -8,9 +8,9 @@ parsed and replies shaped with qdrant-client's REST models.
 
 Routes (``{c}`` = ``/collections/{name}``, the name being ``ADRAP_QDRANT__COLLECTION``):
 
-- ``GET /``: ``{"title": "qdrant - vector search engine", "version": ...}`` (the REST API version
-  of the installed qdrant-client, so clients' version checks pass); a browser (``Accept``
-  preferring ``text/html``) is redirected (307) to ``/dashboard``.
+- ``GET /``: ``{"title": "qdrant - vector search engine", "version": ...}`` (:func:`api_version`,
+  so clients' version checks pass); a browser (``Accept`` preferring ``text/html``) is
+  redirected (307) to ``/dashboard``.
 - ``GET /collections``, ``GET {c}``, ``GET {c}/exists``, ``GET /aliases``, ``GET {c}/aliases``.
 - ``POST {c}/points/query`` (and ``/query/batch``), ``POST {c}/points/search`` (and
   ``/search/batch``), ``POST {c}/points/scroll``, ``POST {c}/points`` (retrieve),
@@ -68,9 +68,17 @@ UNSERVED_READS: Final = (
 
 
 def api_version() -> str:
-    """Return the Qdrant REST API version spoken: the installed qdrant-client's ``major.minor.0``."""
+    """Return the Qdrant version reported at ``/``: one minor below the installed qdrant-client.
+
+    Qdrant's clients (Python, JS) warn unless the server's major matches theirs and its minor is
+    within one of theirs. The facade speaks the subset of the REST API that qdrant-client's models
+    parse, which servers one minor older answer the same way; reporting ``minor - 1`` keeps the
+    clients of the three minors around it quiet (qdrant-client 1.20 -> ``1.19.0``: JS and Python
+    clients 1.18 to 1.20), where the client's own version left the JS client one minor behind it
+    warning ("Client version 1.18.0 is incompatible with server version 1.20.0").
+    """
     major, minor, *_ = importlib.metadata.version("qdrant-client").split(".")
-    return f"{major}.{minor}.0"
+    return f"{major}.{max(int(minor) - 1, 0)}.0"
 
 
 def prefers_html(accept: str) -> bool:

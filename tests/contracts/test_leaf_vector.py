@@ -15,7 +15,7 @@ from qdrant_client import QdrantClient, models
 from retriever.edge_store import EdgeNodeStore
 from retriever.plan import Planner
 from retriever.qdrant_store import QdrantNodeStore
-from retriever.schema import LEAF_VECTOR, VECTOR_NAME, NodePayload, SearchFilter
+from retriever.schema import LEAF_VECTOR, SPARSE_VECTOR, VECTOR_NAME, NodePayload, SearchFilter
 from tests.contracts.test_node_store import DIM, MODEL, make_node, unit_vectors
 
 WALK = Planner(exact_max_points=0)  # every filter above 0 matching points walks
@@ -71,9 +71,11 @@ def test_leaves_only_searches_run_on_the_leaves_and_equal_the_exact_answer(
         store.ensure_collection(DIM, MODEL)
         assert store.index.leaf_vector is not old
         leaf, summary = nodes[0].node_id, nodes[-1].node_id
-        assert vectors_of(store, kind, summary) == {VECTOR_NAME}
+        assert vectors_of(store, kind, summary) == (
+            {VECTOR_NAME} if old else {VECTOR_NAME, SPARSE_VECTOR}
+        )
         assert vectors_of(store, kind, leaf) == (
-            {VECTOR_NAME} if old else {VECTOR_NAME, LEAF_VECTOR}
+            {VECTOR_NAME} if old else {VECTOR_NAME, LEAF_VECTOR, SPARSE_VECTOR}
         )
         flt = SearchFilter(tree="t1", max_layer=0)
         plan = store.plan(flt, 30)

@@ -1,12 +1,13 @@
 """Real Qdrant clients read a running `adrap watch` (real model, real qdrant-edge) like a server.
 
-What is compared: the README's collapsed-tree recipe, run verbatim (its code block, with only the
-URL pointed at the daemon and ``vector`` set to the question embedded with the tree's model):
-one query, ``limit=100``, filter ``tree == "default"``, no search params (so the facade plans the
-search as adrap does), then hits in score order while the running ``n_tokens`` total stays
-<= 2000. ``adrap query --json`` (collapsed, ``--max-tokens 2000``: one query with the same filter
-and limit ``candidate_limit(2000) = 100``, then the same fill) must give the same node ids in the
-same order.
+What is compared: the README's hybrid collapsed-tree recipe, run verbatim (its code block, with
+only the URL pointed at the daemon, ``vector`` set to the question embedded with the tree's model
+and ``question`` to the question): one query, a dense and a BM25 prefetch of 100 each with the
+filter ``tree == "default"``, fused with DBSF, no search params (so the facade plans the dense
+prefetch as adrap does), then hits in score order while the running ``n_tokens`` total stays
+<= 2000. ``adrap query --json`` (collapsed, hybrid, ``--max-tokens 2000``: one query with the
+same prefetches, filter and limit ``candidate_limit(2000) = 100``, then the same fill) must give
+the same node ids in the same order.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def test_the_readme_python_recipe_gives_the_nodes_of_adrap_query(
     assert candidate_limit(BUDGET) == 100  # the README's limit is adrap's own
     code = readme_block("python").replace(README_URL, daemon.base)
     for question, vector in vectors.items():
-        scope: dict[str, Any] = {"vector": vector}
+        scope: dict[str, Any] = {"vector": vector, "question": question}
         exec(code, scope)
         got = [str(hit.id) for hit in scope["taken"]]
         assert got == adrap_query(daemon, question), question
@@ -135,14 +136,14 @@ def test_the_readme_js_recipe_with_the_npm_client_gives_the_nodes_of_adrap_query
     script = JS_DIR / f".readme-{uuid.uuid4().hex}.mjs"  # beside node_modules, to resolve it
     script.write_text(
         imports
-        + "\n\nconst vector = JSON.parse(process.argv[2]);\n"
+        + "\n\nconst vector = JSON.parse(process.argv[2]);\nconst question = process.argv[3];\n"
         + body
         + "\nconsole.log(JSON.stringify(taken.map((hit) => hit.id)));\n"
     )
     try:
         for question, vector in vectors.items():
             out = subprocess.run(
-                [node, str(script), json.dumps(vector)],
+                [node, str(script), json.dumps(vector), question],
                 capture_output=True,
                 text=True,
                 cwd=JS_DIR,

@@ -154,7 +154,9 @@ def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daem
         .points
     )
     ids = fill_ids(hits, budget)
-    expected = served.daemon.api.query({"q": question, "max_tokens": str(budget)})
+    expected = served.daemon.api.query(
+        {"q": question, "max_tokens": str(budget), "hybrid": "false"}
+    )
     assert ids == [h[F.NODE_ID] for h in expected["hits"]]
     assert len(ids) >= 3
 
@@ -173,18 +175,20 @@ def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served:
     leaves = served.pipeline.store.count(SearchFilter(tree=TREE, max_layer=0))
     assert len(hits) == min(50, leaves)
     ids = fill_ids(hits, budget)
-    expected = served.daemon.api.query({"q": question, "max_tokens": str(budget), "max_layer": "0"})
+    expected = served.daemon.api.query(
+        {"q": question, "max_tokens": str(budget), "max_layer": "0", "hybrid": "false"}
+    )
     assert ids == [h[F.NODE_ID] for h in expected["hits"]]
     upper = models.Filter(must=[models.FieldCondition(key=F.LAYER, range=models.Range(gte=1))])
     summary = client.scroll("adrap", scroll_filter=upper, limit=1, with_vectors=True)[0][0]
     assert isinstance(summary.vector, dict)
-    assert set(summary.vector) == {"dense"}
+    assert set(summary.vector) == {"dense", "bm25"}
     code, body, _ = call(
         f"{served.base}/collections/adrap/points/query",
         {"query": vector, "using": "sparse", "limit": 1},
     )
     assert code == 400
-    assert "'dense', 'leaf'" in body["status"]["error"]
+    assert "'dense', 'leaf', 'bm25'" in body["status"]["error"]
 
 
 def test_query_by_point_id_is_nearest_to_that_point_without_it(served: Served) -> None:
@@ -215,6 +219,9 @@ def test_scroll_retrieve_count_and_info_describe_the_store(served: Served) -> No
     assert info.config.params.vectors == {
         name: models.VectorParams(size=served.dim, distance=models.Distance.COSINE)
         for name in ("dense", "leaf")
+    }
+    assert info.config.params.sparse_vectors == {
+        "bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)
     }
     assert set(info.payload_schema) >= {F.TREE, F.LAYER}
     assert client.count("adrap").count == len(seen)
@@ -252,6 +259,7 @@ def local(served: Served) -> QdrantClient:
             n: models.VectorParams(size=dim, distance=models.Distance.COSINE)
             for n in ("dense", "leaf")
         },
+        sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
     )
     mem.upsert(
         "adrap",
@@ -394,7 +402,9 @@ def test_unknown_collection_is_404_bad_input_400_and_unserved_reads_501(served: 
     assert "Vector dimension error" in body["status"]["error"]
     code, body, _ = call(base + "/query", {"query": [0.1], "using": "sparse"})
     assert (code, "Not existing vector name" in body["status"]["error"]) == (400, True)
-    assert call(base + "/query", {"prefetch": {"limit": 3}, "query": {"fusion": "rrf"}})[0] == 400
+    code, body, _ = call(base + "/query", {"query": {"order_by": "layer"}, "limit": 3})
+    assert code == 400
+    assert "OrderByQuery is not supported" in body["status"]["error"]
     assert call(base + "/query", {"limit": 20_000})[0] == 400
     assert call(base, {"ids": ["not-a-uuid"]})[0] == 400
     assert call(base + "/recommend", {"positive": [META_POINT_ID]})[0] == 501
@@ -457,3 +467,144 @@ def test_a_kept_alive_connection_is_answered_without_the_delayed_ack_stall(serve
             assert client.post("/collections/adrap/points/count", json={}).status_code == 200
             times.append(time.perf_counter() - t0)
     assert sorted(times)[len(times) // 2] < 0.025
+
+
+# -- hybrid queries, MMR, the meta point -------------------------------------------------------
+
+
+def same_ranking(got: list[models.ScoredPoint], want: list[models.ScoredPoint]) -> None:
+    """Same scores in the same order, and the same ids for each score (a tie, such as two
+    nodes at the same rank of different prefetches under RRF, may come in either order)."""
+    assert [p.score for p in got] == pytest.approx([p.score for p in want], abs=1e-5)
+    groups: dict[float, tuple[set[str], set[str]]] = {}
+    for g, w in zip(got, want, strict=True):
+        key = round(w.score, 5)
+        groups.setdefault(key, (set(), set()))
+        groups[key][0].add(str(g.id))
+        groups[key][1].add(str(w.id))
+    last = round(want[-1].score, 5) if want else None
+    for key, (a, b) in groups.items():
+        if key != last:  # the last group may be cut by the limit differently
+            assert a == b
+
+
+def test_sparse_and_mmr_queries_answer_like_qdrant_client_local_mode(
+    served: Served, local: QdrantClient
+) -> None:
+    from retriever.sparse import bm25_query
+
+    client = served.client()
+    sparse = bm25_query("orchard cider harvest court")
+    query = models.SparseVector(indices=sparse.indices, values=sparse.values)
+    kwargs: dict[str, Any] = {"using": "bm25", "limit": 10, "query_filter": tree_filter()}
+    got = client.query_points("adrap", query=query, **kwargs).points
+    same_ranking(got, local.query_points("adrap", query=query, **kwargs).points)
+    assert got
+    vector = served.pipeline.embedder.embed_query("orchard cider harvest").tolist()
+    for mmr in (models.Mmr(), models.Mmr(diversity=0.9, candidates_limit=40)):
+        nearest = models.NearestQuery(nearest=vector, mmr=mmr)
+        kwargs = {"using": "dense", "limit": 8, "query_filter": tree_filter()}
+        got = client.query_points("adrap", query=nearest, **kwargs).points
+        want = local.query_points("adrap", query=nearest, **kwargs).points
+        assert [str(p.id) for p in got] == [str(p.id) for p in want], mmr
+    plain = client.query_points("adrap", query=vector, limit=8, query_filter=tree_filter())
+    assert [p.id for p in got] != [p.id for p in plain.points]  # diverse, not the nearest 8
+
+
+def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_query(
+    served: Served,
+) -> None:
+    """One Query API request (the README's hybrid recipe: dense and BM25 prefetch with the
+    tree filter, DBSF, ``candidate_limit`` hits each), then the token fill, equals the
+    daemon's ``/query`` (hybrid by default)."""
+    from retriever.sparse import bm25_query
+
+    budget = 300
+    for question in ("orchard cider harvest", "court judge contract"):
+        vector = served.pipeline.embedder.embed_query(question).tolist()
+        sparse = bm25_query(question)
+        limit = candidate_limit(budget)
+        hits = (
+            served.client()
+            .query_points(
+                "adrap",
+                prefetch=[
+                    models.Prefetch(query=vector, using="dense", filter=tree_filter(), limit=limit),
+                    models.Prefetch(
+                        query=models.SparseVector(indices=sparse.indices, values=sparse.values),
+                        using="bm25",
+                        filter=tree_filter(),
+                        limit=limit,
+                    ),
+                ],
+                query=models.FusionQuery(fusion=models.Fusion.DBSF),
+                query_filter=tree_filter(),
+                limit=limit,
+                with_payload=True,
+            )
+            .points
+        )
+        ids = fill_ids(hits, budget)
+        expected = served.daemon.query({"q": question, "max_tokens": str(budget)})
+        assert ids == [h[F.NODE_ID] for h in expected["hits"]]
+        dense = served.daemon.query({"q": question, "max_tokens": str(budget), "hybrid": "false"})
+        assert ids != [h[F.NODE_ID] for h in dense["hits"]]
+
+
+def test_no_search_without_a_tree_filter_returns_the_meta_point(served: Served) -> None:
+    from retriever.sparse import bm25_query
+
+    client = served.client()
+    e0 = [1.0] + [0.0] * (served.dim - 1)  # the meta point's vector in stores written before
+    hits = client.query_points("adrap", query=e0, using="dense", limit=10_000).points
+    assert META_POINT_ID not in {str(p.id) for p in hits}
+    assert len(hits) == served.pipeline.store.count(SearchFilter(tree=TREE))
+    sparse = bm25_query("orchard the a")
+    query = models.SparseVector(indices=sparse.indices, values=sparse.values)
+    hits = client.query_points("adrap", query=query, using="bm25", limit=10_000).points
+    assert META_POINT_ID not in {str(p.id) for p in hits}
+    assert client.retrieve("adrap", [META_POINT_ID])  # still there, for its payload
+
+
+def test_the_reported_version_keeps_the_js_client_a_minor_behind_quiet() -> None:
+    """The JS client's rule (major equal, minors within one), for @qdrant/js-client-rest one
+    minor behind the installed qdrant-client, and for that client itself."""
+    from ingestor.service.qdrant_rest import api_version
+
+    def js_compatible(client: str, server: str) -> bool:
+        (cmaj, cmin), (smaj, smin) = (tuple(map(int, v.split(".")[:2])) for v in (client, server))
+        return cmaj == smaj and abs(cmin - smin) <= 1
+
+    major, minor = map(int, importlib.metadata.version("qdrant-client").split(".")[:2])
+    for client in (f"{major}.{minor - 2}.0", f"{major}.{minor - 1}.0", f"{major}.{minor}.0"):
+        assert js_compatible(client, api_version()), client
+        assert is_compatible(client, api_version()), client
+
+
+def test_a_qdrant_bm25_document_query_is_the_bm25_vector_of_its_text(served: Served) -> None:
+    """What the README's JS and curl recipes send: the facade embeds it as a server's
+    ``qdrant/bm25`` inference would (the engine's encoder), any other model is refused."""
+    from retriever.sparse import bm25_query
+
+    client = served.client()
+    base = f"{served.base}/collections/adrap/points/query"
+    question = "orchard cider harvest"
+    sparse = bm25_query(question)
+    by_vector = client.query_points(
+        "adrap",
+        query=models.SparseVector(indices=sparse.indices, values=sparse.values),
+        using="bm25",
+        limit=10,
+    ).points
+    code, body, _ = call(
+        base,
+        {"query": {"text": question, "model": "qdrant/bm25"}, "using": "bm25", "limit": 10},
+    )
+    assert code == 200
+    assert [p["id"] for p in body["result"]["points"]] == [str(p.id) for p in by_vector]
+    assert by_vector
+    code, body, _ = call(
+        base, {"query": {"text": question, "model": "sentence-transformers/x"}, "using": "bm25"}
+    )
+    assert code == 400
+    assert "qdrant/bm25" in body["status"]["error"]
