@@ -21,13 +21,13 @@ from numpy.typing import NDArray
 
 from ingestor.answer.ask import ANSWER_PROMPT_VERSION, citations_in, numbered_context, qa_messages
 from ingestor.answer.modes import BASES, MODES
-from ingestor.answer.postqfrap import PostQFRAP, QFResult, retrieve_k0
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 
 if TYPE_CHECKING:
+    from ingestor.answer.postqfrap import QFResult
     from ingestor.summarize.openai_compat import OpenAISummarizer
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,9 @@ class QueryService:
         self.embedder = embedder
         self.tree = tree
         self.defaults = defaults or QueryDefaults()
-        self.summarizer: Summarizer = summarizer or QueryFocusedExtractiveSummarizer()
+        #: postQFRAP's summariser; None: the query-focused extractive one, made on first use
+        #: (its tokenizer takes ~0.5 s to load, which a collapsed query does not need).
+        self.summarizer: Summarizer | None = summarizer
         self.llm = llm
         self.lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self.random_state = random_state
@@ -261,18 +263,24 @@ class QueryService:
                 )
                 parts = self._hit_parts(hits) if with_parts else []
                 return Context(hits, parts, None, time.perf_counter() - t0)
+            from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0  # sklearn: when used
+
             retrieved = retrieve_k0(
                 self.store, vector, req.flt, base=req.base, k0=req.k0, top_k=req.top_k
             )
             vectors = self._vectors(retrieved)
         qf = PostQFRAP(
-            self.summarizer,
+            self.summarizer or self._default_summarizer(),
             _LockedEmbedder(self.embedder, self.lock),
             tau=req.max_tokens,
             summary_tokens=self.defaults.summary_tokens,
             random_state=self.random_state,
         ).run(req.question, retrieved, vectors, SpanResolver(self.store, self.lock))
         return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0)
+
+    def _default_summarizer(self) -> Summarizer:
+        self.summarizer = QueryFocusedExtractiveSummarizer()
+        return self.summarizer
 
     def _vectors(self, hits: list[ScoredNode]) -> NDArray[np.float32]:
         if not hits:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ingestor.answer.modes import BASES, MODES
-from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.query import answer_locally_or_by_daemon, format_spans, request_params
 
 
@@ -25,6 +25,7 @@ from ingestor.cli.query import answer_locally_or_by_daemon, format_spans, reques
 @click.option("--layers", default=None, help="Layer range, e.g. 0-0 for leaves only.")
 @click.option("--show-context", is_flag=True, help="Also print the numbered context.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: answer, citations, context.")
+@tree_options()
 @click.pass_obj
 def ask(
     ctx: Ctx,

@@ -5,22 +5,23 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ingestor.answer.modes import BASES, MODES
-from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.factories import (
-    make_embedder,
+    make_query_embedder,
     make_query_service,
     reading_store,
     require_built,
     where,
 )
-from ingestor.config import Settings
 from ingestor.service.locking import WriterActiveError
-from retriever import F, SearchFilter
+
+if TYPE_CHECKING:
+    from ingestor.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ log = logging.getLogger(__name__)
     "--layers", default=None, help="Layer range, e.g. 0-0 for leaves only, 1- for summaries."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: hits with provenance + context.")
+@tree_options()
 @click.pass_obj
 def query(
     ctx: Ctx,
@@ -133,8 +135,10 @@ def answer_locally_or_by_daemon(s: Settings, route: str, params: dict[str, Any])
     remote = _query_daemon(s, params, route)
     if remote is not None:
         return remote
+    from retriever import SearchFilter
+
     require_built(s)  # before loading the model: "not built" is instant and creates nothing
-    embedder = make_embedder(s)
+    embedder = make_query_embedder(s)
     try:
         with reading_store(s) as store:
             store.ensure_collection(embedder.dim, embedder.model_id)
@@ -244,6 +248,8 @@ def _echo_answer(out: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
+    from retriever import F
+
     by = f" (answered by {out['answered_by']})" if out.get("answered_by") else ""
     if out["mode"] == "postqfrap":
         _echo_postqfrap(out, by)
@@ -297,6 +303,8 @@ def _parse_layers(spec: str | None) -> tuple[int | None, int | None]:
 
 def _where(hit: dict[str, Any]) -> str:
     """Where a hit comes from: a leaf's file and span, a summary's files."""
+    from retriever import F
+
     if hit[F.LAYER] == 0:
         place = "; ".join(x for x in (hit.get(F.LOCATOR), hit.get(F.SECTION)) if x)
         span = f"{hit[F.SOURCE]}:{hit[F.CHAR_START]}-{hit[F.CHAR_END]}"
