@@ -28,6 +28,7 @@ def __getattr__(name: str) -> object:
 
     return getattr(importlib.import_module(module), name)
 
+
 __all__ = [
     "BuildReport",
     "Pipeline",
