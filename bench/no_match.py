@@ -29,9 +29,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets import SQUAD  # noqa: E402  (bench/datasets.py)
+from datasets import SQUAD
 
-from retriever import SentenceTransformerEmbedder  # noqa: E402
+from retriever import SentenceTransformerEmbedder
 
 #: The share of answerable questions the chosen threshold may flag.
 MAX_FLAGGED_ANSWERABLE = 0.05

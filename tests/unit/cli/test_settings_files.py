@@ -97,7 +97,8 @@ def test_a_state_dirs_file_cannot_move_the_state_dir(state_dir: Path) -> None:
     (state_dir / "adrap.env").write_text("ADRAP_STATE_DIR=/elsewhere\n")
     result = CliRunner().invoke(main, ["config"])
     assert result.exit_code == 1
-    assert "ADRAP_STATE_DIR" in result.output and "remove the line" in result.output
+    assert "ADRAP_STATE_DIR" in result.output
+    assert "remove the line" in result.output
 
 
 def test_a_dotenv_in_the_current_directory_is_not_read_and_a_note_says_so(
@@ -106,5 +107,6 @@ def test_a_dotenv_in_the_current_directory_is_not_read_and_a_note_says_so(
     (tmp_path / ".env").write_text("ADRAP_CHUNK__MAX_TOKENS=777\n")
     result = CliRunner().invoke(main, ["config"])
     assert json.loads(result.stdout)["chunk"]["max_tokens"] == 250
-    assert "not read" in result.stderr and "--env-file" in result.stderr
+    assert "not read" in result.stderr
+    assert "--env-file" in result.stderr
     assert _max_tokens("--env-file", ".env") == 777

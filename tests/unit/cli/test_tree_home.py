@@ -64,12 +64,15 @@ def test_several_trees_need_a_name_and_the_error_lists_them(
     code, out = _run("query", "sour grapes")
     assert code == 1
     assert out.count("\n") == 1, out  # one line
-    assert "several trees" in out and "notes, work" in out and "--tree" in out
+    assert "several trees" in out
+    assert "notes, work" in out
+    assert "--tree" in out
     assert _json("query", "sour grapes", "--tree", "work")["tree"] == "work"
     assert _json("--tree", "notes", "status")["tree"] == "notes"  # the group's option too
     code, out = _run("trees")
     assert code == 0, out
-    assert "notes" in out and "work" in out
+    assert "notes" in out
+    assert "work" in out
 
 
 def test_the_only_tree_is_found_without_its_name(
