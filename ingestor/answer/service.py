@@ -148,6 +148,8 @@ class QueryService:
         llm: answers ``ask``; None = no LLM configured (``ask`` returns the context instead).
         lock: held around every use of the store and embedder.
         random_state: seed of postQFRAP's clustering.
+        min_score: below this best-hit similarity, an answer says ``no_match`` (nothing in the
+            tree seems to answer; the hits are still returned); None: never.
     """
 
     def __init__(
@@ -161,6 +163,7 @@ class QueryService:
         llm: OpenAISummarizer | None = None,
         lock: contextlib.AbstractContextManager[Any] | None = None,
         random_state: int | None = 0,
+        min_score: float | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -172,6 +175,7 @@ class QueryService:
         self.llm = llm
         self.lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self.random_state = random_state
+        self.min_score = min_score
 
     def parse(self, params: Mapping[str, object]) -> QueryRequest:
         """Validate ``params`` with this service's tree and defaults (ValueError: bad value)."""
@@ -188,10 +192,19 @@ class QueryService:
         req = self.parse(params)
         ctx = self.context(req)
         if ctx.qf is None:
-            return answer_json(
+            out = answer_json(
                 req.question, req.mode, self.tree, req.max_tokens, ctx.hits, ctx.seconds
             )
-        return self._qf_json(req, ctx.qf, ctx.seconds)
+        else:
+            out = self._qf_json(req, ctx.qf, ctx.seconds)
+        return out | self._match(ctx.hits)
+
+    def _match(self, hits: list[ScoredNode]) -> dict[str, Any]:
+        """``no_match``: the best hit scores below ``min_score`` (no hits: nothing to judge)."""
+        best = max((h.score for h in hits), default=None)
+        low = self.min_score is not None and best is not None and best < self.min_score
+        top = None if best is None else round(best, 6)
+        return {"no_match": low, "best_score": top, "min_score": self.min_score}
 
     def ask(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations.
@@ -222,6 +235,7 @@ class QueryService:
         }
         if ctx.qf is not None:
             out["postqfrap"] = self._qf_stats(req, ctx.qf)
+        out |= self._match(ctx.hits)
         if self.llm is None:
             out["reason"] = NO_LLM
         elif not ctx.parts:

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The exit status of ``adrap query``/``ask`` when nothing in the tree seems to answer (the best
+#: hit scores below ``ADRAP_QUERY__MIN_SCORE``); 1 is an error, 2 a usage error.
+NO_MATCH_EXIT = 3
+
 
 @main.command()
 @click.argument("question")
@@ -80,6 +84,20 @@ def query(
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
     _echo_answer(out, as_json)
     _hint_small_budget(ctx.settings, out, as_json)
+    exit_if_no_match(out)
+
+
+def exit_if_no_match(out: dict[str, Any]) -> None:
+    """Say that nothing in the tree seems to answer, and exit 3, when the answer says so."""
+    if not out.get("no_match"):
+        return
+    click.echo(
+        f"nothing in tree {out['tree']!r} seems to answer this: the best match scores "
+        f"{out['best_score']:.2f}, "
+        f"below {out['min_score']:g} (ADRAP_QUERY__MIN_SCORE); the closest passages are shown",
+        err=True,
+    )
+    click.get_current_context().exit(NO_MATCH_EXIT)
 
 
 def _hint_small_budget(s: Settings, out: dict[str, Any], as_json: bool) -> None:
@@ -180,7 +198,11 @@ def _query_daemon(s: Settings, params: dict[str, Any], route: str) -> dict[str, 
             f"the embedded store in {where(s)} is in use by {who}; query when it has finished"
         )
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    request = urllib.request.Request(f"http://{address}/{route}?{query}")
+    # /ask is POST only (it spends LLM tokens); /query is a GET
+    method = "POST" if route == "ask" else "GET"
+    request = urllib.request.Request(
+        f"http://{address}/{route}?{query}", method=method, data=b"" if method == "POST" else None
+    )
     if s.watch.http_token is not None:  # the daemon's routes need it (as `adrap status` sends)
         request.add_header("Authorization", f"Bearer {s.watch.http_token.get_secret_value()}")
     deadline = time.monotonic() + s.query.daemon_wait_seconds
