@@ -151,19 +151,18 @@ def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder)
         summarizer=llm,
         llm=llm,
         random_state=settings.cluster.random_state,
-        min_score=min_score(settings),
+        min_score=min_score(settings, embedder.model_id),
     )
 
 
-def min_score(settings: Settings) -> float | None:
-    """Return the no-match threshold: the setting, else the packaged model's calibrated one."""
+def min_score(settings: Settings, model_id: str) -> float | None:
+    """Return the no-match threshold: the setting, else the calibrated one of the packaged model
+    when ``model_id`` (the query embedder's) is it, else None (no check)."""
     from ingestor.config import NO_MATCH_SCORE, PACKAGED_MODEL
 
-    e = settings.embed
     if settings.query.min_score is not None:
         return settings.query.min_score
-    packaged = e.backend == "sentence-transformers" and e.model == PACKAGED_MODEL
-    return NO_MATCH_SCORE if packaged else None
+    return NO_MATCH_SCORE if model_id == PACKAGED_MODEL else None
 
 
 def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:

@@ -3,8 +3,8 @@
 A tree's state dir (its embedded store, fitted models, state database, lock) is, in order:
 
 1. ``--state-dir`` / ``ADRAP_STATE_DIR`` (also from a settings file): exactly that folder;
-2. ``./.adrap`` when the current directory has one (the layout before per-user trees; a log line
-   says it was used);
+2. ``./.adrap`` when the current directory has one that is a state dir (the layout before
+   per-user trees; a log line says it was used);
 3. ``<data home>/<tree>``: ``$XDG_DATA_HOME/adrap`` or ``~/.local/share/adrap`` (Windows:
    ``%LOCALAPPDATA%\\adrap``).
 
@@ -55,6 +55,15 @@ def list_trees(home: Path | None = None) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
 
 
+#: What a folder holds once it is a state dir (its store, models, lock or settings file).
+_STATE_MARKS = ("qdrant", "models", "adrap.lock", SETTINGS_FILE, ".env")
+
+
+def is_state_dir(folder: Path) -> bool:
+    """Whether ``folder`` is a state dir (not, say, a folder of state dirs such as ``.adrap/x``)."""
+    return folder.is_dir() and any((folder / mark).exists() for mark in _STATE_MARKS)
+
+
 @dataclass(frozen=True)
 class TreeHome:
     """The state dir and tree a command works on, and why (for the log and ``adrap trees``)."""
@@ -79,7 +88,7 @@ def locate(state_dir: str | None, tree: str | None, *, creating: bool = False) -
     """
     if state_dir:
         return TreeHome(Path(state_dir).expanduser(), tree or DEFAULT_TREE, "explicit")
-    if LOCAL_STATE_DIR.is_dir():
+    if is_state_dir(LOCAL_STATE_DIR):
         return TreeHome(LOCAL_STATE_DIR, tree or DEFAULT_TREE, "local")
     home = data_home()
     if tree is None:

@@ -180,7 +180,13 @@ def trees(ctx: Ctx, as_json: bool) -> None:
     Example:
       adrap trees
     """
-    from ingestor.cli.home import LOCAL_STATE_DIR, data_home, list_trees, user_settings_file
+    from ingestor.cli.home import (
+        LOCAL_STATE_DIR,
+        data_home,
+        is_state_dir,
+        list_trees,
+        user_settings_file,
+    )
     from ingestor.service.locking import read_holder
 
     home = data_home()
@@ -192,7 +198,9 @@ def trees(ctx: Ctx, as_json: bool) -> None:
     out: dict[str, Any] = {
         "home": str(home),
         "trees": rows,
-        "local_state_dir": str(LOCAL_STATE_DIR.resolve()) if LOCAL_STATE_DIR.is_dir() else None,
+        "local_state_dir": str(LOCAL_STATE_DIR.resolve())
+        if is_state_dir(LOCAL_STATE_DIR)
+        else None,
         "user_settings": str(user_settings_file()),
     }
     if as_json:

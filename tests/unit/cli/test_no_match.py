@@ -37,8 +37,8 @@ def test_a_query_above_the_threshold_exits_0(built: Path, monkeypatch: pytest.Mo
 
 
 def test_the_threshold_is_calibrated_for_the_packaged_model_only() -> None:
-    assert min_score(Settings(_env_file=None)) == NO_MATCH_SCORE > 0  # type: ignore[call-arg]
-    other = Settings(_env_file=None, embed={"model": "/models/bge"})  # type: ignore[call-arg]
-    assert min_score(other) is None
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert min_score(s, s.embed.model) == NO_MATCH_SCORE > 0
+    assert min_score(s, "/models/bge") is None
     chosen = Settings(_env_file=None, query={"min_score": 0.5})  # type: ignore[call-arg]
-    assert min_score(chosen) == 0.5
+    assert min_score(chosen, "/models/bge") == 0.5

@@ -87,14 +87,25 @@ def test_a_state_dir_in_the_current_directory_is_still_opened_and_said(
     folder: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     here = folder.parent / "here"
-    (here / ".adrap").mkdir()
     monkeypatch.chdir(here)
-    code, out = _run("build", str(folder), "--no-progress")
+    code, out = _run("build", str(folder), "--no-progress", "--state-dir", ".adrap")  # as before
     assert code == 0, out
-    assert (here / ".adrap" / "qdrant").is_dir()
-    assert not (Path(os.environ["XDG_DATA_HOME"]) / "adrap").exists()
-    assert "found in the current directory" in out
+    result = CliRunner().invoke(main, ["query", "sour grapes", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "using the state dir .adrap found in the current directory" in result.stderr
     assert _json("status")["state_dir"] == str((here / ".adrap").resolve())
+    assert not (Path(os.environ["XDG_DATA_HOME"]) / "adrap").exists()
+
+
+def test_a_dot_adrap_folder_that_is_no_state_dir_is_left_alone(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``make demo`` used to build into ``.adrap/demo``: that ``.adrap`` holds no tree itself."""
+    here = folder.parent / "here"
+    (here / ".adrap" / "demo" / "qdrant").mkdir(parents=True)
+    monkeypatch.chdir(here)
+    assert _run("build", str(folder), "--no-progress")[0] == 0
+    assert (Path(os.environ["XDG_DATA_HOME"]) / "adrap" / "default" / "qdrant").is_dir()
 
 
 def test_an_explicit_state_dir_wins_over_the_home(
