@@ -79,10 +79,19 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             return
         listed = out.pop("unread")
         for k, v in out.items():
-            click.echo(f"{k:<28} {'-' if v is None else v}")
+            click.echo(f"{k:<28} {_shown(v)}")
         _echo_unread(listed)
 
     run(ctx, body)
+
+
+def _shown(value: Any) -> str:
+    """A value as a person reads it: ``-`` for none, ``a: 1, b: 2`` for a mapping (no Python reprs)."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) or "none"
+    return str(value)
 
 
 def _echo_unread(listed: dict[str, Any]) -> None:
@@ -212,4 +221,5 @@ def trees(ctx: Ctx, as_json: bool) -> None:
         click.echo(f"  {row['name']:<20} {row['state_dir']}{busy}")
     if out["local_state_dir"]:
         click.echo(f"used from this directory instead: {out['local_state_dir']} (./.adrap)")
-    click.echo(f"user settings: {out['user_settings']}")
+    made = "" if user_settings_file().is_file() else " (none yet)"
+    click.echo(f"user settings: {out['user_settings']}{made}")

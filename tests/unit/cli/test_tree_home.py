@@ -118,3 +118,14 @@ def test_an_explicit_state_dir_wins_over_the_home(
     assert (state / "qdrant").is_dir()
     monkeypatch.setenv("ADRAP_STATE_DIR", str(state))
     assert _run("query", "sour grapes")[0] == 0
+
+
+def test_status_shows_no_python_reprs(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither ``None`` nor a dict's ``{'0': 20}``: a person reads ``-`` and ``0: 20, 1: 3``."""
+    monkeypatch.chdir(folder.parent / "here")
+    assert _run("build", str(folder), "--no-progress")[0] == 0
+    result = CliRunner().invoke(main, ["status"])
+    assert result.exit_code == 0, result.output
+    assert "None" not in result.stdout
+    assert "{" not in result.stdout
+    assert "quarantined                  none" in result.stdout
