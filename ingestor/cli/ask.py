@@ -58,12 +58,12 @@ def ask(
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "ask", params))
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
-        exit_if_no_match(out)
+        exit_if_no_match(out, ctx.settings.tree)
         return
     if not out["answered"]:
         click.echo(out["reason"], err=True)
         _echo_context(out)
-        exit_if_no_match(out)
+        exit_if_no_match(out, ctx.settings.tree)
         return
     if show_context:
         _echo_context(out)
@@ -80,7 +80,7 @@ def ask(
         f"{out['mode']}, {len(out['parts'])} sources, {out['model']}, {out['seconds']:.1f} s",
         err=True,
     )
-    exit_if_no_match(out)
+    exit_if_no_match(out, ctx.settings.tree)
 
 
 def _echo_context(out: dict[str, Any]) -> None:

@@ -84,15 +84,15 @@ def query(
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
     _echo_answer(out, as_json)
     _hint_small_budget(ctx.settings, out, as_json)
-    exit_if_no_match(out)
+    exit_if_no_match(out, ctx.settings.tree)
 
 
-def exit_if_no_match(out: dict[str, Any]) -> None:
+def exit_if_no_match(out: dict[str, Any], tree: str) -> None:
     """Say that nothing in the tree seems to answer, and exit 3, when the answer says so."""
     if not out.get("no_match"):
         return
     click.echo(
-        f"nothing in tree {out['tree']!r} seems to answer this: the best match scores "
+        f"nothing in tree {tree!r} seems to answer this: the best match scores "
         f"{out['best_score']:.2f}, "
         f"below {out['min_score']:g} (ADRAP_QUERY__MIN_SCORE); the closest passages are shown",
         err=True,

@@ -42,3 +42,13 @@ def test_the_threshold_is_calibrated_for_the_packaged_model_only() -> None:
     assert min_score(s, "/models/bge") is None
     chosen = Settings(_env_file=None, query={"min_score": 0.5})  # type: ignore[call-arg]
     assert min_score(chosen, "/models/bge") == 0.5
+
+
+def test_ask_with_nothing_matching_exits_3_too(
+    built: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ADRAP_QUERY__MIN_SCORE", "0.999")
+    result = CliRunner().invoke(main, ["ask", "sour grapes"])
+    assert result.exit_code == 3
+    assert "seems to answer" in result.stderr
+    assert "grapes" in result.stdout  # no LLM: the best context, still shown
