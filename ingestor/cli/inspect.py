@@ -57,7 +57,10 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         }
         if s.store_mode == "embedded" and built:
             out["leaf_graph"] = _leaf_graph(s.state_dir / STORE_DIR)
-        state = load_state(models, s.tree, readonly=True) if models and built else None
+        # counts only: no layer's fitted models, so neither UMAP nor scikit-learn is imported
+        state = (
+            load_state(models, s.tree, readonly=True, layers=False) if models and built else None
+        )
         if state is not None:
             counts = state.layer_counts()
             out |= {

@@ -25,12 +25,15 @@ import logging
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.kmeans import kmeans_labels
+
+if TYPE_CHECKING:
+    from sklearn.mixture import GaussianMixture
 
 log = logging.getLogger(__name__)
 
@@ -341,6 +344,8 @@ def to_sklearn(
     random_state: int | None = None,
 ) -> GaussianMixture:
     """Wrap parameters in a fitted ``GaussianMixture`` (``predict_proba``, ``bic``, pickling)."""
+    from sklearn.mixture import GaussianMixture  # ~1.5 s to import: not for `adrap status`
+
     k, d = params.means.shape
     gmm = GaussianMixture(
         n_components=k,

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.gmm import (
     REG_COVAR,
@@ -61,6 +60,9 @@ from ingestor.cluster.incremental import (
     offer_due,
     refit_by_bic,
 )
+
+if TYPE_CHECKING:
+    from sklearn.mixture import GaussianMixture
 
 log = logging.getLogger(__name__)
 

@@ -32,12 +32,14 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, MutableSequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.tree.group_rows import GroupMap, side_namespaces
 from ingestor.tree.rowmap import RowMap, dumps, loads, loads_model
 from models_store import Changes, IncompatibleModelError, RowStore
+
+if TYPE_CHECKING:  # imported where a layer is opened: `adrap status` opens none
+    from ingestor.cluster.adaptive import AdaptiveLayer
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -405,6 +407,8 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
         clusterer = loads_model(blob, f"the clusterer of layer {i} in {rows.path}")
     except IncompatibleModelError as exc:  # refitted by the next update (model_repair)
         clusterer = UnreadableClusterer(str(exc))
+    from ingestor.cluster.adaptive import AdaptiveLayer
+
     al = AdaptiveLayer.__new__(AdaptiveLayer)
     al.__dict__.update(scalars)
     al.clusterer = clusterer

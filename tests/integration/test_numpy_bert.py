@@ -51,3 +51,20 @@ def test_a_model_that_is_not_a_mean_pooled_bert_is_refused(tmp_path: Path) -> No
     assert not supported(tmp_path)
     with pytest.raises(Exception, match="not a BERT"):
         NumpyBertEmbedder(str(tmp_path))
+
+
+def test_a_cold_query_loads_neither_torch_nor_sklearn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`adrap query` with no daemon, on a tree of the packaged model: numpy embeds the question."""
+    from click.testing import CliRunner
+
+    from ingestor.cli import main
+    from tests.unit.cli.test_light_imports import imported
+
+    monkeypatch.setenv("ADRAP_STATE_DIR", str(tmp_path / "state"))
+    built = CliRunner().invoke(main, ["build", str(SAMPLE), "--no-progress"])
+    assert built.exit_code == 0, built.output
+    found = imported("query", "Why did the fox call the grapes sour?")
+    assert "numpy" in found
+    assert not {"torch", "sentence_transformers", "transformers", "sklearn", "umap"} & set(found)
