@@ -21,9 +21,15 @@ lock:
 	PY=$(PY) VENV=$(VENV) UPGRADE=$(UPGRADE) bash scripts/lock.sh
 	touch $(STAMP)
 
+NEXT ?= $(shell sed -n 3p examples/questions.txt)
+
+# The tree `demo` lives in the user's home for trees (adrap trees), so it answers from anywhere.
 demo: $(STAMP)
-	ADRAP_STATE_DIR=.adrap/demo $(BIN)/adrap build examples/sample
-	ADRAP_STATE_DIR=.adrap/demo $(BIN)/adrap query "$(QUESTION)" --max-tokens 600
+	$(BIN)/adrap build examples/sample --tree demo
+	$(BIN)/adrap query "$(QUESTION)" --tree demo --max-tokens 600
+	@echo
+	@echo "Next, from any directory:"
+	@echo '  $(abspath $(BIN))/adrap query "$(NEXT)" --tree demo'
 
 test: $(STAMP)
 	$(BIN)/ruff check .

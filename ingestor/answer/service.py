@@ -21,13 +21,13 @@ from numpy.typing import NDArray
 
 from ingestor.answer.ask import ANSWER_PROMPT_VERSION, citations_in, numbered_context, qa_messages
 from ingestor.answer.modes import BASES, MODES
-from ingestor.answer.postqfrap import PostQFRAP, QFResult, retrieve_k0
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 
 if TYPE_CHECKING:
+    from ingestor.answer.postqfrap import QFResult
     from ingestor.summarize.openai_compat import OpenAISummarizer
 
 log = logging.getLogger(__name__)
@@ -164,6 +164,8 @@ class QueryService:
         llm: answers ``ask``; None = no LLM configured (``ask`` returns the context instead).
         lock: held around every use of the store and embedder.
         random_state: seed of postQFRAP's clustering.
+        min_score: below this best-hit similarity, an answer says ``no_match`` (nothing in the
+            tree seems to answer; the hits are still returned); None: never.
     """
 
     def __init__(
@@ -177,15 +179,19 @@ class QueryService:
         llm: OpenAISummarizer | None = None,
         lock: contextlib.AbstractContextManager[Any] | None = None,
         random_state: int | None = 0,
+        min_score: float | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.tree = tree
         self.defaults = defaults or QueryDefaults()
-        self.summarizer: Summarizer = summarizer or QueryFocusedExtractiveSummarizer()
+        #: postQFRAP's summariser; None: the query-focused extractive one, made on first use
+        #: (its tokenizer takes ~0.5 s to load, which a collapsed query does not need).
+        self.summarizer: Summarizer | None = summarizer
         self.llm = llm
         self.lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self.random_state = random_state
+        self.min_score = min_score
 
     def parse(self, params: Mapping[str, object]) -> QueryRequest:
         """Validate ``params`` with this service's tree and defaults (ValueError: bad value)."""
@@ -202,10 +208,19 @@ class QueryService:
         req = self.parse(params)
         ctx = self.context(req)
         if ctx.qf is None:
-            return answer_json(
+            out = answer_json(
                 req.question, req.mode, self.tree, req.max_tokens, ctx.hits, ctx.seconds
             )
-        return self._qf_json(req, ctx.qf, ctx.seconds)
+        else:
+            out = self._qf_json(req, ctx.qf, ctx.seconds)
+        return out | self._match(ctx.hits)
+
+    def _match(self, hits: list[ScoredNode]) -> dict[str, Any]:
+        """``no_match``: the best hit scores below ``min_score`` (no hits: nothing to judge)."""
+        best = max((h.score for h in hits), default=None)
+        low = self.min_score is not None and best is not None and best < self.min_score
+        top = None if best is None else round(best, 6)
+        return {"no_match": low, "best_score": top, "min_score": self.min_score}
 
     def ask(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations.
@@ -236,6 +251,7 @@ class QueryService:
         }
         if ctx.qf is not None:
             out["postqfrap"] = self._qf_stats(req, ctx.qf)
+        out |= self._match(ctx.hits)
         if self.llm is None:
             out["reason"] = NO_LLM
         elif not ctx.parts:
@@ -281,18 +297,24 @@ class QueryService:
                 )
                 parts = self._hit_parts(hits) if with_parts else []
                 return Context(hits, parts, None, time.perf_counter() - t0)
+            from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0  # sklearn: when used
+
             retrieved = retrieve_k0(
                 self.store, vector, req.flt, base=req.base, k0=req.k0, top_k=req.top_k, text=text
             )
             vectors = self._vectors(retrieved)
         qf = PostQFRAP(
-            self.summarizer,
+            self.summarizer or self._default_summarizer(),
             _LockedEmbedder(self.embedder, self.lock),
             tau=req.max_tokens,
             summary_tokens=self.defaults.summary_tokens,
             random_state=self.random_state,
         ).run(req.question, retrieved, vectors, SpanResolver(self.store, self.lock))
         return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0)
+
+    def _default_summarizer(self) -> Summarizer:
+        self.summarizer = QueryFocusedExtractiveSummarizer()
+        return self.summarizer
 
     def _vectors(self, hits: list[ScoredNode]) -> NDArray[np.float32]:
         if not hits:

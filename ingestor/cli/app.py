@@ -1,4 +1,9 @@
-"""The ``adrap`` command group: settings and logging are configured here, once per process."""
+"""The ``adrap`` command group: settings and logging are configured here, once per process.
+
+Only click and the standard library are imported at module level: ``adrap --help``, ``status``
+and a refused writer answer before numpy, torch or the store are loaded. Settings are built on a
+command's first use of :attr:`Ctx.settings`, after its ``--tree`` / ``--state-dir`` are parsed.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +13,22 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import ValidationError
-from pydantic_settings import SettingsError
 
-from ingestor.cli.config_errors import describe_settings_error, describe_validation_error
-from ingestor.config import ENV_FILE_VARIABLE, Settings, dotenv_path, mask_credentials
-from ingestor.errors import IngestError
-from models_store import ModelStoreError
-from retriever import RetrieverError
+if TYPE_CHECKING:
+    from ingestor.cli.home import TreeHome
+    from ingestor.config import Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _mask(text: str) -> str:
+    from ingestor.config import mask_credentials  # pydantic: loaded once a log line is written
+
+    return mask_credentials(text)
 
 
 class JsonFormatter(logging.Formatter):
@@ -36,14 +43,14 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return mask_credentials(json.dumps(out, ensure_ascii=False))
+        return _mask(json.dumps(out, ensure_ascii=False))
 
 
 class MaskingFormatter(logging.Formatter):
     """Plain log lines with credentials in URLs (``https://user:pass@host``) masked."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return mask_credentials(super().format(record))
+        return _mask(super().format(record))
 
 
 class _ProgressLine:
@@ -94,32 +101,119 @@ def configure_logging(level: str, verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def load_settings(env_file: Path | None = None) -> Settings:
-    """Build Settings exactly once: env, a .env file and /run/secrets when that directory exists.
-
-    The .env file is ``env_file``, ``$ADRAP_ENV_FILE`` or ``<state_dir>/.env`` (never ``./.env``).
-    """
-    dotenv = dotenv_path(env_file)
-    secrets = Path("/run/secrets")
-    if secrets.is_dir():
-        return Settings(_env_file=dotenv, _secrets_dir=secrets)  # type: ignore[call-arg]
-    return Settings(_env_file=dotenv)  # type: ignore[call-arg]
-
-
 class Ctx:
-    def __init__(self, settings: Settings, verbose: bool) -> None:
-        self.settings = settings
+    """What a command needs from the group: its settings, built once on first use."""
+
+    def __init__(
+        self,
+        verbose: bool,
+        env_file: Path | None = None,
+        state_dir: str | None = None,
+        tree: str | None = None,
+    ) -> None:
         self.verbose = verbose
+        self.env_file = env_file
+        self.state_dir = state_dir
+        self.tree = tree
+        #: The command may create its tree (build, watch): an unnamed tree is ``default``.
+        self.creating = False
+        self._settings: Settings | None = None
+        self.home: TreeHome | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The command's Settings (first use: built, logging configured; errors: one line)."""
+        if self._settings is None:
+            self._settings, self.home = load_settings(self)
+            configure_logging(self._settings.log_level, self.verbose)
+            if self.home.origin == "local":
+                log.info(
+                    "using the state dir %s found in the current directory", self.home.state_dir
+                )
+            else:
+                log.debug("tree %r in %s", self.home.tree, self.home.state_dir)
+        return self._settings
+
+
+def load_settings(ctx: Ctx) -> tuple[Settings, TreeHome]:
+    """Build Settings from their sources (ingestor.cli.settings_files); errors as one line."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from ingestor.cli.config_errors import describe_settings_error, describe_validation_error
+    from ingestor.cli.home import TreeNameError
+    from ingestor.cli.settings_files import build_settings, ignored_local_dotenv
+    from ingestor.errors import IngestError
+
+    if (dotenv := ignored_local_dotenv()) is not None:
+        click.echo(
+            f"note: {dotenv} in the current directory is not read (a shared folder's .env could "
+            f"redirect adrap); use `adrap --env-file {dotenv} ...` or move it to the user's "
+            "adrap.env (see `adrap trees`)",
+            err=True,
+        )
+    try:
+        return build_settings(ctx.env_file, ctx.state_dir, ctx.tree, creating=ctx.creating)
+    except (IngestError, TreeNameError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    except ValidationError as exc:
+        raise click.ClickException(describe_validation_error(exc)) from exc
+    except SettingsError as exc:  # a whole section given as a value that is not JSON
+        raise click.ClickException(describe_settings_error(exc)) from exc
 
 
 def run(ctx: Ctx, fn: Callable[[], T]) -> T:
     """Run a command body; domain errors become one line and exit 1 (tracebacks under -v)."""
     try:
         return fn()
-    except (IngestError, RetrieverError, ModelStoreError, ValueError) as exc:
+    except click.ClickException:
+        raise
+    except Exception as exc:
+        if not _domain_error(exc):
+            raise
         if ctx.verbose:
             log.exception("failed")
-        raise click.ClickException(mask_credentials(str(exc))) from exc
+        raise click.ClickException(_mask(str(exc))) from exc
+
+
+def _domain_error(exc: Exception) -> bool:
+    """Whether ``exc`` is one of ours (a one-line message), without loading numpy to find out."""
+    from ingestor.errors import IngestError
+
+    if isinstance(exc, IngestError | ValueError):
+        return True
+    from models_store import ModelStoreError
+    from retriever import RetrieverError
+
+    return isinstance(exc, RetrieverError | ModelStoreError)
+
+
+def _remember(click_ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Store a command's ``--tree`` / ``--state-dir`` in the Ctx before its settings are built."""
+    if value is not None:
+        obj = click_ctx.find_object(Ctx)
+        if obj is not None:
+            setattr(obj, str(param.name), str(value))
+    return value
+
+
+TREE_HELP = "The tree (default: ADRAP_TREE, else the only tree, else 'default'); see `adrap trees`."
+STATE_DIR_HELP = "The tree's state dir (default: ADRAP_STATE_DIR, ./.adrap, else the tree's home)."
+
+
+def tree_options() -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """Add ``--tree`` and ``--state-dir`` to a command (the group's own options work too)."""
+
+    def decorate(f: Callable[..., T]) -> Callable[..., T]:
+        f = click.option(
+            "--state-dir", default=None, expose_value=False, callback=_remember, help=STATE_DIR_HELP
+        )(f)
+        f = click.option(
+            "--tree", default=None, expose_value=False, callback=_remember, help=TREE_HELP
+        )(f)
+        return f
+
+    return decorate
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -129,27 +223,29 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
     "--env-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    envvar=ENV_FILE_VARIABLE,
-    help="Read settings from this .env file (default: <state dir>/.env; never ./.env).",
+    help="Also read settings from this file (or ADRAP_ENV_FILE), above the state dir's and the "
+    "user's adrap.env.",
 )
+@click.option("--tree", default=None, help=TREE_HELP)
+@click.option("--state-dir", default=None, help=STATE_DIR_HELP)
 @click.pass_context
-def main(click_ctx: click.Context, verbose: bool, env_file: Path | None) -> None:
+def main(
+    click_ctx: click.Context,
+    verbose: bool,
+    env_file: Path | None,
+    tree: str | None,
+    state_dir: str | None,
+) -> None:
     """adrap: a folder kept as a RAPTOR tree in Qdrant.
+
+    Trees live in ~/.local/share/adrap/<tree> ($XDG_DATA_HOME), so any directory finds them;
+    settings come from ADRAP_* variables and adrap.env files (docs/cli.md).
 
     \b
     Example:
       adrap build examples/sample && adrap query "Why did the fox call the grapes sour?"
     """
-    try:
-        settings = load_settings(env_file)
-    except IngestError as exc:
-        raise click.ClickException(str(exc)) from exc
-    except ValidationError as exc:
-        raise click.ClickException(describe_validation_error(exc)) from exc
-    except SettingsError as exc:  # a whole section given as a value that is not JSON
-        raise click.ClickException(describe_settings_error(exc)) from exc
-    configure_logging(settings.log_level, verbose)
-    click_ctx.obj = Ctx(settings, verbose)
+    click_ctx.obj = Ctx(verbose, env_file, state_dir, tree)
 
 
 def make_progress_printer(enabled: bool) -> Callable[[str, int, int], None]:

@@ -8,8 +8,13 @@ from typing import Any
 import click
 
 from ingestor.answer.modes import BASES, MODES
-from ingestor.cli.app import Ctx, main, run
-from ingestor.cli.query import answer_locally_or_by_daemon, format_spans, request_params
+from ingestor.cli.app import Ctx, main, run, tree_options
+from ingestor.cli.query import (
+    answer_locally_or_by_daemon,
+    exit_if_no_match,
+    format_spans,
+    request_params,
+)
 
 
 @main.command()
@@ -25,6 +30,7 @@ from ingestor.cli.query import answer_locally_or_by_daemon, format_spans, reques
 @click.option("--layers", default=None, help="Layer range, e.g. 0-0 for leaves only.")
 @click.option("--show-context", is_flag=True, help="Also print the numbered context.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: answer, citations, context.")
+@tree_options()
 @click.pass_obj
 def ask(
     ctx: Ctx,
@@ -52,10 +58,12 @@ def ask(
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "ask", params))
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
+        exit_if_no_match(out, ctx.settings.tree)
         return
     if not out["answered"]:
         click.echo(out["reason"], err=True)
         _echo_context(out)
+        exit_if_no_match(out, ctx.settings.tree)
         return
     if show_context:
         _echo_context(out)
@@ -72,6 +80,7 @@ def ask(
         f"{out['mode']}, {len(out['parts'])} sources, {out['model']}, {out['seconds']:.1f} s",
         err=True,
     )
+    exit_if_no_match(out, ctx.settings.tree)
 
 
 def _echo_context(out: dict[str, Any]) -> None:

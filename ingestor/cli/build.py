@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
-from ingestor.cli.app import Ctx, main, make_progress_printer, run
+from ingestor.cli.app import Ctx, main, make_progress_printer, run, tree_options
 from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
 
 
 @main.command()
 @click.argument("root", type=click.Path(exists=True, file_okay=True, path_type=Path))
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@tree_options()
 @click.pass_obj
 def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
     """Build the tree over ROOT (a folder or one file) from scratch and store it.
@@ -25,10 +26,12 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
     """
 
     def body() -> None:
+        ctx.creating = True  # an unnamed tree is `default`, even beside other trees
         settings = ctx.settings
         show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
-        embedder = make_embedder(settings)
+        # The lock first: a running daemon is named at once, before the model is loaded.
         with writer_lock(settings, "build"), opened_store(settings) as store:
+            embedder = make_embedder(settings)
             report = make_pipeline(settings, store, embedder).build(root, show)
         layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in report.stats.seconds.items())
@@ -44,6 +47,7 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@tree_options()
 @click.pass_obj
 def add(ctx: Ctx, paths: tuple[Path, ...]) -> None:
     """Add or update files/folders under the tree's root in place (adRAP, no rebuild).
@@ -60,6 +64,7 @@ def add(ctx: Ctx, paths: tuple[Path, ...]) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@tree_options()
 @click.pass_obj
 def remove(ctx: Ctx, paths: tuple[Path, ...]) -> None:
     """Remove files/folders from the tree in place (the files themselves are not touched).
@@ -74,9 +79,9 @@ def remove(ctx: Ctx, paths: tuple[Path, ...]) -> None:
 def _update(ctx: Ctx, paths: list[Path], *, remove: bool) -> None:
     def body() -> None:
         settings = ctx.settings
-        embedder = make_embedder(settings)
         command = "remove" if remove else "add"
         with writer_lock(settings, command), opened_store(settings) as store:
+            embedder = make_embedder(settings)
             report = make_pipeline(settings, store, embedder).update(paths, remove=remove)
         click.echo(report.summary())
         _say_skipped(len(report.skipped) + len(report.stale))
@@ -96,6 +101,7 @@ def _say_skipped(n: int) -> None:
 
 @main.command()
 @click.option("--progress/--no-progress", default=None, help="Progress bars (default: on a TTY).")
+@tree_options()
 @click.pass_obj
 def rebuild(ctx: Ctx, progress: bool | None) -> None:
     """Rebuild every summary layer over the current leaves (cached summaries are reused).
@@ -108,8 +114,8 @@ def rebuild(ctx: Ctx, progress: bool | None) -> None:
     def body() -> None:
         settings = ctx.settings
         show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
-        embedder = make_embedder(settings)
         with writer_lock(settings, "rebuild"), opened_store(settings) as store:
+            embedder = make_embedder(settings)
             report = make_pipeline(settings, store, embedder).rebuild(show)
         layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
         click.echo(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ingestor.cli.app import Ctx, main, run
-from ingestor.config import Settings
+from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.errors import IngestError
+
+if TYPE_CHECKING:
+    from ingestor.config import Settings
 
 
 def post_daemon(s: Settings, route: str) -> dict[str, Any] | None:
@@ -43,6 +45,7 @@ def post_daemon(s: Settings, route: str) -> dict[str, Any] | None:
 
 @main.command()
 @click.argument("path", required=False)
+@tree_options()
 @click.pass_obj
 def retry(ctx: Ctx, path: str | None) -> None:
     """Try quarantined files again: all of them, or PATH (a file or folder, relative to the root).
@@ -76,6 +79,7 @@ def retry(ctx: Ctx, path: str | None) -> None:
 
 
 @main.command("confirm-deletions")
+@tree_options()
 @click.pass_obj
 def confirm_deletions(ctx: Ctx) -> None:
     """Let the running daemon remove the documents a scan found missing (over the threshold).

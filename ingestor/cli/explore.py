@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.factories import MODELS_DIR, reading_store
-from ingestor.config import Settings
-from ingestor.service.dashboard.export import DEFAULT_MAX_NODES
 from ingestor.service.locking import WriterActiveError
-from models_store import ModelStore
+
+if TYPE_CHECKING:
+    from ingestor.config import Settings
 
 if TYPE_CHECKING:
     from ingestor.service.dashboard.picture import Touched
@@ -23,7 +23,6 @@ log = logging.getLogger(__name__)
 
 
 @main.command()
-@click.option("--tree", default=None, help="The tree to export (default: ADRAP_TREE).")
 @click.option(
     "-o",
     "--output",
@@ -35,12 +34,13 @@ log = logging.getLogger(__name__)
 @click.option(
     "--max-nodes",
     type=click.IntRange(min=1),
-    default=DEFAULT_MAX_NODES,
-    show_default=True,
-    help="Nodes embedded at most: the top layers whole, then their children up to the cap.",
+    default=None,
+    help="Nodes embedded at most (default 5000): the top layers whole, then their children up "
+    "to the cap.",
 )
+@tree_options()
 @click.pass_obj
-def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
+def explore(ctx: Ctx, output: Path, max_nodes: int | None) -> None:
     """Write the tree's dashboard page as one self-contained HTML file (opens offline).
 
     The same page as the daemon's /dashboard, with the tree embedded: the picture of the whole
@@ -52,19 +52,22 @@ def explore(ctx: Ctx, tree: str | None, output: Path, max_nodes: int) -> None:
     Example:
       adrap explore -o tree.html --max-nodes 2000 && xdg-open tree.html
     """
-    from ingestor.service.dashboard.export import export_data
+    from ingestor.service.dashboard.export import DEFAULT_MAX_NODES, export_data
     from ingestor.service.dashboard.page import render_page
     from ingestor.service.dashboard.pictures import whole_picture
     from ingestor.service.dashboard.view import TreeView
 
-    s = ctx.settings if tree is None else ctx.settings.model_copy(update={"tree": tree})
-
     def body() -> None:
+        s = ctx.settings
         t0 = time.perf_counter()
         try:
             with reading_store(s) as store:
                 updates, touched = _snapshot(s)
-                data = export_data(TreeView(store, s.tree), max_nodes=max_nodes, updates=updates)
+                data = export_data(
+                    TreeView(store, s.tree),
+                    max_nodes=max_nodes or DEFAULT_MAX_NODES,
+                    updates=updates,
+                )
                 if data["layers"]:
                     data["picture"] = whole_picture(store, s.tree, touched)
         except WriterActiveError as exc:
@@ -112,6 +115,7 @@ def _snapshot(s: Settings) -> tuple[dict[str, Any], Touched]:
     from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
     from ingestor.service.dashboard.picture import Touched
     from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
+    from models_store import ModelStore
 
     out: dict[str, Any] = {
         "note": "Not watched: this is the tree as last built or updated.",

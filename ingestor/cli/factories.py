@@ -1,17 +1,24 @@
-"""Adapters: the only place clients (embedder, store, summariser, pipeline) are constructed."""
+"""Adapters: the only place clients (embedder, store, summariser, pipeline) are constructed.
+
+Each library is imported by the function that needs it, so a command loads only what it uses.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ingestor.config import Settings
 from ingestor.errors import TreeError
 from ingestor.service.locking import StateLock, reader_lock, state_lock
-from models_store import ModelStore
-from retriever import Embedder, NodeStore
+
+if TYPE_CHECKING:
+    from ingestor.config import Settings
+    from retriever import Embedder, NodeStore
+
+log = logging.getLogger(__name__)
 
 STORE_DIR = "qdrant"
 MODELS_DIR = "models"
@@ -52,6 +59,26 @@ def make_embedder(settings: Settings) -> Embedder:
     from retriever import SentenceTransformerEmbedder
 
     return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
+
+
+def make_query_embedder(settings: Settings) -> Embedder:
+    """Return an embedder for the questions of one command (``adrap query``/``ask``, no daemon).
+
+    The packaged model (any sentence-transformers BERT with mean pooling) runs in numpy, the
+    same vectors without loading torch (~5 s cold); other models come from :func:`make_embedder`.
+
+    Raises:
+        EmbeddingError: the model cannot be loaded / the server cannot be reached.
+    """
+    e = settings.embed
+    if e.backend == "sentence-transformers":
+        from retriever import EmbeddingError, NumpyBertEmbedder
+
+        try:
+            return NumpyBertEmbedder(e.model)
+        except EmbeddingError as exc:
+            log.debug("questions embedded by sentence-transformers: %s", exc)
+    return make_embedder(settings)
 
 
 def make_store(settings: Settings) -> NodeStore:
@@ -125,7 +152,18 @@ def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder)
         summarizer=llm,
         llm=llm,
         random_state=settings.cluster.random_state,
+        min_score=min_score(settings, embedder.model_id),
     )
+
+
+def min_score(settings: Settings, model_id: str) -> float | None:
+    """Return the no-match threshold: the setting, else the calibrated one of the packaged model
+    when ``model_id`` (the query embedder's) is it, else None (no check)."""
+    from ingestor.config import NO_MATCH_SCORE, PACKAGED_MODEL
+
+    if settings.query.min_score is not None:
+        return settings.query.min_score
+    return NO_MATCH_SCORE if model_id == PACKAGED_MODEL else None
 
 
 def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
@@ -133,6 +171,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
     from ingestor.pipeline import Pipeline
     from ingestor.pipeline.unread import UNREAD_FILE, Unread
     from ingestor.tree.build import TreeBuilder, TreeParams
+    from models_store import ModelStore
 
     c = settings.cluster
     summary = settings.summary

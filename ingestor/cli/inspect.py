@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 
-from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.factories import MODELS_DIR, STORE_DIR, where
-from models_store import ModelStore
 
 
 @main.command()
@@ -27,6 +26,7 @@ from models_store import ModelStore
     type=click.IntRange(0, 10_000),
     help="Skipped and stale files listed (each kind).",
 )
+@tree_options()
 @click.pass_obj
 def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
     """Show the tree: documents, leaves, nodes per layer, drift, state dir and store mode,
@@ -37,8 +37,9 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
       adrap status --json
       adrap status --offset 20 --limit 100
     """
-    from ingestor.pipeline import load_state, state_exists
     from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
+    from ingestor.tree.persist import load_state, state_exists
+    from models_store import ModelStore
 
     def body() -> None:
         s = ctx.settings
@@ -57,7 +58,10 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         if s.store_mode == "embedded" and built:
             out["leaf_graph"] = _leaf_graph(s.state_dir / STORE_DIR)
             out["hybrid_search"] = _hybrid(s.state_dir / STORE_DIR)
-        state = load_state(models, s.tree, readonly=True) if models and built else None
+        # counts only: no layer's fitted models, so neither UMAP nor scikit-learn is imported
+        state = (
+            load_state(models, s.tree, readonly=True, layers=False) if models and built else None
+        )
         if state is not None:
             counts = state.layer_counts()
             out |= {
@@ -79,10 +83,19 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             return
         listed = out.pop("unread")
         for k, v in out.items():
-            click.echo(f"{k:<28} {'-' if v is None else v}")
+            click.echo(f"{k:<28} {_shown(v)}")
         _echo_unread(listed)
 
     run(ctx, body)
+
+
+def _shown(value: Any) -> str:
+    """A value as a person reads it: ``-`` for none, ``a: 1, b: 2`` for a mapping (no Python reprs)."""
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) or "none"
+    return str(value)
 
 
 def _echo_unread(listed: dict[str, Any]) -> None:
@@ -152,6 +165,7 @@ def _service_status(s: Any) -> dict[str, Any]:
 
 @main.command()
 @click.option("--env", "as_env", is_flag=True, help="Print as ADRAP_* variables.")
+@tree_options()
 @click.pass_obj
 def config(ctx: Ctx, as_env: bool) -> None:
     """Print the effective configuration, secrets masked.
@@ -174,3 +188,51 @@ def _flatten(data: dict[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
             yield from _flatten(value, f"{prefix}{key.upper()}__")
         else:
             yield f"{prefix}{key.upper()}", json.dumps(value) if isinstance(value, list) else value
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def trees(ctx: Ctx, as_json: bool) -> None:
+    """List the trees in this user's home for trees, where they are, and the settings files.
+
+    A tree is opened from any directory by name: `adrap query "..." --tree NAME`.
+
+    \b
+    Example:
+      adrap trees
+    """
+    from ingestor.cli.home import (
+        LOCAL_STATE_DIR,
+        data_home,
+        is_state_dir,
+        list_trees,
+        user_settings_file,
+    )
+    from ingestor.service.locking import read_holder
+
+    home = data_home()
+    rows = []
+    for name in list_trees(home):
+        holder = read_holder(home / name)
+        by = f"adrap {holder.get('command')} (pid {holder.get('pid')})" if holder else None
+        rows.append({"name": name, "state_dir": str(home / name), "in_use_by": by})
+    out: dict[str, Any] = {
+        "home": str(home),
+        "trees": rows,
+        "local_state_dir": str(LOCAL_STATE_DIR.resolve())
+        if is_state_dir(LOCAL_STATE_DIR)
+        else None,
+        "user_settings": str(user_settings_file()),
+    }
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"trees in {home}:" if rows else f"no trees in {home} yet (`adrap build DIR`)")
+    for row in rows:
+        busy = f"  (in use by {row['in_use_by']})" if row["in_use_by"] else ""
+        click.echo(f"  {row['name']:<20} {row['state_dir']}{busy}")
+    if out["local_state_dir"]:
+        click.echo(f"used from this directory instead: {out['local_state_dir']} (./.adrap)")
+    made = "" if user_settings_file().is_file() else " (none yet)"
+    click.echo(f"user settings: {out['user_settings']}{made}")

@@ -5,24 +5,29 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ingestor.answer.modes import BASES, MODES
-from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.factories import (
-    make_embedder,
+    make_query_embedder,
     make_query_service,
     reading_store,
     require_built,
     where,
 )
-from ingestor.config import Settings
 from ingestor.service.locking import WriterActiveError
-from retriever import F, SearchFilter
+
+if TYPE_CHECKING:
+    from ingestor.config import Settings
 
 log = logging.getLogger(__name__)
+
+#: The exit status of ``adrap query``/``ask`` when nothing in the tree seems to answer (the best
+#: hit scores below ``ADRAP_QUERY__MIN_SCORE``); 1 is an error, 2 a usage error.
+NO_MATCH_EXIT = 3
 
 
 @main.command()
@@ -56,6 +61,7 @@ log = logging.getLogger(__name__)
     help="Search the dense vector alone (default: hybrid with BM25, ADRAP_QUERY__HYBRID).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: hits with provenance + context.")
+@tree_options()
 @click.pass_obj
 def query(
     ctx: Ctx,
@@ -85,6 +91,20 @@ def query(
     out = run(ctx, lambda: answer_locally_or_by_daemon(ctx.settings, "query", params))
     _echo_answer(out, as_json)
     _hint_small_budget(ctx.settings, out, as_json)
+    exit_if_no_match(out, ctx.settings.tree)
+
+
+def exit_if_no_match(out: dict[str, Any], tree: str) -> None:
+    """Say that nothing in the tree seems to answer, and exit 3, when the answer says so."""
+    if not out.get("no_match"):
+        return
+    click.echo(
+        f"nothing in tree {tree!r} seems to answer this: the best match scores "
+        f"{out['best_score']:.2f}, "
+        f"below {out['min_score']:g} (ADRAP_QUERY__MIN_SCORE); the closest passages are shown",
+        err=True,
+    )
+    click.get_current_context().exit(NO_MATCH_EXIT)
 
 
 def _hint_small_budget(s: Settings, out: dict[str, Any], as_json: bool) -> None:
@@ -140,8 +160,10 @@ def answer_locally_or_by_daemon(s: Settings, route: str, params: dict[str, Any])
     remote = _query_daemon(s, params, route)
     if remote is not None:
         return remote
+    from retriever import SearchFilter
+
     require_built(s)  # before loading the model: "not built" is instant and creates nothing
-    embedder = make_embedder(s)
+    embedder = make_query_embedder(s)
     try:
         with reading_store(s) as store:
             store.ensure_collection(embedder.dim, embedder.model_id)
@@ -183,7 +205,11 @@ def _query_daemon(s: Settings, params: dict[str, Any], route: str) -> dict[str, 
             f"the embedded store in {where(s)} is in use by {who}; query when it has finished"
         )
     query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
-    request = urllib.request.Request(f"http://{address}/{route}?{query}")
+    # /ask is POST only (it spends LLM tokens); /query is a GET
+    method = "POST" if route == "ask" else "GET"
+    request = urllib.request.Request(
+        f"http://{address}/{route}?{query}", method=method, data=b"" if method == "POST" else None
+    )
     if s.watch.http_token is not None:  # the daemon's routes need it (as `adrap status` sends)
         request.add_header("Authorization", f"Bearer {s.watch.http_token.get_secret_value()}")
     deadline = time.monotonic() + s.query.daemon_wait_seconds
@@ -251,6 +277,8 @@ def _echo_answer(out: dict[str, Any], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(out, ensure_ascii=False, indent=2))
         return
+    from retriever import F
+
     by = f" (answered by {out['answered_by']})" if out.get("answered_by") else ""
     if out["mode"] == "postqfrap":
         _echo_postqfrap(out, by)
@@ -304,6 +332,8 @@ def _parse_layers(spec: str | None) -> tuple[int | None, int | None]:
 
 def _where(hit: dict[str, Any]) -> str:
     """Where a hit comes from: a leaf's file and span, a summary's files."""
+    from retriever import F
+
     if hit[F.LAYER] == 0:
         place = "; ".join(x for x in (hit.get(F.LOCATOR), hit.get(F.SECTION)) if x)
         span = f"{hit[F.SOURCE]}:{hit[F.CHAR_START]}-{hit[F.CHAR_END]}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ingestor.cli.app import Ctx, main, make_progress_printer, run
+from ingestor.cli.app import Ctx, main, make_progress_printer, run, tree_options
 from ingestor.cli.factories import (
     make_embedder,
     make_pipeline,
@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
     is_flag=True,
     help="Let scans remove more than ADRAP_WATCH__MAX_DELETE_FRACTION of the documents.",
 )
+@tree_options()
 @click.pass_obj
 def watch(
     ctx: Ctx,
@@ -71,6 +72,7 @@ def watch(
     from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
 
     def body() -> None:
+        ctx.creating = True  # an unnamed tree is `default`, even beside other trees
         s = ctx.settings
         w = s.watch
         stop = threading.Event()

@@ -25,10 +25,13 @@ import logging
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.mixture import GaussianMixture
+
+if TYPE_CHECKING:
+    from sklearn.mixture import GaussianMixture
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +309,8 @@ def to_sklearn(
     random_state: int | None = None,
 ) -> GaussianMixture:
     """Wrap parameters in a fitted ``GaussianMixture`` (``predict_proba``, ``bic``, pickling)."""
+    from sklearn.mixture import GaussianMixture  # ~1.5 s to import: not for `adrap status`
+
     k, d = params.means.shape
     gmm = GaussianMixture(
         n_components=k,

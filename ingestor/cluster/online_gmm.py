@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.gmm import (
     REG_COVAR,
@@ -45,6 +44,9 @@ from ingestor.cluster.incremental import (
     refit_by_bic,
     split_offer,
 )
+
+if TYPE_CHECKING:
+    from sklearn.mixture import GaussianMixture
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ingestor.errors import SummarizationError
 from ingestor.read.sentences import BULLET, split_units
@@ -168,6 +167,8 @@ class ExtractiveSummarizer:
     def _scores(self, sentences: list[str], query: str | None) -> NDArray[np.float64]:
         if not any(_WORD.search(s) for s in sentences):
             return np.zeros(len(sentences))
+        from sklearn.feature_extraction.text import TfidfVectorizer  # ~1 s: when used
+
         vectorizer = TfidfVectorizer(sublinear_tf=True, token_pattern=r"(?u)\b\w+\b")
         rows = vectorizer.fit_transform(sentences)  # rows are L2-normalised (or all zero)
         centroid: NDArray[np.float64] = np.asarray(rows.mean(axis=0), dtype=np.float64).ravel()

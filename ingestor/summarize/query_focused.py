@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from ingestor.errors import SummarizationError
 from ingestor.read.sentences import split_sentences
@@ -184,6 +183,8 @@ class QueryFocusedExtractiveSummarizer:
         n = len(sentences)
         if not any(_WORD.search(s.text) for s in sentences):
             return np.zeros((n, 1)), np.zeros(n)
+        from sklearn.feature_extraction.text import TfidfVectorizer  # ~1 s: when used
+
         vectorizer = TfidfVectorizer(sublinear_tf=True, token_pattern=r"(?u)\b\w+\b")
         rows = np.asarray(vectorizer.fit_transform([s.key for s in sentences]).todense())
         if not query:

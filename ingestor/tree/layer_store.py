@@ -28,17 +28,20 @@ local model or online GMM raises ``IncompatibleModelError`` when asked for;
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.tree.group_rows import GroupMap, side_namespaces
 from ingestor.tree.row_containers import KeyedRowMap, RowList
 from ingestor.tree.rowmap import RowMap, dumps, loads, loads_model
 from models_store import Changes, IncompatibleModelError, RowStore
+
+if TYPE_CHECKING:  # imported where a layer is opened: `adrap status` opens none
+    from ingestor.cluster.adaptive import AdaptiveLayer
 
 #: Map attributes of an AdaptiveLayer, with how their keys are written and whether their values
 #: are changed in place (written back whenever handed out).
@@ -51,14 +54,21 @@ _MAPS: dict[str, tuple[str, bool]] = {
     "cluster_group": ("int", False),
 }
 _LISTS = ("gmms",)
-#: The other fields of a layer, written in its head's ``scalars`` row (the clusterer has a row).
-_SCALARS = frozenset(
-    f.name for f in fields(AdaptiveLayer) if f.name not in {*_MAPS, *_LISTS, "clusterer", "storage"}
-)
+
+
+@functools.cache
+def _scalar_names() -> frozenset[str]:
+    """The other fields of a layer, written in its head's ``scalars`` row (the clusterer has a row)."""
+    from ingestor.cluster.adaptive import AdaptiveLayer
+
+    skip = {*_MAPS, *_LISTS, "clusterer", "storage"}
+    return frozenset(f.name for f in fields(AdaptiveLayer) if f.name not in skip)
 
 
 def _blank_layer() -> AdaptiveLayer:
     """An AdaptiveLayer with every field at its default, for :func:`open_layer` to fill."""
+    from ingestor.cluster.adaptive import AdaptiveLayer
+
     al = AdaptiveLayer.__new__(AdaptiveLayer)
     for f in fields(AdaptiveLayer):
         if f.default is not MISSING:
@@ -226,7 +236,7 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
     write_head = persist["head"] or persist.get("global_version", 0) != al.global_version
     if write_head:  # a new token names the clusterer's new bytes (see open_layer)
         al.clusterer_token = uuid.uuid4().hex
-    scalars = {name: getattr(al, name) for name in _SCALARS}
+    scalars = {name: getattr(al, name) for name in _scalar_names()}
     ch.set(f"L{i}.head", "scalars", dumps(scalars))
     ch.set(f"L{i}.head", "lengths", dumps([len(al.gmms), len(al.clusterer.local_models_)]))
     if write_head:
@@ -298,7 +308,7 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
     except IncompatibleModelError as exc:  # refitted by the next update (model_repair)
         clusterer = UnreadableClusterer(str(exc))
     al = _blank_layer()
-    for name in _SCALARS.intersection(scalars):  # a name an older version kept is dropped
+    for name in _scalar_names().intersection(scalars):  # a name an older version kept is dropped
         setattr(al, name, scalars[name])
     al.clusterer = clusterer
     for name, (kind, mutable) in _MAPS.items():

@@ -135,13 +135,20 @@ def drop_checkpoint(models: ModelStore, tree: str) -> bool:
 
 
 def load_state(
-    models: ModelStore, tree: str, embedder: Embedder | None = None, *, readonly: bool = False
+    models: ModelStore,
+    tree: str,
+    embedder: Embedder | None = None,
+    *,
+    readonly: bool = False,
+    layers: bool = True,
 ) -> TreeState | None:
     """Open the committed state of ``tree`` (rows load lazily), or None if it was never built.
 
     Args:
         embedder: when given, a state written for another embedding model or dimension is refused.
         readonly: open without write access (``status``): creates and changes nothing.
+        layers: open the layers' fitted models; False (``status``: counts only) leaves
+            ``state.layers`` empty and imports neither UMAP nor scikit-learn.
 
     Raises:
         models_store.IncompatibleModelError: another embedding model, format or library versions.
@@ -158,7 +165,7 @@ def load_state(
     if embedder is not None:
         expect |= {"embed_model": embedder.model_id, "dim": embedder.dim}
     rows.check(expect)
-    return _open(rows)
+    return _open(rows, layers=layers)
 
 
 def _row_maps(state: TreeState) -> tuple[RowMap[Any], ...]:
@@ -166,7 +173,7 @@ def _row_maps(state: TreeState) -> tuple[RowMap[Any], ...]:
     return (state.nodes, state.sources, state.summary_cache, state.stale)
 
 
-def _open(rows: RowStore) -> TreeState:
+def _open(rows: RowStore, *, layers: bool = True) -> TreeState:
     m = rows.manifest()
     if "tree_name" not in m:  # created, nothing committed yet (a first build under way)
         raise ModelStoreError(
@@ -177,7 +184,8 @@ def _open(rows: RowStore) -> TreeState:
     for rowmap in _row_maps(state):
         rowmap.bind(rows)
     state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
-    state.layers = [open_layer(rows, i) for i in range(int(m.get("n_layers", 0)))]
+    n_layers = int(m.get("n_layers", 0)) if layers else 0
+    state.layers = [open_layer(rows, i) for i in range(n_layers)]
     state.rows = rows
     # A state from before this entry: its models were written with the last writer's libraries.
     state.model_libraries = dict(m.get("model_libraries") or m.get("libraries") or {})

@@ -25,7 +25,7 @@ def corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("ADRAP_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("ADRAP_READ__MAX_FILE_BYTES", "1000")
     monkeypatch.setattr(build_cli, "make_embedder", lambda settings: HashEmbedder())
-    monkeypatch.setattr(query_cli, "make_embedder", lambda settings: HashEmbedder())
+    monkeypatch.setattr(query_cli, "make_query_embedder", lambda settings: HashEmbedder())
     return root
 
 

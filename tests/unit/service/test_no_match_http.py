@@ -1,0 +1,48 @@
+"""/query and /ask say when nothing in the tree seems to answer (``no_match``), hits still shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from starlette.testclient import TestClient
+
+from ingestor.answer.service import QueryService
+from ingestor.pipeline import Pipeline
+from ingestor.service.daemon import Daemon
+
+Tree = tuple[Pipeline, Path]
+
+
+def _client(tree: Tree, tmp_path: Path, min_score: float | None) -> tuple[Daemon, TestClient]:
+    p, root = tree
+    queries = QueryService(p.store, p.embedder, p.tree, min_score=min_score)
+    d = Daemon(p, root, state_dir=tmp_path / "state", queries=queries)
+    d.metrics.ready = True
+    return d, TestClient(d.app(), base_url="http://127.0.0.1:8765")
+
+
+def test_a_best_hit_below_the_threshold_is_no_match_with_its_hits(
+    tree: Tree, tmp_path: Path
+) -> None:
+    _, client = _client(tree, tmp_path, min_score=0.999)
+    with client:
+        out = client.get("/query", params={"q": "apple orchard harvest"}).json()
+        resp = client.post("/ask", params={"q": "apple orchard harvest"})
+        assert resp.status_code == 200, resp.text
+        asked = resp.json()
+    assert out["no_match"] is True
+    assert out["hits"]
+    assert out["best_score"] == max(h["score"] for h in out["hits"])
+    assert out["min_score"] == 0.999
+    assert asked["no_match"] is True
+
+
+def test_a_best_hit_above_the_threshold_or_no_threshold_is_a_match(
+    tree: Tree, tmp_path: Path
+) -> None:
+    for min_score in (0.0, None):
+        _, client = _client(tree, tmp_path, min_score=min_score)
+        with client:
+            out = client.get("/query", params={"q": "apple orchard harvest"}).json()
+        assert out["no_match"] is False
+        assert out["min_score"] == min_score
