@@ -10,7 +10,8 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: demo test test-unit check lint lock bench clean
 
-$(STAMP): pyproject.toml constraints.txt scripts/install.sh
+# install.sh also installs the Debian packages and tests/js's npm packages the tests use (see there).
+$(STAMP): pyproject.toml constraints.txt scripts/install.sh tests/js/package-lock.json
 	PY=$(PY) VENV=$(VENV) bash scripts/install.sh
 	touch $(STAMP)
 

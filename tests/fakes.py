@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import hashlib
+import heapq
+import itertools
+import queue
 import re
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 _WORD = re.compile(r"\w+")
+T = TypeVar("T")
 
 
 class HashEmbedder:
@@ -81,3 +87,65 @@ class ByteTokenizer:
 
     def decode_bytes(self, tokens: Sequence[int]) -> bytes:
         return bytes(tokens)
+
+
+class FakeClock:
+    """A clock the test drives (:class:`ingestor.service.clock.Clock`): no test sleeps.
+
+    Virtual time starts at 0 and passes only when a wait finds nothing to take (or by
+    :meth:`advance`); actions scheduled with :meth:`after` run when it reaches them, inside the
+    wait, as an observer's events would arrive. ``waits`` records every timeout asked for.
+
+    Args:
+        patience: real seconds a wait first gives a real producer (watchdog's observer thread)
+            to put something on the queue before its virtual timeout counts as passed: the
+            poll-with-deadline for real OS events. 0 when the test puts every event itself.
+        limit: virtual seconds after which a wait fails the test instead of waiting for an
+            event that never comes.
+    """
+
+    def __init__(self, patience: float = 0.0, limit: float = 3600.0) -> None:
+        self.now = 0.0
+        self.epoch = time.time()
+        self.patience = patience
+        self.limit = limit
+        self.waits: list[float] = []
+        self._timers: list[tuple[float, int, Callable[[], object]]] = []
+        self._order = itertools.count()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.epoch + self.now
+
+    def after(self, seconds: float, action: Callable[[], object]) -> None:
+        """Run ``action`` once ``seconds`` of virtual time have passed."""
+        heapq.heappush(self._timers, (self.now + seconds, next(self._order), action))
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of virtual time pass, running the actions due."""
+        end = self.now + seconds
+        while self._timers and self._timers[0][0] <= end:
+            at, _, action = heapq.heappop(self._timers)
+            self.now = max(self.now, at)
+            action()
+        self.now = end
+
+    def get(self, items: queue.Queue[T], timeout: float) -> T:
+        self.waits.append(timeout)
+        end = self.now + timeout
+        while True:
+            try:
+                return items.get(timeout=self.patience) if self.patience else items.get_nowait()
+            except queue.Empty:
+                pass
+            if not self._timers or self._timers[0][0] > end:
+                break
+            at, _, action = heapq.heappop(self._timers)
+            self.now = max(self.now, at)
+            action()
+        self.now = max(self.now, end)
+        if self.now > self.limit:
+            raise AssertionError(f"waited {self.now:.0f} virtual s for an event that never came")
+        raise queue.Empty

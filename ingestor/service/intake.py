@@ -1,26 +1,29 @@
-"""What the watch worker takes from its queue, and when: bursts, settling, quarantine.
+"""What the watch worker takes from its queue, and when: bursts, settling, redoes, quarantine.
 
 A :class:`Burst` gathers the paths of queued :class:`~ingestor.service.events.Change` s and knows
 whether every wanted one is complete (closed after a write, or the destination of a move): such
 a burst may end after the close grace instead of the full debounce, which is what brings a saved
 file to searchable in about the embedding time. :class:`Settling` holds files whose size and mtime
-still move (polling mode: a file being copied onto a share is not read half), and
-:func:`not_quarantined` drops the paths that failed for good until they change.
+still move (polling mode: a file being copied onto a share is not read half), :class:`Redo`
+holds the paths of a failed batch until they are applied again (after a backoff, or in halves
+that isolate the offending path), and :func:`not_quarantined` drops the paths that failed for
+good until they change. Time is read from the worker's :class:`~ingestor.service.clock.Clock`.
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from ingestor.read.listing import iter_files
+from ingestor.service.clock import Clock
 from ingestor.service.events import Change
 from ingestor.service.failures import Quarantine
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Burst", "Settling", "not_quarantined"]
+__all__ = ["Burst", "Redo", "Settling", "not_quarantined"]
 
 
 class Burst:
@@ -63,10 +66,12 @@ class Settling:
 
     Args:
         settle: seconds between the two looks; 0 takes every file at once.
+        clock: the worker's clock.
     """
 
-    def __init__(self, settle: float) -> None:
+    def __init__(self, settle: float, clock: Clock) -> None:
         self.settle = settle
+        self.clock = clock
         self.unsettled: dict[Path, tuple[int, int]] = {}  # path -> (size, mtime_ns) last seen
         self.due_at = 0.0
 
@@ -102,7 +107,7 @@ class Settling:
             now = (st.st_size, st.st_mtime_ns)
             # unchanged since the last look, or not written for `settle` seconds already (a save
             # the poll found late, a copy that kept its old mtime): no second look needed
-            if self.unsettled.get(path) == now or time.time() - st.st_mtime >= self.settle:
+            if self.unsettled.get(path) == now or self.clock.time() - st.st_mtime >= self.settle:
                 self.unsettled.pop(path, None)
                 out.append(path)
             else:
@@ -110,7 +115,104 @@ class Settling:
                     log.debug("%s: waiting until its size and mtime are stable", path)
                 self.unsettled[path] = now
         if self.unsettled:
-            self.due_at = time.monotonic() + self.settle
+            self.due_at = self.clock.monotonic() + self.settle
+        return out
+
+
+class Redo:
+    """The paths of failed batches, to be applied again.
+
+    After a transient failure they wait a backoff (doubling from 1 s up to ``max_backoff``);
+    after any other, the batch is split and its parts come first, until the offending path is
+    alone (the worker quarantines it).
+
+    Args:
+        clock: the worker's clock.
+        max_backoff: cap of the retry delay, seconds.
+    """
+
+    def __init__(self, clock: Clock, max_backoff: float) -> None:
+        self.clock = clock
+        self.max_backoff = max_backoff
+        self.backoff = 0.0
+        self.retry: set[Path] = set()
+        self.retry_at = 0.0
+        self.parts: list[list[Path]] = []  # of failed batches, applied before anything new
+
+    def __len__(self) -> int:
+        return len(self.retry) + sum(len(part) for part in self.parts)
+
+    def after(
+        self, paths: list[Path], kind: str, exc: Exception, ignore: Sequence[str]
+    ) -> Path | None:
+        """Plan a failed batch again by the failure's ``kind`` (``classify``'s transient, ...).
+
+        Returns:
+            The path to quarantine: a lone file whose failure is not transient; else None.
+        """
+        what = f"{type(exc).__name__}: {exc}"
+        if kind == "transient":
+            log.warning(
+                "update of %d paths failed (%s); nothing was committed, retrying in %.0f s",
+                len(paths),
+                what,
+                self.later(paths),
+            )
+        elif len(paths) > 1:
+            mid = len(paths) // 2
+            self.first([paths[:mid], paths[mid:]])
+            log.warning(
+                "update of %d paths failed (%s); nothing was committed, splitting the batch to "
+                "isolate the offending path",
+                len(paths),
+                what,
+            )
+        elif paths[0].is_dir():
+            # never quarantine a folder (a rescan of the root is one): split it into its files
+            files = [p for p, error in iter_files(paths[0], ignore=ignore) if not error]
+            if files:
+                mid = (len(files) + 1) // 2
+                self.first([files[:mid], files[mid:]] if len(files) > 1 else [files])
+                log.warning(
+                    "update of folder %s failed (%s); trying its %d files one part at a time",
+                    paths[0],
+                    what,
+                    len(files),
+                )
+        else:
+            return paths[0]
+        return None
+
+    def later(self, paths: Iterable[Path]) -> float:
+        """Retry ``paths`` after the next backoff; return it (seconds)."""
+        self.backoff = min(self.max_backoff, max(1.0, self.backoff * 2))
+        self.retry.update(paths)
+        self.retry_at = self.clock.monotonic() + self.backoff
+        return self.backoff
+
+    def first(self, parts: list[list[Path]]) -> None:
+        """Apply ``parts`` (of a failed batch), one batch each, before anything else."""
+        self.parts[:0] = parts
+
+    def next_part(self) -> set[Path] | None:
+        """Return the next part of a failed batch, or None if none waits."""
+        return set(self.parts.pop(0)) if self.parts else None
+
+    def due(self, now: float) -> set[Path]:
+        """Return (and forget) the paths to retry if their backoff has elapsed at ``now``."""
+        if not self.retry or now < self.retry_at:
+            return set()
+        out, self.retry = self.retry, set()
+        return out
+
+    def landed(self) -> None:
+        """A batch landed: the next failure waits the shortest backoff again."""
+        self.backoff = 0.0
+
+    def take(self) -> set[Path]:
+        """Return and forget every path waiting (the worker is stopping)."""
+        out = set(self.retry).union(*self.parts)
+        self.retry, self.parts = set(), []
         return out
 
 

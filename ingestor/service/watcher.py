@@ -11,7 +11,10 @@ A failed batch commits nothing; the state is reloaded from disk, keeping the sum
 failed attempt already paid for. Then, by the failure's kind (:mod:`ingestor.service.failures`):
 transient -> the paths stay pending and are retried with exponential backoff; permanent or
 unexpected -> the batch is split in halves until the offending path is alone, which is
-quarantined, while the other paths land.
+quarantined, while the other paths land (:class:`~ingestor.service.intake.Redo`).
+
+Every wait and every reading of time goes through an injectable
+:class:`~ingestor.service.clock.Clock` (the real one by default), so tests drive time.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ from typing import TYPE_CHECKING
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import Document
-from ingestor.read.listing import DEFAULT_IGNORE, iter_files
+from ingestor.read.listing import DEFAULT_IGNORE
+from ingestor.service.clock import Clock, SystemClock
 from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
-from ingestor.service.intake import Burst, Settling, not_quarantined
+from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
 from ingestor.tree.persist import shed_rows
 from ingestor.tree.state import TreeState
 from retriever.embedding import release_freed_heap
@@ -76,6 +80,7 @@ class Watcher:
         max_held_rows: past this many rows of the tree's state held in memory after a batch,
             they are dropped and read again when needed (:func:`~ingestor.tree.persist.shed_rows`);
             None holds them all.
+        clock: reads the time and waits for changes (default: the real clocks).
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class Watcher:
         idle_after: float = 10.0,
         nice: int = 0,
         max_held_rows: int | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.state = state
@@ -110,27 +116,24 @@ class Watcher:
         self.close_grace = None if settle > 0 or close_grace is None else min(close_grace, debounce)
         self.max_wait = max_wait if max_wait is not None else max(5.0, 30 * debounce)
         self.lock = lock or threading.Lock()
-        self.max_backoff = max_backoff
+        self.clock = clock or SystemClock()
+        self.redo = Redo(self.clock, max_backoff)
         self.on_applied = on_applied
         self.on_error = on_error
         self.quarantine = quarantine if quarantine is not None else Quarantine()
-        self.settling = Settling(settle)
+        self.settling = Settling(settle, self.clock)
         self.guard = guard
         self.on_idle = on_idle
         self.idle_after = idle_after
         self.nice = nice
         self.max_held_rows = max_held_rows
-        self._active_at = time.monotonic()
+        self._active_at = self.clock.monotonic()
         self._idle_next = 0.0
         self.paths: queue.Queue[Change | None] = queue.Queue()
         self.handler = EnqueueHandler(self.paths)
         self.batches = 0
         self.failures = 0
         self.last_report: UpdateReport | None = None
-        self._retry: set[Path] = set()
-        self._retry_at = 0.0
-        self._backoff = 0.0
-        self._split: list[list[Path]] = []  # halves of a failed batch, applied first
         self._in_hand = 0
         self._stale = False
         self._paid: dict[str, str] = {}  # summaries of a failed attempt, for its retry
@@ -155,8 +158,7 @@ class Watcher:
 
     def pending(self) -> int:
         """Return the number of paths waiting: queued, in hand, to be retried, split or settling."""
-        split = sum(len(b) for b in self._split)
-        return self.paths.qsize() + self._in_hand + len(self._retry) + split + len(self.settling)
+        return self.paths.qsize() + self._in_hand + len(self.redo) + len(self.settling)
 
     def enqueue(self, paths: Iterable[Path]) -> None:
         """Queue paths as if the observer had reported them (start-up changes, ``adrap retry``)."""
@@ -170,17 +172,15 @@ class Watcher:
             batch = self.next_batch()
             if batch:
                 self._guarded(batch)
-                self._active_at = time.monotonic()
-        rest = self._drain() | self._retry | self.settling.take()
-        for half in self._split:
-            rest.update(half)
-        self._retry, self._split = set(), []
+                self._active_at = self.clock.monotonic()
+        rest = self._drain() | self.redo.take() | self.settling.take()
         if rest:
             log.info("applying the last %d pending paths before stopping", len(rest))
             self.settling.settle = 0.0
             self._guarded(rest)
-            while self._split:  # isolate offenders even while stopping: the rest must land
-                self._guarded(set(self._split.pop(0)))
+            # isolate offenders even while stopping: the rest must land
+            while (part := self.redo.next_part()) is not None:
+                self._guarded(part)
 
     # -- batching --------------------------------------------------------------------------------
 
@@ -193,14 +193,15 @@ class Watcher:
         elapsed, and settling files once ``settle`` has passed. Returns early (possibly empty) when
         the watcher is stopping.
         """
-        if self._split:
-            return set(self._split.pop(0))
+        part = self.redo.next_part()
+        if part is not None:
+            return part
         burst = Burst(self.filter.named)
         while not self._stopping.is_set():
-            now = time.monotonic()
-            if self._retry and now >= self._retry_at:
-                burst.join(self._retry)
-                self._retry = set()
+            now = self.clock.monotonic()
+            retry = self.redo.due(now)
+            if retry:
+                burst.join(retry)
                 break
             due = self.pipeline.unread.due()
             if due:  # files that could not be read now: their backoff has elapsed
@@ -210,25 +211,25 @@ class Watcher:
                 burst.join(self.settling.unsettled)
                 break
             try:
-                item = self.paths.get(timeout=_TICK)
+                item = self.clock.get(self.paths, _TICK)
             except queue.Empty:
                 self._idle(now)
                 continue
             if item is not None and burst.add(item):
                 break
-        start = last = time.monotonic()
+        start = last = self.clock.monotonic()
         while not self._stopping.is_set():
             grace = self.close_grace
             quiet = grace if grace is not None and burst.complete else self.debounce
-            wait = min(last + quiet, start + self.max_wait) - time.monotonic()
+            wait = min(last + quiet, start + self.max_wait) - self.clock.monotonic()
             if wait <= 0:
                 break
             try:
-                item = self.paths.get(timeout=wait)
+                item = self.clock.get(self.paths, wait)
             except queue.Empty:
                 break
             if item is not None and burst.add(item):
-                last = time.monotonic()
+                last = self.clock.monotonic()
         return burst.paths
 
     def _idle(self, now: float) -> None:
@@ -297,7 +298,7 @@ class Watcher:
                     return False
                 report.seconds = time.perf_counter() - t0
                 self.failures = 0
-                self._backoff = 0.0
+                self.redo.landed()
                 self._paid = {}
                 self.batches += 1
                 self.last_report = report
@@ -354,9 +355,8 @@ class Watcher:
         self.failures += 1
         kind = classify(exc)
         self._paid.update(self.state.summary_cache.pending_items())  # paid work survives
-        self._stale = (
-            True  # reloaded now (its early leaves leave the store), else by the next batch
-        )
+        # reloaded now (its early leaves leave the store), else by the next batch
+        self._stale = True
         try:
             self._reload()
         except Exception as again:  # the store or state is down too
@@ -369,42 +369,8 @@ class Watcher:
                 len(paths),
                 exc_info=(type(exc), exc, exc.__traceback__),
             )
-        if kind == "transient":
-            self._backoff = min(self.max_backoff, max(1.0, self._backoff * 2))
-            self._retry.update(paths)
-            self._retry_at = time.monotonic() + self._backoff
-            log.warning(
-                "update of %d paths failed (%s: %s); nothing was committed, retrying in %.0f s",
-                len(paths),
-                type(exc).__name__,
-                exc,
-                self._backoff,
-            )
-        elif len(paths) > 1:
-            mid = len(paths) // 2
-            self._split[:0] = [paths[:mid], paths[mid:]]
-            log.warning(
-                "update of %d paths failed (%s: %s); nothing was committed, splitting the batch "
-                "to isolate the offending path",
-                len(paths),
-                type(exc).__name__,
-                exc,
-            )
-        elif paths[0].is_dir():
-            # never quarantine a folder (a rescan of the root is one): split it into its files
-            files = [p for p, error in iter_files(paths[0], ignore=self.filter.ignore) if not error]
-            if files:
-                mid = (len(files) + 1) // 2
-                self._split[:0] = [files[:mid], files[mid:]] if len(files) > 1 else [files]
-                log.warning(
-                    "update of folder %s failed (%s: %s); trying its %d files one part at a time",
-                    paths[0],
-                    type(exc).__name__,
-                    exc,
-                    len(files),
-                )
-        else:
-            path = paths[0]
+        path = self.redo.after(paths, kind, exc, self.filter.ignore)
+        if path is not None:  # a lone file that failed for good
             try:
                 source = path.relative_to(self.root).as_posix()
             except ValueError:

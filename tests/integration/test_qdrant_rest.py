@@ -124,7 +124,6 @@ def test_the_client_scrolls_counts_retrieves_and_cannot_write(daemon: Watch) -> 
     assert client.count("adrap").count == len(points)
 
 
-@pytest.mark.slow
 def test_the_readme_js_recipe_with_the_npm_client_gives_the_nodes_of_adrap_query(
     daemon: Watch, vectors: dict[str, list[float]]
 ) -> None:

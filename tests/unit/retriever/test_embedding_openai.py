@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import json
 import threading
-import time
 from collections.abc import Callable
 
 import httpx
@@ -92,6 +91,7 @@ def test_texts_are_sent_in_batches_of_batch_size() -> None:
 
 def test_no_more_than_concurrency_requests_are_in_flight() -> None:
     lock = threading.Lock()
+    full = threading.Event()  # set once three requests were in flight together
     active = peak = 0
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -99,7 +99,9 @@ def test_no_more_than_concurrency_requests_are_in_flight() -> None:
         with lock:
             active += 1
             peak = max(peak, active)
-        time.sleep(0.02)
+            if active == 3:
+                full.set()
+        full.wait(30)  # the first requests stay in flight until the third one has come
         with lock:
             active -= 1
         return _ok(request)

@@ -2,8 +2,9 @@
 into place) ends after the close grace instead of the debounce; anything else keeps the debounce.
 And the update worker yields the CPU to queries (its nice value).
 
-Timing tests use a long debounce (5 s) against a short grace (0.2 s), so that a busy machine
-cannot blur which of the two ended a burst.
+The watcher runs on a :class:`~tests.fakes.FakeClock`: which quiet period ended a burst is read
+from the waits it asked for, never from the wall clock, so a busy machine cannot blur it. With the
+real observer, the test first waits (with a deadline) until inotify's events are queued.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import random
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +28,11 @@ from watchdog.events import (
 )
 
 from ingestor.pipeline import Pipeline
+from ingestor.service.events import Change
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.state import TreeState
+from tests.conftest import wait_until
+from tests.fakes import FakeClock
 from tests.unit.service.test_watcher import make_pipeline
 from tests.unit.tree.test_adrap import doc_text
 
@@ -48,26 +51,25 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
 def watcher(p: Pipeline, root: Path, **kwargs: Any) -> Watcher:
     root.mkdir(parents=True, exist_ok=True)
     state = TreeState(tree="t", root=str(root), embed_model="x", dim=1)
-    return Watcher(p, state, root, **{"debounce": DEBOUNCE, "close_grace": GRACE, **kwargs})
+    options = {"debounce": DEBOUNCE, "close_grace": GRACE, "clock": FakeClock(), **kwargs}
+    return Watcher(p, state, root, **options)
 
 
-def timed_batch(w: Watcher) -> tuple[set[Path], float]:
-    t0 = time.monotonic()
-    batch = w.next_batch()
-    return batch, time.monotonic() - t0
+def quiet_waited(w: Watcher) -> float:
+    """Return the quiet period that ended the last burst: the timeout of the wait that expired."""
+    assert isinstance(w.clock, FakeClock)
+    return w.clock.waits[-1]
 
 
-def batch_within(w: Watcher, seconds: float) -> set[Path] | None:
-    """Return the next batch if one forms within ``seconds``, else None (the watcher is stopped)."""
-    out: list[set[Path]] = []
-    t = threading.Thread(target=lambda: out.append(w.next_batch()))
-    t.start()
-    t.join(seconds)
-    if t.is_alive():
-        w.stop()  # no worker thread: only wakes next_batch, which returns what it holds
-        t.join()
-        return None
-    return out[0]
+def queued(w: Watcher) -> list[Change]:
+    """Return the changes on the watcher's queue now (the observer thread may be adding more)."""
+    with w.paths.mutex:
+        return [c for c in w.paths.queue if c is not None]
+
+
+def closed(w: Watcher, path: Path) -> bool:
+    """True once the observer has queued the close-after-write mark of ``path``."""
+    return any(c.path == path and c.complete and not c.changed for c in queued(w))
 
 
 @pytest.fixture
@@ -93,19 +95,26 @@ def test_a_file_closed_after_writing_is_batched_well_before_the_debounce(
 ) -> None:
     w, root = observed
     (root / "saved.txt").write_text(doc_text(random.Random(1), 5))  # open, write, close
-    batch, took = timed_batch(w)
+    wait_until(lambda: closed(w, root / "saved.txt"), what="inotify's close of saved.txt")
+    batch = w.next_batch()
     assert root / "saved.txt" in batch
-    assert took < 2.0, f"took {took:.2f} s: waited for the {DEBOUNCE} s debounce"
+    assert quiet_waited(w) == GRACE, f"waited {quiet_waited(w)} s, not the {GRACE} s grace"
 
 
 def test_a_file_still_open_for_writing_waits_for_the_debounce(
     observed: tuple[Watcher, Path],
 ) -> None:
     w, root = observed
-    with (root / "growing.txt").open("w") as f:
+    growing = root / "growing.txt"
+    with growing.open("w") as f:
         f.write("first part of a long copy. ")
         f.flush()
-        assert batch_within(w, 2.0) is None, "a file still being written was batched early"
+        wait_until(
+            lambda: any(c.path == growing and c.changed for c in queued(w)),
+            what="inotify's write of growing.txt",
+        )
+        assert w.next_batch() == {growing}
+        assert quiet_waited(w) == DEBOUNCE, "a file still being written was batched early"
 
 
 def test_a_rapid_stream_of_closed_files_is_coalesced_into_few_batches(
@@ -118,25 +127,30 @@ def test_a_rapid_stream_of_closed_files_is_coalesced_into_few_batches(
     for i in range(150):
         (source / f"c{i}.txt").write_text(doc_text(rng, 2))
     shutil.copytree(source, root / "copied")  # like cp -r: create, write, close, next file
-    got: set[Path] = set()
-    batches = 0
-    while len({p for p in got if p.suffix == ".txt"}) < 150:
-        batch = batch_within(w, 10.0)
-        assert batch is not None, f"only {len(got)} paths came in {batches} batches"
-        got |= batch
-        batches += 1
-        assert batches <= 3, f"the copy was split into {batches}+ batches"
+    copied = {root / "copied" / f"c{i}.txt" for i in range(150)}
+    wait_until(
+        lambda: copied <= {c.path for c in queued(w) if c.complete and not c.changed},
+        timeout=60,
+        what="inotify's closes of the 150 copied files",
+    )
+    batch = w.next_batch()
+    assert copied <= batch, f"{len(copied - batch)} copied files missing from the batch"
+    assert quiet_waited(w) == GRACE, "every copied file was closed: the grace ends the burst"
 
 
 def test_reading_a_file_never_starts_a_batch(observed: tuple[Watcher, Path]) -> None:
     w, root = observed
     f = root / "read.txt"
     f.write_text("a note")
+    wait_until(lambda: closed(w, f), what="inotify's close of read.txt")
     assert w.next_batch() == {f}
     assert f.read_text() == "a note"  # open, read, close without writing
     with f.open("a"):  # opened for writing, closed unchanged: a close mark alone
         pass
-    assert batch_within(w, 1.5) is None
+    marker = root / "marker.txt"  # the next change: inotify reports it after the read
+    marker.write_text("written after the read")
+    wait_until(lambda: closed(w, marker), what="inotify's close of marker.txt")
+    assert w.next_batch() == {marker}, "the read (or the unchanged close) started a batch"
 
 
 # -- the rules, event by event -------------------------------------------------------------------
@@ -147,17 +161,17 @@ def test_a_write_reopened_within_the_grace_joins_the_same_burst(
 ) -> None:
     root = tmp_path / "docs"
     w = watcher(pipeline, root)
+    clock = w.clock
+    assert isinstance(clock, FakeClock)
     f, g = root / "a.txt", root / "b.txt"
     w.handler.dispatch(FileModifiedEvent(str(f)))
     w.handler.dispatch(FileClosedEvent(str(f)))
-    time.sleep(GRACE / 4)
-    w.handler.dispatch(FileCreatedEvent(str(g)))  # the next file of a copy, still open
-    t = threading.Timer(1.0, lambda: w.handler.dispatch(FileClosedEvent(str(g))))
-    t.start()
-    batch, took = timed_batch(w)
-    t.join()
+    # the next file of a copy, created within the grace and still open for a second
+    clock.after(GRACE / 4, lambda: w.handler.dispatch(FileCreatedEvent(str(g))))
+    clock.after(1.0, lambda: w.handler.dispatch(FileClosedEvent(str(g))))
+    batch = w.next_batch()
     assert batch == {f, g}
-    assert 1.0 <= took < 2.5  # waited for g's close, then the grace only
+    assert clock.now == pytest.approx(1.0 + GRACE)  # waited for g's close, then the grace only
 
 
 def test_deletions_and_moved_away_files_keep_the_debounce(
@@ -168,9 +182,9 @@ def test_deletions_and_moved_away_files_keep_the_debounce(
     w = watcher(pipeline, root, debounce=1.0)
     w.handler.dispatch(FileDeletedEvent(str(root / "gone.txt")))
     w.handler.dispatch(FileMovedEvent(str(root / "a.txt"), str(root / "b.txt")))
-    batch, took = timed_batch(w)
+    batch = w.next_batch()
     assert batch == {root / "gone.txt", root / "a.txt", root / "b.txt"}
-    assert took >= 0.9
+    assert quiet_waited(w) == 1.0
 
 
 def test_a_save_by_rename_over_ends_after_the_grace(pipeline: Pipeline, tmp_path: Path) -> None:
@@ -182,9 +196,9 @@ def test_a_save_by_rename_over_ends_after_the_grace(pipeline: Pipeline, tmp_path
     w.handler.dispatch(FileModifiedEvent(str(tmp)))
     w.handler.dispatch(FileClosedEvent(str(tmp)))
     w.handler.dispatch(FileMovedEvent(str(tmp), str(doc)))
-    batch, took = timed_batch(w)
+    batch = w.next_batch()
     assert doc in batch
-    assert took < 2.0
+    assert quiet_waited(w) == GRACE
 
 
 def test_polling_mode_keeps_the_debounce_even_after_a_close(
@@ -194,8 +208,8 @@ def test_polling_mode_keeps_the_debounce_even_after_a_close(
     w = watcher(pipeline, root, debounce=1.0, settle=0.3)
     w.handler.dispatch(FileCreatedEvent(str(root / "n.txt")))
     w.handler.dispatch(FileClosedEvent(str(root / "n.txt")))
-    _, took = timed_batch(w)
-    assert took >= 0.9
+    w.next_batch()
+    assert quiet_waited(w) == 1.0
 
 
 # -- readers first -------------------------------------------------------------------------------
@@ -206,16 +220,14 @@ def test_the_update_worker_runs_at_a_lower_priority_than_query_threads(
     pipeline: Pipeline, tmp_path: Path
 ) -> None:
     """Queries keep their CPU during an update: the worker thread's nice value is raised."""
-    w = watcher(pipeline, tmp_path / "docs", nice=5)
+    w = watcher(pipeline, tmp_path / "docs", nice=5, clock=None)  # a real worker thread
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     w.start()
     try:
         assert w._thread is not None
         tid = w._thread.native_id
         assert tid is not None
-        wait_until = time.monotonic() + 5
-        while os.getpriority(os.PRIO_PROCESS, tid) == mine and time.monotonic() < wait_until:
-            time.sleep(0.01)
+        wait_until(lambda: os.getpriority(os.PRIO_PROCESS, tid) != mine, timeout=10)
         assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, mine + 5)
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # only it
     finally:

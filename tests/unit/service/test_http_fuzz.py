@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 
 from ingestor.service.daemon import Daemon
 from ingestor.service.http import HttpLimits
+from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
 TOKEN = "fuzz-token"
@@ -137,10 +137,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     t = threading.Thread(target=d.run, args=(stop,), name="test-daemon")
     t.start()
     try:
-        deadline = time.monotonic() + 60
-        while not (d.metrics.ready and d.address is not None):
-            assert time.monotonic() < deadline, "the daemon did not start"
-            time.sleep(0.05)
+        wait_until(lambda: d.metrics.ready and d.address is not None, 60, "the daemon's start")
         assert d.address is not None
         yield "http://{}:{}".format(*d.address)
     finally:

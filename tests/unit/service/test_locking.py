@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -72,10 +71,15 @@ def test_an_uncreatable_state_dir_is_reported_as_a_lock_error(tmp_path: Path) ->
 HOLD_READER = """
 import sys, time
 from pathlib import Path
-from ingestor.service.locking import reader_lock
-with reader_lock(Path(sys.argv[1])):
+from ingestor.service.locking import read_holder, reader_lock
+state = Path(sys.argv[1])
+with reader_lock(state):
     print("reading", flush=True)
-    time.sleep(float(sys.argv[2]))
+    deadline = time.monotonic() + 60
+    while not (read_holder(state) or {}).get("waiting"):  # until the writer says it waits
+        assert time.monotonic() < deadline, "no writer came to wait"
+        time.sleep(0.02)
+    (state / "released").write_text("")  # the last thing done under the shared lock
 """
 
 
@@ -84,17 +88,17 @@ def test_a_writer_waits_for_a_reader_instead_of_failing(tmp_path: Path) -> None:
     with state_lock(tmp_path, "build"):
         pass  # a writer ran once: the lock file exists
     with subprocess.Popen(
-        [sys.executable, "-c", HOLD_READER, str(tmp_path), "1.0"],
+        [sys.executable, "-c", HOLD_READER, str(tmp_path)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
     ) as reader:
         assert reader.stdout is not None
         assert reader.stdout.readline().strip() == "reading"
-        t0 = time.monotonic()
         with state_lock(tmp_path, "watch", reader_wait=30) as lock:
-            assert time.monotonic() - t0 > 0.5, "the writer got the lock only after the reader"
+            assert (tmp_path / "released").exists(), "the writer got the lock before the reader"
             assert lock.info["command"] == "watch"
+        assert reader.wait(30) == 0
 
 
 def test_a_reader_is_refused_while_a_writer_holds_the_lock_and_creates_nothing(

@@ -236,7 +236,7 @@ def test_a_failing_rescan_never_quarantines_the_folder_but_isolates_the_file(
     monkeypatch.setattr(p, "apply_batch", apply_batch)
     w.enqueue([root])
     assert not w.apply(w.next_batch())  # the rescan of the root fails
-    while w._split:
+    while w.redo.parts:
         w.apply(w.next_batch())
     assert set(w.quarantine.items()) == {"poison.txt"}
     sources = p.require_state().sources

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 import random
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,8 @@ from ingestor.tree.invariants import violations
 from ingestor.tree.persist import held_rows
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
-from tests.fakes import EchoSummarizer, HashEmbedder
+from tests.conftest import wait_until
+from tests.fakes import EchoSummarizer, FakeClock, HashEmbedder
 from tests.unit.tree.test_adrap import doc_text
 
 
@@ -110,14 +110,6 @@ def assert_agrees(p: Pipeline, root: Path, state: Any = None) -> None:
         assert set(state.sources) == set(committed.sources)
 
 
-def wait_for(cond: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.05)
-
-
 # -- the handler ---------------------------------------------------------------------------------
 
 
@@ -152,14 +144,14 @@ def test_a_burst_of_events_is_coalesced_into_one_batch_after_the_quiet_period(
     tree: tuple[Pipeline, Path],
 ) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.3)
-    for i in range(20):
-        w.handler.dispatch(FileModifiedEvent(str(root / f"x{i % 5}.txt")))
-        time.sleep(0.01)
-    t0 = time.monotonic()
+    clock = FakeClock()
+    w = Watcher(p, p.require_state(), root, debounce=0.3, clock=clock)
+    for i in range(20):  # an event every 10 ms
+        path = root / f"x{i % 5}.txt"
+        clock.after(0.01 * i, lambda path=path: w.handler.dispatch(FileModifiedEvent(str(path))))
     batch = w.next_batch()
     assert batch == {root / f"x{i}.txt" for i in range(5)}
-    assert time.monotonic() - t0 >= 0.25  # waited for quiet
+    assert clock.now == pytest.approx(0.19 + 0.3)  # waited for 0.3 s of quiet after the last
     assert w.paths.empty()
 
 
@@ -235,15 +227,14 @@ def test_a_directory_move_and_a_save_by_temp_file_and_rename_end_in_agreement(
 def retrying_watcher(
     tmp_path: Path, summarizer: EchoSummarizer
 ) -> Iterator[tuple[Pipeline, Path, Watcher, list[str]]]:
-    """A built tree, its watcher with short backoffs, and the error kinds it reports."""
+    """A built tree, its watcher on a driven clock (no backoff is slept), and the error kinds."""
     root = tmp_path / "docs"
     write_corpus(root, 8)
     p = make_pipeline(tmp_path, summarizer)
     try:
         p.build(root)
         root = root.resolve()
-        w = Watcher(p, p.require_state(), root, debounce=0.05, max_backoff=0.2)
-        w._backoff = 0.05  # keep the first retries short
+        w = Watcher(p, p.require_state(), root, debounce=0.05, clock=FakeClock())
         errors: list[str] = []
         w.on_error = errors.append
         yield p, root, w, errors
@@ -385,7 +376,7 @@ def test_stop_applies_what_is_pending_and_joins_the_worker(tree: tuple[Pipeline,
     w.start()
     (root / "late.txt").write_text(doc_text(random.Random(8), 5))
     w.handler.dispatch(FileCreatedEvent(str(root / "late.txt")))
-    time.sleep(0.3)
+    wait_until(w.paths.empty, what="the worker taking the change")  # in hand, for 30 s
     w.stop(timeout=30)
     assert "late.txt" in p.require_state().sources
 
@@ -413,7 +404,7 @@ def test_a_real_observer_picks_up_create_modify_and_delete(
         def agrees() -> bool:
             return set(p.require_state().sources) == on_disk(root) | {"sub/deep.md"}
 
-        wait_for(agrees)
+        wait_until(agrees)
     finally:
         observer.stop()
         observer.join()
@@ -431,7 +422,8 @@ def test_a_burst_of_500_files_created_edited_and_deleted_ends_in_exact_agreement
     try:
         p.build(root)
         root = root.resolve()
-        w = Watcher(p, p.require_state(), root, debounce=0.3)
+        # a burst ends once no event came for 0.5 s: a busy machine cannot split it by a pause
+        w = Watcher(p, p.require_state(), root, debounce=0.3, clock=FakeClock(patience=0.5))
         observer = make_observer()
         observer.schedule(w.handler, str(root), recursive=True)
         observer.start()
@@ -444,7 +436,7 @@ def test_a_burst_of_500_files_created_edited_and_deleted_ends_in_exact_agreement
                 (root / f"b{i}.txt").write_text(f"Edited file {i}. " + doc_text(rng, 2))
             for i in range(0, 500, 5):
                 (root / f"b{i}.txt").unlink()
-            wait_for(lambda: set(p.require_state().sources) == on_disk(root), timeout=60)
+            wait_until(lambda: set(p.require_state().sources) == on_disk(root), timeout=60)
         finally:
             observer.stop()
             observer.join()
@@ -505,15 +497,15 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()
     try:
-        wait_for(lambda: d.address is not None)
+        wait_until(lambda: d.address is not None)
         assert d.address is not None
         base = "http://{}:{}".format(*d.address)
         assert get(base + "/healthz")[0] == 200
-        wait_for(lambda: get(base + "/readyz")[0] == 200, timeout=60)
+        wait_until(lambda: get(base + "/readyz")[0] == 200, timeout=60)
         (root / "zebra.txt").write_text(
             "Zebras graze on the savanna. Stripes confuse lions at dusk."
         )
-        wait_for(lambda: json.loads(get(base + "/status")[1])["updates_applied"] >= 1)
+        wait_until(lambda: json.loads(get(base + "/status")[1])["updates_applied"] >= 1)
         code, body = get(base + "/query?q=zebras+savanna+stripes&max_tokens=300")
         assert code == 200
         out = json.loads(body)
@@ -561,13 +553,13 @@ def test_idle_maintenance_runs_when_quiet_and_never_while_paths_wait(
     )
     w.start()
     try:
-        wait_for(lambda: len(calls) >= 1, timeout=10)
+        wait_until(lambda: len(calls) >= 1, timeout=10)
         (root / "new.txt").write_text(doc_text(random.Random(5), 5))
         before = len(calls)
         w.enqueue([root / "new.txt"])
-        wait_for(lambda: w.batches >= 1 and w.pending() == 0, timeout=60)
+        wait_until(lambda: w.batches >= 1 and w.pending() == 0, timeout=60)
         assert len(calls) - before <= 1, "at most the check that ran before the path arrived"
-        wait_for(lambda: len(calls) >= before + 1, timeout=10)  # idle again: runs again
+        wait_until(lambda: len(calls) >= before + 1, timeout=10)  # idle again: runs again
     finally:
         w.stop()
     assert_agrees(p, root)
