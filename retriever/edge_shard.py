@@ -63,14 +63,14 @@ class EdgeShardLifecycle:
         #: existing shard is planned by the config it was created with, not ``hnsw``.
         self.index = StoreIndex()
         #: The planner's estimate (matching, total points) per filter, until the next write.
-        self._estimates: dict[SearchFilter, tuple[int, int]] = {}
+        self.estimates: dict[SearchFilter, tuple[int, int]] = {}
         #: How a hybrid search fuses its dense and BM25 prefetches.
         self.fusion: Fusion = DEFAULT_FUSION
         self.dim: int | None = None
         self._shard: qe.EdgeShard | None = None
         self._closed = False
         if self.path.is_dir() and any(self.path.iterdir()):
-            with self._engine("open the store"):
+            with self.engine("open the store"):
                 self._shard = qe.EdgeShard.load(str(self.path))
             try:
                 meta = self._read_meta()
@@ -113,7 +113,7 @@ class EdgeShardLifecycle:
                 if self.hnsw.indexing_kb is None
                 else qe.EdgeOptimizersConfig(indexing_threshold=self.hnsw.indexing_kb),
             )
-            with self._engine("create the store"):
+            with self.engine("create the store"):
                 self._shard = qe.EdgeShard.create(str(self.path), config)
             self.index = self.hnsw.index_of(dim)
             log.info("created embedded store %s (%d-d, %s)", self.path, dim, embed_model)
@@ -121,7 +121,7 @@ class EdgeShardLifecycle:
         meta = self._read_meta()
         check_meta(meta, embed_model=embed_model, dim=dim, where=f"embedded store {self.path}")
         self._check_vector_dim(shard, dim, embed_model)
-        with self._engine("create payload indexes"):
+        with self.engine("create payload indexes"):
             existing = set(shard.info().payload_schema)
             for field, kind in PAYLOAD_INDEXES.items():
                 if field not in existing:
@@ -130,7 +130,7 @@ class EdgeShardLifecycle:
                     )
         if meta is None:  # no vector: no search can return it
             payload = MetaPayload(embed_model=embed_model, embed_dim=dim).to_payload()
-            with self._engine("write the meta point"):
+            with self.engine("write the meta point"):
                 shard.update(
                     qe.UpdateOperation.upsert_points([qe.Point(META_POINT_ID, {}, payload)])
                 )
@@ -147,10 +147,10 @@ class EdgeShardLifecycle:
         Raises:
             StoreError: no store yet, or the engine failed.
         """
-        shard = self._require()
+        shard = self.require()
         if self.index.sparse:
             return 0
-        with self._engine("add the BM25 sparse vector"):
+        with self.engine("add the BM25 sparse vector"):
             shard.update(
                 qe.UpdateOperation.create_sparse_vector(SPARSE_VECTOR, modifier=qe.Modifier.Idf)
             )
@@ -159,7 +159,7 @@ class EdgeShardLifecycle:
             request = qe.ScrollRequest(
                 offset=offset, limit=1024, with_payload=qe.PayloadSelector.Include([F.TEXT])
             )
-            with self._engine("scroll the points"):
+            with self.engine("scroll the points"):
                 records, after = shard.scroll(request)
             return [(r.id, (r.payload or {})[F.TEXT]) for r in records if r.payload], after
 
@@ -169,22 +169,22 @@ class EdgeShardLifecycle:
                 qe.PointVectors(pid, {SPARSE_VECTOR: v})
                 for (pid, _), v in zip(rows, sparse, strict=True)
             ]
-            with self._engine("write BM25 vectors"):
+            with self.engine("write BM25 vectors"):
                 shard.update(qe.UpdateOperation.update_vectors(vectors))
 
         done = reindex_sparse(page, write)
         self.index = read_index(self.path)
         # the updated points moved to an appendable segment, outside the HNSW graph: rebuild it
         self.optimize()
-        with self._engine("flush to disk"):
+        with self.engine("flush to disk"):
             shard.flush()
         log.info("added BM25 vectors to %d points of %s", done, self.path)
         return done
 
     def flush(self) -> None:
         """Flush every write so far to disk (before a state commit that references the points)."""
-        shard = self._require()
-        with self._engine("flush to disk"):
+        shard = self.require()
+        with self.engine("flush to disk"):
             shard.flush()
 
     def defer_optimize(self) -> None:
@@ -219,7 +219,7 @@ class EdgeShardLifecycle:
         least = self.deferred_optimize_points
         if least is None or self._shard is None:
             return False
-        with self._engine("read the store's info"):
+        with self.engine("read the store's info"):
             info = self._shard.info()
         unindexed = unindexed_points(info, sparse=self.index.sparse)
         return unindexed >= max(least, OPTIMIZE_SHARE * info.points_count)
@@ -234,10 +234,10 @@ class EdgeShardLifecycle:
         Returns:
             True if any segment was rebuilt, False if the store was already optimal.
         """
-        shard = self._require()
+        shard = self.require()
         start = time.perf_counter()
-        self._estimates.clear()  # merged segments estimate anew
-        with self._engine("optimize (build the HNSW index)"):
+        self.estimates.clear()  # merged segments estimate anew
+        with self.engine("optimize (build the HNSW index)"):
             changed = shard.optimize()
             if changed:  # the engine deletes the segments it merged away at a flush, not before
                 shard.flush()
@@ -258,7 +258,7 @@ class EdgeShardLifecycle:
         shard, self._shard = self._shard, None
         self._closed = True
         if shard is not None:
-            with self._engine("close the store"):
+            with self.engine("close the store"):
                 shard.flush()
                 shard.close()
 
@@ -273,7 +273,7 @@ class EdgeShardLifecycle:
     ) -> None:
         self.close()
 
-    def _require(self) -> qe.EdgeShard:
+    def require(self) -> qe.EdgeShard:
         if self._shard is None:
             if self._closed:
                 raise StoreError(f"embedded store {self.path} is closed")
@@ -285,8 +285,8 @@ class EdgeShardLifecycle:
     def _strip_meta_vectors(self) -> None:
         """Drop the vectors of a meta point written before it had none (so no search returns
         it); done once, when the store is opened."""
-        shard = self._require()
-        with self._engine("migrate the meta point"):
+        shard = self.require()
+        with self.engine("migrate the meta point"):
             records = shard.retrieve([META_POINT_ID], False, True)
             if records and records[0].vector:
                 names = [str(name) for name in records[0].vector]
@@ -295,8 +295,8 @@ class EdgeShardLifecycle:
                 log.info("meta point of %s: dropped its vectors %s", self.path, names)
 
     def _read_meta(self) -> dict[str, Any] | None:
-        shard = self._require()
-        with self._engine("read the meta point"):
+        shard = self.require()
+        with self.engine("read the meta point"):
             records = shard.retrieve([META_POINT_ID], True, False)
         return dict(records[0].payload or {}) if records else None
 
@@ -323,7 +323,7 @@ class EdgeShardLifecycle:
             ) from exc
 
     @contextmanager
-    def _engine(self, action: str) -> Iterator[None]:
+    def engine(self, action: str) -> Iterator[None]:
         """Translate engine failures into StoreError naming the store and the fix."""
         try:
             yield

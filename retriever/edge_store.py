@@ -107,9 +107,9 @@ class EdgeNodeStore(EdgeShardLifecycle):
             check_node(node)
         if not nodes:
             return
-        shard = self._require()
-        self._estimates.clear()
-        with self._engine(f"upsert {len(nodes)} points"):
+        shard = self.require()
+        self.estimates.clear()
+        with self.engine(f"upsert {len(nodes)} points"):
             for start in range(0, len(nodes), UPSERT_BATCH):
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
@@ -125,9 +125,9 @@ class EdgeNodeStore(EdgeShardLifecycle):
         ids = [i for i in check_ids(node_ids) if i != META_POINT_ID]
         if not ids:
             return
-        shard = self._require()
-        self._estimates.clear()
-        with self._engine(f"delete {len(ids)} points"):
+        shard = self.require()
+        self.estimates.clear()
+        with self.engine(f"delete {len(ids)} points"):
             for start in range(0, len(ids), SCROLL_PAGE):
                 page: list[qe.PointId] = list(ids[start : start + SCROLL_PAGE])
                 shard.update(qe.UpdateOperation.delete_points(page))
@@ -240,7 +240,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         Raises:
             ValueError: ``tree`` is the reserved meta tree (raised at the call, not on iteration).
         """
-        return self._scroll(self._require(), _edge_filter(SearchFilter(tree=tree)), tree)
+        return self._scroll(self.require(), _edge_filter(SearchFilter(tree=tree)), tree)
 
     def scroll(
         self, flt: SearchFilter, limit: int, offset: str | None = None
@@ -255,11 +255,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
         edge_filter = _edge_filter(flt)
         if edge_filter is None:
             return [], None
-        shard = self._require()
+        shard = self.require()
         request = qe.ScrollRequest(
             offset=start, limit=limit, filter=edge_filter, with_payload=True, with_vector=False
         )
-        with self._engine(f"scroll a page of tree {flt.tree!r}"):
+        with self.engine(f"scroll a page of tree {flt.tree!r}"):
             records, after = shard.scroll(request)
         nodes = [NodePayload.from_payload(r.payload) for r in records]
         return nodes, None if after is None else str(after)
@@ -276,7 +276,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 with_payload=False,
                 with_vector=False,
             )
-            with self._engine(f"scroll tree {tree!r}"):
+            with self.engine(f"scroll tree {tree!r}"):
                 records, offset = shard.scroll(request)
             yield from (str(r.id) for r in records)
             if offset is None:
@@ -287,8 +287,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
         edge_filter = _edge_filter(flt)
         if edge_filter is None:
             return 0
-        shard = self._require()
-        with self._engine("count"):
+        shard = self.require()
+        with self.engine("count"):
             return shard.count(qe.CountRequest(exact=True, filter=edge_filter))
 
     def plan(self, flt: SearchFilter, limit: int) -> SearchPlan:
@@ -305,15 +305,15 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return self.planner.plan(0, 0, limit, self.index)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
             return self.planner.plan(len(flt.ids), len(flt.ids), limit, self.index)
-        seen = self._estimates.get(flt)
+        seen = self.estimates.get(flt)
         if seen is None:
-            shard = self._require()
-            with self._engine("estimate the matching points"):
+            shard = self.require()
+            with self.engine("estimate the matching points"):
                 matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
                 total = shard.info().points_count
-            if len(self._estimates) >= ESTIMATE_MEMO:
-                self._estimates.clear()
-            seen = self._estimates[flt] = (matches, total)
+            if len(self.estimates) >= ESTIMATE_MEMO:
+                self.estimates.clear()
+            seen = self.estimates[flt] = (matches, total)
         return self.planner.plan(*seen, limit, self.index, leaves_only=flt.leaves_only)
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
@@ -327,8 +327,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
         Raises:
             StoreError: no shard yet (nothing built), the store is closed, or the engine failed.
         """
-        shard = self._require()
-        with self._engine(action):
+        shard = self.require()
+        with self.engine(action):
             return read(shard)
 
     # -- internals -------------------------------------------------------------------------------
@@ -352,7 +352,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         edge_filter = _edge_filter(flt)
         if edge_filter is None or limit == 0:
             return []
-        shard = self._require()
+        shard = self.require()
 
         using = search_vector(flt, leaf_vector=self.index.leaf_vector)
         sparse = bm25_query(text) if text is not None and self.index.sparse else None
@@ -369,7 +369,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 fusion=self.fusion,
                 prefetch_limit=depth,
             )
-            with self._engine("search"):
+            with self.engine("search"):
                 return shard.query(request)
 
         plan = self._plan(flt, edge_filter, max(limit, depth if sparse is not None else 0))
@@ -381,9 +381,9 @@ class EdgeNodeStore(EdgeShardLifecycle):
         )
         if not ids:
             return {}
-        shard = self._require()
+        shard = self.require()
         with_vector: list[str] | bool = False if with_payload else [VECTOR_NAME]
-        with self._engine(f"retrieve {len(ids)} points"):
+        with self.engine(f"retrieve {len(ids)} points"):
             # The stub marks both flags optional but the engine requires them positionally.
             records = shard.retrieve(ids, with_payload, with_vector)
         return {str(r.id): r for r in records}
@@ -391,7 +391,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
     def _payloads(self, point_ids: list[qe.PointId]) -> dict[qe.PointId, dict[str, Any]]:
         """Return the payloads of points by the engine's own ids (as a query returned them: no
         uuid re-validation nor string round trip, ~6 us a point saved); missing points left out."""
-        shard = self._require()
-        with self._engine(f"retrieve {len(point_ids)} points"):
+        shard = self.require()
+        with self.engine(f"retrieve {len(point_ids)} points"):
             records = shard.retrieve(point_ids, True, False)
         return {r.id: r.payload or {} for r in records}

@@ -61,7 +61,7 @@ class QdrantCollection:
         #: :meth:`ensure_collection` (an existing collection is planned by what it was created with).
         self.index = StoreIndex()
         #: Per filter: (when, estimated matches, estimated points) for the planner.
-        self._estimates: dict[Any, tuple[float, int, int]] = {}
+        self.estimates: dict[Any, tuple[float, int, int]] = {}
         #: How a hybrid search fuses its dense and BM25 prefetches.
         self.fusion: Fusion = DEFAULT_FUSION
         #: The physical collection behind the alias (read by :meth:`ensure_collection`).
@@ -85,8 +85,8 @@ class QdrantCollection:
         """
         if dim < 1:
             raise ValueError(f"vector dimension must be >= 1, got {dim}")
-        self._require_open()
-        with self._call("inspect collections"):
+        self.require_open()
+        with self.call("inspect collections"):
             aliases = self._aliases()
             if self.collection in aliases:
                 physical = aliases[self.collection]
@@ -106,8 +106,8 @@ class QdrantCollection:
         self.index = _read_index(info, dim)
         self.physical = physical
         meta = self._read_meta()
-        check_meta(meta, embed_model=embed_model, dim=dim, where=self._where())
-        with self._call("create payload indexes"):
+        check_meta(meta, embed_model=embed_model, dim=dim, where=self.where())
+        with self.call("create payload indexes"):
             for field, kind in PAYLOAD_INDEXES.items():
                 if field not in (info.payload_schema or {}):
                     self.client.create_payload_index(
@@ -119,7 +119,7 @@ class QdrantCollection:
                 vector={},
                 payload=MetaPayload(embed_model=embed_model, embed_dim=dim).to_payload(),
             )
-            with self._call("write the meta point"):
+            with self.call("write the meta point"):
                 self.client.upsert(self.collection, points=[point], wait=True)
         self.dim = dim
 
@@ -130,7 +130,7 @@ class QdrantCollection:
         """
         base = self.alias or self.collection
         pattern = re.compile(rf"{re.escape(base)}_v(\d+)")
-        with self._call("list collections"):
+        with self.call("list collections"):
             names = [c.name for c in self.client.get_collections().collections]
             live = self._aliases().get(base)
         generations = {name: int(m.group(1)) for name in names if (m := pattern.fullmatch(name))}
@@ -138,7 +138,7 @@ class QdrantCollection:
         if stale:
             log.warning("unaliased generations %s (an interrupted rebuild?); drop them", stale)
         physical = f"{base}_v{max(generations.values(), default=0) + 1}"
-        with self._call(f"create collection {physical}"):
+        with self.call(f"create collection {physical}"):
             self._create(physical, dim)
         store = type(self)(
             self.client,
@@ -162,7 +162,7 @@ class QdrantCollection:
         if self.alias is None:
             raise ValueError("promote() is for a store returned by create_next_generation()")
         alias = self.alias
-        with self._call(f"switch alias {alias!r} to {self.collection}"):
+        with self.call(f"switch alias {alias!r} to {self.collection}"):
             old = self._aliases().get(alias)
             ops: list[Any] = []
             if old is not None:
@@ -191,15 +191,15 @@ class QdrantCollection:
         Raises:
             StoreError: the server failed, or :meth:`ensure_collection` was not called.
         """
-        self._require_open()
+        self.require_open()
         if self.physical is None:
-            raise StoreError(f"{self._where()}: call ensure_collection() before index_sparse()")
+            raise StoreError(f"{self.where()}: call ensure_collection() before index_sparse()")
         if self.index.sparse:
             return 0
-        done = index_sparse_points(self.client, self.collection, self.physical, self._call)
+        done = index_sparse_points(self.client, self.collection, self.physical, self.call)
         self.index = replace(self.index, sparse=True)
-        self._estimates.clear()
-        log.info("added BM25 vectors to %d points of %s", done, self._where())
+        self.estimates.clear()
+        log.info("added BM25 vectors to %d points of %s", done, self.where())
         return done
 
     def flush(self) -> None:
@@ -212,7 +212,7 @@ class QdrantCollection:
     def close(self) -> None:
         """Release the store; closes the client only if the store owns it (idempotent)."""
         if not self._closed and self.owns_client:
-            with self._call("close the client"):
+            with self.call("close the client"):
                 self.client.close()
         self._closed = True
 
@@ -280,7 +280,7 @@ class QdrantCollection:
     def _read_meta(self) -> dict[str, Any] | None:
         """Return the meta point's payload; drop its vectors if it was written before it had
         none (so no search returns it)."""
-        with self._call("read the meta point"):
+        with self.call("read the meta point"):
             records = self.client.retrieve(
                 self.collection, ids=[META_POINT_ID], with_payload=True, with_vectors=True
             )
@@ -289,7 +289,7 @@ class QdrantCollection:
                 self.client.delete_vectors(
                     self.collection, vectors=names, points=[META_POINT_ID], wait=True
                 )
-                log.info("meta point of %s: dropped its vectors %s", self._where(), names)
+                log.info("meta point of %s: dropped its vectors %s", self.where(), names)
         return dict(records[0].payload or {}) if records else None
 
     def _check_vectors_config(
@@ -305,9 +305,9 @@ class QdrantCollection:
                 "collection (ADRAP_QDRANT__COLLECTION=...) or set ADRAP_EMBED__MODEL"
             )
 
-    def _require_open(self) -> None:
+    def require_open(self) -> None:
         if self._closed:
-            raise StoreError(f"{self._where()} is closed")
+            raise StoreError(f"{self.where()} is closed")
 
     def _location(self) -> str:
         opts = self.client.init_options
@@ -319,11 +319,11 @@ class QdrantCollection:
             return str(opts["url"])
         return f"{opts.get('host') or opts.get('location') or 'localhost'}:{opts.get('port')}"
 
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"collection {self.collection!r} at {self._location()}"
 
     @contextmanager
-    def _call(self, action: str) -> Iterator[None]:
+    def call(self, action: str) -> Iterator[None]:
         """Translate client failures into StoreError naming the server, collection and fix."""
         try:
             yield
@@ -338,7 +338,7 @@ class QdrantCollection:
                     f"is the Qdrant server at {self._location()} running? "
                     "check ADRAP_QDRANT__URL / API key"
                 )
-            raise StoreError(f"Qdrant {self._where()}: failed to {action}: {exc}; {fix}") from exc
+            raise StoreError(f"Qdrant {self.where()}: failed to {action}: {exc}; {fix}") from exc
 
 
 def _read_index(info: models.CollectionInfo, dim: int) -> StoreIndex:

@@ -79,9 +79,9 @@ class QdrantNodeStore(QdrantCollection):
         arr = check_vectors(nodes, vectors, self.dim)
         for node in nodes:
             check_node(node)
-        self._require_open()
-        self._estimates.clear()
-        with self._call(f"upsert {len(nodes)} points"):
+        self.require_open()
+        self.estimates.clear()
+        with self.call(f"upsert {len(nodes)} points"):
             for start in range(0, len(nodes), UPSERT_BATCH):
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
@@ -91,9 +91,9 @@ class QdrantNodeStore(QdrantCollection):
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored (the meta point is never deleted)."""
         ids = [i for i in check_ids(node_ids) if i != META_POINT_ID]
-        self._require_open()
-        self._estimates.clear()
-        with self._call(f"delete {len(ids)} points"):
+        self.require_open()
+        self.estimates.clear()
+        with self.call(f"delete {len(ids)} points"):
             for start in range(0, len(ids), SCROLL_PAGE):
                 page: list[models.ExtendedPointId] = list(ids[start : start + SCROLL_PAGE])
                 self.client.delete(
@@ -167,7 +167,7 @@ class QdrantNodeStore(QdrantCollection):
             StoreError: some ids have no point (named in the message).
         """
         ids = check_ids(node_ids)
-        return ordered_vectors(self._records(ids, with_payload=False), ids, self.dim, self._where())
+        return ordered_vectors(self._records(ids, with_payload=False), ids, self.dim, self.where())
 
     def iter_ids(self, tree: str) -> Iterator[str]:
         """Yield the node id of every point of ``tree`` (scrolled in pages).
@@ -176,7 +176,7 @@ class QdrantNodeStore(QdrantCollection):
             ValueError: ``tree`` is the reserved meta tree (raised at the call, not on iteration).
         """
         scroll_filter = _qdrant_filter(SearchFilter(tree=tree))
-        self._require_open()
+        self.require_open()
         return self._scroll(scroll_filter, tree)
 
     def scroll(
@@ -192,8 +192,8 @@ class QdrantNodeStore(QdrantCollection):
         scroll_filter = _qdrant_filter(flt)
         if scroll_filter is None:
             return [], None
-        self._require_open()
-        with self._call(f"scroll a page of tree {flt.tree!r}"):
+        self.require_open()
+        with self.call(f"scroll a page of tree {flt.tree!r}"):
             records, after = self.client.scroll(
                 self.collection,
                 scroll_filter=scroll_filter,
@@ -208,7 +208,7 @@ class QdrantNodeStore(QdrantCollection):
     def _scroll(self, scroll_filter: models.Filter | None, tree: str) -> Iterator[str]:
         offset: Any = None
         while True:
-            with self._call(f"scroll tree {tree!r}"):
+            with self.call(f"scroll tree {tree!r}"):
                 records, offset = self.client.scroll(
                     self.collection,
                     scroll_filter=scroll_filter,
@@ -226,8 +226,8 @@ class QdrantNodeStore(QdrantCollection):
         count_filter = _qdrant_filter(flt)
         if count_filter is None:
             return 0
-        self._require_open()
-        with self._call("count"):
+        self.require_open()
+        with self.call("count"):
             return self.client.count(self.collection, count_filter=count_filter, exact=True).count
 
     def plan(self, flt: SearchFilter, limit: int) -> SearchPlan:
@@ -242,12 +242,12 @@ class QdrantNodeStore(QdrantCollection):
             return self.planner.plan(0, 0, limit, self.index)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
             return self.planner.plan(len(flt.ids), len(flt.ids), limit, self.index)
-        memo = self._estimates
+        memo = self.estimates
         now = time.monotonic()
         seen = memo.get(flt)
         if seen is None or now - seen[0] > ESTIMATE_TTL:
-            self._require_open()
-            with self._call("estimate the matching points"):
+            self.require_open()
+            with self.call("estimate the matching points"):
                 matches = self.client.count(self.collection, count_filter=query_filter, exact=False)
                 total = self.client.count(self.collection, exact=False)
             if len(memo) >= ESTIMATE_MEMO:
@@ -275,7 +275,7 @@ class QdrantNodeStore(QdrantCollection):
         query_filter = _qdrant_filter(flt)
         if query_filter is None or limit == 0:
             return []
-        self._require_open()
+        self.require_open()
         using = search_vector(flt, leaf_vector=self.index.leaf_vector)
         hybrid = text is not None and self.index.sparse
         plan = self.plan(flt, max(limit, depth if hybrid else 0))
@@ -284,7 +284,7 @@ class QdrantNodeStore(QdrantCollection):
             assert text is not None
             params = None if local else search_params(plan)
             prefetch = hybrid_prefetch(query, using, text, query_filter, params, max(limit, depth))
-            with self._call("search"):
+            with self.call("search"):
                 return self.client.query_points(
                     self.collection,
                     prefetch=prefetch,
@@ -311,7 +311,7 @@ class QdrantNodeStore(QdrantCollection):
         limit: int,
         with_payload: bool | list[str],
     ) -> list[models.ScoredPoint]:
-        with self._call("search"):
+        with self.call("search"):
             return self.client.query_points(
                 self.collection,
                 query=query,
@@ -329,9 +329,9 @@ class QdrantNodeStore(QdrantCollection):
         )
         if not ids:
             return {}
-        self._require_open()
+        self.require_open()
         with_vectors: list[str] | bool = False if with_payload else [VECTOR_NAME]
-        with self._call(f"retrieve {len(ids)} points"):
+        with self.call(f"retrieve {len(ids)} points"):
             records = self.client.retrieve(
                 self.collection, ids=ids, with_payload=with_payload, with_vectors=with_vectors
             )
