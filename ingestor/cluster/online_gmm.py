@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.cluster import incremental as inc
 from ingestor.cluster.gmm import (
     REG_COVAR,
     GaussianParams,
@@ -34,16 +35,7 @@ from ingestor.cluster.gmm import (
     soft_assign,
     to_sklearn,
 )
-from ingestor.cluster.incremental import (
-    IdCounter,
-    PointBuffer,
-    UpdateResult,
-    incremental_m_step,
-    inherited_ids,
-    offer_due,
-    refit_by_bic,
-    split_offer,
-)
+from ingestor.cluster.incremental import IdCounter, PointBuffer, UpdateResult, incremental_m_step
 
 if TYPE_CHECKING:
     from sklearn.mixture import GaussianMixture
@@ -159,7 +151,7 @@ class OnlineGMM:
     def offer_due(self, cid: int) -> bool:
         """Whether cluster ``cid`` is due its split offer
         (:func:`~ingestor.cluster.incremental.offer_due` of its size and :attr:`offered`)."""
-        return offer_due(len(self.members[cid]), self.tau_c, self.offered.get(cid, 0))
+        return inc.offer_due(len(self.members[cid]), self.tau_c, self.offered.get(cid, 0))
 
     def to_sklearn(self) -> GaussianMixture:
         """Return the current mixture as a fitted ``GaussianMixture`` (components in id order)."""
@@ -351,7 +343,7 @@ class OnlineGMM:
     def _refit(self) -> None:
         """Algorithm 2, n ≤ τ_n: warm EM, then fresh fits with K+1..K+c components, by BIC."""
         X = self._points.view()
-        best = refit_by_bic(
+        best = inc.refit_by_bic(
             X,
             self.params,
             self._assign,
@@ -362,7 +354,7 @@ class OnlineGMM:
         )
         log.debug("online GMM refit on %d points: K %d -> %d", len(X), self.params.k, best.k)
         comps = self._assign(responsibilities(X, best)[1])
-        self._install(best, comps, inherited_ids(best.k, self._points.ids, comps, self.members))
+        self._install(best, comps, inc.inherited_ids(best.k, self._points.ids, comps, self.members))
 
     def _try_split(self, cid: int, *, cut: bool = False) -> bool:
         """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC, or with ``cut`` cut it in
@@ -374,7 +366,7 @@ class OnlineGMM:
         comp = self.cluster_ids.index(cid)
         pids = sorted(self.members[cid])
         Xc = self._points.view()[[self._points.row[p] for p in pids]]
-        choice = split_offer(
+        choice = inc.split_offer(
             Xc,
             pids,
             self._assign,
