@@ -6,7 +6,13 @@ openai, so a query service can install just this.
 
 from typing import TYPE_CHECKING
 
-from retriever.errors import EmbeddingError, RetrieverError, SchemaMismatchError, StoreError
+from retriever.errors import (
+    EmbeddingError,
+    RetrieverError,
+    SchemaMismatchError,
+    StoreBusyError,
+    StoreError,
+)
 from retriever.protocols import Embedder, NodeStore
 from retriever.schema import (
     DEFAULT_COLLECTION,
@@ -85,6 +91,7 @@ __all__ = [
     "ScoredNode",
     "SearchFilter",
     "SentenceTransformerEmbedder",
+    "StoreBusyError",
     "StoreError",
     "answer_json",
     "collapsed_tree",

@@ -15,7 +15,7 @@ from typing import Any, Final, Self
 
 import qdrant_edge as qe
 
-from retriever.errors import RetrieverError, SchemaMismatchError, StoreError
+from retriever.errors import RetrieverError, SchemaMismatchError, StoreBusyError, StoreError
 from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
 from retriever.schema import (
     LEAF_VECTOR,
@@ -330,7 +330,8 @@ class EdgeShardLifecycle:
         except (RetrieverError, TypeError, AttributeError):
             raise  # ours, or a programming error: never disguise those as a store failure
         except Exception as exc:  # qdrant-edge raises plain Exception for every engine error
-            raise StoreError(self._describe(action, exc)) from exc
+            busy = "WouldBlock" in str(exc)  # the engine's flock: another process holds it
+            raise (StoreBusyError if busy else StoreError)(self._describe(action, exc)) from exc
 
     def _describe(self, action: str, exc: BaseException) -> str:
         text = str(exc)

@@ -3,6 +3,7 @@
 RetrieverError
 ├── SchemaMismatchError   a point, collection or meta point does not match this contract
 ├── StoreError            the Qdrant engine (embedded or server) failed or is unreachable
+│   └── StoreBusyError    the embedded store is held by another process (retry, or ask it)
 └── EmbeddingError        the query/document embedder failed to load or run
 """
 
@@ -17,6 +18,10 @@ class SchemaMismatchError(RetrieverError):
 
 class StoreError(RetrieverError):
     """The node store failed; the message names the store and the fix."""
+
+
+class StoreBusyError(StoreError):
+    """Another process holds the embedded store (one process at a time): wait, or ask it."""
 
 
 class EmbeddingError(RetrieverError):

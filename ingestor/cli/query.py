@@ -160,10 +160,30 @@ def answer_locally_or_by_daemon(s: Settings, route: str, params: dict[str, Any])
     remote = _query_daemon(s, params, route)
     if remote is not None:
         return remote
-    from retriever import SearchFilter
+
+    from retriever import StoreBusyError
 
     require_built(s)  # before loading the model: "not built" is instant and creates nothing
     embedder = make_query_embedder(s)
+    deadline = time.monotonic() + s.query.daemon_wait_seconds
+    while True:
+        try:
+            return _answer_locally(s, route, params, embedder)
+        except StoreBusyError:  # another reader has it a moment, or a daemon is taking it
+            remote = _query_daemon(s, params, route)
+            if remote is not None:
+                return remote
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _answer_locally(
+    s: Settings, route: str, params: dict[str, Any], embedder: Any
+) -> dict[str, Any]:
+    """Answer in this process, under a shared reader lock (a daemon starting meanwhile waits)."""
+    from retriever import SearchFilter
+
     try:
         with reading_store(s) as store:
             store.ensure_collection(embedder.dim, embedder.model_id)

@@ -5,13 +5,16 @@ BIC (:func:`bic`); see :mod:`ingestor.cluster.gmm` for why it is not scikit-lear
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.gmm import EM, REG_COVAR, TOL, Array, EMFit, GaussianParams
 from ingestor.cluster.kmeans import kmeans_labels
+
+if TYPE_CHECKING:
+    from sklearn.mixture import GaussianMixture
 
 log = logging.getLogger(__name__)
 
