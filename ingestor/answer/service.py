@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 
 from ingestor.answer.ask import ANSWER_PROMPT_VERSION, citations_in, numbered_context, qa_messages
 from ingestor.answer.modes import BASES, MODES
+from ingestor.answer.no_match import SIMILARITY_HITS, best_similarity, match_fields
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
@@ -150,6 +151,9 @@ class Context:
     parts: list[ContextPart]
     qf: QFResult | None
     seconds: float
+    #: The best hit's cosine similarity to the question where the hits' scores are not (a fused
+    #: hybrid score): what "nothing matches" compares with ``min_score``.
+    similarity: float | None = None
 
 
 class QueryService:
@@ -213,14 +217,10 @@ class QueryService:
             )
         else:
             out = self._qf_json(req, ctx.qf, ctx.seconds)
-        return out | self._match(ctx.hits)
+        return out | self._match(ctx)
 
-    def _match(self, hits: list[ScoredNode]) -> dict[str, Any]:
-        """``no_match``: the best hit scores below ``min_score`` (no hits: nothing to judge)."""
-        best = max((h.score for h in hits), default=None)
-        low = self.min_score is not None and best is not None and best < self.min_score
-        top = None if best is None else round(best, 6)
-        return {"no_match": low, "best_score": top, "min_score": self.min_score}
+    def _match(self, ctx: Context) -> dict[str, Any]:
+        return match_fields(ctx.similarity, ctx.hits, self.min_score)
 
     def ask(self, params: Mapping[str, object]) -> dict[str, Any]:
         """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations.
@@ -251,7 +251,7 @@ class QueryService:
         }
         if ctx.qf is not None:
             out["postqfrap"] = self._qf_stats(req, ctx.qf)
-        out |= self._match(ctx.hits)
+        out |= self._match(ctx)
         if self.llm is None:
             out["reason"] = NO_LLM
         elif not ctx.parts:
@@ -296,13 +296,15 @@ class QueryService:
                     text=text,
                 )
                 parts = self._hit_parts(hits) if with_parts else []
-                return Context(hits, parts, None, time.perf_counter() - t0)
+                sim = self._similarity(vector, hits) if text is not None else None
+                return Context(hits, parts, None, time.perf_counter() - t0, sim)
             from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0  # sklearn: when used
 
             retrieved = retrieve_k0(
                 self.store, vector, req.flt, base=req.base, k0=req.k0, top_k=req.top_k, text=text
             )
             vectors = self._vectors(retrieved)
+            sim = best_similarity(vector, vectors[:SIMILARITY_HITS]) if text is not None else None
         qf = PostQFRAP(
             self.summarizer or self._default_summarizer(),
             _LockedEmbedder(self.embedder, self.lock),
@@ -310,11 +312,15 @@ class QueryService:
             summary_tokens=self.defaults.summary_tokens,
             random_state=self.random_state,
         ).run(req.question, retrieved, vectors, SpanResolver(self.store, self.lock))
-        return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0)
+        return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0, sim)
 
     def _default_summarizer(self) -> Summarizer:
         self.summarizer = QueryFocusedExtractiveSummarizer()
         return self.summarizer
+
+    def _similarity(self, vector: NDArray[np.float32], hits: list[ScoredNode]) -> float | None:
+        first = hits[:SIMILARITY_HITS]
+        return best_similarity(vector, self._vectors(first)) if first else None
 
     def _vectors(self, hits: list[ScoredNode]) -> NDArray[np.float32]:
         if not hits:

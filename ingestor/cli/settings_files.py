@@ -37,7 +37,16 @@ def settings_files(home: TreeHome, explicit: Path | None) -> list[Path]:
         home.state_dir / SETTINGS_FILE,
         explicit,
     ]
-    return [p for p in candidates if p is not None and p.is_file()]
+    return [p for p in candidates if p is not None and _is_file(p)]
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file this user may see: a folder it may not enter (another user's
+    config, a share's state dir) holds no settings for it, rather than stopping the command."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def build_settings(
@@ -63,7 +72,7 @@ def build_settings(
     from dotenv import dotenv_values
 
     explicit = explicit_env_file(env_file)
-    early = [p for p in (user_settings_file(), explicit) if p is not None and p.is_file()]
+    early = [p for p in (user_settings_file(), explicit) if p is not None and _is_file(p)]
     early_values = [dotenv_values(p) for p in reversed(early)]  # highest first
 
     def named(variable: str, option: str | None) -> str | None:

@@ -122,11 +122,11 @@ def test_the_daemon_started_on_an_empty_mount_point_deletes_nothing(tmp_path: Pa
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()
     try:
-        wait_until(lambda: d.metrics.ready and d.status()["deletions_paused"] is not None)
+        wait_until(lambda: d.metrics.ready and d.api.status()["deletions_paused"] is not None)
         assert len(p.require_state().sources) == 6
         assert len(set(p.store.iter_ids("t"))) == n_points
         _remount(root, tmp_path / "aside")
-        wait_until(lambda: d.status()["deletions_paused"] is None, timeout=20)
+        wait_until(lambda: d.api.status()["deletions_paused"] is None, timeout=20)
     finally:
         stop.set()
         t.join(60)
@@ -151,15 +151,15 @@ def test_a_share_that_goes_away_is_reported_and_watched_again_when_it_returns(
         t.start()
         try:
             wait_until(lambda: d.metrics.ready)
-            assert d.status()["watched_folder"] == {"available": True, "problem": None}
+            assert d.api.status()["watched_folder"] == {"available": True, "problem": None}
             aside = tmp_path / "aside"
             shutil.move(str(root), str(aside))  # the share goes away
-            wait_until(lambda: d.status()["watched_folder"]["problem"] is not None)
-            assert "is missing" in d.status()["watched_folder"]["problem"]
+            wait_until(lambda: d.api.status()["watched_folder"]["problem"] is not None)
+            assert "is missing" in d.api.status()["watched_folder"]["problem"]
             assert "is missing" in caplog.text
             assert len(p.require_state().sources) == 6, "nothing deleted"
             shutil.copytree(aside, root)  # back, as another directory (a remount)
-            wait_until(lambda: d.status()["watched_folder"]["available"])
+            wait_until(lambda: d.api.status()["watched_folder"]["available"])
             (root / "new.txt").write_text(doc_text(random.Random(7), 3))
             wait_until(lambda: "new.txt" in p.require_state().sources)
             (root / "d1.txt").unlink()
@@ -341,7 +341,7 @@ def test_a_query_is_answered_while_the_writer_summarises(tmp_path: Path) -> None
         d.watcher.enqueue([root / "new.txt"])
         assert llm.entered.wait(30), "the writer is summarising"
         answers: list[dict[str, Any]] = []
-        q = threading.Thread(target=lambda: answers.append(d.query({"q": "orchard harvest"})))
+        q = threading.Thread(target=lambda: answers.append(d.api.query({"q": "orchard harvest"})))
         q.start()
         q.join(20)  # the writer stays in its summary until released (or 30 s have passed)
         assert answers, "the query waited for the writer"
