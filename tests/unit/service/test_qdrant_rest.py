@@ -543,7 +543,9 @@ def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_que
         ids = fill_ids(hits, budget)
         expected = served.daemon.api.query({"q": question, "max_tokens": str(budget)})
         assert ids == [h[F.NODE_ID] for h in expected["hits"]]
-        dense = served.daemon.api.query({"q": question, "max_tokens": str(budget), "hybrid": "false"})
+        dense = served.daemon.api.query(
+            {"q": question, "max_tokens": str(budget), "hybrid": "false"}
+        )
         assert ids != [h[F.NODE_ID] for h in dense["hits"]]
 
 
