@@ -128,6 +128,7 @@ def rebuild(ctx: Ctx, progress: bool | None) -> None:
 
 
 @main.command("index-sparse")
+@tree_options()
 @click.pass_obj
 def index_sparse(ctx: Ctx) -> None:
     """Add the BM25 sparse vector (hybrid search) to a store built before it, keeping the tree,

@@ -102,6 +102,7 @@ def confirm_deletions(ctx: Ctx) -> None:
 
 
 @main.command()
+@tree_options()
 @click.pass_obj
 def refresh(ctx: Ctx) -> None:
     """Regenerate the stale summaries now (those whose children changed: the daemon pays for

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import click
 
-from ingestor.cli.app import Ctx, main, run
+from ingestor.cli.app import Ctx, main, run, tree_options
 
 
 @main.command(name="mcp")
+@tree_options()
 @click.pass_obj
 def mcp_command(ctx: Ctx) -> None:
     """Serve the tree to an MCP client (an agent) over stdio.
