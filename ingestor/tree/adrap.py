@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.cluster.threads import one_thread
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
-from ingestor.tree.deferral import can_wait, forget_fresh, mark_stale, stale_seeds
+from ingestor.tree.deferral import (
+    can_wait,
+    forget_fresh,
+    mark_stale,
+    naming_clusters,
+    stale_seeds,
+)
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.state import Provenance, TreeState
 
@@ -315,16 +321,7 @@ class TreeUpdater:
             free = []
             for n in al.cluster_nodes.get(cid, []):
                 node = state.nodes.peek(n)
-                if node is None:
-                    continue
-                naming = {
-                    c
-                    for child in node.children
-                    if child in al.point_of
-                    for c in al.clusters_of(child)
-                    if n in al.cluster_nodes.get(c, ())
-                }
-                if naming <= changed:
+                if node is not None and naming_clusters(al, node) <= changed:
                     free.append(n)
             out[cid] = free
         return out
