@@ -15,7 +15,7 @@ from ingestor.pipeline.unread import Unread, unread_status
 from ingestor.service.failures import Quarantine
 from ingestor.service.metrics import Metrics
 from ingestor.service.share import RootMonitor, ShareGuard
-from ingestor.service.summary_schedule import SummarySchedule, stale_age
+from ingestor.service.summary_schedule import SummarySchedule, oldest_stale, stale_age
 from ingestor.tree.state import TreeState
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ class DaemonApi:
         out = self.metrics.status(self.pending()) | {"root": str(self.root)}
         w = self.watcher()
         if w is not None:
-            out["summaries"] = self.summaries.status(time.monotonic(), w.state)
+            out["summaries"] = self.summaries.status(time.monotonic(), *self.metrics.stale())
         out["quarantined"] = {
             source: {"reason": q.reason, "since": q.at}
             for source, q in self.quarantine.items().items()
@@ -151,7 +151,7 @@ class DaemonApi:
 
     def refresh_due(self, state: TreeState) -> bool:
         """Whether the stale summaries of ``state`` are due now (the summary schedule)."""
-        return self.summaries.due(time.monotonic(), stale_age(state))
+        return self.summaries.due(time.monotonic(), stale_age(oldest_stale(state)))
 
     def refresh(self) -> dict[str, Any]:
         """Regenerate the stale summaries now (``POST /refresh``, ``adrap refresh``), unless the
@@ -168,5 +168,5 @@ class DaemonApi:
         return {
             "refreshed": report is not None,
             "summary": None if report is None else report.summary(),
-            "summaries": self.summaries.status(time.monotonic(), w.state),
+            "summaries": self.summaries.status(time.monotonic(), *self.metrics.stale()),
         }

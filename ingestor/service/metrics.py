@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ingestor.pipeline import UpdateReport
+from ingestor.service.summary_schedule import oldest_stale
 from ingestor.tree.state import TreeState
 
 #: Upper bounds (seconds) of the update latency histogram.
@@ -39,6 +40,7 @@ class Metrics:
         self.last_summary_input_tokens = 0
         self.refreshes = 0
         self.stale_summaries = 0
+        self.oldest_stale: float | None = None  # its stamp (summary_schedule.oldest_stale)
         self.rebuilds = 0
         self.errors: Counter[str] = Counter()
         self.buckets = [0] * len(LATENCY_BUCKETS)
@@ -54,6 +56,7 @@ class Metrics:
             self.files = len(state.sources)
             self.layers = state.layer_counts()
             self.stale_summaries = len(state.stale)
+            self.oldest_stale = oldest_stale(state)
 
     def applied(self, report: UpdateReport, state: TreeState) -> None:
         """Count one applied update and refresh the tree snapshot."""
@@ -66,6 +69,7 @@ class Metrics:
             self.summary_cache_hits += s.summary_cache_hits
             self.summary_tokens += s.summary_tokens
             self.stale_summaries = len(state.stale)
+            self.oldest_stale = oldest_stale(state)
             if report.refresh:
                 self.refreshes += 1
                 self.layers = state.layer_counts()
@@ -126,6 +130,12 @@ class Metrics:
         reg = CollectorRegistry(auto_describe=False)
         reg.register(_Collector(self, pending, extra))
         return reg
+
+    def stale(self) -> tuple[int, float | None]:
+        """The stale summaries and the oldest one's stamp, as the writer last recorded them (an
+        HTTP thread never reads the writer's state)."""
+        with self._lock:
+            return self.stale_summaries, self.oldest_stale
 
     def status(self, pending: int) -> dict[str, Any]:
         """Return the ``/status`` document."""

@@ -22,14 +22,19 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HOUR", "SummarySchedule", "TokenBudget", "stale_age"]
+__all__ = ["HOUR", "SummarySchedule", "TokenBudget", "oldest_stale", "stale_age"]
 
 
-def stale_age(state: Any) -> float | None:
-    """Seconds since the tree's oldest stale summary went stale (None: none is); the stamps are
-    wall-clock times kept in the state, so a restart does not reset the window."""
+def oldest_stale(state: Any) -> float | None:
+    """When the tree's oldest stale summary went stale (None: none is): a wall-clock time kept in
+    the state, so a restart does not reset the window. Read it in the writer's thread."""
     stamps = list(state.stale.values())
-    return max(0.0, time.time() - min(stamps)) if stamps else None
+    return min(stamps) if stamps else None
+
+
+def stale_age(oldest: float | None) -> float | None:
+    """Seconds since ``oldest`` (:func:`oldest_stale`; None: nothing is stale)."""
+    return None if oldest is None else max(0.0, time.time() - oldest)
 
 
 HOUR = 3600.0
@@ -131,11 +136,12 @@ class SummarySchedule:
             return True
         return self.idle > 0 and now - self.last_change >= self.idle
 
-    def status(self, now: float, state: Any) -> dict[str, Any]:
-        """The ``/status`` block: stale summaries, when the next refresh comes, the budget."""
-        age = stale_age(state)
+    def status(self, now: float, stale: int, oldest: float | None) -> dict[str, Any]:
+        """The ``/status`` block: ``stale`` summaries, the ``oldest`` one's stamp
+        (:func:`oldest_stale`), when the next refresh comes, the budget."""
+        age = stale_age(oldest)
         return {
-            "stale": len(state.stale),
+            "stale": stale,
             "oldest_stale_seconds": None if age is None else round(age, 1),
             "refresh_window_seconds": self.window,
             "refresh_idle_seconds": self.idle,

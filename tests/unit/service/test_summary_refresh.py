@@ -107,3 +107,20 @@ def test_stale_marks_survive_a_restart(daemon: Daemon, tree: tuple[Pipeline, Pat
     assert all(reopened.nodes[n].stale for n in stale)
     assert p.refresh(reopened).stats.summaries_regenerated > 0
     assert len(p.require_state().stale) == 0
+
+
+def test_status_reads_the_writers_record_never_its_state(daemon: Daemon) -> None:
+    """/status runs in an HTTP thread while the writer changes its state: the stale count and the
+    oldest stamp come from what the writer recorded after its update, not from the state."""
+    with TestClient(daemon.app(), base_url="http://127.0.0.1:8765") as client:
+        change(daemon, "new0.txt", 5)
+        assert daemon.watcher is not None
+        stale = len(daemon.watcher.state.stale)
+        assert stale
+        writers_state, daemon.watcher.state = daemon.watcher.state, object()  # type: ignore[assignment]
+        try:
+            status = client.get("/status", headers=AUTH).json()
+        finally:
+            daemon.watcher.state = writers_state
+        assert status["summaries"]["stale"] == stale
+        assert status["summaries"]["oldest_stale_seconds"] is not None
