@@ -126,7 +126,18 @@ def test_a_rapid_stream_of_closed_files_is_coalesced_into_few_batches(
     rng = random.Random(2)
     for i in range(150):
         (source / f"c{i}.txt").write_text(doc_text(rng, 2))
-    shutil.copytree(source, root / "copied")  # like cp -r: create, write, close, next file
+    # inotify watches a new folder only once watchdog has seen it appear; files written into it
+    # before then are reported as created (a snapshot), not closed. A user's cp -r into a watched
+    # folder gets the debounce for those: this test is about the closes, so the folder exists first.
+    (root / "copied").mkdir()
+    probe = root / "copied" / "probe.txt"
+
+    def watched() -> bool:  # rewrite the probe until inotify reports its close
+        probe.write_text("the folder is watched")
+        return closed(w, probe)
+
+    wait_until(watched, what="inotify's close of copied/probe.txt")
+    shutil.copytree(source, root / "copied", dirs_exist_ok=True)  # create, write, close, next
     copied = {root / "copied" / f"c{i}.txt" for i in range(150)}
     wait_until(
         lambda: copied <= {c.path for c in queued(w) if c.complete and not c.changed},
