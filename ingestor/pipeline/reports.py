@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 
 from ingestor.tree.adrap import UpdateStats
@@ -34,6 +36,8 @@ class UpdateReport:
     stats: UpdateStats = field(default_factory=UpdateStats)
     rebuilt: bool = False
     seconds: float = 0.0
+    #: Wall-clock time the update started (every node it wrote is stamped at or after it).
+    started_at: float = field(default_factory=time.time)
     #: Bytes the update wrote to the state database.
     state_bytes: int = 0
     #: A refresh of stale summaries (no file changed), not an update.

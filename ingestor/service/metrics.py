@@ -88,6 +88,7 @@ class Metrics:
                 "summary": report.summary(),
                 "seconds": round(report.seconds, 4),
                 "at": time.time(),
+                "started_at": report.started_at,
                 "files_added": report.files_added,
                 "files_changed": report.files_changed,
                 "files_removed": report.files_removed,

@@ -74,9 +74,9 @@ def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:
         f"nodes written by the last update ({when}: files +{up.get('files_added', 0)} "
         f"~{up.get('files_changed', 0)} -{up.get('files_removed', 0)})"
     )
-    # ``at`` is taken after the update ended and ``seconds`` timed all of it: the window starts
-    # at or before its first stamp
-    return f"{len(ups)}@{up['at']}", Touched(up["at"] - up.get("seconds", 0.0), note)
+    # Stamps are stored to the microsecond: the window opens one before the update started.
+    started = up.get("started_at", up["at"] - up.get("seconds", 0.0))
+    return f"{len(ups)}@{up['at']}", Touched(started - 1e-6, note)
 
 
 def dashboard_routes(

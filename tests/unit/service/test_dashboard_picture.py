@@ -6,10 +6,12 @@ from __future__ import annotations
 import base64
 import gzip
 import random
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,6 +19,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from ingestor.pipeline import Pipeline
+from ingestor.service import metrics as metrics_module
 from ingestor.service.daemon import Daemon
 from ingestor.service.dashboard import picture as picture_module
 from ingestor.service.dashboard.picture import (
@@ -238,12 +241,15 @@ def test_picture_and_maps_need_the_token_and_come_gzipped(client: TestClient) ->
 
 
 def test_after_an_update_the_picture_marks_the_nodes_it_wrote(
-    daemon: Daemon, client: TestClient, foldered: Built
+    daemon: Daemon, client: TestClient, foldered: Built, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p, root = foldered
     first = client.get("/dashboard/api/picture", headers=AUTH).json()
     (root / "notes" / "beta" / "new.txt").write_text(doc_text(random.Random(9), 6))
     report = p.update([root / "notes" / "beta" / "new.txt"])
+    # A busy daemon records the update a moment after it ended: the picture still marks all of it.
+    later = time.time() + 1.0
+    monkeypatch.setattr(metrics_module, "time", SimpleNamespace(time=lambda: later))
     daemon.metrics.applied(report, p.require_state())
 
     out = client.get("/dashboard/api/picture", headers=AUTH).json()
