@@ -32,11 +32,15 @@ demo: $(STAMP)
 	@echo "Next, from any directory:"
 	@echo '  $(abspath $(BIN))/adrap query "$(NEXT)" --tree demo'
 
+# Most of the suite waits on daemons, servers and browsers, so it runs on more workers than cores
+# (pytest-xdist); TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 4
+
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(BIN)/python -m pytest -m "not slow" -q
+	$(BIN)/python -m pytest -m "not slow" -q -n $(TEST_WORKERS) --dist worksteal
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q
