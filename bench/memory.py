@@ -1,13 +1,15 @@
 """Memory of a watcher per tree size: peak RSS of a full build and the RSS it keeps afterwards.
 
-    python bench/memory.py [--sizes 20000 100000]
+    python bench/memory.py [--sizes 20000 100000] [--workers N]
 
 Each size runs in a fresh process: synthetic documents from SQuAD sentences, hashed 384-d
 embeddings (the same vector size as the default model, without its ~20 chunks/s), extractive
 summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
 build (imports), peak RSS, RSS after the build (what a watcher holds while idle), the state dir on
-disk. Add the real embedding model's resident size (measured here: printed as "model") for a
-watcher with the default backend. The floor is the raw vectors: leaves x 384 x 4 bytes.
+disk, and the largest peak RSS of a build worker process (``--workers``: the clustering's
+processes; 1, the default, starts none). Add the real embedding model's resident size (measured
+here: printed as "model") for a watcher with the default backend. The floor is the raw vectors:
+leaves x 384 x 4 bytes.
 """
 
 from __future__ import annotations
@@ -39,13 +41,17 @@ def _du_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def one(size: int) -> dict[str, float]:
+def one(size: int, workers: int = 1) -> dict[str, float]:
     """Build one synthetic tree of about ``size`` leaves in this process; return its figures."""
+    import resource
+
+    import update
     from datasets import peak_rss_mb
     from update import CountingSummarizer, pipeline, synthetic_docs
 
     from tests.fakes import HashEmbedder
 
+    update.WORKERS = workers
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "docs"
         synthetic_docs(root, size, random.Random(0))
@@ -65,6 +71,7 @@ def one(size: int) -> dict[str, float]:
         "rss_peak": peak_rss_mb(),
         "rss_after": after,
         "disk": disk,
+        "rss_worker_peak": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }
 
 
@@ -80,11 +87,14 @@ def model_mb() -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[20_000, 100_000])
+    ap.add_argument(
+        "--workers", type=int, default=1, help="build worker processes (default 1: none started)"
+    )
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--model", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one)))
+        print(json.dumps(one(args.one, args.workers)))
         return
     if args.model:
         print(json.dumps({"model": model_mb()}))
@@ -100,15 +110,16 @@ def main() -> None:
     print(f"default embedding model resident: {child('--model')['model']:.0f} MiB")
     print(
         f"{'leaves':>8} {'build s':>8} {'RSS start':>9} {'peak':>7} {'after':>7} "
-        f"{'kept/100k':>9} {'disk MiB':>8} {'floor MiB':>9}"
+        f"{'kept/100k':>9} {'disk MiB':>8} {'floor MiB':>9} {'worker peak':>11}"
     )
     for size in args.sizes:
-        r = child("--one", str(size))
+        r = child("--one", str(size), "--workers", str(args.workers))
         kept = (r["rss_after"] - r["rss_before"]) * 100_000 / r["leaves"]
         floor = r["leaves"] * 384 * 4 / 2**20
         print(
             f"{r['leaves']:8.0f} {r['seconds']:8.1f} {r['rss_before']:9.0f} {r['rss_peak']:7.0f} "
-            f"{r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} {floor:9.0f}"
+            f"{r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} {floor:9.0f} "
+            f"{r['rss_worker_peak']:11.0f}"
         )
 
 
