@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any, Final, TypeVar
 
@@ -62,6 +63,12 @@ _THREAD_VARIABLES = (
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
     "NUMBA_NUM_THREADS",
+)
+#: Why a worker process may have died.
+_DIED = (
+    "it died (killed, out of memory?). Spawned workers import the main script: one without "
+    '`if __name__ == "__main__":` runs again in each of them; add it, or use 1 worker '
+    "(ADRAP_BUILD__WORKERS=1)"
 )
 #: How often a worker checks that its parent is alive (seconds).
 _PARENT_POLL = 0.5
@@ -193,6 +200,9 @@ class WorkerPool:
             i = pending.pop(future)
             try:
                 results[i] = future.result()
+            except BrokenProcessPool as exc:
+                exc.add_note(f"while running the {what(i)} in a build worker process: {_DIED}")
+                raise
             except Exception as exc:
                 exc.add_note(f"while running the {what(i)} in a build worker process")
                 raise
