@@ -6,6 +6,7 @@ pool starts, so small inputs run in the workers.
 
 from __future__ import annotations
 
+import pickle
 import re
 from collections.abc import Iterator
 
@@ -56,6 +57,8 @@ def test_a_fit_is_the_same_with_one_and_two_workers(two_workers: WorkerPool) -> 
     assert one.predict(new) == two.predict(new)  # the models that came back from the workers
     g = next(g for g, m in enumerate(two.local_models_) if m.umap is not None)
     assert np.array_equal(one.transform_local(g, new), two.transform_local(g, new))
+    stored = pickle.loads(pickle.dumps(two))  # as the state database stores it
+    assert stored.predict(new) == one.predict(new)
 
 
 def test_blocked_transform_is_the_same_for_any_worker_count(two_workers: WorkerPool) -> None:
