@@ -1,7 +1,7 @@
 """Full-build benchmark over the 24 SQuAD articles: stage times, tree shape, peak memory, and the
 ratio of the build to its floor (raw embedding of the same chunks with the same model).
 
-    python bench/build.py [--articles N] [--summarizer extractive|openai]
+    python bench/build.py [--articles N] [--summarizer extractive|openai] [--workers N]
 
 Target (DESIGN §7): build time ≤ 1.33 x raw embedding time.
 """
@@ -24,20 +24,28 @@ from datasets import peak_rss_mb, squad_folder, squad_titles
 
 from ingestor.cli.factories import make_embedder, make_pipeline
 from ingestor.cluster.two_step import TreeClusterer
-from ingestor.config import Settings
+from ingestor.config import BuildSettings, Settings
 from retriever.edge_store import EdgeNodeStore
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--articles", type=int, default=24)
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="build worker processes, as ADRAP_BUILD__WORKERS (default 0: every core)",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     with tempfile.TemporaryDirectory() as tmp:
         corpus = Path(tmp) / "squad"
         files, _ = squad_folder(corpus, squad_titles()[: args.articles])
-        settings = Settings(_env_file=None, state_dir=Path(tmp) / "state")  # type: ignore[call-arg]
+        settings = Settings(  # type: ignore[call-arg]
+            _env_file=None, state_dir=Path(tmp) / "state", build=BuildSettings(workers=args.workers)
+        )
 
         t0 = time.perf_counter()
         embedder = make_embedder(settings)

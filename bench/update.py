@@ -101,13 +101,14 @@ class CountingSummarizer:
 
 #: Global-cluster bound of the benchmark's trees (``--max-group``; the clusterer's default).
 MAX_GROUP: int | None = TreeClusterer().max_group
+WORKERS = 1  # build worker processes of the benchmark's trees (bench/memory.py --workers)
 
 
 def pipeline(tmp: Path, embedder: object, summarizer: object, *, greedy: bool = False) -> Pipeline:
     builder = TreeBuilder(
         embedder,  # type: ignore[arg-type]
         summarizer,  # type: ignore[arg-type]
-        lambda: TreeClusterer(random_state=0, max_group=MAX_GROUP),
+        lambda: TreeClusterer(random_state=0, max_group=MAX_GROUP, workers=WORKERS),
         TreeParams(greedy=greedy),
     )
     return Pipeline(

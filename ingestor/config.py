@@ -170,6 +170,13 @@ class ClusterSettings(_Section):
     max_node_sources: int = Field(default=100, ge=0)
 
 
+class BuildSettings(_Section):
+    """A full build's worker processes: each layer's local clustering steps and UMAP transforms
+    run on them (the tree is the same for any number)."""
+
+    workers: int | None = Field(default=None, ge=0)  # None or 0: every core it may use
+
+
 class OpenAISettings(_Section):
     """Any OpenAI-compatible chat endpoint: OpenAI, vLLM, Ollama, llama.cpp, LM Studio..."""
 
@@ -304,6 +311,7 @@ class Settings(BaseSettings):
     read: ReadSettings = Field(default_factory=ReadSettings)
     chunk: ChunkSettings = Field(default_factory=ChunkSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    build: BuildSettings = Field(default_factory=BuildSettings)
     summary: SummarySettings = Field(default_factory=SummarySettings)
     adrap: AdrapSettings = Field(default_factory=AdrapSettings)
     query: QuerySettings = Field(default_factory=QuerySettings)

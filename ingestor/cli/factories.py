@@ -167,6 +167,7 @@ def min_score(settings: Settings, model_id: str) -> float | None:
 
 
 def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
+    from ingestor.cluster.parallel import worker_count
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
     from ingestor.pipeline.unread import UNREAD_FILE, Unread
@@ -187,6 +188,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             fit_sample=c.fit_sample,
             max_group=c.max_group or None,
             max_cluster_size=c.max_cluster_size or None,
+            workers=worker_count(settings.build.workers),
         )
 
     builder = TreeBuilder(

@@ -22,24 +22,28 @@ Speed (2-core machine; 1,400 MiniLM embeddings cluster in ~2.5 s once numba's ca
 * GMMs and the BIC search: see :mod:`ingestor.cluster.gmm`.
 
 Scale: with more than ``fit_sample`` points, UMAP and the GMM are fitted on a seeded sample and the
-other points are placed with ``transform``, so memory and time stay bounded.
+other points are placed with ``transform`` in fixed blocks, so memory and time stay bounded. The
+local step of each global cluster (a pure function of its rows and a seed drawn for it) and the
+blocks run on ``workers`` processes (:mod:`ingestor.cluster.parallel`): the same result for any
+worker count.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
 
-from ingestor.cluster.bic_search import bic_k_max, select_gmm_by_bic
+from ingestor.cluster.fit_steps import FitSteps, LocalFit, fit_group
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
 from ingestor.cluster.gmm import gaussian_parameters, most_probable, soft_assign, to_sklearn
-from ingestor.cluster.umap_reduce import fit_umap, load_umap, umap_call, unit_rows
+from ingestor.cluster.parallel import WorkerPool, restore_index, worker_pool
+from ingestor.cluster.umap_reduce import load_umap, umap_call, unit_rows
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,8 @@ class TreeClusterer:
             against 6 and 15 at 2.7k), and every update then reads and summarises clusters that
             grow with the tree. RAPTOR's reference implementation likewise clusters again a
             cluster past 3,500 tokens (14 chunks of 250).
+        workers: processes for the local steps and blocked transforms of a fit (1: this one);
+            the fit is the same for any number.
     """
 
     def __init__(
@@ -111,6 +117,7 @@ class TreeClusterer:
         exhaustive_bic: bool = False,
         max_group: int | None = DEFAULT_MAX_GROUP,
         max_cluster_size: int | None = DEFAULT_MAX_CLUSTER_SIZE,
+        workers: int = 1,
     ) -> None:
         self.n_components = n_components
         self.threshold = threshold
@@ -124,6 +131,7 @@ class TreeClusterer:
         self.exhaustive_bic = exhaustive_bic
         self.max_group = max_group
         self.max_cluster_size = max_cluster_size
+        self.workers = workers
 
     def fit(self, X: NDArray[np.floating]) -> Self:
         """Cluster the rows of X.
@@ -160,19 +168,8 @@ class TreeClusterer:
             self.n_clusters_ = 1
             return self
 
-        fit_idx = self._sample(n, rng)
-        self.global_umap_, Y = self._reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global")
-        self.global_gmm_ = self._select_gmm(Y[fit_idx])
-        component = self.global_gmm_.predict(Y)
-        if self.max_group is not None:
-            self.global_gmm_, component = bound_groups(
-                self.global_gmm_, Y, component, self.max_group, random_state=self.random_state
-            )
-        self.global_components_ = np.unique(component)  # components that received a point
-        self.global_labels_ = np.searchsorted(self.global_components_, component)
-        for g in range(len(self.global_components_)):
-            members = np.flatnonzero(self.global_labels_ == g)
-            self.local_models_.append(self._fit_local(X, members, rng))
+        with worker_pool(self.workers) as pool:
+            self._fit_steps(X, rng, pool)
         self.n_clusters_ = len(self.clusters_)
         n_global = len(self.global_components_)
         log.debug("clustered %d points: %d global, %d final", n, n_global, self.n_clusters_)
@@ -186,7 +183,7 @@ class TreeClusterer:
         X = unit_rows(X)
         self.n_features_in_ = X.shape[1]
         self.clusters_ = []
-        return self._fit_local(X, np.arange(len(X)), np.random.default_rng(self.random_state))
+        return self._place(np.arange(len(X)), self._steps().fit_group(X, self.random_state))
 
     def reduce_local(self, X: NDArray[np.floating]) -> tuple[Any, NDArray[np.float32]]:
         """Fit only a local UMAP on the rows of X (more than ``n_components + 1``), as the local
@@ -194,8 +191,10 @@ class TreeClusterer:
         clusters are re-described in when its stored model cannot be read."""
         X = unit_rows(X)
         self.n_features_in_ = X.shape[1]
-        fit_idx = self._sample(len(X), np.random.default_rng(self.random_state))
-        return self._reduce(X, fit_idx, self.local_n_neighbors, "local")
+        steps = self._steps()
+        fit_idx = steps.sample(len(X), np.random.default_rng(self.random_state))
+        with worker_pool(self.workers) as pool:
+            return steps.reduce(X, fit_idx, self.local_n_neighbors, "local", pool)
 
     def fit_groups(self, X: NDArray[np.floating], labels: NDArray[np.intp], n_groups: int) -> Self:
         """Fit the global step around given global clusters: a global UMAP on X and one global
@@ -224,8 +223,12 @@ class TreeClusterer:
         if n_groups <= 1 or n <= self.n_components + 1:  # as fit: too few to reduce, group 0
             self.global_components_ = np.zeros(1, dtype=np.intp)
             return self
-        fit_idx = self._sample(n, np.random.default_rng(self.random_state))
-        self.global_umap_, Y = self._reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global")
+        steps = self._steps()
+        fit_idx = steps.sample(n, np.random.default_rng(self.random_state))
+        with worker_pool(self.workers) as pool:
+            self.global_umap_, Y = steps.reduce(
+                X, fit_idx, math.isqrt(len(fit_idx)), "global", pool
+            )
         resp = np.zeros((n, n_groups))
         resp[np.arange(n), self.global_labels_] = 1.0
         self.global_gmm_ = to_sklearn(
@@ -303,74 +306,62 @@ class TreeClusterer:
         # Pickled before global clusters were bounded: the default bound.
         state.setdefault("max_group", DEFAULT_MAX_GROUP)
         state.setdefault("max_cluster_size", DEFAULT_MAX_CLUSTER_SIZE)  # its refits are bounded
+        state.setdefault("workers", 1)
         self.__dict__.update(state)
         reducers = [self.__dict__.get("global_umap_")]
         # local_models_ is None while the state database stores them one row each.
         reducers += [local.umap for local in self.__dict__.get("local_models_") or ()]
         for reducer in reducers:
-            if reducer is not None:
-                reducer._knn_search_index.data = reducer._raw_data
+            restore_index(reducer)
 
     # -- internals -------------------------------------------------------------------------
 
-    def _fit_local(
-        self, X: NDArray[np.float32], members: NDArray[np.intp], rng: np.random.Generator
-    ) -> LocalModel:
-        first_id = len(self.clusters_)
-        m = len(members)
-        if m <= self.n_components + 1:  # RAPTOR's guard: the global cluster is one local cluster
+    def _fit_steps(
+        self, X: NDArray[np.float32], rng: np.random.Generator, pool: WorkerPool
+    ) -> None:
+        steps = self._steps()
+        fit_idx = steps.sample(len(X), rng)
+        self.global_umap_, Y = steps.reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global", pool)
+        self.global_gmm_ = steps.select_gmm(Y[fit_idx])
+        component = self.global_gmm_.predict(Y)
+        if self.max_group is not None:
+            self.global_gmm_, component = bound_groups(
+                self.global_gmm_, Y, component, self.max_group, random_state=self.random_state
+            )
+        self.global_components_ = np.unique(component)  # components that received a point
+        self.global_labels_ = np.searchsorted(self.global_components_, component)
+        groups = [
+            np.flatnonzero(self.global_labels_ == g) for g in range(len(self.global_components_))
+        ]
+        # One seed per group, drawn up front in group order: a group's fit depends on its rows
+        # and its seed only, not on which worker runs it or when.
+        seeds = rng.integers(2**63, size=len(groups)).tolist()
+        fits = pool.map(
+            fit_group,
+            ((steps, X[members], seed) for members, seed in zip(groups, seeds, strict=True)),
+            count=len(groups),
+            rows=len(X),
+            what=lambda g: f"local step of global cluster {g} ({len(groups[g])} points)",
+        )
+        for members, fit in zip(groups, fits, strict=True):  # cluster ids in group order
+            self.local_models_.append(self._place(members, fit))
+
+    def _place(self, members: NDArray[np.intp], fit: LocalFit | None) -> LocalModel:
+        """Number a local fit's clusters after those made so far; return its LocalModel."""
+        if fit is None:
             self.clusters_.append(tuple(members.tolist()))
-            return LocalModel(members, None, None, None, (first_id,))
-        fit_idx = self._sample(m, rng)
-        umap, Y = self._reduce(X[members], fit_idx, self.local_n_neighbors, "local")
-        size = self.max_cluster_size
-        gmm = self._select_gmm(Y[fit_idx], k_min=1 if size is None else math.ceil(m / size))
-        assigned = soft_assign(gmm.predict_proba(Y), self.threshold, None)
+            return LocalModel(members, None, None, None, (len(self.clusters_) - 1,))
         ids = []
-        for j in range(assigned.shape[1]):
-            if not assigned[:, j].any():  # a component no point prefers: no cluster
+        for j in range(fit.assigned.shape[1]):
+            if not fit.assigned[:, j].any():  # a component no point prefers: no cluster
                 ids.append(-1)
                 continue
             ids.append(len(self.clusters_))
-            self.clusters_.append(tuple(members[assigned[:, j]].tolist()))
-        return LocalModel(members, umap, gmm, Y, tuple(ids))
+            self.clusters_.append(tuple(members[fit.assigned[:, j]].tolist()))
+        return LocalModel(members, restore_index(fit.umap), fit.gmm, fit.embedding, tuple(ids))
 
-    def _sample(self, n: int, rng: np.random.Generator) -> NDArray[np.intp]:
-        if n <= self.fit_sample:
-            return np.arange(n)
-        return np.sort(rng.choice(n, size=self.fit_sample, replace=False))
-
-    def _reduce(
-        self, X: NDArray[np.float32], fit_idx: NDArray[np.intp], n_neighbors: int, what: str
-    ) -> tuple[Any, NDArray[np.float32]]:
-        """Fit UMAP on X[fit_idx]; return it and the (len(X), c) embedding of every row."""
-        n_fit = len(fit_idx)
-        n_neighbors = max(2, min(n_neighbors, n_fit - 1))
-        reducer = fit_umap(
-            X[fit_idx],
-            n_neighbors=n_neighbors,
-            n_components=min(self.n_components, n_fit - 2),  # spectral init needs c + 1 < n
-            n_epochs=self.n_epochs,
-            random_state=self.random_state,
-            what=f"{what} UMAP on {n_fit} points",
-        )
-        Y = np.empty((len(X), reducer.embedding_.shape[1]), dtype=np.float32)
-        Y[fit_idx] = reducer.embedding_
-        if n_fit < len(X):
-            rest = np.setdiff1d(np.arange(len(X)), fit_idx)
-            with umap_call(f"{what} UMAP transform of {len(rest)} points", serial=self._serial()):
-                Y[rest] = reducer.transform(X[rest])
-        return reducer, Y
-
-    def _select_gmm(self, Y: NDArray[np.float32], k_min: int = 1) -> GaussianMixture:
-        return select_gmm_by_bic(
-            Y,
-            bic_k_max(len(Y), self.max_clusters),
-            random_state=self.random_state,
-            max_iter=self.max_iter,
-            exhaustive=self.exhaustive_bic,
-            k_min=k_min,
-        )
+    def _steps(self) -> FitSteps:
+        return FitSteps(**{f.name: getattr(self, f.name) for f in fields(FitSteps)})
 
     def _serial(self) -> bool:
         load_umap()  # a clusterer loaded from disk has not enabled numba's cache for UMAP yet

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ingestor.cluster.adaptive import AdaptiveLayer
+from ingestor.cluster.parallel import shared_pools
 from ingestor.cluster.threads import one_thread
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
@@ -95,7 +96,9 @@ class TreeBuilder:
 
     def build(self, state: TreeState, progress: Progress = no_progress) -> BuildStats:
         """Replace every summary layer of ``state`` by a fresh build over its leaves."""
-        with one_thread("blas"):  # a second BLAS thread only spins (threads.py): 20k, -12 % CPU
+        # A second BLAS thread only spins (threads.py): 20k, -12 % CPU. Every layer's fit uses
+        # the same worker processes, if any start (cluster/parallel.py); they stop at the end.
+        with one_thread("blas"), shared_pools():
             return self._build(state, progress)
 
     def _build(self, state: TreeState, progress: Progress) -> BuildStats:

@@ -1,0 +1,131 @@
+"""WorkerPool (ingestor/cluster/parallel.py): errors that name their task, small work kept in
+this process, no worker outliving its parent; the ADRAP_BUILD__WORKERS setting."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+
+import pytest
+
+from ingestor.cluster.parallel import WorkerPool, worker_count
+from ingestor.config import Settings
+from tests.unit.cluster.pool_tasks import die, fail_on_three
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_a_failed_task_is_named_and_the_pool_starts_again_after() -> None:
+    pool = WorkerPool(2)
+    try:
+        with pytest.raises(ValueError, match="task 3 refused") as caught:
+            pool.map(fail_on_three, range(6), count=6, rows=10**6, what=lambda i: f"square {i}")
+        assert "while running the square 3 in a build worker process" in caught.value.__notes__
+        assert not pool.started
+        with pytest.raises(BrokenProcessPool) as broken:
+            pool.map(die, range(2), count=2, rows=10**6, what=lambda i: f"task {i}")
+        assert re.search(r"the task \d in a build worker process", broken.value.__notes__[0])
+        assert pool.map(fail_on_three, range(3), count=3, rows=10**6, what=str) == [0, 1, 4]
+    finally:
+        pool.close()
+
+
+def test_small_work_stays_in_this_process() -> None:
+    pool = WorkerPool(4)
+    assert pool.map(fail_on_three, range(3), count=3, rows=100, what=str) == [0, 1, 4]
+    assert not pool.started
+
+
+_PARENT = textwrap.dedent(
+    """
+    import multiprocessing, sys, time
+    from ingestor.cluster.parallel import WorkerPool
+
+    def nap(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    if __name__ == "__main__":
+        pool = WorkerPool(2)
+        pool.map(nap, [0.3, 0.3], count=2, rows=10**6, what=str)
+        print(*[p.pid for p in multiprocessing.active_children()], flush=True)
+        pool.map(nap, [60, 60], count=2, rows=10**6, what=str)
+    """
+)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return "\nState:\tZ" not in status  # a zombie has exited (its reaper may not wait for it)
+
+
+def _workers_of_a_parent(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
+    script = tmp_path / "parent.py"
+    script.write_text(_PARENT)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    parent = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # a traceback at Ctrl-C, the killed parent's leaked semaphores
+        text=True,
+        env=env,
+    )
+    assert parent.stdout is not None
+    with parent.stdout:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+    assert len(pids) == 2, pids
+    time.sleep(0.3)  # both are in their 60 s task
+    return parent, pids
+
+
+def _wait_gone(pids: list[int], within: float = 20.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while (alive := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive
+
+
+def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
+    parent, pids = _workers_of_a_parent(tmp_path)
+    parent.kill()
+    parent.wait()
+    assert _wait_gone(pids) == []
+
+
+def test_ctrl_c_stops_the_workers_without_waiting_for_their_tasks(tmp_path: Path) -> None:
+    parent, pids = _workers_of_a_parent(tmp_path)
+    parent.send_signal(signal.SIGINT)
+    assert parent.wait(timeout=30) != 0  # its 60 s tasks were not waited for
+    assert _wait_gone(pids) == []
+
+
+def test_adrap_build_workers_sets_the_clusterers_workers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Unset or 0: every core the process may use; a count; never below 0."""
+    cores = len(os.sched_getaffinity(0))
+    assert worker_count(Settings(_env_file=None).build.workers) == cores  # type: ignore[call-arg]
+    monkeypatch.setenv("ADRAP_BUILD__WORKERS", "0")
+    assert worker_count(Settings(_env_file=None).build.workers) == cores  # type: ignore[call-arg]
+    monkeypatch.setenv("ADRAP_BUILD__WORKERS", "3")
+    settings = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert worker_count(settings.build.workers) == 3
+    from ingestor.cli.factories import make_pipeline
+    from tests.fakes import HashEmbedder
+
+    settings = settings.model_copy(update={"state_dir": tmp_path})
+    pipeline = make_pipeline(settings, store=None, embedder=HashEmbedder())  # type: ignore[arg-type]
+    assert pipeline.builder.make_clusterer().workers == 3
+    monkeypatch.setenv("ADRAP_BUILD__WORKERS", "-1")
+    with pytest.raises(ValueError, match=r"build\.workers"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
