@@ -34,14 +34,14 @@ def two_workers() -> Iterator[WorkerPool]:
 
 def fit(X: NDArray[np.float32], workers: int) -> TreeClusterer:
     return TreeClusterer(
-        random_state=0, fit_sample=300, max_group=120, n_epochs=50, workers=workers
+        random_state=0, fit_sample=200, max_group=90, n_epochs=50, workers=workers
     ).fit(X)
 
 
 def test_a_fit_is_the_same_with_one_and_two_workers(two_workers: WorkerPool) -> None:
     """Global labels, final clusters, local embeddings and models: equal, with 5 groups or more
-    whose local steps ran in the workers, and 300 points transformed in 3 blocks there."""
-    X, _ = sphere_blobs(n_blobs=6, per_blob=100, dim=16, spread=0.3, seed=1)
+    whose local steps ran in the workers, and 220 points transformed in 2 blocks there."""
+    X, _ = sphere_blobs(n_blobs=6, per_blob=70, dim=16, spread=0.3, seed=1)
     one, two = fit(X, 1), fit(X, 2)
     assert two_workers.started
     assert len(one.local_models_) >= 5
