@@ -1,3 +1,4 @@
 from ingestor.cli import main
 
-main()
+if __name__ == "__main__":  # spawned build workers import the main module again
+    main()
