@@ -169,9 +169,10 @@ class FloorRules:
                 return math.inf  # gone from the tree without being listed: never kept
             if c in al.point_of and self._marginal(al, c, cid):
                 continue
-            change += (
+            tokens = (
                 rewritten.get(c, child.n_tokens) if c in before and c in now else child.n_tokens
             )
+            change += max(1, tokens)  # a change that counts is never nothing
         return change
 
     def _marginal(self, al: AdaptiveLayer, node_id: str, cid: int) -> bool:
