@@ -16,6 +16,10 @@ is the reference). Real embeddings (all-MiniLM-L6-v2, each text embedded once fo
 the extractive summariser wrapped to count its input; summary cache on, as in the daemon.
 
     python bench/summary_cost.py [--changes 60] [--window 5] [--paragraphs 6]
+        [--min-change F] [--soft-margin F]
+
+``--min-change`` / ``--soft-margin``: the floor rules (ingestor.tree.tolerance; default
+the daemon's, ADRAP_SUMMARY__MIN_CHANGE / __SOFT_MARGIN; 0 0: every change regenerates).
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets import SQUAD, Question, peak_rss_mb
-from update import CachedEmbedder, CountingSummarizer, pipeline, recall
+from update import RULES, CachedEmbedder, CountingSummarizer, pipeline, recall
 
+from ingestor.config import SummarySettings
 from ingestor.read.tokens import default_tokenizer
 
 
@@ -153,7 +158,10 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=5, help="changes per refresh window")
     ap.add_argument("--paragraphs", type=int, default=6, help="SQuAD paragraphs per document")
     ap.add_argument("--questions", type=int, default=600, help="questions for recall (0: skip)")
+    ap.add_argument("--min-change", type=float, default=SummarySettings().min_change)
+    ap.add_argument("--soft-margin", type=float, default=SummarySettings().soft_margin)
     args = ap.parse_args()
+    RULES.update(min_change=args.min_change, soft_margin=args.soft_margin)
     from retriever.embedding import SentenceTransformerEmbedder
 
     rng = random.Random(7)
@@ -166,7 +174,8 @@ def main() -> None:
         questions = questions[: args.questions]
         print(
             f"SQuAD part A: {len(texts)} documents of {args.paragraphs} paragraphs, {len(start)} "
-            f"built, {len(ops)} changes (add/edit/remove), a refresh every {args.window}"
+            f"built, {len(ops)} changes (add/edit/remove), a refresh every {args.window}; "
+            f"min change {args.min_change}, soft margin {args.soft_margin}"
         )
         rows = [
             run_mode(m, tmp, emb, texts, start, ops, args.window) for m in ("at once", "coalesced")

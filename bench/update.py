@@ -9,9 +9,12 @@ of the collapsed tree at 2000 tokens. Drift-triggered rebuilds are disabled to m
 
 Part 2, per-document cost: one ~5-chunk document added, one removed, one edited, in trees of 2k and
 20k leaves (hashed 384-d embeddings, extractive summaries), against a full rebuild of the layers.
+It also reports, per operation, the summaries regenerated and the summariser's input tokens, with
+their ratio to the changed document's own tokens and to the floor (bench/floor.py: the summaries
+of the clusters whose hard memberships the change touched, up the ancestors).
 
     python bench/update.py [--part 1|2|all] [--sizes 2000 20000] [--repeats 3] [--no-rebuild]
-        [--keep DIR] [--max-group N] [--warm] [--daemon-path]
+        [--keep DIR] [--max-group N] [--warm] [--daemon-path] [--min-change F] [--soft-margin F]
 """
 
 from __future__ import annotations
@@ -33,11 +36,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
 from datasets import SQUAD, peak_rss_mb, squad_folder, squad_titles
+from floor import floor
 from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
 from ingestor.cluster.two_step import TreeClusterer
-from ingestor.config import MAX_HELD_ROWS
+from ingestor.config import MAX_HELD_ROWS, SummarySettings
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.tokens import default_tokenizer
 from ingestor.summarize.extractive import ExtractiveSummarizer
@@ -48,6 +52,9 @@ from models_store import ModelStore
 from retriever import SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
 from retriever.embedding import release_freed_heap
+
+#: The floor rules of the benchmark's trees (``--min-change``, ``--soft-margin``; the daemon's).
+RULES: dict[str, float] = {}
 
 
 class CachedEmbedder:
@@ -109,7 +116,7 @@ def pipeline(tmp: Path, embedder: object, summarizer: object, *, greedy: bool = 
         embedder,  # type: ignore[arg-type]
         summarizer,  # type: ignore[arg-type]
         lambda: TreeClusterer(random_state=0, max_group=MAX_GROUP, workers=WORKERS),
-        TreeParams(greedy=greedy),
+        TreeParams(greedy=greedy, **RULES),
     )
     return Pipeline(
         tree="default",
@@ -359,6 +366,7 @@ def part2(
                 f" pass --repeats {len(docs) // 2} or fewer"
             )
         results: dict[str, list[tuple[float, float, int, int]]] = {}
+        costs: dict[str, list[tuple[int, int, int, int, int]]] = {}  # see print_costs
         # A reused tree holds the texts earlier runs added: this run's come after them (the same
         # at every size), never again (a second run re-added the first one's documents).
         done = len(list(root.glob("zz-new*.txt")))
@@ -371,7 +379,9 @@ def part2(
             # summaries it regenerates, which depends on the document; like is compared with like.
             text_rng = random.Random(1000 + done + k)
             for name in ("add", "remove", "edit"):
-                before, e0, s0 = s.calls, emb.cpu, s.cpu
+                path = {"add": new, "remove": victim, "edit": edited}[name]
+                probe = FloorProbe(held or p.require_state(), path, gone=name == "remove")
+                before, e0, s0, i0 = s.calls, emb.cpu, s.cpu, s.input_tokens
                 t0, c0 = time.perf_counter(), cpu()
                 if name == "add":
                     new.write_text(" ".join(text_rng.sample(sentences, 40)))
@@ -387,6 +397,11 @@ def part2(
                 cpu_s = cpu() - c0 - (emb.cpu - e0) - (s.cpu - s0)
                 results.setdefault(name, []).append(
                     (wall, cpu_s, s.calls - before, report.state_bytes)
+                )
+                fl = probe.after(held or p.require_state())
+                doc = len(s.tok.encode(path.read_text() if path.exists() else probe.text))
+                costs.setdefault(name, []).append(
+                    (s.calls - before, s.input_tokens - i0, doc, len(fl), sum(fl.values()))
                 )
         for name, rows in results.items():
             wall, cpu_s, calls, written = (float(np.median([r[i] for r in rows])) for i in range(4))
@@ -405,6 +420,7 @@ def part2(
                 f"   (x{cpu_s / first[name]:.2f} median, x{mean / first[name + ' mean']:.2f} mean,"
                 f" x{per_summary / first[name + ' per summary']:.2f} per summary of the smallest tree)"
             )
+        print_costs(costs)
         if not rebuild:
             print(
                 f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS "
@@ -428,6 +444,45 @@ def part2(
             f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS {peak_rss_mb():.0f} MiB"
         )
         p.store.close()
+
+
+class FloorProbe:
+    """The floor of one document's change (bench/floor.py): its leaves' chains before the change
+    (for the leaves it removes), then after it (for the leaves it adds)."""
+
+    def __init__(self, state: TreeState, path: Path, *, gone: bool) -> None:
+        self.key = path.name
+        self.text = path.read_text() if path.exists() else ""
+        entry = state.sources.peek(self.key)
+        self.leaves = set(entry.node_ids) if entry is not None else set()
+        drop = self.leaves if gone else ()
+        self.chains = {leaf: floor(state, [leaf], gone=drop) for leaf in self.leaves}
+
+    def after(self, state: TreeState) -> dict[str, int]:
+        entry = state.sources.peek(self.key)
+        now = set(entry.node_ids) if entry is not None else set()
+        out = floor(state, now - self.leaves)
+        for leaf in self.leaves - now:
+            out.update(self.chains[leaf])
+        return out
+
+
+def print_costs(costs: dict[str, list[tuple[int, int, int, int, int]]]) -> None:
+    """Per operation, medians of: summaries paid, summariser input tokens, their ratio to the
+    document's tokens and to the floor's (summaries, tokens)."""
+    print(
+        f"  {'':>7} {'operation':<10} {'summaries':>9} {'in tokens':>9} {'doc tok':>7} "
+        f"{'x doc':>6} {'floor n':>7} {'floor tok':>9} {'x floor':>7}   (medians; mean x doc)"
+    )
+    for name, rows in [*costs.items(), ("all", [r for rows in costs.values() for r in rows])]:
+        calls, tok, doc, fn, ftok = (float(np.median([r[i] for r in rows])) for i in range(5))
+        x_doc = float(np.median([r[1] / max(1, r[2]) for r in rows]))
+        x_floor = float(np.median([r[1] / max(1, r[4]) for r in rows]))
+        mean = float(np.mean([r[1] / max(1, r[2]) for r in rows]))
+        print(
+            f"  {'':>7} {name:<10} {calls:9.0f} {tok:9.0f} {doc:7.0f} {x_doc:6.1f} {fn:7.0f} "
+            f"{ftok:9.0f} {x_floor:7.2f}   ({mean:.1f})"
+        )
 
 
 def _uncached(fn):  # type: ignore[no-untyped-def]
@@ -478,7 +533,22 @@ def main() -> None:
         help="apply the updates as the daemon does, to one state held across them (default: as "
         "`adrap add` / `remove` do, opening the committed state each time)",
     )
+    ap.add_argument(
+        "--min-change",
+        type=float,
+        default=SummarySettings().min_change,
+        help="a summary keeps its text while its children changed by less than this fraction "
+        f"(default {SummarySettings().min_change}; 0: every change regenerates)",
+    )
+    ap.add_argument(
+        "--soft-margin",
+        type=float,
+        default=SummarySettings().soft_margin,
+        help=f"soft memberships this near the threshold change nothing (default "
+        f"{SummarySettings().soft_margin})",
+    )
     args = ap.parse_args()
+    RULES.update(min_change=args.min_change, soft_margin=args.soft_margin)
     MAX_GROUP = args.max_group or None
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:

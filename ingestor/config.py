@@ -205,6 +205,14 @@ class SummarySettings(_Section):
     #: one is reached, leaves stay current and summaries wait until the budget refills.
     max_tokens_per_hour: int | None = Field(default=None, ge=1)
     max_tokens_per_day: int | None = Field(default=None, ge=1)
+    #: An update keeps a summary's text (within tolerance, not stale) while the tokens its
+    #: children gained, lost or had rewritten since it was written, added up, stay below this
+    #: fraction of their tokens; a removed document's text is never kept (ingestor.tree.
+    #: tolerance). 0: every change regenerates.
+    min_change: float = Field(default=0.2, ge=0, le=1)
+    #: ... and a node joining or leaving a cluster only as a soft member whose posterior is within
+    #: this of ADRAP_CLUSTER__THRESHOLD changes nothing of its summary (0: every membership counts).
+    soft_margin: float = Field(default=0.1, ge=0, le=1)
 
 
 class AdrapSettings(_Section):

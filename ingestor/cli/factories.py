@@ -204,6 +204,8 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             tau_n=settings.adrap.tau_n or None,
             greedy=settings.adrap.greedy,
             max_node_sources=c.max_node_sources,
+            min_change=summary.min_change,
+            soft_margin=summary.soft_margin,
         ),
     )
     pipeline = Pipeline(

@@ -33,6 +33,7 @@ from ingestor.tree.deferral import (
 )
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.state import Provenance, TreeState
+from ingestor.tree.tolerance import FloorRules
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class UpdateStats:
     summaries_regenerated: int = 0
     summaries_unchanged: int = 0  # regenerated with the same text: nothing above moved for them
     summaries_deferred: int = 0  # marked stale instead of regenerated (``defer``)
+    summaries_tolerated: int = 0  # kept: their children changed little (``tree.tolerance``)
     summary_cache_hits: int = 0
     summary_tokens: int = 0
     summary_input_tokens: int = 0  # the children's tokens of the summaries paid for
@@ -63,11 +65,14 @@ class UpdateStats:
 @dataclass
 class _Pending:
     """Operations waiting for one layer: new nodes to place, rewritten nodes to place again
-    (same id, new text and embedding), gone nodes to remove."""
+    (same id, new text and embedding; ``changed``: the tokens their text gained and lost), gone
+    nodes to remove; ``purged``: rewritten nodes that dropped a removed node's text."""
 
     add: list[str] = field(default_factory=list)
     move: list[str] = field(default_factory=list)
     remove: list[str] = field(default_factory=list)
+    changed: dict[str, int] = field(default_factory=dict)
+    purged: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -226,7 +231,7 @@ class TreeUpdater:
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
         al.forget(delta.removed)
-        members_of, regen = self._regenerate(state, layer, al, delta, todo.move, stats, defer)
+        members_of, regen, purging = self._regenerate(state, layer, al, delta, todo, stats, defer)
         refreshed |= regen.refreshed
         self._relink(state, al, before.touched(al, members_of, todo), stats)
         return _Pending(  # the layer above: made now, rewritten (placed again), named no more
@@ -237,6 +242,8 @@ class TreeUpdater:
                 for n in before.old_nodes
                 if (node := state.nodes.peek(n)) is not None and not al.names(n, node.children)
             ),
+            changed=regen.text_change,
+            purged=purging & regen.rewritten,
         )
 
     def _regenerate(
@@ -245,25 +252,30 @@ class TreeUpdater:
         layer: int,
         al: AdaptiveLayer,
         delta: LayerDelta,
-        moved: list[str],
+        todo: _Pending,
         stats: UpdateStats,
         defer: bool,
-    ) -> tuple[dict[int, list[str]], Regeneration]:
+    ) -> tuple[dict[int, list[str]], Regeneration, set[str]]:
         """Regenerate each changed or new cluster's summary once, from its new membership, into
-        ``layer + 1`` (with ``defer``, mark those that can wait stale instead); return the
-        clusters' members and what the regeneration did."""
+        ``layer + 1``, but those whose change is small (:mod:`ingestor.tree.tolerance`; with
+        ``defer``, mark those that can wait stale instead); return the clusters' members, what
+        the regeneration did and the summaries regenerated to purge a removed node's text."""
         members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
-        now, deferred = dict(members_of), set()
+        p, limit = self.builder.params, self.builder.params.max_input_tokens
+        purged = todo.purged | set(todo.remove)
+        settled = FloorRules(p.min_change, p.soft_margin).settle(
+            state, al, delta, members_of, todo.changed, purged, limit
+        )
+        now, deferred = {c: m for c, m in members_of.items() if c not in settled.tolerated}, set()
         if defer:
-            limit = self.builder.params.max_input_tokens
-            for cid, members in members_of.items():
+            for cid, members in list(now.items()):
                 node_id = can_wait(state, al, cid, members, delta, limit)
                 if node_id is not None:
                     mark_stale(state, node_id, members)
                     deferred.add(node_id)
                     del now[cid]
         build_stats = BuildStats()
-        regen = Regeneration(reuse=self._reusable(state, al, delta, now), changed=set(moved))
+        regen = Regeneration(reuse=self._reusable(state, al, delta, now), changed=set(todo.move))
         regenerated = self.builder.summaries.summarize_clusters(
             state, layer + 1, now, build_stats, regen=regen
         )
@@ -273,9 +285,11 @@ class TreeUpdater:
         stats.upserted |= regen.created | regen.rewritten | regen.relinked | regen.refreshed
         stats.summaries_unchanged += len(regen.refreshed)
         stats.summaries_deferred += len(deferred)
-        stats.upserted |= deferred
-        regen.refreshed |= deferred  # stay where they are above; the sources above them follow
-        return members_of, regen
+        stats.summaries_tolerated += len(set(settled.tolerated.values()))
+        kept = deferred | set(settled.tolerated.values())
+        stats.upserted |= kept
+        regen.refreshed |= kept  # stay where they are above; the sources above them follow
+        return members_of, regen, settled.purging
 
     @staticmethod
     def _relink(

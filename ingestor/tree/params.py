@@ -77,6 +77,12 @@ class TreeParams:
     #: all, and an update then rewrites lists as long as the collection). Recorded in the state
     #: at a build: a tree keeps the limit it was built with until it is rebuilt.
     max_node_sources: int = 100
+    #: An update keeps a summary's text while its children changed by less than this fraction
+    #: of their tokens, adding up (``ingestor.tree.tolerance``; 0: every change regenerates).
+    min_change: float = 0.0
+    #: ... and ignores a soft membership gained or lost within this of the clusterer's
+    #: threshold (0: every membership counts).
+    soft_margin: float = 0.0
 
 
 @dataclass

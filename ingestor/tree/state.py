@@ -134,6 +134,9 @@ class Node:
     #: A summary whose children changed and whose text is not regenerated yet (deferred: see
     #: ``TreeUpdater.refresh``): its children and sources are current, its text and vector old.
     stale: bool = False
+    #: A summary's children's tokens gained, lost or rewritten since its text was written
+    #: (inf: it may hold a removed node's text); see ``ingestor.tree.tolerance``.
+    drift: float = 0.0
 
     def __post_init__(self) -> None:
         if self.dirs is None:

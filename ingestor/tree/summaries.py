@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,6 +33,12 @@ def cache_key(summarizer: Summarizer, max_tokens: int, child_hashes: Sequence[st
     for c in sorted(child_hashes):
         h.update(c.encode())
     return h.hexdigest()
+
+
+def token_change(old: Sequence[int], new: Sequence[int]) -> int:
+    """Return how many tokens ``new`` gained and lost against ``old`` (as multisets)."""
+    a, b = Counter(old), Counter(new)
+    return (a - b).total() + (b - a).total()
 
 
 def _tokens_used(summarizer: Summarizer) -> int:
@@ -66,6 +73,8 @@ class Regeneration:
             for them. With the extractive summariser about a quarter of the summaries whose
             membership changed (bench/update.py, 2k leaves).
         made: the summary nodes of the regenerated clusters, in cluster order, each once.
+        text_change: per node rewritten, the tokens its text gained and lost (the drift it
+            brings to the summaries over it: :mod:`ingestor.tree.tolerance`).
     """
 
     reuse: dict[int, list[str]] = field(default_factory=dict)
@@ -75,6 +84,7 @@ class Regeneration:
     relinked: set[str] = field(default_factory=set)
     refreshed: set[str] = field(default_factory=set)
     made: list[str] = field(default_factory=list)
+    text_change: dict[str, int] = field(default_factory=dict)
 
 
 class SummaryWriter:
@@ -249,18 +259,23 @@ class SummaryWriter:
         now = time.time()
         for j, (i, text, digest, old) in enumerate(zip(todo, texts, digests, olds, strict=True)):
             members = groups[i]
+            tokens = self.tokenizer.encode(text)
             if j in same:
                 regen.rewritten.discard(ids[i])  # the same text: keep its vector and place
                 regen.refreshed.add(ids[i])
                 vec = state.vectors[ids[i]]
             else:
                 vec = fresh[j]
+                if old is not None:
+                    regen.text_change[ids[i]] = token_change(
+                        self.tokenizer.encode(old.text), tokens
+                    )
             prov = Provenance.merge([_node(state, c) for c in members], state.max_node_sources)
             state.nodes[ids[i]] = Node(
                 node_id=ids[i],
                 layer=layer,
                 text=text,
-                n_tokens=len(self.tokenizer.encode(text)),
+                n_tokens=len(tokens),
                 content_hash=digest,
                 sources=prov.sources,
                 sources_capped=prov.sources_capped,
