@@ -474,7 +474,8 @@ def print_costs(costs: dict[str, list[tuple[int, int, int, int, int]]]) -> None:
         f"  {'':>7} {'operation':<10} {'summaries':>9} {'in tokens':>9} {'doc tok':>7} "
         f"{'x doc':>6} {'floor n':>7} {'floor tok':>9} {'x floor':>7}   (medians; mean x doc)"
     )
-    for name, rows in [*costs.items(), ("all", [r for rows in costs.values() for r in rows])]:
+    pooled = [r for op_rows in costs.values() for r in op_rows]
+    for name, rows in [*costs.items(), ("all", pooled)]:
         calls, tok, doc, fn, ftok = (float(np.median([r[i] for r in rows])) for i in range(5))
         x_doc = float(np.median([r[1] / max(1, r[2]) for r in rows]))
         x_floor = float(np.median([r[1] / max(1, r[4]) for r in rows]))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
@@ -23,6 +22,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from ingestor.masking import mask_tree
 from ingestor.read.listing import DEFAULT_IGNORE
 
 #: Default of ``watch.max_held_rows`` (see WatchSettings).
@@ -351,27 +351,8 @@ class Settings(BaseSettings):
         ``SecretStr`` fields dump as ``**********``; credentials inside URLs
         (``https://user:pass@host``) are masked too.
         """
-        out: dict[str, Any] = _mask_tree(self.model_dump(mode="json"))
+        out: dict[str, Any] = mask_tree(self.model_dump(mode="json"))
         return out
-
-
-#: ``scheme://user:password@`` or ``scheme://token@`` in any text.
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
-
-
-def mask_credentials(text: str) -> str:
-    """Return ``text`` with the user-info part of every URL replaced by ``***@``."""
-    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
-
-
-def _mask_tree(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {k: _mask_tree(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_mask_tree(v) for v in data]
-    if isinstance(data, str):
-        return mask_credentials(data)
-    return data
 
 
 #: The variable naming an explicit ``.env`` file (the ``--env-file`` option sets it too).

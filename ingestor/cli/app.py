@@ -26,7 +26,7 @@ T = TypeVar("T")
 
 
 def _mask(text: str) -> str:
-    from ingestor.config import mask_credentials  # pydantic: loaded once a log line is written
+    from ingestor.masking import mask_credentials
 
     return mask_credentials(text)
 

@@ -11,7 +11,8 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from ingestor.config import Settings, mask_credentials
+from ingestor.config import Settings
+from ingestor.masking import mask_credentials
 
 #: A setting that takes JSON only where a list is a whole section (``ADRAP_READ='{...}'``).
 _FIELD_IN_SETTINGS_ERROR = re.compile(r'field "(?P<name>[^"]+)"')

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass, field
 
 from ingestor.tree.adrap import UpdateStats

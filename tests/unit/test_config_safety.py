@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from ingestor.cli import main
-from ingestor.config import Settings, mask_credentials
+from ingestor.config import Settings
+from ingestor.masking import mask_credentials
 from retriever import SearchFilter
 from retriever.schema import F, MetaPayload
 

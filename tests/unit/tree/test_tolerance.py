@@ -74,7 +74,8 @@ def test_a_small_change_keeps_the_summary_text_with_current_children() -> None:
         ]
         for i in tolerated:
             node = state.nodes[i]
-            assert not node.stale and i not in state.stale, "within tolerance is not stale"
+            assert not node.stale, "within tolerance is not stale"
+            assert i not in state.stale, "within tolerance is not stale"
             assert 0 < node.drift < 0.5 * sum(state.nodes[c].n_tokens for c in node.children)
             assert i in stats.upserted
         kept.append((len(tolerated), stats.summaries_tolerated, summarizer.calls - calls))
@@ -154,7 +155,9 @@ def test_a_marginal_soft_membership_changes_no_summary() -> None:
             (cid,) = {c for c in al.cluster_nodes if al.cluster_nodes[c] == [node_id]}
             for c in set(children) ^ set(node.children):
                 p, hard = posterior(al, c, cid)
-                assert not hard and abs(p - 0.1) <= margin, (c, p, hard)
+                assert not hard, (c, p, hard)
+                assert abs(p - 0.1) <= margin, (c, p, hard)
     (off, off_calls), (on, on_calls) = costs
     assert off == 0
-    assert on > 0 and on_calls < off_calls, costs
+    assert on > 0, costs
+    assert on_calls < off_calls, costs
