@@ -151,7 +151,9 @@ def build_root(parts: list[Path], dump: Path) -> dict[str, object]:
         emb,
         CountingSummarizer(),  # type: ignore[arg-type]
         lambda: TreeClusterer(random_state=0, max_group=MAX_GROUP),
-        TreeParams(),
+        # Up to one node: the parts' top layers hold at most 10 nodes each (Algorithm 1 stops
+        # there), so with the default the root of a few parts would make no layer at all.
+        TreeParams(min_top_nodes=1),
     )
     builder.build(state)
     wall, cpu = time.perf_counter() - t0, _cpu() - c0
