@@ -25,8 +25,22 @@ filled in score order until the next node would pass 2,000 tokens (``retriever.s
 .fill_budget``); a hit when an answer string is in the context (``update.recall``'s check).
 Leaves only: the same over the leaves, the floor of flat retrieval. Variant A is the floor of B.
 
-2026-11-27, 2-core VM shared with other jobs (load ~6-8), ``nice python bench/split.py``:
-see docs/benchmarks.md#split for the figures.
+2026-11-27, 2-core VM shared with other jobs (load 4-16: wall is inflated, CPU is not); A -> B:
+build CPU s, wall s (B: slowest part + root), peak RSS MiB over the ~358 MiB of imports (B: its
+largest build), nodes, collapsed recall (B without the root), leaves-only recall:
+
+    python bench/split.py                          7,992 leaves, k = 4
+        33.0 -> 35.8 (1.09x), 50.8 -> 21.1 (0.41x), 410 -> 139 (0.34x), 9,056 -> 9,685,
+        48.7 -> 50.5 % (50.5 %), 46.2 %; root 8 -> 1 nodes
+    python bench/split.py --leaves 16000           15,999 leaves, k = 4
+        61.0 -> 63.6 (1.04x), 110.1 -> 48.8 (0.44x), 737 -> 232 (0.31x), 17,589 -> 18,693,
+        47.2 -> 49.6 % (49.6 %), 43.4 %; root 16 -> 4 -> 1
+    python bench/split.py --leaves 16000 --parts 16   16,053 leaves, k = 16
+        67.8 -> 77.3 (1.14x), 137.8 -> 14.0 (0.10x), 748 -> 79 (0.11x), 17,740 -> 19,721,
+        47.2 -> 49.3 % (49.3 %), 43.4 %; root 107 -> 17 -> 3 -> 1 (0.4 s CPU)
+
+The numpy search gives the product's ``collapsed_tree`` answers: the same recall on every tenth
+question of the 1.7k-leaf A tree (53.9 %). Figures: docs/benchmarks.md#split, docs/scale.md.
 """
 
 from __future__ import annotations
