@@ -264,7 +264,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--leaves", type=int, default=8000, help="leaves in all (about)")
     ap.add_argument("--parts", type=int, default=4, help="top-level folders, one tree each in B")
-    ap.add_argument("--keep", type=Path, help="work in this folder and keep it")
+    ap.add_argument("--keep", type=Path, help="work in this new folder and keep it")
     ap.add_argument("--one", nargs=3, type=Path, help=argparse.SUPPRESS)  # folder state dump
     ap.add_argument("--root", nargs="+", type=Path, help=argparse.SUPPRESS)  # dump part-dumps...
     args = ap.parse_args()
@@ -278,6 +278,11 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = args.keep or Path(tmp_s)
+        if args.keep and args.keep.exists() and any(args.keep.iterdir()):
+            raise SystemExit(
+                f"--keep {args.keep} is not empty: its trees would be rebuilt from their summary "
+                "cache, not from scratch; pass a new folder"
+            )
         share = tmp / "share"
         questions = make_share(share, args.leaves, args.parts)
         print(
