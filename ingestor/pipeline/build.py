@@ -26,6 +26,7 @@ from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import checkpoint_cache, drop_checkpoint, open_checkpoint
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from models_store import RowStore
+from retriever.embedding import release_freed_heap
 
 __all__ = ["BuildStage"]
 
@@ -98,7 +99,16 @@ class BuildStage:
         summaries to the state database or, before the first commit, to a checkpoint beside it
         (see :meth:`build_layers`); run again, the build takes both back instead of paying for
         them again.
+
+        The built state is committed and let go: the heap it held is handed back to the OS at
+        the end (glibc keeps freed heap otherwise; 66k leaves: 1,445 -> 584 MiB of anonymous
+        memory kept by the process after the build).
         """
+        report = self._build_over(root, progress)
+        release_freed_heap()
+        return report
+
+    def _build_over(self, root: Path, progress: Progress) -> BuildReport:
         t_start = time.perf_counter()
         ctx = self.context
         state = TreeState(

@@ -127,7 +127,8 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
         row = self._row[key]
         self._used[key] = CLOCK.now
         assert self._data is not None
-        return self._data[row].copy()
+        vec: NDArray[np.float32] = self._data[row].copy()
+        return vec
 
     def __contains__(self, key: object) -> bool:
         return key in self._row
