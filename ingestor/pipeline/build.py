@@ -8,6 +8,7 @@ uses this one to chunk a changed document and for a drift rebuild.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import Counter
@@ -100,11 +101,12 @@ class BuildStage:
         (see :meth:`build_layers`); run again, the build takes both back instead of paying for
         them again.
 
-        The built state is committed and let go: the heap it held is handed back to the OS at
-        the end (glibc keeps freed heap otherwise; 66k leaves: 1,445 -> 584 MiB of anonymous
-        memory kept by the process after the build).
+        The built state is committed and let go: its cycles are collected and the heap it held
+        is handed back to the OS at the end (glibc keeps freed heap otherwise; 26k leaves: 730
+        -> 440 MiB of anonymous memory kept by the process after the build).
         """
         report = self._build_over(root, progress)
+        gc.collect()  # the state's layers hold reference cycles (their rows' loaders)
         release_freed_heap()
         return report
 

@@ -89,3 +89,21 @@ def test_the_first_layer_is_fitted_on_the_matrix_of_leaf_vectors_not_a_copy(
     assert leaves.base is not None
     assert leaves.base.shape[0] >= len(leaves)
     assert len(p.require_state().ids_in_layer(0)) == len(leaves)
+
+
+def test_a_build_lets_go_of_every_layer_it_built(tmp_path: Path) -> None:
+    """The layers' reference cycles are collected before the heap is handed back to the OS."""
+    import random
+
+    from ingestor.cluster.adaptive import AdaptiveLayer
+
+    write_corpus(tmp_path / "docs", random.Random(5), 10)
+    p = _pipeline(tmp_path)
+    gc.collect()
+    gc.disable()  # what the build leaves behind, not what a later collection would find
+    try:
+        p.build(tmp_path / "docs")
+        held = [o for o in gc.get_objects() if isinstance(o, AdaptiveLayer)]
+    finally:
+        gc.enable()
+    assert held == [], f"{len(held)} layers of the built tree still in memory"
