@@ -5,9 +5,10 @@
 Each size runs in a fresh process: synthetic documents from SQuAD sentences, hashed 384-d
 embeddings (the same vector size as the default model, without its ~20 chunks/s), extractive
 summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
-build (imports), peak RSS, RSS after the build (what a watcher holds while idle), the state dir on
-disk, and the peak of this process's RSS plus its build workers' (``--workers``: the clustering's
-processes, sampled every 0.2 s; 1, the default, starts none). Add the real embedding model's
+build (imports), peak RSS, RSS after the build (what a watcher holds while idle; ``--one`` also
+prints its heap and mapped-file parts), the state dir on disk, and the peak of this process's RSS
+plus its build workers' (``--workers``: the clustering's processes, sampled every 0.2 s; 1, the
+default, starts none). Add the real embedding model's
 resident size (measured here: printed as "model") for a watcher with the default backend. The
 floor is the raw vectors: leaves x 384 x 4 bytes.
 """
@@ -31,9 +32,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 
-def _rss_mb() -> float:
+def _rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident memory (MiB): all of it, or ``RssAnon`` (heap) / ``RssFile``
+    (mapped files: the embedded store's segments, the kernel may drop them)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -86,6 +89,7 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         sampler.join()
         leaves = len(p.require_state().ids_in_layer(0))
         after = _rss_mb()
+        after_anon, after_file = _rss_mb("RssAnon"), _rss_mb("RssFile")
         disk = _du_mb(Path(tmp) / "state")
         p.store.close()
     return {
@@ -94,6 +98,8 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         "rss_before": before,
         "rss_peak": peak_rss_mb(),
         "rss_after": after,
+        "rss_after_anon": after_anon,
+        "rss_after_file": after_file,
         "disk": disk,
         "rss_peak_with_workers": max(peak_all[0], peak_rss_mb()),
     }

@@ -1,9 +1,10 @@
 """Read the tree's folder into documents, and tell which sources are gone; write nothing.
 
-A build reads the whole folder (:meth:`Collector.read_all`); an update reads what changed under
-some paths and names the sources that are gone (:meth:`Collector.collect`). Only a file whose
-name is absent from a successful listing is gone; one that cannot be read now keeps its leaves
-and is recorded in the ledger (:class:`~ingestor.pipeline.unread.Unread`).
+A build reads the whole folder, one document at a time (:meth:`Collector.iter_all`); an update
+reads what changed under some paths and names the sources that are gone
+(:meth:`Collector.collect`). Only a file whose name is absent from a successful listing is gone;
+one that cannot be read now keeps its leaves and is recorded in the ledger
+(:class:`~ingestor.pipeline.unread.Unread`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,7 +58,12 @@ class Collector:
 
     def read_all(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
         """Read every supported file under ``root``; log and record each skipped one."""
-        docs: list[Document] = []
+        return list(self.iter_all(root, report, progress))
+
+    def iter_all(self, root: Path, report: BuildReport, progress: Progress) -> Iterator[Document]:
+        """Yield every supported file under ``root`` as it is read (a build holds one document's
+        text at a time); log and record each skipped one. The ledger is written once all are."""
+        read = 0
         items = iter_documents(
             root,
             max_bytes=self.max_file_bytes,
@@ -80,10 +86,10 @@ class Collector:
                 report.skipped.append((source, str(item)))
                 continue
             self.unread.clear(item.source)
-            docs.append(item)
-            progress("read", len(docs), 0)
+            read += 1
+            progress("read", read, 0)
+            yield item
         self.unread.flush()
-        return docs
 
     def collect(
         self,

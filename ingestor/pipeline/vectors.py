@@ -48,6 +48,7 @@ def embed_leaves(
         store.ensure_collection(embedder.dim, embedder.model_id)
         done = set(store.iter_ids(tree)) & {n.node_id for n in leaves}
     embedded = 0
+    state.vectors.reserve(len(leaves), embedder.dim)  # one matrix of leaf vectors, never grown
     for start in range(0, len(leaves), EMBED_BATCH):
         batch = leaves[start : start + EMBED_BATCH]
         todo = [n for n in batch if n.node_id not in done]

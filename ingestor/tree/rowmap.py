@@ -11,11 +11,8 @@ update path).
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Generic, TypeVar
-
-import numpy as np
-from numpy.typing import NDArray
 
 from models_store import Changes, IncompatibleModelError, RowStore
 
@@ -310,61 +307,3 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         """Mark every value for write-back (after an O(tree) pass changed them in place)."""
         self._load_all()
         self._dirty.update(self._cache)
-
-
-class VectorMap(MutableMapping[str, NDArray[np.float32]]):
-    """Node vectors: those of this process's new nodes in memory, the rest read from the store.
-
-    Qdrant already holds every node's vector, so the state keeps no second copy on disk: a vector
-    that is not in memory is fetched from the node store with ``fetch`` (set by the pipeline) and
-    kept. A state without ``fetch`` only knows the vectors put into it.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[str, NDArray[np.float32]] = {}
-        self._used: dict[str, int] = {}  # id -> CLOCK.now when last read or set
-        self.fetch: Callable[[list[str]], NDArray[np.float32]] | None = None
-
-    def prefetch(self, ids: list[str]) -> None:
-        """Load the vectors of ``ids`` that are not in memory, in one store call."""
-        missing = [i for i in dict.fromkeys(ids) if i not in self._cache]
-        if missing and self.fetch is not None:
-            for i, vec in zip(missing, self.fetch(missing), strict=True):
-                self._cache[i] = vec
-        self._used.update(dict.fromkeys((i for i in ids if i in self._cache), CLOCK.now))
-
-    def shed(self, *, used_since: int | None = None) -> int:
-        """Forget the vectors held in memory (but those read or set at or after ``used_since``)
-        when the store can give them back; return how many (none without ``fetch``: then this
-        map holds the only copy)."""
-        if self.fetch is None:
-            return 0
-        return len(_drop(self._cache, self._used, used_since))
-
-    def __getitem__(self, key: str) -> NDArray[np.float32]:
-        if key not in self._cache:
-            self.prefetch([key])
-        self._used[key] = CLOCK.now
-        return self._cache[key]
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._cache
-
-    def pop(self, key: str, default: object = None) -> object:  # type: ignore[override]
-        """Forget a vector held in memory (the store is not asked)."""
-        self._used.pop(key, None)
-        return self._cache.pop(key, default)
-
-    def __setitem__(self, key: str, value: NDArray[np.float32]) -> None:
-        self._cache[key] = value
-        self._used[key] = CLOCK.now
-
-    def __delitem__(self, key: str) -> None:
-        del self._cache[key]
-        self._used.pop(key, None)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._cache))
-
-    def __len__(self) -> int:
-        return len(self._cache)

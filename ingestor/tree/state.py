@@ -2,7 +2,7 @@
 
 One ``TreeState`` per tree lives in a state database (:mod:`ingestor.tree.persist`); its mappings
 load rows on first use and a commit writes only the rows an update changed. Node vectors are not
-kept on disk: Qdrant holds them, and :class:`~ingestor.tree.rowmap.VectorMap` reads them from the
+kept on disk: Qdrant holds them, and :class:`~ingestor.tree.vector_map.VectorMap` reads them from the
 store when needed. Together with the Qdrant points it is everything needed to continue the tree
 without refitting.
 """
@@ -18,7 +18,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.tree.rowmap import RowMap, VectorMap
+from ingestor.tree.rowmap import RowMap
+from ingestor.tree.vector_map import VectorMap
 from models_store import library_versions
 from retriever import Kind, NodePayload, point_id, source_dirs
 
@@ -292,8 +293,9 @@ class TreeState:
         return out
 
     def matrix(self, ids: list[str]) -> NDArray[np.float32]:
-        """Return the ``(len(ids), dim)`` matrix of the given nodes' vectors."""
+        """Return the ``(len(ids), dim)`` matrix of the given nodes' vectors: a read-only view
+        when they are held in this order (a build's leaves), else a copy."""
         if not ids:
             return np.zeros((0, self.dim), dtype=np.float32)
         self.vectors.prefetch(ids)
-        return np.stack([self.vectors[i] for i in ids]).astype(np.float32, copy=False)
+        return self.vectors.stack(ids)

@@ -11,8 +11,9 @@ import pytest
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.tree.persist import RECENT_UPDATES, held_rows, pending_intent, shed_rows
-from ingestor.tree.rowmap import RowMap, VectorMap
+from ingestor.tree.rowmap import RowMap
 from ingestor.tree.state import TreeState
+from ingestor.tree.vector_map import VectorMap
 from models_store import Changes, RowStore
 from tests.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus

@@ -1,0 +1,109 @@
+"""A build's memory: documents' texts are not held past their chunking, and the leaves are
+clustered on the one matrix of their vectors, not on a copy. Real qdrant-edge, hashed
+embeddings."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from ingestor.cluster.two_step import TreeClusterer
+from ingestor.pipeline import Pipeline
+from ingestor.pipeline.build import BuildStage
+from ingestor.read.documents import Document
+from ingestor.tree.build import TreeBuilder, TreeParams
+from models_store import ModelStore
+from retriever.edge_store import EdgeNodeStore
+from tests.fakes import EchoSummarizer, HashEmbedder
+from tests.unit.tree.test_adrap import write_corpus
+
+
+def _pipeline(tmp_path: Path) -> Pipeline:
+    emb = HashEmbedder(dim=16)
+    make = lambda: TreeClusterer(random_state=0, n_epochs=20)  # noqa: E731
+    return Pipeline(
+        tree="t",
+        embedder=emb,
+        builder=TreeBuilder(emb, EchoSummarizer(), make, TreeParams(summary_max_tokens=40)),
+        store=EdgeNodeStore(tmp_path / "qdrant"),
+        models=ModelStore(tmp_path / "models"),
+        chunk_tokens=40,
+        chunk_overlap=8,
+    )
+
+
+def test_a_build_holds_no_documents_text_once_it_is_chunked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the leaves are embedded every document read is gone (their leaves carry the text)."""
+    import random
+
+    write_corpus(tmp_path / "docs", random.Random(3), 12)
+    read: list[weakref.ref[Document]] = []
+    leaves_of = BuildStage.leaves_of
+
+    def chunk(self: BuildStage, doc: Document) -> Any:
+        read.append(weakref.ref(doc))
+        return leaves_of(self, doc)
+
+    alive: list[int] = []
+    from ingestor.pipeline import build as build_module
+
+    embed_leaves = build_module.embed_leaves
+
+    def embed(*args: Any, **kwargs: Any) -> int:
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in read))
+        return embed_leaves(*args, **kwargs)
+
+    monkeypatch.setattr(BuildStage, "leaves_of", chunk)
+    monkeypatch.setattr(build_module, "embed_leaves", embed)
+    report = _pipeline(tmp_path).build(tmp_path / "docs")
+    assert report.files == len(read) == 12
+    assert alive == [0], f"{alive[0]} of 12 documents still held when the leaves are embedded"
+
+
+def test_the_first_layer_is_fitted_on_the_matrix_of_leaf_vectors_not_a_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    write_corpus(tmp_path / "docs", random.Random(4), 10)
+    fitted: list[np.ndarray] = []
+    fit = TreeClusterer.fit
+
+    def recording(self: TreeClusterer, X: Any) -> Any:
+        fitted.append(X)
+        return fit(self, X)
+
+    monkeypatch.setattr(TreeClusterer, "fit", recording)
+    p = _pipeline(tmp_path)
+    p.build(tmp_path / "docs")
+    leaves = fitted[0]
+    assert not leaves.flags.writeable, "the leaves were clustered on a stacked copy"
+    assert leaves.base is not None
+    assert leaves.base.shape[0] >= len(leaves)
+    assert len(p.require_state().ids_in_layer(0)) == len(leaves)
+
+
+def test_a_build_lets_go_of_every_layer_it_built(tmp_path: Path) -> None:
+    """The layers' reference cycles are collected before the heap is handed back to the OS."""
+    import random
+
+    from ingestor.cluster.adaptive import AdaptiveLayer
+
+    write_corpus(tmp_path / "docs", random.Random(5), 10)
+    p = _pipeline(tmp_path)
+    gc.collect()
+    gc.disable()  # what the build leaves behind, not what a later collection would find
+    try:
+        p.build(tmp_path / "docs")
+        held = [o for o in gc.get_objects() if isinstance(o, AdaptiveLayer)]
+    finally:
+        gc.enable()
+    assert held == [], f"{len(held)} layers of the built tree still in memory"
