@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingestor.pipeline.build import BuildStage
-from ingestor.pipeline.collect import Collector
+from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.pipeline.vectors import reuse_removed
@@ -209,14 +209,7 @@ class ApplyStage:
                     out.touched.append(n.node_id)
                 else:
                     out.added.append(n)
-            state.sources[doc.source] = SourceEntry(
-                doc.content_hash,
-                doc.size,
-                doc.mtime,
-                [n.node_id for n in leaves],
-                doc.mtime_ns,
-                doc.inode,
-            )
+            state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves])
             report.files_changed += old is not None
             report.files_added += old is None
         for source in dict.fromkeys(gone):

@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ingestor.pipeline.collect import Collector
+from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import BuildReport
 from ingestor.pipeline.vectors import embed_leaves
@@ -25,7 +25,7 @@ from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import checkpoint_cache, drop_checkpoint, open_checkpoint
-from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
+from ingestor.tree.state import Node, TreeState, leaf_id, sha256_text
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
 
@@ -187,14 +187,7 @@ class BuildStage:
             report.files += 1
             doc_leaves = self.leaves_of(doc)
             leaves.extend(doc_leaves)
-            state.sources[doc.source] = SourceEntry(
-                doc.content_hash,
-                doc.size,
-                doc.mtime,
-                [n.node_id for n in doc_leaves],
-                doc.mtime_ns,
-                doc.inode,
-            )
+            state.sources[doc.source] = source_entry(doc, [n.node_id for n in doc_leaves])
         return leaves
 
     def build_layers(

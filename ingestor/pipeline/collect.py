@@ -22,9 +22,9 @@ from ingestor.pipeline.unread import Unread, content_stale_reason
 from ingestor.read.documents import Document, iter_documents, read_document
 from ingestor.read.listing import confirmed_gone, iter_files
 from ingestor.tree.params import Progress
-from ingestor.tree.state import TreeState
+from ingestor.tree.state import SourceEntry, TreeState
 
-__all__ = ["Collector"]
+__all__ = ["Collector", "source_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -300,3 +300,8 @@ def _relative(path: Path, root: Path) -> str:
         return path.relative_to(root).as_posix()
     except ValueError:
         return path.name
+
+
+def source_entry(doc: Document, leaf_ids: list[str]) -> SourceEntry:
+    """Return the state's record of ``doc``, read now, whose leaves are ``leaf_ids`` in order."""
+    return SourceEntry(doc.content_hash, doc.size, doc.mtime, leaf_ids, doc.mtime_ns, doc.inode)
