@@ -56,10 +56,6 @@ class Collector:
     def _ignore(self) -> dict[str, Any]:
         return {} if self.ignore is None else {"ignore": self.ignore}
 
-    def read_all(self, root: Path, report: BuildReport, progress: Progress) -> list[Document]:
-        """Read every supported file under ``root``; log and record each skipped one."""
-        return list(self.iter_all(root, report, progress))
-
     def iter_all(self, root: Path, report: BuildReport, progress: Progress) -> Iterator[Document]:
         """Yield every supported file under ``root`` as it is read (a build holds one document's
         text at a time); log and record each skipped one. The ledger is written once all are."""
