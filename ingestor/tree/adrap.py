@@ -25,7 +25,6 @@ from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.cluster.threads import one_thread
 from ingestor.tree.build import BuildStats, Regeneration, TreeBuilder
 from ingestor.tree.deferral import (
-    can_wait,
     forget_fresh,
     mark_stale,
     naming_clusters,
@@ -269,7 +268,7 @@ class TreeUpdater:
         now, deferred = {c: m for c, m in members_of.items() if c not in settled.tolerated}, set()
         if defer:
             for cid, members in list(now.items()):
-                node_id = can_wait(state, al, cid, members, delta, limit)
+                node_id = settled.waitable[cid]  # settling changed no cluster still here
                 if node_id is not None:
                     mark_stale(state, node_id, members)
                     deferred.add(node_id)

@@ -24,7 +24,14 @@ import time
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
 from ingestor.tree.state import Node, Provenance, TreeState
 
-__all__ = ["can_wait", "forget_fresh", "mark_stale", "naming_clusters", "stale_seeds"]
+__all__ = [
+    "can_wait",
+    "forget_fresh",
+    "give_members",
+    "mark_stale",
+    "naming_clusters",
+    "stale_seeds",
+]
 
 
 def naming_clusters(al: AdaptiveLayer, node: Node) -> set[int]:
@@ -63,14 +70,22 @@ def can_wait(
     return node.node_id
 
 
-def mark_stale(state: TreeState, node_id: str, members: list[str]) -> None:
-    """Give summary ``node_id`` its cluster's new ``members`` and their sources, keep its text
-    and vector, and mark it stale."""
+def give_members(state: TreeState, node_id: str, members: list[str]) -> tuple[Node, bool]:
+    """Give summary ``node_id`` its cluster's new ``members`` and their sources, keeping its text
+    and vector; return the node (written back at the commit) and whether its children changed."""
     node = state.nodes[node_id]  # changed: written back
     state.nodes.prefetch(members)
     kids = [k for m in members if (k := state.nodes.peek(m)) is not None]
     Provenance.merge(kids, state.max_node_sources).set_on(node)
+    moved = node.children != list(members)
     node.children = list(members)
+    return node, moved
+
+
+def mark_stale(state: TreeState, node_id: str, members: list[str]) -> None:
+    """Give summary ``node_id`` its cluster's new ``members`` and their sources, keep its text
+    and vector, and mark it stale."""
+    node, _ = give_members(state, node_id, members)
     node.updated_at = time.time()
     if not node.stale:
         node.stale = True

@@ -39,8 +39,8 @@ from numpy.typing import NDArray
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
 from ingestor.cluster.gmm import responsibilities
 from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.tree.deferral import can_wait
-from ingestor.tree.state import Node, Provenance, TreeState
+from ingestor.tree.deferral import can_wait, give_members
+from ingestor.tree.state import Node, TreeState
 
 __all__ = ["FloorRules", "Settled", "hard_cluster", "posterior"]
 
@@ -89,10 +89,13 @@ class Settled:
         tolerated: cluster id → its summary node, kept within tolerance (not regenerated).
         purging: summary nodes that must be regenerated because their text may hold a removed
             node's (infinite drift); once rewritten they are purged nodes of the layer above.
+        waitable: cluster id → :func:`~ingestor.tree.deferral.can_wait`'s answer for it (the
+            summary node whose regeneration can wait, or None), for every changed cluster.
     """
 
     tolerated: dict[int, str] = field(default_factory=dict)
     purging: set[str] = field(default_factory=set)
+    waitable: dict[int, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,7 @@ class FloorRules:
         """
         out = Settled()
         for cid, members in members_of.items():
-            node_id = can_wait(state, al, cid, members, delta, max_input_tokens)
+            node_id = out.waitable[cid] = can_wait(state, al, cid, members, delta, max_input_tokens)
             node = state.nodes.peek(node_id) if node_id is not None else None
             if node is None:  # new, cut or shared: regenerated (a purge, if it read a purged)
                 old = {c for n in al.cluster_nodes.get(cid, []) for c in _children(state, n)}
@@ -142,7 +145,9 @@ class FloorRules:
             elif not node.stale and (
                 not change or node.drift < self.min_change * _tokens(state, members)
             ):
-                self._keep(state, node, members)
+                node, moved = give_members(state, node.node_id, members)
+                if moved:
+                    node.updated_at = time.time()
                 out.tolerated[cid] = node.node_id
         return out
 
@@ -181,17 +186,6 @@ class FloorRules:
             return False
         p, hard = posterior(al, node_id, cid)
         return not hard and abs(p - float(al.clusterer.threshold)) <= self.soft_margin
-
-    @staticmethod
-    def _keep(state: TreeState, node: Node, members: list[str]) -> None:
-        """Give ``node`` its cluster's ``members`` and their sources; keep its text and vector."""
-        state.nodes.prefetch(members)
-        kids = [k for m in members if (k := state.nodes.peek(m)) is not None]
-        Provenance.merge(kids, state.max_node_sources).set_on(node)
-        if node.children != list(members):
-            node.children = list(members)
-            node.updated_at = time.time()
-        state.nodes[node.node_id] = node
 
 
 def _children(state: TreeState, node_id: str) -> list[str]:
