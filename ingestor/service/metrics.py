@@ -37,6 +37,7 @@ class Metrics:
         self.summary_tokens = 0
         self.summary_input_tokens = 0
         self.summaries_deferred = 0
+        self.summaries_tolerated = 0
         self.last_summary_input_tokens = 0
         self.refreshes = 0
         self.stale_summaries = 0
@@ -64,6 +65,7 @@ class Metrics:
         with self._lock:
             self.summary_input_tokens += s.summary_input_tokens
             self.summaries_deferred += s.summaries_deferred
+            self.summaries_tolerated += s.summaries_tolerated
             self.last_summary_input_tokens = s.summary_input_tokens
             self.summary_calls += s.summaries_regenerated
             self.summary_cache_hits += s.summary_cache_hits
@@ -103,6 +105,8 @@ class Metrics:
                 "summaries_regenerated": s.summaries_regenerated,
                 "summary_cache_hits": s.summary_cache_hits,
                 "summary_tokens": s.summary_tokens,
+                "summaries_deferred": s.summaries_deferred,
+                "summaries_tolerated": s.summaries_tolerated,
                 "rebuilt": report.rebuilt,
             }
             self.history.append(self.last)
@@ -154,6 +158,7 @@ class Metrics:
                 "summary_tokens": self.summary_tokens,
                 "summary_input_tokens": self.summary_input_tokens,
                 "summaries_deferred": self.summaries_deferred,
+                "summaries_tolerated": self.summaries_tolerated,
                 "summary_refreshes": self.refreshes,
                 "stale_summaries": self.stale_summaries,
                 "errors": dict(self.errors),
@@ -255,6 +260,12 @@ class _Collector:
                 "summaries_deferred",
                 "Summaries marked stale instead of regenerated.",
                 m.summaries_deferred,
+            )
+            yield counter(
+                "summaries_tolerated",
+                "Summaries kept as they are: their children changed less than "
+                "ADRAP_SUMMARY__MIN_CHANGE (their text and vector kept, not stale).",
+                m.summaries_tolerated,
             )
             yield counter("summary_refreshes", "Refreshes of stale summaries.", m.refreshes)
             yield gauge(

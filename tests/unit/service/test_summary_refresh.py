@@ -4,6 +4,7 @@ window, a spent budget and POST /refresh decide when."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from pathlib import Path
@@ -124,3 +125,26 @@ def test_status_reads_the_writers_record_never_its_state(daemon: Daemon) -> None
             daemon.watcher.state = writers_state
         assert status["summaries"]["stale"] == stale
         assert status["summaries"]["oldest_stale_seconds"] is not None
+
+
+def test_summaries_kept_within_tolerance_are_counted(
+    daemon: Daemon, tree: tuple[Pipeline, Path]
+) -> None:
+    """A summary the floor rules keep (its children changed by less than ``min_change``) is not
+    stale and not paid for; /status, /metrics and the update's line count it, so a user sees why
+    a change bought fewer summaries than it touched."""
+    p, root = tree
+    builder = p.context.builder
+    builder.params = dataclasses.replace(builder.params, min_change=1.0)
+    assert daemon.watcher is not None
+    victim = sorted(root.glob("*.txt"))[0]
+    victim.write_text(victim.read_text() + " One more sentence about the same topic.")
+    with TestClient(daemon.app(), base_url="http://127.0.0.1:8765") as client:
+        assert daemon.watcher.apply({victim})
+        status = client.get("/status", headers=AUTH).json()
+        kept = status["summaries_tolerated"]
+        assert kept > 0, status
+        assert status["last_update"]["summaries_tolerated"] == kept
+        assert f"within tolerance {kept}" in status["last_update"]["summary"]
+        metrics = client.get("/metrics", headers=AUTH).text
+        assert f'adrap_summaries_tolerated_total{{tree="t"}} {float(kept)}' in metrics

@@ -376,7 +376,8 @@
         "; leaves +" + up.leaves_added + " −" + up.leaves_removed));
       d.append(el("div", null, "clusters changed " + up.clusters_changed + ", created " + up.clusters_created +
         ", split " + up.clusters_split + ", removed " + up.clusters_removed + "; summaries regenerated " +
-        up.summaries_regenerated + (up.rebuilt ? "; full rebuild" : "")));
+        up.summaries_regenerated + ", stale " + (up.summaries_deferred || 0) + ", within tolerance " +
+        (up.summaries_tolerated || 0) + (up.rebuilt ? "; full rebuild" : "")));
       parts.push(d);
     }
     box.replaceChildren(...parts);
