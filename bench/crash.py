@@ -23,6 +23,14 @@ extractive summaries, drift rebuilds off so adRAP carries the tree). Each round:
    tree invariants (``ingestor.tree.invariants.violations``), the state's sources == the files.
 
     python bench/crash.py [--rounds 100] [--seed 0] [--docs 30] [--query-every 1]
+                          [--refresh-share 0.3]
+
+With ``--refresh-share`` (default 0.3), that share of the rounds defers its summaries (issue 34:
+`adrap add --defer-summaries`, killed and rerun as above, leaves the summaries it touched stale),
+then runs `adrap refresh` killed the same way (uniformly, or aimed at regenerating, upsert, commit,
+delete, intent drop) and rerun. Right after that kill the committed stale marks must be either all
+there (the refresh did not commit) or all gone (it did): none lost, none half-paid. After the rerun
+none may be left.
 
 The short version runs in tests/integration/test_crash_rounds.py (marked slow).
 """
@@ -64,6 +72,7 @@ MARKS = (
     ("update: embedding", "embed"),
     ("update: writing", "show"),
     ("update: placing", "adrap"),
+    ("refresh: regenerating", "refresh"),
     ("update: intent recorded", "upsert"),
     ("update: upserted", "commit"),
     ("update: committed", "delete"),
@@ -71,7 +80,8 @@ MARKS = (
     ("update: done", "exit"),
 )
 PHASES = tuple(p for _, p in MARKS)
-TARGETS = PHASES[1:-1]  # phases a targeted kill aims at
+TARGETS = tuple(p for p in PHASES[1:-1] if p != "refresh")  # an update's aimed-at phases
+REFRESH_TARGETS = PHASES[PHASES.index("refresh") : -1]  # `adrap refresh`'s
 #: Rounds killed at a uniform time after the lock (the rest aim at a phase).
 UNIFORM_SHARE = 0.3
 
@@ -167,13 +177,14 @@ class Inspection:
     sources_differ: int = 0
     intent: str = "none"  # none / open / committed
     generation: int = 0
+    stale: frozenset[str] = frozenset()  # the committed stale summaries
 
 
 def inspect(state_dir: Path, root: Path | None) -> Inspection:
     """Compare store and state read-only; with ``root``, also invariants and sources == files."""
     state = load_state(ModelStore(state_dir / "models"), TREE, readonly=True)
     assert state is not None, f"no committed state in {state_dir}"
-    out = Inspection(generation=state.generation)
+    out = Inspection(generation=state.generation, stale=frozenset(state.stale))
     intent = pending_intent(state)
     if intent is not None:
         out.intent = "committed" if intent.committed else "open"
@@ -209,6 +220,11 @@ class Totals:
     recoveries_expected: int = 0
     recoveries_run: int = 0
     intents_left: int = 0  # an intent still pending after the rerun
+    refreshes: int = 0  # deferred rounds: `adrap refresh` runs killed
+    refresh_kills: Counter[str] = field(default_factory=Counter)
+    refreshed_stale: int = 0  # stale summaries those refreshes had to regenerate
+    stale_lost: int = 0  # a killed refresh left some of its stale marks, not all or none
+    stale_left: int = 0  # stale summaries after the refresh's rerun
     queries: int = 0
     wall: float = 0.0
 
@@ -226,14 +242,24 @@ class Totals:
             + self.recoveries_expected
             - self.recoveries_run
             + self.intents_left
+            + self.stale_lost
+            + self.stale_left
         )
 
 
 class CrashBench:
     """The folder, the state dir and the rounds (see the module docstring)."""
 
-    def __init__(self, work: Path, seed: int, docs: int, out: Callable[[str], None] = print):
+    def __init__(
+        self,
+        work: Path,
+        seed: int,
+        docs: int,
+        out: Callable[[str], None] = print,
+        refresh_share: float = 0.3,
+    ):
         self.rng = random.Random(seed)
+        self.refresh_share = refresh_share
         self.root, self.state_dir = work / "folder", work / "state"
         self.soak = Soak(None, self.root, Corpus(self.rng), self.rng)
         self.soak.seed_folder(docs)
@@ -246,6 +272,8 @@ class CrashBench:
         self.out = out
         self.lengths: dict[str, list[float]] = {p: [] for p in PHASES}
         self.whole: list[float] = []
+        self.refresh_lengths: dict[str, list[float]] = {p: [] for p in PHASES}
+        self.refresh_whole: list[float] = []
         self.totals = Totals()
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
@@ -273,42 +301,94 @@ class CrashBench:
         return ops, [command, *paths]
 
     def calibrate(self) -> None:
-        """One unkilled round: how long each phase of an update takes here."""
+        """Unkilled rounds: how long each phase of an update (and of a refresh) takes here."""
         _, args = self.operations()
+        self._time(args, self.lengths, self.whole)
+        if self.refresh_share > 0:
+            _, args = self.operations()
+            self._time([args[0], "--defer-summaries", *args[1:]], {}, [])
+            self._time(["refresh"], self.refresh_lengths, self.refresh_whole)
+
+    def _time(self, args: list[str], lengths: dict[str, list[float]], whole: list[float]) -> None:
         w = Writer(args, self.env)
         code, _ = w.finish()
         assert code == 0, f"calibration `adrap {' '.join(args)}` failed: {w.lines[-5:]}"
         seen = w.phases()
         for (t0, p), (t1, _) in pairwise(seen):
-            self.lengths[p].append(t1 - t0)
+            lengths.setdefault(p, []).append(t1 - t0)
         if seen and seen[-1][1] == "exit":  # a no-op update logs no phase after its lock
-            self.whole.append(seen[-1][0] - seen[0][0])  # locked -> done
+            whole.append(seen[-1][0] - seen[0][0])  # locked -> done
 
-    def typical(self, phase: str) -> float:
-        return statistics.median(self.lengths[phase]) if self.lengths[phase] else 0.0
+    def typical(self, phase: str, lengths: dict[str, list[float]] | None = None) -> float:
+        got = (self.lengths if lengths is None else lengths).get(phase)
+        return statistics.median(got) if got else 0.0
 
     def round(self, n: int, query: bool) -> None:
+        """One round: random operations, their update killed and rerun; in a deferred round,
+        then `adrap refresh` killed and rerun."""
         t = self.totals
         ops, args = self.operations()
+        deferred = self.rng.random() < self.refresh_share
+        if deferred:
+            args = [args[0], "--defer-summaries", *args[1:]]
+        line = self.killed(args, TARGETS, self.lengths, self.whole, query, t.kills)
+        self.out(f"{n:>3} {args[0]} {','.join(ops):<27}{' deferred' if deferred else ''} {line}")
+        if deferred:
+            before = inspect(self.state_dir, None)
+            t.refreshes += 1
+            t.refreshed_stale += len(before.stale)
+            line = self.killed(
+                ["refresh"],
+                REFRESH_TARGETS,
+                self.refresh_lengths,
+                self.refresh_whole,
+                False,
+                t.refresh_kills,
+                before,
+            )
+            self.out(f"{n:>3} refresh of {len(before.stale)} stale summaries {line}")
+        t.rounds += 1
+
+    def killed(
+        self,
+        args: list[str],
+        targets: tuple[str, ...],
+        lengths: dict[str, list[float]],
+        whole: list[float],
+        query: bool,
+        kills: Counter[str],
+        before: Inspection | None = None,
+    ) -> str:
+        """Run ``adrap ARGS``, SIGKILL it at a random point, read, rerun, check; return the line.
+
+        With ``before`` (a refresh), the committed stale marks right after the kill must be all
+        of those before it (not committed) or none (committed), and none may be left at the end.
+        """
+        t = self.totals
         w = Writer(args, self.env)
         if self.rng.random() < UNIFORM_SHARE:
             target, start = "uniform", w.wait_phase("start")
-            delay = self.rng.random() * statistics.median(self.whole or [0.0])
+            delay = self.rng.random() * statistics.median(whole or [0.0])
         else:
-            target = self.rng.choice(TARGETS)
-            start, delay = w.wait_phase(target), self.rng.random() * self.typical(target)
+            target = self.rng.choice(targets)
+            start, delay = w.wait_phase(target), self.rng.random() * self.typical(target, lengths)
         if start is not None:
             time.sleep(max(0.0, start + delay - time.monotonic()))
         killed = w.kill()
         code, _ = w.finish()
         landed = w.last() if killed else "not killed"
         if killed:
-            t.kills[landed.split("|")[0]] += 1
+            kills[landed.split("|")[0]] += 1
         else:
             t.not_killed += 1
             t.rerun_failures += code != 0
         after = inspect(self.state_dir, None)
         t.missing_after_kill += after.missing
+        marks = ""
+        if before is not None:
+            kept = after.stale == before.stale or not after.stale
+            t.stale_lost += not kept
+            marks = f", stale {len(after.stale)}{'' if kept else ' (MARKS LOST)'}"
         status = self.cli("status", "--json")
         reader = "status " + (
             f"gen {json.loads(status.stdout)['generation']}" if status.returncode == 0 else "FAILED"
@@ -333,11 +413,13 @@ class CrashBench:
         t.intents_left += end.intent != "none"
         for name in ("orphans", "missing", "mismatched", "invariants", "sources_differ"):
             setattr(t, name, getattr(t, name) + getattr(end, name))
-        t.rounds += 1
-        self.out(
-            f"{n:>3} {args[0]} {','.join(ops):<27} target {target:<7} kill@{landed[:60]!r} | "
-            f"after kill: intent {after.intent}, orphans {after.orphans}, missing "
-            f"{after.missing}, payloads differ {after.mismatched}; {reader} | rerun rc {rcode}"
+        if before is not None:
+            t.stale_left += len(end.stale)
+            marks += f" -> {len(end.stale)} after the rerun"
+        return (
+            f"target {target:<7} kill@{landed[:60]!r} | after kill: intent {after.intent}, "
+            f"orphans {after.orphans}, missing {after.missing}, payloads differ "
+            f"{after.mismatched}{marks}; {reader} | rerun rc {rcode}"
             f"{' recovered' if recovered else ''}{' (already removed)' if already else ''} | "
             f"orphans {end.orphans} missing {end.missing} payloads {end.mismatched} "
             f"invariants {end.invariants} sources {end.sources_differ} intent {end.intent}"
@@ -352,6 +434,15 @@ class CrashBench:
             f"typical seconds: update {statistics.median(self.whole or [0.0]):.2f} (from its lock), "
             + ", ".join(f"{p} {self.typical(p):.3f}" for p in PHASES if self.lengths[p])
         )
+        if self.refresh_whole:
+            self.out(
+                f"typical seconds: refresh {statistics.median(self.refresh_whole):.2f}, "
+                + ", ".join(
+                    f"{p} {self.typical(p, self.refresh_lengths):.3f}"
+                    for p in PHASES
+                    if self.refresh_lengths.get(p)
+                )
+            )
         try:
             for n in range(1, rounds + 1):
                 self.round(n, query=query_every > 0 and n % query_every == 0)
@@ -363,6 +454,9 @@ class CrashBench:
 
 def summary(t: Totals) -> str:
     kills = ", ".join(f"{p} {t.kills[p]}" for p in ("startup", *PHASES) if t.kills[p])
+    refresh_kills = ", ".join(
+        f"{p} {t.refresh_kills[p]}" for p in ("startup", *PHASES) if t.refresh_kills[p]
+    )
     return (
         f"rounds {t.rounds}: killed {sum(t.kills.values())} ({kills}), finished before the kill "
         f"{t.not_killed}\n"
@@ -373,6 +467,9 @@ def summary(t: Totals) -> str:
         f"reader failures {t.reader_failures} ({t.rounds} status, {t.queries} query); reruns "
         f"failed {t.rerun_failures}; recoveries run {t.recoveries_run} of "
         f"{t.recoveries_expected} expected, intents left after the reruns {t.intents_left}\n"
+        f"deferred rounds {t.refreshes}: refreshes killed {sum(t.refresh_kills.values())} "
+        f"({refresh_kills}) over {t.refreshed_stale} stale summaries; marks lost by a kill "
+        f"{t.stale_lost}, stale left after the reruns {t.stale_left} (target 0 each)\n"
         f"wall {t.wall:.0f}s ({t.wall / max(1, t.rounds):.1f}s a round)"
     )
 
@@ -384,9 +481,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=30, help="documents in the folder at the start")
     ap.add_argument("--calibration", type=int, default=2, help="unkilled rounds to time phases")
     ap.add_argument("--query-every", type=int, default=1, help="`adrap query` every N rounds")
+    ap.add_argument(
+        "--refresh-share",
+        type=float,
+        default=0.3,
+        help="rounds that defer their summaries, then kill and rerun `adrap refresh`",
+    )
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        bench = CrashBench(Path(tmp), args.seed, args.docs, lambda s: print(s, flush=True))
+        bench = CrashBench(
+            Path(tmp), args.seed, args.docs, lambda s: print(s, flush=True), args.refresh_share
+        )
         totals = bench.run(args.rounds, args.calibration, args.query_every)
     print(summary(totals))
     return 1 if totals.failures() else 0

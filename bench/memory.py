@@ -6,9 +6,12 @@ Each size runs in a fresh process: synthetic documents from SQuAD sentences, has
 embeddings (the same vector size as the default model, without its ~20 chunks/s), extractive
 summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
 build (imports), peak RSS, RSS after the build (what a watcher holds while idle; ``--one`` also
-prints its heap and mapped-file parts), the state dir on disk, and the peak of this process's RSS
-plus its build workers' (``--workers``: the clustering's processes, sampled every 0.2 s; 1, the
-default, starts none). Add the real embedding model's
+prints its heap and mapped-file parts), the state dir on disk, and the peaks of the build process
+with its workers (``--workers``: the clustering's processes; 1, the default, starts none), sampled
+every 20 ms from this process (the engine holds the builder's GIL while it builds the HNSW graph,
+so a thread in the builder could not see that peak): all resident memory, its anonymous part
+(heap: what must fit in RAM) and its file-backed part (the store's mapped segment files: page
+cache the kernel reclaims under pressure instead of failing). Add the real embedding model's
 resident size (measured here: printed as "model") for a watcher with the default backend. The
 floor is the raw vectors: leaves x 384 x 4 bytes.
 """
@@ -41,17 +44,27 @@ def _rss_mb(field: str = "VmRSS") -> float:
     return float("nan")
 
 
-def _with_workers_mb() -> float:
-    """RSS of this process and its child processes (the build workers), MiB."""
-    pids = ["self"] + [
-        p for t in Path("/proc/self/task").iterdir() for p in (t / "children").read_text().split()
-    ]
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError):  # a worker that just exited
-            status = Path(f"/proc/{pid}/status").read_text()
-            total += int(status.split("VmRSS:")[1].split()[0]) / 1024
-    return total
+def _descendants(pid: int) -> list[int]:
+    """``pid`` and every process under it (the build workers, their resource tracker)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        with contextlib.suppress(OSError):  # a process that just exited
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def _resident_mb(pid: int) -> tuple[float, float, float]:
+    """Resident memory of ``pid`` and its descendants (MiB): all, anonymous, file-backed."""
+    total = [0.0, 0.0, 0.0]
+    for p in _descendants(pid):
+        with contextlib.suppress(OSError, IndexError):
+            status = Path(f"/proc/{p}/status").read_text()
+            for i, field in enumerate(("VmRSS:", "RssAnon:", "RssFile:")):
+                total[i] += int(status.split(field)[1].split()[0]) / 1024
+    return total[0], total[1], total[2]
 
 
 def _du_mb(path: Path) -> float:
@@ -60,8 +73,6 @@ def _du_mb(path: Path) -> float:
 
 def one(size: int, workers: int = 1) -> dict[str, float]:
     """Build one synthetic tree of about ``size`` leaves in this process; return its figures."""
-    import threading
-
     import update
     from datasets import peak_rss_mb
     from update import CountingSummarizer, pipeline, synthetic_docs
@@ -74,19 +85,9 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         synthetic_docs(root, size, random.Random(0))
         p = pipeline(Path(tmp) / "state", HashEmbedder(dim=384), CountingSummarizer())
         before = _rss_mb()
-        peak_all, done = [0.0], threading.Event()
-
-        def sample() -> None:
-            while not done.wait(0.2):
-                peak_all[0] = max(peak_all[0], _with_workers_mb())
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
         t0 = time.perf_counter()
         p.build(root)
         seconds = time.perf_counter() - t0
-        done.set()
-        sampler.join()
         leaves = len(p.require_state().ids_in_layer(0))
         after = _rss_mb()
         after_anon, after_file = _rss_mb("RssAnon"), _rss_mb("RssFile")
@@ -101,7 +102,6 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         "rss_after_anon": after_anon,
         "rss_after_file": after_file,
         "disk": disk,
-        "rss_peak_with_workers": max(peak_all[0], peak_rss_mb()),
     }
 
 
@@ -131,16 +131,31 @@ def main() -> None:
         return
 
     def child(*flags: str) -> dict[str, float]:
-        out = subprocess.run(
-            [sys.executable, __file__, *flags], capture_output=True, text=True, check=True
-        ).stdout
-        result: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+        """Run this script with ``flags`` in a fresh process, sampling its memory from here."""
+        with tempfile.TemporaryFile("w+") as out:
+            proc = subprocess.Popen(
+                [sys.executable, __file__, *flags], stdout=out, stderr=subprocess.DEVNULL
+            )
+            peaks = [0.0, 0.0, 0.0]
+            while proc.poll() is None:
+                peaks = [max(a, b) for a, b in zip(peaks, _resident_mb(proc.pid), strict=True)]
+                time.sleep(0.02)
+            if proc.returncode:
+                raise SystemExit(f"`memory.py {' '.join(flags)}` failed: exit {proc.returncode}")
+            out.seek(0)
+            result: dict[str, float] = json.loads(out.read().strip().splitlines()[-1])
+        result["sampled_peak"], result["peak_anon"], result["peak_file"] = peaks
         return result
 
     print(f"default embedding model resident: {child('--model')['model']:.0f} MiB")
     print(
         f"{'leaves':>8} {'build s':>8} {'RSS start':>9} {'peak':>7} {'after':>7} "
-        f"{'kept/100k':>9} {'disk MiB':>8} {'floor MiB':>9} {'+workers':>8}"
+        f"{'kept/100k':>9} {'disk MiB':>8} {'floor MiB':>9} {'+workers':>8} {'anon':>7} "
+        f"{'file':>7} {'anon/leaf':>9}"
+    )
+    print(
+        "  (MiB; peak: the builder's own; +workers, anon, file: the builder and its workers, "
+        "sampled every 20 ms: all, anonymous, file-backed; anon/leaf in KB)"
     )
     for size in args.sizes:
         r = child("--one", str(size), "--workers", str(args.workers))
@@ -149,7 +164,8 @@ def main() -> None:
         print(
             f"{r['leaves']:8.0f} {r['seconds']:8.1f} {r['rss_before']:9.0f} {r['rss_peak']:7.0f} "
             f"{r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} {floor:9.0f} "
-            f"{r['rss_peak_with_workers']:8.0f}"
+            f"{max(r['sampled_peak'], r['rss_peak']):8.0f} {r['peak_anon']:7.0f} "
+            f"{r['peak_file']:7.0f} {r['peak_anon'] * 1024 / r['leaves']:9.1f}"
         )
 
 

@@ -47,42 +47,58 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--defer-summaries",
+    is_flag=True,
+    help="Place the leaves now and mark the summaries they change stale (old text kept, "
+    "searchable); `adrap refresh` pays for them once, however many updates touched them.",
+)
 @tree_options()
 @click.pass_obj
-def add(ctx: Ctx, paths: tuple[Path, ...]) -> None:
+def add(ctx: Ctx, paths: tuple[Path, ...], defer_summaries: bool) -> None:
     """Add or update files/folders under the tree's root in place (adRAP, no rebuild).
 
     New files are inserted, edited files re-chunked (unchanged chunks keep their nodes), files
     that vanished from a given folder are removed.
 
     \b
-    Example:
+    Examples:
       adrap add docs/new-report.md docs/minutes/
+      adrap add --defer-summaries docs/a.md && adrap add --defer-summaries docs/b.md
+      adrap refresh
     """
-    _update(ctx, list(paths), remove=False)
+    _update(ctx, list(paths), remove=False, defer=defer_summaries)
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--defer-summaries",
+    is_flag=True,
+    help="Place the leaves now and mark the summaries they change stale (old text kept, "
+    "searchable); `adrap refresh` pays for them once, however many updates touched them.",
+)
 @tree_options()
 @click.pass_obj
-def remove(ctx: Ctx, paths: tuple[Path, ...]) -> None:
+def remove(ctx: Ctx, paths: tuple[Path, ...], defer_summaries: bool) -> None:
     """Remove files/folders from the tree in place (the files themselves are not touched).
 
     \b
     Example:
       adrap remove docs/old-report.md
     """
-    _update(ctx, list(paths), remove=True)
+    _update(ctx, list(paths), remove=True, defer=defer_summaries)
 
 
-def _update(ctx: Ctx, paths: list[Path], *, remove: bool) -> None:
+def _update(ctx: Ctx, paths: list[Path], *, remove: bool, defer: bool) -> None:
     def body() -> None:
         settings = ctx.settings
         command = "remove" if remove else "add"
         with writer_lock(settings, command), opened_store(settings) as store:
             embedder = make_embedder(settings)
-            report = make_pipeline(settings, store, embedder).update(paths, remove=remove)
+            pipeline = make_pipeline(settings, store, embedder)
+            pipeline.apply_stage.defer_summaries = lambda: defer
+            report = pipeline.update(paths, remove=remove)
         click.echo(report.summary())
         _say_skipped(len(report.skipped) + len(report.stale))
 

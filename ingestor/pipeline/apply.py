@@ -165,6 +165,7 @@ class ApplyStage:
         t0 = time.perf_counter()
         report = UpdateReport(refresh=True)
         if len(state.stale):
+            log.debug("refresh: regenerating %d stale summaries", len(state.stale))
             report.stats = TreeUpdater(self.context.builder).refresh(state)
             self.context.store_changes(state, report.stats.upserted, report.stats.deleted)
             report.state_bytes = state.last_commit_bytes

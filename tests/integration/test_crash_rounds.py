@@ -1,6 +1,7 @@
 """kill -9 during updates, a few rounds of bench/crash.py: real `adrap add`/`remove` processes
 (the packaged embedding model, qdrant-edge, extractive summaries) killed mid-update, read while
-killed, then run again; the store must hold exactly the state's nodes with the state's payloads."""
+killed, then run again; the store must hold exactly the state's nodes with the state's payloads.
+Half the rounds defer their summaries and then kill `adrap refresh`: no stale mark is lost."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def test_killed_updates_leave_no_orphan_no_missing_point_and_equal_payloads(
     tmp_path: Path,
 ) -> None:
     lines: list[str] = []
-    bench = CrashBench(tmp_path, seed=3, docs=20, out=lines.append)
+    bench = CrashBench(tmp_path, seed=3, docs=20, out=lines.append, refresh_share=0.5)
     totals = bench.run(rounds=5, calibration=1, query_every=2)
     print("\n" + "\n".join(lines) + "\n" + summary(totals))
     assert totals.rounds == 5
@@ -39,6 +40,9 @@ def test_killed_updates_leave_no_orphan_no_missing_point_and_equal_payloads(
     assert totals.rerun_failures == 0, summary(totals)
     assert totals.recoveries_run == totals.recoveries_expected, summary(totals)
     assert totals.intents_left == 0, summary(totals)
+    # Deferred rounds: `adrap refresh` killed mid-way loses no stale mark and leaves none after.
+    assert totals.refreshes >= 1 and totals.refreshed_stale >= 1, summary(totals)
+    assert totals.stale_lost == totals.stale_left == 0, summary(totals)
     assert totals.failures() == 0
 
     # The check itself sees a stale payload, an orphan and a missing point.
