@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["Changes"]
@@ -17,10 +18,18 @@ class Changes:
         self.manifest: dict[str, Any] = {}
         #: Namespaces to empty before the rows above are written (a full rebuild of a layer).
         self.clear: set[str] = set()
+        #: Set by :meth:`RowStore.commit` while ``fill`` runs in its open transaction: writes the
+        #: clears, deletes and puts gathered so far and empties them (a large commit is held a
+        #: part at a time, see :attr:`spill_rows`).
+        self.spill: Callable[[Changes], None] | None = None
+        #: Puts that make :meth:`set` call :attr:`spill` (None: gather everything first).
+        self.spill_rows: int | None = None
 
     def set(self, ns: str, key: str, value: bytes) -> None:
         self.put[(ns, key)] = value
         self.delete.discard((ns, key))
+        if self.spill is not None and self.spill_rows and len(self.put) >= self.spill_rows:
+            self.spill(self)
 
     def remove(self, ns: str, key: str) -> None:
         self.put.pop((ns, key), None)

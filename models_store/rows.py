@@ -34,7 +34,7 @@ import sqlite3
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -231,7 +231,12 @@ class RowStore:
     # -- writes ----------------------------------------------------------------------------------
 
     def commit(
-        self, changes: Changes, *, stamp: int = 0, stamped: Collection[str] | None = None
+        self,
+        changes: Changes,
+        *,
+        stamp: int = 0,
+        stamped: Collection[str] | None = None,
+        fill: Callable[[Changes], None] | None = None,
     ) -> int:
         """Apply ``changes`` in one transaction (all or nothing); return the bytes written.
 
@@ -239,37 +244,60 @@ class RowStore:
         all of them); rows of other namespaces get 0, so writing one again never moves its entry
         of the stamp index (see the module docstring).
 
+        ``fill``, if given, is called with ``changes`` once the transaction is open: with
+        ``changes.spill_rows`` set, what it gathers is written each time that many rows are
+        put, in the order gathered (clears, then deletes, then puts of each part), and let go,
+        so a commit of a whole tree never holds all its rows at once (26.5k leaves: +212 MiB of
+        anonymous memory gathered whole). A spilled part reads back as written: ``fill`` must
+        not read a namespace a part cleared (a fresh state, read from memory only, is safe).
+
         Raises:
             ModelStoreError: the database is read-only, full, or failed; nothing was written.
         """
         if self.readonly:
             raise ModelStoreError(f"{self.path} is open read-only")
         written = 0
+
+        def write(part: Changes) -> None:
+            nonlocal written
+            for ns in part.clear:
+                self._db.execute("DELETE FROM rows WHERE ns = ?", (ns,))
+                self._bounds.pop(ns, None)
+            if part.delete:
+                self._db.executemany(
+                    "DELETE FROM rows WHERE ns = ? AND key = ?", sorted(part.delete)
+                )
+            if part.put:
+                self._db.executemany(
+                    "INSERT INTO rows (ns, key, value, stamp) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (ns, key) DO UPDATE SET "
+                    "value = excluded.value, stamp = excluded.stamp",
+                    (
+                        (ns, k, v, stamp if stamped is None or ns in stamped else 0)
+                        for (ns, k), v in part.put.items()
+                    ),
+                )
+                written += sum(len(v) for v in part.put.values())
+                for ns, _ in part.put:
+                    if ns in self._bounds:
+                        bound, version = self._bounds[ns]
+                        self._bounds[ns] = (bound + 1, version)
+
+        def spill(part: Changes) -> None:
+            write(part)
+            part.touch -= part.put.keys() | part.delete
+            part.clear, part.delete, part.put = set(), set(), {}
+
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
-                for ns in changes.clear:
-                    self._db.execute("DELETE FROM rows WHERE ns = ?", (ns,))
-                    self._bounds.pop(ns, None)
-                if changes.delete:
-                    self._db.executemany(
-                        "DELETE FROM rows WHERE ns = ? AND key = ?", sorted(changes.delete)
-                    )
-                if changes.put:
-                    self._db.executemany(
-                        "INSERT INTO rows (ns, key, value, stamp) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (ns, key) DO UPDATE SET "
-                        "value = excluded.value, stamp = excluded.stamp",
-                        [
-                            (ns, k, v, stamp if stamped is None or ns in stamped else 0)
-                            for (ns, k), v in changes.put.items()
-                        ],
-                    )
-                    written += sum(len(v) for v in changes.put.values())
-                    for ns, _ in changes.put:
-                        if ns in self._bounds:
-                            bound, version = self._bounds[ns]
-                            self._bounds[ns] = (bound + 1, version)
+                if fill is not None:
+                    changes.spill = spill
+                    try:
+                        fill(changes)
+                    finally:
+                        changes.spill = None
+                write(changes)
                 touch = changes.touch - changes.put.keys() - changes.delete
                 if stamped is not None:
                     touch = {(ns, k) for ns, k in touch if ns in stamped}

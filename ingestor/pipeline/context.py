@@ -165,8 +165,16 @@ class TreeContext:
                 "permissions of ADRAP_STATE_DIR, then run the command again"
             ) from exc
 
-    def store_state(self, state: TreeState, progress: Progress | None = None) -> None:
-        """Upsert every node, commit the state, then delete points the state no longer has."""
+    def store_state(
+        self, state: TreeState, progress: Progress | None = None, *, index: bool = True
+    ) -> None:
+        """Upsert every node, commit the state, delete points the state no longer has, then
+        build the store's index (embedded: the HNSW graph, once, after the bulk write).
+
+        ``index=False`` leaves the index to the caller: a build lets its state go first, so
+        that the index build's memory does not come on top of the whole tree's. Unindexed
+        points are found by a scan meanwhile; the commit needs them durable, not indexed.
+        """
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
         ids = list(state.nodes)
         for start in range(0, len(ids), UPSERT_BATCH):
@@ -174,12 +182,13 @@ class TreeContext:
             self.store.upsert(state.payloads(batch), state.matrix(batch))
             if progress is not None:
                 progress("store", start + len(batch), len(ids))
-        self.store.optimize()  # embedded: build the HNSW index once, after the bulk write
         self.commit(state)
         orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
         if orphans:
             self.store.delete(orphans)
             log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
+        if index:
+            self.store.optimize()
 
     def show_leaves(self, state: TreeState, ids: list[str]) -> None:
         """Make new leaves searchable before adRAP places them (file → searchable is the

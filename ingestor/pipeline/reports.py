@@ -52,6 +52,7 @@ class UpdateReport:
             f"removed {s.clusters_removed}; summaries regenerated {s.summaries_regenerated} "
             f"(cache hits {s.summary_cache_hits}, {s.summary_input_tokens} input tokens"
             f"{f', {s.summary_tokens} billed' if s.summary_tokens else ''}), deferred "
-            f"{s.summaries_deferred}, within tolerance {s.summaries_tolerated}; {'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"{s.summaries_deferred}, within tolerance {s.summaries_tolerated}; "
+            f"{'full rebuild (drift); ' if self.rebuilt else ''}"
             f"{self.seconds:.2f}s"
         )

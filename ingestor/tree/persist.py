@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 
 #: Past its bound, a held state keeps the rows the last this many updates used (see shed_rows).
 RECENT_UPDATES = 8
+#: Rows a fresh state's commit gathers before writing them (``RowStore.commit``'s ``fill``):
+#: ~4 MB of pickled nodes held at a time instead of the whole tree.
+SPILL_ROWS = 2048
 #: The summary cache keeps at least this many entries, and at least CACHE_FACTOR x the summaries.
 CACHE_MIN = 2000
 CACHE_FACTOR = 3
@@ -283,28 +286,36 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     rows: RowStore = state.rows
     before = int(rows.manifest().get("n_layers", 0))
     state.generation += 1
+
+    def gather(ch: Changes) -> None:
+        for rowmap in _row_maps(state):
+            rowmap.changes(ch)
+        for i, layer in enumerate(state.layers):  # a new or moved layer clears its rows first
+            layer_changes(layer, i, ch, rows)
+        for i in range(len(state.layers), before):
+            remove_layer(i, ch)
+        if fresh:
+            ch.clear.add(_INTENT)
+        elif state.intent_open:
+            ch.set(_INTENT, "committed", dumps(True))
+        ch.manifest = {
+            "format": STATE_FORMAT,
+            "schema": SCHEMA_VERSION,
+            "tree_name": state.tree,
+            **{k: getattr(state, k) for k in _SCALARS},
+            "layer_sizes": {str(k): v for k, v in state.nodes.sizes.items()},
+            "n_layers": len(state.layers),
+            "model_libraries": state.model_libraries,
+        }
+
     ch = Changes()
-    for rowmap in _row_maps(state):
-        rowmap.changes(ch)
-    for i, layer in enumerate(state.layers):  # a new or moved layer clears its rows first
-        layer_changes(layer, i, ch, rows)
-    for i in range(len(state.layers), before):
-        remove_layer(i, ch)
-    if fresh:
-        ch.clear.add(_INTENT)
-    elif state.intent_open:
-        ch.set(_INTENT, "committed", dumps(True))
-    ch.manifest = {
-        "format": STATE_FORMAT,
-        "schema": SCHEMA_VERSION,
-        "tree_name": state.tree,
-        **{k: getattr(state, k) for k in _SCALARS},
-        "layer_sizes": {str(k): v for k, v in state.nodes.sizes.items()},
-        "n_layers": len(state.layers),
-        "model_libraries": state.model_libraries,
-    }
     try:
-        written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
+        if fresh:  # the whole tree, from memory: written a part at a time as it is gathered
+            ch.spill_rows = SPILL_ROWS
+            written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED, fill=gather)
+        else:  # an update: gathered first (moved layers read their old rows before any write)
+            gather(ch)
+            written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
     except BaseException:
         state.generation -= 1
         raise
