@@ -58,6 +58,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.soak_ops import Corpus, Soak
+from ingestor.cli.query import NO_MATCH_EXIT
 from ingestor.tree.invariants import violations
 from ingestor.tree.persist import load_state, pending_intent
 from models_store import ModelStore
@@ -399,8 +400,11 @@ class CrashBench:
             words = files[0].read_text().split()[:6] if files else ["river"]
             q = self.cli("query", " ".join(words), "--json")
             t.queries += 1
-            ok = q.returncode == 0 and json.loads(q.stdout)["hits"]
-            reader += f", query {len(json.loads(q.stdout)['hits']) if ok else 'FAILED'} hits"
+            # 3: nothing scores above ADRAP_QUERY__MIN_SCORE (six words of a file are not always
+            # a question the tree answers); the closest passages are still returned
+            ok = q.returncode in (0, NO_MATCH_EXIT) and json.loads(q.stdout)["hits"]
+            why = "" if ok else f" (rc {q.returncode}: {(q.stderr or q.stdout)[-300:]!r})"
+            reader += f", query {len(json.loads(q.stdout)['hits']) if ok else 'FAILED'} hits{why}"
             t.reader_failures += not ok
         rerun = Writer(args, self.env)
         rcode, _ = rerun.finish()

@@ -12,8 +12,11 @@ It prints, per mode, the summariser's input tokens (what an LLM bills most: the 
 every summary paid for), summaries paid, the median per change and its ratio to the changed
 document's own tokens, the ratio to one full rebuild, stale summaries left, and the collapsed
 tree's answer recall at 2,000 tokens on the SQuAD questions (each mode's final tree; the rebuild's
-is the reference). Real embeddings (all-MiniLM-L6-v2, each text embedded once for all modes) and
-the extractive summariser wrapped to count its input; summary cache on, as in the daemon.
+is the reference), and the floor: the input tokens of the summaries any correct update must
+regenerate (bench/floor.py), each read once per change (at once) or once per window
+(coalesced), against the rebuild's. Real embeddings (all-MiniLM-L6-v2, each text embedded once for
+all modes) and the extractive summariser wrapped to count its input; summary cache on, as in the
+daemon.
 
     python bench/summary_cost.py [--changes 60] [--window 5] [--paragraphs 6]
         [--min-change F] [--soft-margin F]
@@ -39,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets import SQUAD, Question, peak_rss_mb
-from update import RULES, CachedEmbedder, CountingSummarizer, pipeline, recall
+from update import RULES, CachedEmbedder, CountingSummarizer, FloorProbe, pipeline, recall
 
 from ingestor.config import SummarySettings
 from ingestor.read.tokens import default_tokenizer
@@ -109,9 +112,12 @@ def run_mode(
     ratios: list[float] = []
     pending: list[int] = []
     doc_tokens: list[int] = []
+    floor_tokens = 0
+    window_floor: dict[str, int] = {}  # summary -> input tokens: the floor of the open window
     t0 = time.perf_counter()
     for i, (kind, doc, donor) in enumerate(ops):
         path = root / f"d{doc:04d}.txt"
+        probe = FloorProbe(p.require_state(), path, gone=kind == "remove")
         if kind == "remove":
             changed = len(tok.encode(path.read_text()))
             path.unlink()
@@ -125,6 +131,10 @@ def run_mode(
             p.update([path])
         pending.append(s.input_tokens - before)
         doc_tokens.append(changed)
+        window_floor.update(probe.after(p.require_state()))
+        if name != "coalesced" or (i + 1) % window == 0 or i + 1 == len(ops):
+            floor_tokens += sum(window_floor.values())  # a summary in the floor is read once
+            window_floor = {}
         if name == "coalesced" and ((i + 1) % window == 0 or i + 1 == len(ops)):
             before = s.input_tokens
             p.refresh()
@@ -144,6 +154,7 @@ def run_mode(
         "summaries": s.calls - built_calls,
         "median_per_change": statistics.median(per_change),
         "median_ratio_to_doc": statistics.median(ratios),
+        "floor_tokens": floor_tokens,
         "stale_left": len(state.stale),
         "seconds": time.perf_counter() - t0,
         "root": root,
@@ -201,6 +212,7 @@ def main() -> None:
             "x doc",
             "stale",
             "recall@2000",
+            "floor/rebuild",
         )
         print("  " + " ".join(f"{h:>13}" for h in head))
         for r in rows:
@@ -208,7 +220,8 @@ def main() -> None:
             print(
                 f"  {r['mode']:>13} {r['tokens']:>13,} {r['summaries']:>13} "
                 f"{r['tokens'] / max(1, rebuild_tokens):>13.2f} {r['median_per_change']:>13,.0f} "
-                f"{r['median_ratio_to_doc']:>13.1f} {r['stale_left']:>13} {rec:>13.1%}"
+                f"{r['median_ratio_to_doc']:>13.1f} {r['stale_left']:>13} {rec:>13.1%} "
+                f"{r['floor_tokens'] / max(1, rebuild_tokens):>13.2f}"  # type: ignore[operator]
             )
             r["p"].store.close()  # type: ignore[attr-defined]
         full.store.close()
@@ -220,6 +233,10 @@ def main() -> None:
         )
         print(
             "  recall within 1 point of the rebuild's; no stale summary left after the last window"
+        )
+        print(
+            "  floor/rebuild: the input tokens of the summaries whose clusters' hard memberships "
+            "the changes touched, up the ancestors (bench/floor.py), each read once per window"
         )
 
 
