@@ -84,7 +84,7 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         root = Path(tmp) / "docs"
         synthetic_docs(root, size, random.Random(0))
         p = pipeline(Path(tmp) / "state", HashEmbedder(dim=384), CountingSummarizer())
-        before = _rss_mb()
+        before, anon_before = _rss_mb(), _rss_mb("RssAnon")
         t0 = time.perf_counter()
         p.build(root)
         seconds = time.perf_counter() - t0
@@ -97,6 +97,7 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         "leaves": leaves,
         "seconds": seconds,
         "rss_before": before,
+        "anon_before": anon_before,
         "rss_peak": peak_rss_mb(),
         "rss_after": after,
         "rss_after_anon": after_anon,
@@ -155,7 +156,8 @@ def main() -> None:
     )
     print(
         "  (MiB; peak: the builder's own; +workers, anon, file: the builder and its workers, "
-        "sampled every 20 ms: all, anonymous, file-backed; anon/leaf in KB)"
+        "sampled every 20 ms: all, anonymous, file-backed; anon/leaf: KB of anonymous memory per leaf "
+        "over the start)"
     )
     for size in args.sizes:
         r = child("--one", str(size), "--workers", str(args.workers))
@@ -165,7 +167,7 @@ def main() -> None:
             f"{r['leaves']:8.0f} {r['seconds']:8.1f} {r['rss_before']:9.0f} {r['rss_peak']:7.0f} "
             f"{r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} {floor:9.0f} "
             f"{max(r['sampled_peak'], r['rss_peak']):8.0f} {r['peak_anon']:7.0f} "
-            f"{r['peak_file']:7.0f} {r['peak_anon'] * 1024 / r['leaves']:9.1f}"
+            f"{r['peak_file']:7.0f} {(r['peak_anon'] - r['anon_before']) * 1024 / r['leaves']:9.1f}"
         )
 
 
