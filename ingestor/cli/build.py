@@ -62,7 +62,7 @@ def add(ctx: Ctx, paths: tuple[Path, ...], defer_summaries: bool) -> None:
     that vanished from a given folder are removed.
 
     \b
-    Examples:
+    Example:
       adrap add docs/new-report.md docs/minutes/
       adrap add --defer-summaries docs/a.md && adrap add --defer-summaries docs/b.md
       adrap refresh
