@@ -165,6 +165,7 @@ def _service_status(s: Any) -> dict[str, Any]:
                 "awaiting_confirmation",
                 "errors",
                 "summaries",
+                "summaries_tolerated",
             ):
                 out[key] = live.get(key)
     return out

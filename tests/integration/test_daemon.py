@@ -207,6 +207,18 @@ def test_watch_serves_queries_metrics_and_exits_0_on_sigterm(folder: Path, tmp_p
         )
         assert q.returncode == 0, q.stderr
         assert json.loads(q.stdout)["hits"]
+        # `adrap status` shows the daemon's summary counts beside the state's.
+        st = subprocess.run(
+            [sys.executable, "-m", "ingestor", "status", "--json"],
+            capture_output=True,
+            text=True,
+            env=env | {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1"},
+            timeout=120,
+        )
+        assert st.returncode == 0, st.stderr
+        shown = json.loads(st.stdout)
+        assert shown["summaries_tolerated"] == w.status()["summaries_tolerated"]
+        assert "stale" in shown["summaries"]
         # A second daemon on the same state dir is refused, naming the first one's pid.
         second = subprocess.run(
             [sys.executable, "-m", "ingestor", "watch", str(folder), "--http-port", "-1"],
