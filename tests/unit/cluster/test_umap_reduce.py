@@ -17,7 +17,9 @@ import pytest
 from numpy.typing import NDArray
 from sklearn.manifold import trustworthiness
 
+from ingestor.cluster import umap_reduce
 from ingestor.cluster.one_step import cluster_one_step
+from ingestor.cluster.parallel import restore_index
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.cluster.umap_reduce import (
     ExactCosineIndex,
@@ -78,9 +80,12 @@ def test_new_points_are_placed_by_umaps_own_transform(points: NDArray[np.float32
     np.testing.assert_array_equal(clusterer.transform_global(points[:300]), reducer.embedding_)
 
 
-def test_a_fit_from_our_start_is_as_good_as_from_umaps_own(points: NDArray[np.float32]) -> None:
+def test_a_fit_from_our_start_is_as_good_as_from_umaps_own(
+    points: NDArray[np.float32], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Against umap-learn's own ``init="spectral"`` on the same exact kNN graph."""
     X, k = points[:400], 20
+    monkeypatch.setattr(umap_reduce, "slim", lambda reducer: reducer)  # keep the graph to compare
     ours = fit_umap(X, n_neighbors=k, n_components=6, n_epochs=200, random_state=0, what="t")
     index = ExactCosineIndex(X)
     theirs = load_umap().UMAP(
@@ -133,3 +138,19 @@ def test_the_exact_index_finds_the_nearest_rows(points: NDArray[np.float32]) -> 
     expected = np.maximum(np.sort(brute, axis=1)[:, :4], 0)
     np.testing.assert_allclose(dists[:, 1:], expected, atol=1e-6)
     np.testing.assert_allclose(dists[:, 0], 0.0, atol=1e-6)
+
+
+def test_a_slimmed_umap_transforms_as_the_whole_one_and_pickles_smaller(
+    points: NDArray[np.float32], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``slim`` drops the fit's graph and kNN arrays, which adRAP's transforms never read."""
+    X, Q = points[:300], unit_rows(points[300:340])
+    slimmed = fit_umap(X, n_neighbors=15, n_components=6, n_epochs=50, random_state=0, what="t")
+    monkeypatch.setattr(umap_reduce, "slim", lambda reducer: reducer)
+    whole = fit_umap(X, n_neighbors=15, n_components=6, n_epochs=50, random_state=0, what="t")
+    assert slimmed.graph_ is None
+    assert whole.graph_ is not None
+    assert len(pickle.dumps(slimmed)) < 0.9 * len(pickle.dumps(whole))
+    back = restore_index(pickle.loads(pickle.dumps(slimmed)))  # as a stored layer is read
+    with umap_call("test", serial=True):
+        np.testing.assert_array_equal(back.transform(Q), whole.transform(Q))
