@@ -80,3 +80,19 @@ def hotpot_folder(dest: Path) -> tuple[list[Path], list[Question]]:
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (MiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def proc_status_mb(pid: int | str = "self") -> dict[str, float]:
+    """The memory figures of ``/proc/PID/status`` in MiB: ``VmRSS`` (resident now), ``VmHWM``
+    (its peak), ``RssAnon`` (anonymous: heap) and ``RssFile`` (mapped files, which the kernel
+    may drop), ...
+
+    Raises:
+        OSError: no such process (it may just have exited).
+    """
+    out: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if value.endswith(" kB"):
+            out[name] = int(value.split()[0]) / 1024
+    return out

@@ -38,10 +38,9 @@ sys.path.insert(0, str(HERE.parent))
 def _rss_mb(field: str = "VmRSS") -> float:
     """This process's resident memory (MiB): all of it, or ``RssAnon`` (heap) / ``RssFile``
     (mapped files: the embedded store's segments, the kernel may drop them)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    from datasets import proc_status_mb
+
+    return proc_status_mb().get(field, float("nan"))
 
 
 def _descendants(pid: int) -> list[int]:
@@ -58,12 +57,14 @@ def _descendants(pid: int) -> list[int]:
 
 def _resident_mb(pid: int) -> tuple[float, float, float]:
     """Resident memory of ``pid`` and its descendants (MiB): all, anonymous, file-backed."""
+    from datasets import proc_status_mb
+
     total = [0.0, 0.0, 0.0]
     for p in _descendants(pid):
-        with contextlib.suppress(OSError, IndexError):
-            status = Path(f"/proc/{p}/status").read_text()
-            for i, field in enumerate(("VmRSS:", "RssAnon:", "RssFile:")):
-                total[i] += int(status.split(field)[1].split()[0]) / 1024
+        with contextlib.suppress(OSError):  # a worker that just exited
+            status = proc_status_mb(p)
+            for i, field in enumerate(("VmRSS", "RssAnon", "RssFile")):
+                total[i] += status.get(field, 0.0)
     return total[0], total[1], total[2]
 
 

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sklearn.metrics import adjusted_rand_score
 
+from bench.datasets import proc_status_mb
 from bench.soak_ops import (
     TREE,
     Corpus,
@@ -407,10 +408,7 @@ def daemon_soak(
 
 def proc_rss_mb(pid: int, field: str = "VmRSS") -> float:
     """Resident memory of process ``pid`` (MiB): ``VmRSS`` now, or ``VmHWM``, its peak."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    return proc_status_mb(pid).get(field, float("nan"))
 
 
 def stored_links(client: Any, tree: str = "default") -> dict[str, tuple[list[str], list[str]]]:

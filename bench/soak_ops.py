@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-from bench.datasets import SQUAD
+from bench.datasets import SQUAD, proc_status_mb
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
@@ -146,10 +146,8 @@ def cpu_seconds() -> float:
 
 def rss_mb() -> float:
     """Current resident memory of this process (MiB)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss = proc_status_mb().get("VmRSS")
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 if rss is None else rss
 
 
 def make_pipeline(

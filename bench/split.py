@@ -74,10 +74,9 @@ def _cpu() -> float:
 
 
 def _rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    from datasets import proc_status_mb
+
+    return proc_status_mb().get("VmRSS", float("nan"))
 
 
 def _warm_numba() -> None:
