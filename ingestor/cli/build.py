@@ -45,14 +45,18 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
     run(ctx, body)
 
 
-@main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
+#: ``adrap add`` / ``remove``: the daemon's refresh window, for scripts.
+_defer_summaries = click.option(
     "--defer-summaries",
     is_flag=True,
     help="Place the leaves now and mark the summaries they change stale (old text kept, "
     "searchable); `adrap refresh` pays for them once, however many updates touched them.",
 )
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@_defer_summaries
 @tree_options()
 @click.pass_obj
 def add(ctx: Ctx, paths: tuple[Path, ...], defer_summaries: bool) -> None:
@@ -72,12 +76,7 @@ def add(ctx: Ctx, paths: tuple[Path, ...], defer_summaries: bool) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--defer-summaries",
-    is_flag=True,
-    help="Place the leaves now and mark the summaries they change stale (old text kept, "
-    "searchable); `adrap refresh` pays for them once, however many updates touched them.",
-)
+@_defer_summaries
 @tree_options()
 @click.pass_obj
 def remove(ctx: Ctx, paths: tuple[Path, ...], defer_summaries: bool) -> None:

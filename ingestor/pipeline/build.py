@@ -112,8 +112,9 @@ class BuildStage:
         release_freed_heap()
         t0 = time.perf_counter()
         self.context.store.optimize()
-        report.stats.add_time("index", time.perf_counter() - t0)
-        report.seconds += report.stats.seconds["index"]
+        seconds = time.perf_counter() - t0
+        report.stats.add_time("index", seconds)
+        report.seconds += seconds
         release_freed_heap()  # what the index build freed
         return report
 

@@ -29,6 +29,7 @@ __all__ = [
     "forget_fresh",
     "give_members",
     "mark_stale",
+    "members_tokens",
     "naming_clusters",
     "stale_seeds",
 ]
@@ -62,12 +63,15 @@ def can_wait(
     node = state.nodes.peek(nodes[0])
     if node is None or naming_clusters(al, node) - {cid}:
         return None
-    if max_input_tokens is not None:
-        state.nodes.prefetch(members)
-        total = sum(n.n_tokens for m in members if (n := state.nodes.peek(m)) is not None)
-        if total > max_input_tokens:
-            return None
+    if max_input_tokens is not None and members_tokens(state, members) > max_input_tokens:
+        return None
     return node.node_id
+
+
+def members_tokens(state: TreeState, members: list[str]) -> int:
+    """Return the tokens of a cluster's ``members`` (those still in the tree)."""
+    state.nodes.prefetch(members)
+    return sum(n.n_tokens for m in members if (n := state.nodes.peek(m)) is not None)
 
 
 def give_members(state: TreeState, node_id: str, members: list[str]) -> tuple[Node, bool]:

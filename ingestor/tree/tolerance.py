@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,7 +38,7 @@ from numpy.typing import NDArray
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
 from ingestor.cluster.gmm import responsibilities
 from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.tree.deferral import can_wait, give_members
+from ingestor.tree.deferral import can_wait, give_members, members_tokens
 from ingestor.tree.state import Node, TreeState
 
 __all__ = ["FloorRules", "Settled", "hard_cluster", "posterior"]
@@ -143,7 +142,7 @@ class FloorRules:
             if math.isinf(node.drift):
                 out.purging.add(node.node_id)
             elif not node.stale and (
-                not change or node.drift < self.min_change * _tokens(state, members)
+                not change or node.drift < self.min_change * members_tokens(state, members)
             ):
                 node, moved = give_members(state, node.node_id, members)
                 if moved:
@@ -191,7 +190,3 @@ class FloorRules:
 def _children(state: TreeState, node_id: str) -> list[str]:
     node = state.nodes.peek(node_id)
     return node.children if node is not None else []
-
-
-def _tokens(state: TreeState, ids: Iterable[str]) -> int:
-    return sum(n.n_tokens for i in ids if (n := state.nodes.peek(i)) is not None)
