@@ -6,7 +6,8 @@ Each size runs in a fresh process: synthetic documents from SQuAD sentences, has
 embeddings (the same vector size as the default model, without its ~20 chunks/s), extractive
 summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
 build (imports), peak RSS, RSS after the build (what a watcher holds while idle; ``--one`` also
-prints its heap and mapped-file parts), the state dir on disk, and the peaks of the build process
+prints its heap and mapped-file parts), the state dir on disk, the build's seconds per stage
+(which part is still serial), and the peaks of the build process
 with its workers (``--workers``: the clustering's processes; 1, the default, starts none), sampled
 every 20 ms from this process (the engine holds the builder's GIL while it builds the HNSW graph,
 so a thread in the builder could not see that peak): all resident memory, its anonymous part
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 HERE = Path(__file__).resolve().parent
@@ -72,7 +74,7 @@ def _du_mb(path: Path) -> float:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
 
 
-def one(size: int, workers: int = 1) -> dict[str, float]:
+def one(size: int, workers: int = 1) -> dict[str, Any]:
     """Build one synthetic tree of about ``size`` leaves in this process; return its figures."""
     import update
     from datasets import peak_rss_mb
@@ -87,7 +89,7 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         p = pipeline(Path(tmp) / "state", HashEmbedder(dim=384), CountingSummarizer())
         before, anon_before = _rss_mb(), _rss_mb("RssAnon")
         t0 = time.perf_counter()
-        p.build(root)
+        report = p.build(root)
         seconds = time.perf_counter() - t0
         leaves = len(p.require_state().ids_in_layer(0))
         after = _rss_mb()
@@ -104,6 +106,7 @@ def one(size: int, workers: int = 1) -> dict[str, float]:
         "rss_after_anon": after_anon,
         "rss_after_file": after_file,
         "disk": disk,
+        "stages": report.stats.seconds,
     }
 
 
@@ -132,7 +135,7 @@ def main() -> None:
         print(json.dumps({"model": model_mb()}))
         return
 
-    def child(*flags: str) -> dict[str, float]:
+    def child(*flags: str) -> dict[str, Any]:
         """Run this script with ``flags`` in a fresh process, sampling its memory from here."""
         with tempfile.TemporaryFile("w+") as out:
             proc = subprocess.Popen(
@@ -145,7 +148,7 @@ def main() -> None:
             if proc.returncode:
                 raise SystemExit(f"`memory.py {' '.join(flags)}` failed: exit {proc.returncode}")
             out.seek(0)
-            result: dict[str, float] = json.loads(out.read().strip().splitlines()[-1])
+            result: dict[str, Any] = json.loads(out.read().strip().splitlines()[-1])
         result["sampled_peak"], result["peak_anon"], result["peak_file"] = peaks
         return result
 
@@ -170,6 +173,8 @@ def main() -> None:
             f"{max(r['sampled_peak'], r['rss_peak']):8.0f} {r['peak_anon']:7.0f} "
             f"{r['peak_file']:7.0f} {(r['peak_anon'] - r['anon_before']) * 1024 / r['leaves']:9.1f}"
         )
+        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items() if v >= 0.05)
+        print(f"{'':8} stages, s: {stages}")
 
 
 if __name__ == "__main__":

@@ -225,6 +225,7 @@ def bench_edge(
                     exact_max_points=planner.exact_max_points,
                     hnsw_ef=ef,
                     oversampling=planner.oversampling,
+                    max_hnsw_ef=planner.max_hnsw_ef,
                 )
                 rows += run_queries(store, c, cases, limit, n, f"edge ef={ef}")
     return build, rows
@@ -278,6 +279,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ef-construct", type=int, default=HnswConfig().ef_construct)
     p.add_argument("--exact-max-points", type=int, default=Planner().exact_max_points)
     p.add_argument(
+        "--max-ef", type=int, default=Planner().max_hnsw_ef, help="cap on the planned hnsw_ef"
+    )
+    p.add_argument(
         "--full-scan-kb",
         type=int,
         help="the store's full_scan_threshold in KB (default: the KB of --exact-max-points "
@@ -308,7 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             quantize=not args.no_quantize,
             full_scan_kb=args.full_scan_kb,
         )
-        planner = Planner(exact_max_points=args.exact_max_points, oversampling=args.oversampling)
+        planner = Planner(
+            exact_max_points=args.exact_max_points,
+            oversampling=args.oversampling,
+            max_hnsw_ef=args.max_ef,
+        )
         build, found = bench_edge(
             c, cases, args.limit, args.queries, args.ef, hnsw, planner, args.keep
         )

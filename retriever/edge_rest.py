@@ -96,7 +96,7 @@ class EdgeRestReader:
             params=models.CollectionParams(
                 vectors={
                     name: models.VectorParams(size=dim, distance=models.Distance.COSINE)
-                    for name in vector_names(leaf_vector=self.store.index.leaf_vector)
+                    for name in self._dense_names()
                 },
                 sparse_vectors={
                     SPARSE_VECTOR: models.SparseVectorParams(modifier=models.Modifier.IDF)
@@ -285,8 +285,12 @@ class EdgeRestReader:
             )
         return using or VECTOR_NAME
 
+    def _dense_names(self) -> tuple[str, ...]:
+        index = self.store.index
+        return vector_names(leaf_vector=index.leaf_vector, summary_vector=index.summary_vector)
+
     def _vector_names(self) -> tuple[str, ...]:
-        dense = vector_names(leaf_vector=self.store.index.leaf_vector)
+        dense = self._dense_names()
         return (*dense, SPARSE_VECTOR) if self.store.index.sparse else dense
 
     def _vector_of(self, point: qe.PointId) -> list[float]:

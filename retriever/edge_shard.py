@@ -22,6 +22,7 @@ from retriever.schema import (
     META_POINT_ID,
     PAYLOAD_INDEXES,
     SPARSE_VECTOR,
+    SUMMARY_VECTOR,
     TENANT_FIELD,
     VECTOR_NAME,
     F,
@@ -373,12 +374,17 @@ def read_index(path: Path) -> StoreIndex:
         kb = int((config.get("hnsw_config") or {}).get("full_scan_threshold") or FULL_SCAN_KB)
         quantized = bool(vector.get("quantization_config") or config.get("quantization_config"))
         leaf = LEAF_VECTOR in config["vectors"]
+        summary = SUMMARY_VECTOR in config["vectors"]
         sparse = SPARSE_VECTOR in (config.get("sparse_vectors") or {})
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("planning %s as unquantized: its config is unreadable (%s)", path, exc)
         return StoreIndex()
     return StoreIndex(
-        quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf, sparse=sparse
+        quantized=quantized,
+        scan_points=scan_points(kb, dim),
+        leaf_vector=leaf,
+        summary_vector=summary,
+        sparse=sparse,
     )
 
 

@@ -38,7 +38,7 @@ from numpy.typing import NDArray
 
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
-from retriever.edge_translate import edge_points, edge_query_request
+from retriever.edge_translate import edge_points, edge_query_request, graph_filter
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
@@ -308,13 +308,25 @@ class EdgeNodeStore(EdgeShardLifecycle):
         seen = self.estimates.get(flt)
         if seen is None:
             shard = self.require()
+            graph = graph_filter(self._using(flt))
             with self.engine("estimate the matching points"):
                 matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
-                total = shard.info().points_count
+                total = (
+                    shard.info().points_count
+                    if graph is None
+                    else shard.count(qe.CountRequest(exact=False, filter=graph))
+                )
             if len(self.estimates) >= ESTIMATE_MEMO:
                 self.estimates.clear()
             seen = self.estimates[flt] = (matches, total)
         return self.planner.plan(*seen, limit, self.index, leaves_only=flt.leaves_only)
+
+    def _using(self, flt: SearchFilter) -> str:
+        """The vector (graph) a search with ``flt`` walks."""
+        index = self.index
+        return search_vector(
+            flt, leaf_vector=index.leaf_vector, summary_vector=index.summary_vector
+        )
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
@@ -354,7 +366,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return []
         shard = self.require()
 
-        using = search_vector(flt, leaf_vector=self.index.leaf_vector)
+        using = self._using(flt)
         sparse = bm25_query(text) if text is not None and self.index.sparse else None
 
         def run(plan: SearchPlan) -> list[qe.ScoredPoint]:

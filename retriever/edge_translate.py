@@ -16,6 +16,7 @@ from retriever.schema import (
     NodePayload,
     SearchFilter,
     point_vectors,
+    vector_layers,
 )
 from retriever.sparse import Fusion, bm25_documents
 from retriever.validation import check_ids
@@ -31,17 +32,27 @@ def edge_search_params(plan: SearchPlan) -> qe.SearchParams:
     return qe.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact, quantization=rescore)
 
 
+def layer_condition(low: int | None, high: int | None) -> qe.FieldCondition:
+    """Return the condition ``low <= layer <= high`` (None: no bound)."""
+    bounds = qe.RangeFloat(
+        gte=None if low is None else float(low), lte=None if high is None else float(high)
+    )
+    return qe.FieldCondition(key=F.LAYER, range=bounds)
+
+
+def graph_filter(name: str) -> qe.Filter | None:
+    """Return the filter of the points that carry vector ``name`` (None: every point)."""
+    layers = vector_layers(name)
+    return None if layers is None else qe.Filter(must=[layer_condition(*layers)])
+
+
 def edge_filter(flt: SearchFilter) -> qe.Filter | None:
     """Translate a SearchFilter; ``None`` means "matches nothing" (an empty ``ids``)."""
     if flt.tree == META_TREE:
         raise ValueError(f"tree {META_TREE!r} is reserved for the meta point")
     must: list[Any] = [qe.FieldCondition(key=F.TREE, match=qe.MatchValue(flt.tree))]
     if flt.min_layer is not None or flt.max_layer is not None:
-        bounds = qe.RangeFloat(
-            gte=None if flt.min_layer is None else float(flt.min_layer),
-            lte=None if flt.max_layer is None else float(flt.max_layer),
-        )
-        must.append(qe.FieldCondition(key=F.LAYER, range=bounds))
+        must.append(layer_condition(flt.min_layer, flt.max_layer))
     source = flt.source_condition()
     if source is not None:
         must.append(qe.FieldCondition(key=source[0], match=qe.MatchValue(source[1])))
@@ -58,10 +69,12 @@ def edge_filter(flt: SearchFilter) -> qe.Filter | None:
 def edge_points(
     nodes: Sequence[NodePayload], rows: list[list[float]], index: StoreIndex
 ) -> list[qe.Point]:
-    """Return the nodes as points: the dense vector (and a leaf's own), the text's BM25 vector in
-    a store that has one, and the payload."""
+    """Return the nodes as points: the dense vector (again under its layer's own name), the
+    text's BM25 vector in a store that has one, and the payload."""
     vectors = [
-        point_vectors(n.layer, row, leaf_vector=index.leaf_vector)
+        point_vectors(
+            n.layer, row, leaf_vector=index.leaf_vector, summary_vector=index.summary_vector
+        )
         for n, row in zip(nodes, rows, strict=True)
     ]
     if index.sparse:

@@ -56,9 +56,20 @@ LEAVES_EXACT_MAX_POINTS: Final = 2**62
 #: leaves are the scattered points of the corpus, summaries its centres (bench/query.py, 100k
 #: nodes, 50 % leaves-only filter: recall@100 0.936 at ef=183, 0.963 at 365 for 1.55 -> 1.71 ms;
 #: 0.952-0.964 over three fresh builds at 365, so 2.5: 0.970 at ef=456 on the same store, 1.63 ms).
-LEAF_WALK_EF_FACTOR: Final = 2.5
-#: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it).
-MAX_HNSW_EF: Final = 512
+#: Those breadths were planned against every node (selectivity 0.50); against the leaves' own
+#: graph that filter keeps 0.60 of it, so 2.75 asks for the same ef=456.
+LEAF_WALK_EF_FACTOR: Final = 2.75
+#: The breadths above were measured with this many matching points; a walk among more is broader
+#: by ``sqrt(matches / MATCHES_AT_BASE_EF)``: HNSW's recall at a fixed breadth falls as the points
+#: it must pick the top ``limit`` from grow (bench/query.py, the 60 % tree filter at ef=166:
+#: recall@100 0.974-0.981 at 100k nodes, 0.920-0.929 at 1M; ef=331: 0.937, ef=496: 0.947). A
+#: filter on a folder keeps few points, each linked to the others by the folder's own graph
+#: links: 88k of 1M at ef=430 already reach 0.978, so the count of matches, not of the store,
+#: sets the breadth.
+MATCHES_AT_BASE_EF: Final = 100_000
+#: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it:
+#: ~5-8 ms at ef=512 on 1M nodes, ~15 ms at 1024 on these 2 cores).
+MAX_HNSW_EF: Final = 1024
 #: HNSW graph built by both adapters: links per point (32: recall@100 0.97 at ef=128 under a 60 %
 #: filter on the 100k bench, against 0.90 with 16) and build breadth.
 HNSW_M: Final = 32
@@ -123,6 +134,7 @@ class HnswConfig:
             quantized=self.quantize,
             scan_points=scan_points(self.scan_kb(dim), dim),
             leaf_vector=True,
+            summary_vector=True,
             sparse=True,
         )
 
@@ -137,6 +149,9 @@ class StoreIndex:
             (its ``full_scan_threshold``, in points).
         leaf_vector: Leaves carry a second vector (:data:`~retriever.schema.LEAF_VECTOR`) with
             a graph of their own: leaves-only filters walk it like any other filter.
+        summary_vector: Summaries carry a second vector
+            (:data:`~retriever.schema.SUMMARY_VECTOR`) with a graph of their own, which
+            summaries-only filters walk.
         sparse: Every node carries its BM25 vector (:data:`~retriever.schema.SPARSE_VECTOR`):
             a search given the question's text can be hybrid.
     """
@@ -144,6 +159,7 @@ class StoreIndex:
     quantized: bool = False
     scan_points: int = 0
     leaf_vector: bool = False
+    summary_vector: bool = False
     sparse: bool = False
 
 
@@ -215,6 +231,8 @@ class Planner:
     ) -> SearchPlan:
         """Return the plan for a query whose filter keeps ``matches`` of ``total`` points.
 
+        ``total``: the points of the graph the walk would run on: every point, or the leaves
+        (summaries) where a leaves-only (summaries-only) filter walks their own graph.
         ``index`` describes the store (``None``: no int8 copy, so scans are float ``exact``);
         ``leaves_only``: the filter keeps no summary (scanned up to ``leaves_exact_max_points``
         in a store without the leaves' own graph).
@@ -277,12 +295,16 @@ def first_hits(limit: int, max_tokens: int) -> int:
 
 
 def hnsw_ef_for(matches: int, total: int, limit: int, *, base: int, cap: int) -> int:
-    """Return the walk breadth for a filter keeping ``matches`` of ``total`` points.
+    """Return the walk breadth for a filter keeping ``matches`` of the ``total`` points of the
+    graph walked.
 
     ``base / sqrt(selectivity)``: the walk drops the points the filter rejects, so it keeps a
-    comparable number of useful candidates as the filter narrows; never below ``limit`` (the
-    engine needs ``ef >= limit`` to return ``limit`` hits) nor above ``cap``.
+    comparable number of useful candidates as the filter narrows; times
+    ``sqrt(matches / MATCHES_AT_BASE_EF)`` past that many matches (see
+    :data:`MATCHES_AT_BASE_EF`); never below ``limit`` (the engine needs ``ef >= limit`` to return
+    ``limit`` hits) nor above ``cap``.
     """
     selectivity = min(1.0, matches / total) if total > 0 else 1.0
-    wanted = math.ceil(base / math.sqrt(max(selectivity, 1e-6)))
+    many = math.sqrt(max(1.0, matches / MATCHES_AT_BASE_EF))
+    wanted = math.ceil(base * many / math.sqrt(max(selectivity, 1e-6)))
     return max(limit, min(wanted, cap))

@@ -24,6 +24,7 @@ from retriever.schema import (
     META_POINT_ID,
     PAYLOAD_INDEXES,
     SPARSE_VECTOR,
+    SUMMARY_VECTOR,
     TENANT_FIELD,
     VECTOR_NAME,
     IndexType,
@@ -348,9 +349,14 @@ def _read_index(info: models.CollectionInfo, dim: int) -> StoreIndex:
     quantized = bool(info.config.quantization_config or (params and params.quantization_config))
     kb = info.config.hnsw_config.full_scan_threshold or FULL_SCAN_KB
     leaf = isinstance(vectors, dict) and LEAF_VECTOR in vectors
+    summary = isinstance(vectors, dict) and SUMMARY_VECTOR in vectors
     sparse = SPARSE_VECTOR in (info.config.params.sparse_vectors or {})
     return StoreIndex(
-        quantized=quantized, scan_points=scan_points(kb, dim), leaf_vector=leaf, sparse=sparse
+        quantized=quantized,
+        scan_points=scan_points(kb, dim),
+        leaf_vector=leaf,
+        summary_vector=summary,
+        sparse=sparse,
     )
 
 

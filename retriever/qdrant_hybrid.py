@@ -26,10 +26,12 @@ def sparse_vector(indices: Sequence[int], values: Sequence[float]) -> models.Spa
 def qdrant_points(
     nodes: Sequence[NodePayload], rows: list[list[float]], index: StoreIndex
 ) -> list[models.PointStruct]:
-    """Return the nodes as points: dense vector (and a leaf's own), the text's BM25 vector in a
-    collection that has one, and the payload."""
+    """Return the nodes as points: the dense vector (again under its layer's own name), the
+    text's BM25 vector in a collection that has one, and the payload."""
     vectors: list[dict[str, Any]] = [
-        point_vectors(n.layer, row, leaf_vector=index.leaf_vector)
+        point_vectors(
+            n.layer, row, leaf_vector=index.leaf_vector, summary_vector=index.summary_vector
+        )
         for n, row in zip(nodes, rows, strict=True)
     ]
     if index.sparse:

@@ -31,6 +31,7 @@ from retriever.schema import (
     ScoredNode,
     SearchFilter,
     search_vector,
+    vector_layers,
 )
 from retriever.validation import (
     check_ids,
@@ -249,11 +250,20 @@ class QdrantNodeStore(QdrantCollection):
             self.require_open()
             with self.call("estimate the matching points"):
                 matches = self.client.count(self.collection, count_filter=query_filter, exact=False)
-                total = self.client.count(self.collection, exact=False)
+                total = self.client.count(
+                    self.collection, count_filter=_graph_filter(self._using(flt)), exact=False
+                )
             if len(memo) >= ESTIMATE_MEMO:
                 memo.clear()
             seen = memo[flt] = (now, matches.count, total.count)
         return self.planner.plan(seen[1], seen[2], limit, self.index, leaves_only=flt.leaves_only)
+
+    def _using(self, flt: SearchFilter) -> str:
+        """The vector (graph) a search with ``flt`` walks."""
+        index = self.index
+        return search_vector(
+            flt, leaf_vector=index.leaf_vector, summary_vector=index.summary_vector
+        )
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -276,7 +286,7 @@ class QdrantNodeStore(QdrantCollection):
         if query_filter is None or limit == 0:
             return []
         self.require_open()
-        using = search_vector(flt, leaf_vector=self.index.leaf_vector)
+        using = self._using(flt)
         hybrid = text is not None and self.index.sparse
         plan = self.plan(flt, max(limit, depth if hybrid else 0))
         local = _is_local(self.client)  # always scans exactly and warns about search params
@@ -370,6 +380,17 @@ def _is_local(client: QdrantClient) -> bool:
     return opts.get("location") == ":memory:" or bool(opts.get("path"))
 
 
+def _layer_condition(low: int | None, high: int | None) -> models.FieldCondition:
+    """Return the condition ``low <= layer <= high`` (None: no bound)."""
+    return models.FieldCondition(key=F.LAYER, range=models.Range(gte=low, lte=high))
+
+
+def _graph_filter(name: str) -> models.Filter | None:
+    """Return the filter of the points that carry vector ``name`` (None: every point)."""
+    layers = vector_layers(name)
+    return None if layers is None else models.Filter(must=[_layer_condition(*layers)])
+
+
 def _qdrant_filter(flt: SearchFilter) -> models.Filter | None:
     """Translate a SearchFilter; ``None`` means "matches nothing" (an empty ``ids``)."""
     if flt.tree == META_TREE:
@@ -378,11 +399,7 @@ def _qdrant_filter(flt: SearchFilter) -> models.Filter | None:
         models.FieldCondition(key=F.TREE, match=models.MatchValue(value=flt.tree))
     ]
     if flt.min_layer is not None or flt.max_layer is not None:
-        must.append(
-            models.FieldCondition(
-                key=F.LAYER, range=models.Range(gte=flt.min_layer, lte=flt.max_layer)
-            )
-        )
+        must.append(_layer_condition(flt.min_layer, flt.max_layer))
     source = flt.source_condition()
     if source is not None:
         must.append(models.FieldCondition(key=source[0], match=models.MatchValue(value=source[1])))

@@ -29,6 +29,12 @@ VECTOR_NAME: Final = "dense"
 #: summaries over it, and a walk filtered to leaves fell apart (recall@100 0.2-0.5 at 100k nodes).
 #: Summaries have no ``leaf`` vector. Stores created before it have none: they scan leaves exactly.
 LEAF_VECTOR: Final = "leaf"
+#: A summary (layer >= 1) also carries its vector under this name, for the same reason the other
+#: way round: summaries are a few points spread among many leaves, and a walk filtered to them in
+#: the graph of every node had to be broad and slow (bench/query.py, 1M nodes, a 10 % layer >= 1
+#: filter: recall@100 0.910 at ef=405, 4.6 ms). Leaves have no ``summary`` vector. Stores created
+#: before it have none: their summaries-only searches walk the graph of every node as before.
+SUMMARY_VECTOR: Final = "summary"
 #: Every node's BM25 sparse vector (the engine's IDF modifier), computed from its text when it is
 #: written (:mod:`retriever.sparse`); a collapsed-tree search fuses it with :data:`VECTOR_NAME`
 #: in one Query API request. Stores created before it have none: they search dense only until
@@ -108,24 +114,45 @@ TENANT_FIELD: Final = F.TREE
 META_TREE: Final = "__adrap_meta__"
 
 
-def vector_names(*, leaf_vector: bool = True) -> tuple[str, ...]:
-    """Return the named vectors of a store: :data:`VECTOR_NAME`, and :data:`LEAF_VECTOR` in a
-    store that has it (every new one)."""
-    return (VECTOR_NAME, LEAF_VECTOR) if leaf_vector else (VECTOR_NAME,)
+def vector_names(*, leaf_vector: bool = True, summary_vector: bool = True) -> tuple[str, ...]:
+    """Return the named dense vectors of a store: :data:`VECTOR_NAME`, with :data:`LEAF_VECTOR`
+    and :data:`SUMMARY_VECTOR` in a store that has them (every new one)."""
+    own = ((LEAF_VECTOR,) if leaf_vector else ()) + ((SUMMARY_VECTOR,) if summary_vector else ())
+    return (VECTOR_NAME, *own)
 
 
-def point_vectors(layer: int, row: list[float], *, leaf_vector: bool) -> dict[str, Any]:
-    """Return a node's named vectors: ``row`` under :data:`VECTOR_NAME`, and a leaf's also under
-    :data:`LEAF_VECTOR` in a store that has it (``leaf_vector``)."""
-    if leaf_vector and layer == 0:
-        return {VECTOR_NAME: row, LEAF_VECTOR: row}
-    return {VECTOR_NAME: row}
+def layer_vector(layer: int, *, leaf_vector: bool, summary_vector: bool) -> str | None:
+    """Return the second vector a node of ``layer`` carries in a store with the named ones:
+    :data:`LEAF_VECTOR` for a leaf, :data:`SUMMARY_VECTOR` for a summary, else None."""
+    if layer == 0:
+        return LEAF_VECTOR if leaf_vector else None
+    return SUMMARY_VECTOR if summary_vector else None
 
 
-def search_vector(flt: SearchFilter, *, leaf_vector: bool) -> str:
-    """Return the vector a search with ``flt`` runs on: the leaves' own for a leaves-only filter
-    in a store that has it, else :data:`VECTOR_NAME`."""
-    return LEAF_VECTOR if leaf_vector and flt.leaves_only else VECTOR_NAME
+def point_vectors(
+    layer: int, row: list[float], *, leaf_vector: bool, summary_vector: bool
+) -> dict[str, Any]:
+    """Return a node's named vectors: ``row`` under :data:`VECTOR_NAME`, and again under its
+    layer's own vector (:func:`layer_vector`) in a store that has it."""
+    own = layer_vector(layer, leaf_vector=leaf_vector, summary_vector=summary_vector)
+    return {VECTOR_NAME: row} if own is None else {VECTOR_NAME: row, own: row}
+
+
+def vector_layers(name: str) -> tuple[int, int | None] | None:
+    """Return the layers whose nodes carry vector ``name`` (min, max; None: no bound), or None
+    for :data:`VECTOR_NAME`, which every node carries."""
+    return {LEAF_VECTOR: (0, 0), SUMMARY_VECTOR: (1, None)}.get(name)
+
+
+def search_vector(flt: SearchFilter, *, leaf_vector: bool, summary_vector: bool) -> str:
+    """Return the vector a search with ``flt`` runs on: the leaves' own for a leaves-only filter,
+    the summaries' own for a summaries-only one (in a store that has it), else
+    :data:`VECTOR_NAME`."""
+    if leaf_vector and flt.leaves_only:
+        return LEAF_VECTOR
+    if summary_vector and flt.summaries_only:
+        return SUMMARY_VECTOR
+    return VECTOR_NAME
 
 
 def point_id(key: str) -> str:
@@ -311,6 +338,11 @@ class SearchFilter:
     def leaves_only(self) -> bool:
         """Whether the filter keeps leaves only (no summary can match)."""
         return self.max_layer == 0 or self.kind == Kind.CHUNK
+
+    @property
+    def summaries_only(self) -> bool:
+        """Whether the filter keeps summaries only (no leaf can match)."""
+        return (self.min_layer is not None and self.min_layer >= 1) or self.kind == Kind.SUMMARY
 
     def source_condition(self) -> tuple[str, str] | None:
         """Return ``(field, value)`` of the exact keyword match that implements source_prefix."""

@@ -57,6 +57,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         }
         if s.store_mode == "embedded" and built:
             out["leaf_graph"] = _leaf_graph(s.state_dir / STORE_DIR)
+            out["summary_graph"] = _summary_graph(s.state_dir / STORE_DIR)
             out["hybrid_search"] = _hybrid(s.state_dir / STORE_DIR)
         # counts only: no layer's fitted models, so neither UMAP nor scikit-learn is imported
         state = (
@@ -123,6 +124,18 @@ def _leaf_graph(store: Path) -> str:
     return (
         "no: the store predates it; leaves-only searches scan every leaf (index into a fresh "
         "ADRAP_STATE_DIR to get it)"
+    )
+
+
+def _summary_graph(store: Path) -> str:
+    """Whether the embedded store has the summaries' own vector (read from its config file)."""
+    from retriever.edge_shard import read_index
+
+    if read_index(store).summary_vector:
+        return "yes (summaries-only searches walk the summaries' own graph)"
+    return (
+        "no: the store predates it; summaries-only searches walk the graph of every node, "
+        "broader and slower past ~100k nodes (index into a fresh ADRAP_STATE_DIR to get it)"
     )
 
 

@@ -64,6 +64,7 @@ def test_the_tree_has_summary_layers_and_status_reports_them(built: Path) -> Non
     assert status["leaves"] > 10
     assert int(max(status["nodes_per_layer"])) >= 1
     assert status["leaf_graph"].startswith("yes")
+    assert status["summary_graph"].startswith("yes")
 
 
 def test_traversal_and_leaves_only_modes(built: Path) -> None:

@@ -3,6 +3,8 @@ store, a float exact scan otherwise), a widening HNSW walk above it."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from retriever.plan import (
@@ -10,6 +12,7 @@ from retriever.plan import (
     EXACT_MAX_POINTS,
     FULL_SCAN_KB,
     LEAF_WALK_EF_FACTOR,
+    MATCHES_AT_BASE_EF,
     MAX_HNSW_EF,
     OVERSAMPLING,
     HnswConfig,
@@ -40,6 +43,21 @@ def test_planner_widens_the_walk_as_the_filter_narrows_within_bounds() -> None:
     assert efs[-1] == 400  # capped
     assert planner.plan(100_000, 100_000, 300).hnsw_ef == 300  # never below the limit
     assert Planner(exact_max_points=0).plan(5, 5, 1).hnsw_ef == BASE_HNSW_EF
+
+
+def test_a_walk_among_more_matching_points_is_broader() -> None:
+    """Recall at a fixed breadth falls as the points to pick from grow (1M nodes, 60 % filter:
+    0.92 at the 100k breadth): past MATCHES_AT_BASE_EF matches the walk widens by the square
+    root; a narrow filter in a big store (a folder) keeps the breadth of its selectivity."""
+    planner = Planner(exact_max_points=0, max_hnsw_ef=10_000)
+    assert planner.plan(60_000, 100_000, 100).hnsw_ef == 166  # the breadth measured at 100k
+    # 128 / sqrt(0.6) * sqrt(600k / 100k)
+    assert planner.plan(600_000, 1_000_000, 100).hnsw_ef == math.ceil(128 / math.sqrt(0.6) * 6**0.5)
+    assert planner.plan(MATCHES_AT_BASE_EF * 4, 10**7, 100).hnsw_ef == 128 * 2 * 5
+    folder = planner.plan(88_000, 1_000_000, 100).hnsw_ef
+    assert folder == planner.plan(8_800, 100_000, 100).hnsw_ef == 432
+    assert Planner(exact_max_points=0).plan(600_000, 1_000_000, 100).hnsw_ef == 405 < MAX_HNSW_EF
+    assert Planner(exact_max_points=0).plan(9 * 10**6, 10**7, 100).hnsw_ef == MAX_HNSW_EF
 
 
 def test_a_quantized_store_scans_its_int8_copy_and_rescores_everything() -> None:
@@ -128,6 +146,11 @@ def test_a_leaves_only_filter_is_scanned_exactly_where_a_walk_would_miss() -> No
     assert SearchFilter(tree="t", kind=Kind.CHUNK).leaves_only
     assert not SearchFilter(tree="t", min_layer=1).leaves_only
     assert not SearchFilter(tree="t").leaves_only
+    assert SearchFilter(tree="t", min_layer=1).summaries_only
+    assert SearchFilter(tree="t", min_layer=2, max_layer=3).summaries_only
+    assert SearchFilter(tree="t", kind=Kind.SUMMARY).summaries_only
+    assert not SearchFilter(tree="t", min_layer=0).summaries_only
+    assert not SearchFilter(tree="t", max_layer=2).summaries_only
 
 
 def test_search_budget_first_asks_for_what_the_budget_can_take_and_walks_as_broadly() -> None:

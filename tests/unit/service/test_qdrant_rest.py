@@ -157,7 +157,7 @@ def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daem
 
 def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served: Served) -> None:
     """Leaves carry their vector twice: ``using="leaf"`` searches the leaves alone, no layer
-    filter needed; summaries have no ``leaf`` vector."""
+    filter needed; summaries have no ``leaf`` vector (their second one is ``summary``)."""
     question, budget = "orchard cider harvest", 300
     vector = served.pipeline.embedder.embed_query(question).tolist()
     client = served.client()
@@ -176,13 +176,34 @@ def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served:
     upper = models.Filter(must=[models.FieldCondition(key=F.LAYER, range=models.Range(gte=1))])
     summary = client.scroll("adrap", scroll_filter=upper, limit=1, with_vectors=True)[0][0]
     assert isinstance(summary.vector, dict)
-    assert set(summary.vector) == {"dense", "bm25"}
+    assert set(summary.vector) == {"dense", "summary", "bm25"}
+
+
+def test_a_summaries_only_query_on_the_summary_vector_gives_the_daemons_summaries(
+    served: Served,
+) -> None:
+    """Summaries carry their vector twice too: ``using="summary"`` searches the summaries alone."""
+    question, budget = "orchard cider harvest", 300
+    vector = served.pipeline.embedder.embed_query(question).tolist()
+    hits = (
+        served.client()
+        .query_points("adrap", query=vector, using="summary", limit=50, query_filter=tree_filter())
+        .points
+    )
+    assert hits
+    assert all(h.payload is not None and h.payload[F.LAYER] >= 1 for h in hits)
+    summaries = served.pipeline.store.count(SearchFilter(tree=TREE, min_layer=1))
+    assert len(hits) == min(50, summaries)
+    expected = served.daemon.api.query(
+        {"q": question, "max_tokens": str(budget), "min_layer": "1", "hybrid": "false"}
+    )
+    assert fill_ids(hits, budget) == [h[F.NODE_ID] for h in expected["hits"]]
     code, body, _ = call(
         f"{served.base}/collections/adrap/points/query",
         {"query": vector, "using": "sparse", "limit": 1},
     )
     assert code == 400
-    assert "'dense', 'leaf', 'bm25'" in body["status"]["error"]
+    assert "'dense', 'leaf', 'summary', 'bm25'" in body["status"]["error"]
 
 
 def test_query_by_point_id_is_nearest_to_that_point_without_it(served: Served) -> None:
@@ -212,7 +233,7 @@ def test_scroll_retrieve_count_and_info_describe_the_store(served: Served) -> No
     assert info.points_count == len(seen)
     assert info.config.params.vectors == {
         name: models.VectorParams(size=served.dim, distance=models.Distance.COSINE)
-        for name in ("dense", "leaf")
+        for name in ("dense", "leaf", "summary")
     }
     assert info.config.params.sparse_vectors == {
         "bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)
@@ -251,7 +272,7 @@ def local(served: Served) -> QdrantClient:
         "adrap",
         {
             n: models.VectorParams(size=dim, distance=models.Distance.COSINE)
-            for n in ("dense", "leaf")
+            for n in ("dense", "leaf", "summary")
         },
         sparse_vectors_config={"bm25": models.SparseVectorParams(modifier=models.Modifier.IDF)},
     )
