@@ -25,7 +25,7 @@ from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import checkpoint_cache, drop_checkpoint, open_checkpoint
-from ingestor.tree.state import Node, TreeState, leaf_id, sha256_text
+from ingestor.tree.state import Node, TreeState, folders_of, leaf_id, sha256_text
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
 
@@ -60,9 +60,15 @@ class BuildStage:
         self.tokenizer = tokenizer or default_tokenizer()
 
     def leaves_of(self, doc: Document) -> list[Node]:
-        """Chunk one document into leaf nodes (ids stable while a chunk's text is unchanged)."""
+        """Chunk one document into leaf nodes (ids stable while a chunk's text is unchanged).
+
+        Its leaves share one set of sources and one of folders (immutable): ~420 bytes a leaf
+        less than a pair each, for every leaf a build holds.
+        """
         seen: Counter[str] = Counter()
         out = []
+        sources = frozenset({doc.source})
+        dirs = folders_of(sources)
         chunks = chunk_text(
             doc.text,
             max_tokens=self.chunk_tokens,
@@ -81,7 +87,8 @@ class BuildStage:
                     text=chunk.text,
                     n_tokens=chunk.n_tokens,
                     content_hash=digest,
-                    sources=frozenset({doc.source}),
+                    sources=sources,
+                    dirs=dirs,
                     source=doc.source,
                     chunk_index=chunk.index,
                     char_start=chunk.char_start,

@@ -107,3 +107,32 @@ def test_a_build_lets_go_of_every_layer_it_built(tmp_path: Path) -> None:
     finally:
         gc.enable()
     assert held == [], f"{len(held)} layers of the built tree still in memory"
+
+
+def test_the_leaves_of_a_document_share_one_set_of_sources_and_of_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two frozensets a leaf cost ~420 bytes a leaf of a build's memory; one pair per document."""
+    import random
+
+    from ingestor.pipeline import build as build_module
+
+    write_corpus(tmp_path / "docs", random.Random(5), 6)
+    held: list[Any] = []
+    embed_leaves = build_module.embed_leaves
+
+    def embed(state: Any, leaves: Any, **kwargs: Any) -> int:
+        held.extend(leaves)  # the leaves the build holds until it lets its state go
+        return embed_leaves(state, leaves, **kwargs)
+
+    monkeypatch.setattr(build_module, "embed_leaves", embed)
+    _pipeline(tmp_path).build(tmp_path / "docs")
+    by_source: dict[str, list[Any]] = {}
+    for node in held:
+        by_source.setdefault(node.source, []).append(node)
+    assert len(by_source) == 6
+    assert any(len(leaves) > 1 for leaves in by_source.values())
+    for source, leaves in by_source.items():
+        assert leaves[0].sources == {source}
+        assert len({id(n.sources) for n in leaves}) == 1, source
+        assert len({id(n.dirs) for n in leaves}) == 1, source
