@@ -319,7 +319,13 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if len(self.estimates) >= ESTIMATE_MEMO:
                 self.estimates.clear()
             seen = self.estimates[flt] = (matches, total)
-        return self.planner.plan(*seen, limit, self.index, leaves_only=flt.leaves_only)
+        return self.planner.plan(
+            *seen,
+            limit,
+            self.index,
+            leaves_only=flt.leaves_only,
+            summaries_only=flt.summaries_only,
+        )
 
     def _using(self, flt: SearchFilter) -> str:
         """The vector (graph) a search with ``flt`` walks."""

@@ -59,6 +59,11 @@ LEAVES_EXACT_MAX_POINTS: Final = 2**62
 #: Those breadths were planned against every node (selectivity 0.50); against the leaves' own
 #: graph that filter keeps 0.60 of it, so 2.75 asks for the same ef=456.
 LEAF_WALK_EF_FACTOR: Final = 2.75
+#: A walk of the summaries' own graph (:data:`~retriever.schema.SUMMARY_VECTOR`) is this much
+#: broader: a summary sits among its siblings, means of neighbouring children, so the top 100
+#: are many near-equal points (bench/query.py, 1M nodes, 170k summaries, a 60 % tree filter:
+#: recall@100 0.862 at ef=166, 0.939 at 331, 0.975 at 496; 2.5 asks for ef=417).
+SUMMARY_WALK_EF_FACTOR: Final = 2.5
 #: The breadths above were measured with this many matching points; a walk among more is broader
 #: by ``sqrt(matches / MATCHES_AT_BASE_EF)``: HNSW's recall at a fixed breadth falls as the points
 #: it must pick the top ``limit`` from grow (bench/query.py, the 60 % tree filter at ef=166:
@@ -228,6 +233,7 @@ class Planner:
         index: StoreIndex | None = None,
         *,
         leaves_only: bool = False,
+        summaries_only: bool = False,
     ) -> SearchPlan:
         """Return the plan for a query whose filter keeps ``matches`` of ``total`` points.
 
@@ -235,12 +241,15 @@ class Planner:
         (summaries) where a leaves-only (summaries-only) filter walks their own graph.
         ``index`` describes the store (``None``: no int8 copy, so scans are float ``exact``);
         ``leaves_only``: the filter keeps no summary (scanned up to ``leaves_exact_max_points``
-        in a store without the leaves' own graph).
+        in a store without the leaves' own graph); ``summaries_only``: it keeps no leaf (walked
+        more broadly in the summaries' own graph).
         """
         index = index if index is not None else StoreIndex()
         base = self.hnsw_ef if self.hnsw_ef is not None else BASE_HNSW_EF
         if leaves_only and index.leaf_vector:
             base = round(base * LEAF_WALK_EF_FACTOR)
+        elif summaries_only and index.summary_vector:
+            base = round(base * SUMMARY_WALK_EF_FACTOR)
         ef = hnsw_ef_for(matches, total, limit, base=base, cap=max(self.max_hnsw_ef, base))
         rescore = self.oversampling if index.quantized else None
         scan_max = self.exact_max_points

@@ -256,7 +256,14 @@ class QdrantNodeStore(QdrantCollection):
             if len(memo) >= ESTIMATE_MEMO:
                 memo.clear()
             seen = memo[flt] = (now, matches.count, total.count)
-        return self.planner.plan(seen[1], seen[2], limit, self.index, leaves_only=flt.leaves_only)
+        return self.planner.plan(
+            seen[1],
+            seen[2],
+            limit,
+            self.index,
+            leaves_only=flt.leaves_only,
+            summaries_only=flt.summaries_only,
+        )
 
     def _using(self, flt: SearchFilter) -> str:
         """The vector (graph) a search with ``flt`` walks."""

@@ -15,6 +15,7 @@ from retriever.plan import (
     MATCHES_AT_BASE_EF,
     MAX_HNSW_EF,
     OVERSAMPLING,
+    SUMMARY_WALK_EF_FACTOR,
     HnswConfig,
     Planner,
     SearchPlan,
@@ -58,6 +59,20 @@ def test_a_walk_among_more_matching_points_is_broader() -> None:
     assert folder == planner.plan(8_800, 100_000, 100).hnsw_ef == 432
     assert Planner(exact_max_points=0).plan(600_000, 1_000_000, 100).hnsw_ef == 405 < MAX_HNSW_EF
     assert Planner(exact_max_points=0).plan(9 * 10**6, 10**7, 100).hnsw_ef == MAX_HNSW_EF
+
+
+def test_a_summaries_only_walk_of_their_own_graph_is_broader() -> None:
+    """Summaries' top 100 are many near-equal siblings: 0.86 at the base breadth at 1M nodes."""
+    planner = Planner()
+    own = StoreIndex(quantized=True, scan_points=12_000, summary_vector=True)
+    walked = planner.plan(100_000, 170_000, 100, own, summaries_only=True)
+    assert walked.hnsw_ef == math.ceil(
+        round(SUMMARY_WALK_EF_FACTOR * BASE_HNSW_EF) / math.sqrt(100_000 / 170_000)
+    )
+    assert walked.hnsw_ef > planner.plan(100_000, 170_000, 100, own).hnsw_ef
+    older = StoreIndex(quantized=True, scan_points=12_000)  # no summary graph: every node's
+    assert planner.plan(100_000, 1_000_000, 100, older, summaries_only=True).hnsw_ef == 405
+    assert planner.plan(5_000, 170_000, 100, own, summaries_only=True).scan
 
 
 def test_a_quantized_store_scans_its_int8_copy_and_rescores_everything() -> None:
