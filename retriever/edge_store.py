@@ -47,7 +47,6 @@ from retriever.schema import (
     NodePayload,
     ScoredNode,
     SearchFilter,
-    search_vector,
 )
 from retriever.sparse import bm25_query
 from retriever.validation import (
@@ -308,7 +307,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         seen = self.estimates.get(flt)
         if seen is None:
             shard = self.require()
-            graph = graph_filter(self._using(flt))
+            graph = graph_filter(self.index.vector_for(flt))
             with self.engine("estimate the matching points"):
                 matches = shard.count(qe.CountRequest(exact=False, filter=edge_filter))
                 total = (
@@ -319,20 +318,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if len(self.estimates) >= ESTIMATE_MEMO:
                 self.estimates.clear()
             seen = self.estimates[flt] = (matches, total)
-        return self.planner.plan(
-            *seen,
-            limit,
-            self.index,
-            leaves_only=flt.leaves_only,
-            summaries_only=flt.summaries_only,
-        )
-
-    def _using(self, flt: SearchFilter) -> str:
-        """The vector (graph) a search with ``flt`` walks."""
-        index = self.index
-        return search_vector(
-            flt, leaf_vector=index.leaf_vector, summary_vector=index.summary_vector
-        )
+        return self.planner.plan_filter(flt, *seen, limit, self.index)
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
@@ -372,7 +358,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return []
         shard = self.require()
 
-        using = self._using(flt)
+        using = self.index.vector_for(flt)
         sparse = bm25_query(text) if text is not None and self.index.sparse else None
 
         def run(plan: SearchPlan) -> list[qe.ScoredPoint]:

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from retriever.schema import SearchFilter, search_vector
+
 log = logging.getLogger(__name__)
 
 _Hit = TypeVar("_Hit")
@@ -167,6 +169,10 @@ class StoreIndex:
     summary_vector: bool = False
     sparse: bool = False
 
+    def vector_for(self, flt: SearchFilter) -> str:
+        """Return the vector (graph) a search with ``flt`` walks in this store."""
+        return search_vector(flt, leaf_vector=self.leaf_vector, summary_vector=self.summary_vector)
+
 
 def scan_points(full_scan_kb: int, dim: int) -> int:
     """Return the points below which the engine scans: Qdrant's conversion of the KB threshold."""
@@ -224,6 +230,19 @@ class Planner:
             raise ValueError(f"max_hnsw_ef must be >= 1, got {self.max_hnsw_ef}")
         if not self.oversampling >= 1.0:
             raise ValueError(f"oversampling must be >= 1.0, got {self.oversampling}")
+
+    def plan_filter(
+        self, flt: SearchFilter, matches: int, total: int, limit: int, index: StoreIndex
+    ) -> SearchPlan:
+        """Return :meth:`plan` for a search with ``flt`` (its layer band said from the filter)."""
+        return self.plan(
+            matches,
+            total,
+            limit,
+            index,
+            leaves_only=flt.leaves_only,
+            summaries_only=flt.summaries_only,
+        )
 
     def plan(
         self,

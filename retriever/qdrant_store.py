@@ -30,7 +30,6 @@ from retriever.schema import (
     NodePayload,
     ScoredNode,
     SearchFilter,
-    search_vector,
     vector_layers,
 )
 from retriever.validation import (
@@ -251,26 +250,14 @@ class QdrantNodeStore(QdrantCollection):
             with self.call("estimate the matching points"):
                 matches = self.client.count(self.collection, count_filter=query_filter, exact=False)
                 total = self.client.count(
-                    self.collection, count_filter=_graph_filter(self._using(flt)), exact=False
+                    self.collection,
+                    count_filter=_graph_filter(self.index.vector_for(flt)),
+                    exact=False,
                 )
             if len(memo) >= ESTIMATE_MEMO:
                 memo.clear()
             seen = memo[flt] = (now, matches.count, total.count)
-        return self.planner.plan(
-            seen[1],
-            seen[2],
-            limit,
-            self.index,
-            leaves_only=flt.leaves_only,
-            summaries_only=flt.summaries_only,
-        )
-
-    def _using(self, flt: SearchFilter) -> str:
-        """The vector (graph) a search with ``flt`` walks."""
-        index = self.index
-        return search_vector(
-            flt, leaf_vector=index.leaf_vector, summary_vector=index.summary_vector
-        )
+        return self.planner.plan_filter(flt, seen[1], seen[2], limit, self.index)
 
     # -- internals -------------------------------------------------------------------------------
 
@@ -293,7 +280,7 @@ class QdrantNodeStore(QdrantCollection):
         if query_filter is None or limit == 0:
             return []
         self.require_open()
-        using = self._using(flt)
+        using = self.index.vector_for(flt)
         hybrid = text is not None and self.index.sparse
         plan = self.plan(flt, max(limit, depth if hybrid else 0))
         local = _is_local(self.client)  # always scans exactly and warns about search params

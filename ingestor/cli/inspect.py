@@ -117,26 +117,30 @@ def _echo_unread(listed: dict[str, Any]) -> None:
 
 def _leaf_graph(store: Path) -> str:
     """Whether the embedded store has the leaves' own vector (read from its config file)."""
-    from retriever.edge_shard import read_index
-
-    if read_index(store).leaf_vector:
-        return "yes (leaves-only searches walk the leaves' own graph)"
-    return (
-        "no: the store predates it; leaves-only searches scan every leaf (index into a fresh "
-        "ADRAP_STATE_DIR to get it)"
+    return _layer_graph(
+        store,
+        "leaf_vector",
+        "leaves-only searches walk the leaves' own graph",
+        "leaves-only searches scan every leaf",
     )
 
 
 def _summary_graph(store: Path) -> str:
     """Whether the embedded store has the summaries' own vector (read from its config file)."""
+    return _layer_graph(
+        store,
+        "summary_vector",
+        "summaries-only searches walk the summaries' own graph",
+        "summaries-only searches walk the graph of every node, broader and slower past ~100k nodes",
+    )
+
+
+def _layer_graph(store: Path, flag: str, has: str, lacks: str) -> str:
     from retriever.edge_shard import read_index
 
-    if read_index(store).summary_vector:
-        return "yes (summaries-only searches walk the summaries' own graph)"
-    return (
-        "no: the store predates it; summaries-only searches walk the graph of every node, "
-        "broader and slower past ~100k nodes (index into a fresh ADRAP_STATE_DIR to get it)"
-    )
+    if getattr(read_index(store), flag):
+        return f"yes ({has})"
+    return f"no: the store predates it; {lacks} (index into a fresh ADRAP_STATE_DIR to get it)"
 
 
 def _hybrid(store: Path) -> str:
