@@ -41,13 +41,7 @@ from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, graph_filter
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
-from retriever.schema import (
-    META_POINT_ID,
-    VECTOR_NAME,
-    NodePayload,
-    ScoredNode,
-    SearchFilter,
-)
+from retriever.schema import META_POINT_ID, VECTOR_NAME, NodePayload, ScoredNode, SearchFilter
 from retriever.sparse import bm25_query
 from retriever.validation import (
     check_ids,

@@ -22,15 +22,16 @@ from qdrant_client import QdrantClient, models
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
 from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points
+from retriever.qdrant_translate import graph_filter as _graph_filter
+from retriever.qdrant_translate import qdrant_filter as _qdrant_filter
+from retriever.qdrant_translate import search_params
 from retriever.schema import (
     META_POINT_ID,
-    META_TREE,
     VECTOR_NAME,
     F,
     NodePayload,
     ScoredNode,
     SearchFilter,
-    vector_layers,
 )
 from retriever.validation import (
     check_ids,
@@ -358,52 +359,7 @@ def _fill_ids(
     return kept, False
 
 
-def search_params(plan: SearchPlan) -> models.SearchParams:
-    """Return the server's search parameters for ``plan`` (rescoring when it oversamples)."""
-    rescore = (
-        None
-        if plan.oversampling is None
-        else models.QuantizationSearchParams(rescore=True, oversampling=plan.oversampling)
-    )
-    return models.SearchParams(hnsw_ef=plan.hnsw_ef, exact=plan.exact, quantization=rescore)
-
-
 def _is_local(client: QdrantClient) -> bool:
     """Return whether ``client`` runs qdrant-client's local mode (``:memory:`` or a path)."""
     opts = client.init_options
     return opts.get("location") == ":memory:" or bool(opts.get("path"))
-
-
-def _layer_condition(low: int | None, high: int | None) -> models.FieldCondition:
-    """Return the condition ``low <= layer <= high`` (None: no bound)."""
-    return models.FieldCondition(key=F.LAYER, range=models.Range(gte=low, lte=high))
-
-
-def _graph_filter(name: str) -> models.Filter | None:
-    """Return the filter of the points that carry vector ``name`` (None: every point)."""
-    layers = vector_layers(name)
-    return None if layers is None else models.Filter(must=[_layer_condition(*layers)])
-
-
-def _qdrant_filter(flt: SearchFilter) -> models.Filter | None:
-    """Translate a SearchFilter; ``None`` means "matches nothing" (an empty ``ids``)."""
-    if flt.tree == META_TREE:
-        raise ValueError(f"tree {META_TREE!r} is reserved for the meta point")
-    must: list[models.Condition] = [
-        models.FieldCondition(key=F.TREE, match=models.MatchValue(value=flt.tree))
-    ]
-    if flt.min_layer is not None or flt.max_layer is not None:
-        must.append(_layer_condition(flt.min_layer, flt.max_layer))
-    source = flt.source_condition()
-    if source is not None:
-        must.append(models.FieldCondition(key=source[0], match=models.MatchValue(value=source[1])))
-    if flt.kind is not None:
-        must.append(
-            models.FieldCondition(key=F.KIND, match=models.MatchValue(value=flt.kind.value))
-        )
-    if flt.ids is not None:
-        ids: list[models.ExtendedPointId] = list(check_ids(flt.ids))
-        if not ids:
-            return None
-        must.append(models.HasIdCondition(has_id=ids))
-    return models.Filter(must=must)
