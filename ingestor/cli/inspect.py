@@ -56,9 +56,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             "built": built,
         }
         if s.store_mode == "embedded" and built:
-            out["leaf_graph"] = _leaf_graph(s.state_dir / STORE_DIR)
-            out["summary_graph"] = _summary_graph(s.state_dir / STORE_DIR)
-            out["hybrid_search"] = _hybrid(s.state_dir / STORE_DIR)
+            out.update(_store_index(s.state_dir / STORE_DIR))
         # counts only: no layer's fitted models, so neither UMAP nor scikit-learn is imported
         state = (
             load_state(models, s.tree, readonly=True, layers=False) if models and built else None
@@ -115,41 +113,34 @@ def _echo_unread(listed: dict[str, Any]) -> None:
             click.echo(f"  ... {listed[kind] - shown} more: adrap status --offset {shown}")
 
 
-def _leaf_graph(store: Path) -> str:
-    """Whether the embedded store has the leaves' own vector (read from its config file)."""
-    return _layer_graph(
-        store,
-        "leaf_vector",
-        "leaves-only searches walk the leaves' own graph",
-        "leaves-only searches scan every leaf",
-    )
-
-
-def _summary_graph(store: Path) -> str:
-    """Whether the embedded store has the summaries' own vector (read from its config file)."""
-    return _layer_graph(
-        store,
-        "summary_vector",
-        "summaries-only searches walk the summaries' own graph",
-        "summaries-only searches walk the graph of every node, broader and slower past ~100k nodes",
-    )
-
-
-def _layer_graph(store: Path, flag: str, has: str, lacks: str) -> str:
+def _store_index(store: Path) -> dict[str, str]:
+    """What the embedded store's index offers (its config file, read once): the leaves' and the
+    summaries' own graphs and hybrid search, each with how to get it where it is missing."""
     from retriever.edge_shard import read_index
 
-    if getattr(read_index(store), flag):
-        return f"yes ({has})"
-    return f"no: the store predates it; {lacks} (index into a fresh ADRAP_STATE_DIR to get it)"
+    index = read_index(store)
+    return {
+        "leaf_graph": _layer_graph(
+            index.leaf_vector,
+            "leaves-only searches walk the leaves' own graph",
+            "leaves-only searches scan every leaf",
+        ),
+        "summary_graph": _layer_graph(
+            index.summary_vector,
+            "summaries-only searches walk the summaries' own graph",
+            "summaries-only searches walk the graph of every node, broader and slower past "
+            "~100k nodes",
+        ),
+        "hybrid_search": "yes (BM25 and dense vectors, fused in one query)"
+        if index.sparse
+        else "no: the store predates it and searches dense only; add it with `adrap index-sparse`",
+    }
 
 
-def _hybrid(store: Path) -> str:
-    """Whether the embedded store has the BM25 vectors of hybrid search (from its config file)."""
-    from retriever.edge_shard import read_index
-
-    if read_index(store).sparse:
-        return "yes (BM25 and dense vectors, fused in one query)"
-    return "no: the store predates it and searches dense only; add it with `adrap index-sparse`"
+def _layer_graph(has: bool, walks: str, instead: str) -> str:
+    if has:
+        return f"yes ({walks})"
+    return f"no: the store predates it; {instead} (index into a fresh ADRAP_STATE_DIR to get it)"
 
 
 def _service_status(s: Any) -> dict[str, Any]:

@@ -332,17 +332,17 @@ def test_the_facade_answers_prefetch_fusion_sparse_and_mmr_like_local_mode(
 def test_status_says_whether_the_embedded_store_is_hybrid_and_how_to_make_it(
     tmp_path: Path,
 ) -> None:
-    from ingestor.cli.inspect import _hybrid
+    from ingestor.cli.inspect import _store_index
 
     config = qe.EdgeConfig(
         vectors={VECTOR_NAME: qe.EdgeVectorParams(size=DIM, distance=qe.Distance.Cosine)}
     )
     qe.EdgeShard.create(str(tmp_path / "old"), config).close()
-    assert "adrap index-sparse" in _hybrid(tmp_path / "old")
+    assert "adrap index-sparse" in _store_index(tmp_path / "old")["hybrid_search"]
     with EdgeNodeStore(tmp_path / "old") as store:
         store.ensure_collection(DIM, MODEL)
         store.index_sparse()
-    assert _hybrid(tmp_path / "old").startswith("yes")
+    assert _store_index(tmp_path / "old")["hybrid_search"].startswith("yes")
     with EdgeNodeStore(tmp_path / "new") as store:
         store.ensure_collection(DIM, MODEL)
-    assert _hybrid(tmp_path / "new").startswith("yes")
+    assert _store_index(tmp_path / "new")["hybrid_search"].startswith("yes")

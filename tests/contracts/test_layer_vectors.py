@@ -163,12 +163,12 @@ def test_a_new_collection_is_created_with_the_layers_own_vectors() -> None:
 
 
 def test_status_says_whether_the_embedded_store_has_the_layers_graphs(tmp_path: Path) -> None:
-    from ingestor.cli.inspect import _leaf_graph, _summary_graph
+    from ingestor.cli.inspect import _store_index
 
     create_old_store("edge", tmp_path, None, (VECTOR_NAME,))
-    assert _leaf_graph(tmp_path / "e").startswith("no: the store predates it")
+    assert _store_index(tmp_path / "e")["leaf_graph"].startswith("no: the store predates it")
     with EdgeNodeStore(tmp_path / "new") as store:
         store.ensure_collection(DIM, MODEL)
-    assert _leaf_graph(tmp_path / "new").startswith("yes")
-    assert _summary_graph(tmp_path / "e").startswith("no: the store predates it")
-    assert _summary_graph(tmp_path / "new").startswith("yes")
+    assert _store_index(tmp_path / "new")["leaf_graph"].startswith("yes")
+    assert _store_index(tmp_path / "e")["summary_graph"].startswith("no: the store predates it")
+    assert _store_index(tmp_path / "new")["summary_graph"].startswith("yes")
