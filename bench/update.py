@@ -96,12 +96,14 @@ class CountingSummarizer:
         self.cpu = 0.0
         self.tok = default_tokenizer()
 
-    def summarize_many(self, groups, *, max_tokens, query=None):  # type: ignore[no-untyped-def]
-        c0 = cpu()
+    def summarize_many(self, groups, *, max_tokens, query=None, mapper=None):  # type: ignore[no-untyped-def]
+        c0 = cpu()  # with a mapper (--workers), the workers' CPU is not counted
         self.calls += len(groups)
         self.input_tokens += sum(len(self.tok.encode(t)) for g in groups for t in g)
         try:
-            return self.inner.summarize_many(groups, max_tokens=max_tokens, query=query)
+            return self.inner.summarize_many(
+                groups, max_tokens=max_tokens, query=query, mapper=mapper
+            )
         finally:
             self.cpu += cpu() - c0
 
@@ -117,6 +119,7 @@ def pipeline(tmp: Path, embedder: object, summarizer: object, *, greedy: bool = 
         summarizer,  # type: ignore[arg-type]
         lambda: TreeClusterer(random_state=0, max_group=MAX_GROUP, workers=WORKERS),
         TreeParams(greedy=greedy, **RULES),
+        workers=WORKERS,
     )
     return Pipeline(
         tree="default",

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 
 class Summarizer(Protocol):
@@ -26,4 +26,27 @@ class Summarizer(Protocol):
         Raises:
             SummarizationError: any group failed after retries; no partial result is returned.
         """
+        ...
+
+
+#: Runs a module-level function over picklable tasks, results in task order: a build's worker
+#: processes (:meth:`ingestor.cluster.parallel.WorkerPool.map`), or the builtin loop.
+Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+
+
+class MappedSummarizer(Summarizer, Protocol):
+    """A summariser whose work is a pure function of its input (the extractive one): a build
+    hands it its worker processes as ``mapper`` (a ``summarize_many`` that takes ``mapper`` is
+    one), and the summaries are the same with any number.
+    """
+
+    def summarize_many(
+        self,
+        groups: Sequence[Sequence[str]],
+        *,
+        max_tokens: int,
+        query: str | None = None,
+        mapper: Mapper | None = None,
+    ) -> list[str]:
+        """As :meth:`Summarizer.summarize_many`; ``mapper`` runs the groups' work."""
         ...

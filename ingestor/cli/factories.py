@@ -177,6 +177,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
     c = settings.cluster
     summary = settings.summary
     limit = summary.openai.max_input_tokens if summary.backend == "openai" else None
+    workers = worker_count(settings.build.workers)
 
     def make_clusterer() -> TreeClusterer:
         return TreeClusterer(
@@ -188,7 +189,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             fit_sample=c.fit_sample,
             max_group=c.max_group or None,
             max_cluster_size=c.max_cluster_size or None,
-            workers=worker_count(settings.build.workers),
+            workers=workers,
         )
 
     builder = TreeBuilder(
@@ -207,6 +208,7 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
             min_change=summary.min_change,
             soft_margin=summary.soft_margin,
         ),
+        workers=workers,
     )
     pipeline = Pipeline(
         tree=settings.tree,

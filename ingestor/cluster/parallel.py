@@ -20,6 +20,7 @@ build) a started pool serves every layer and is shut down at the end; outside it
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -134,24 +135,60 @@ class WorkerPool:
         """
         worth = self.started or rows >= MIN_PARALLEL_ROWS
         if self.workers < 2 or count < 2 or not worth:
-            return self._map_here(fn, tasks, what)
+            return list(self._map_here(fn, tasks, what))
+        return list(self._map_workers(fn, iter(tasks), what))
+
+    def imap(
+        self,
+        fn: Callable[[T], R],
+        tasks: Iterable[T],
+        *,
+        least: int,
+        what: Callable[[int], str],
+    ) -> Iterator[R]:
+        """Yield ``fn(t)`` for each task, in task order, as results come: :meth:`map` for a
+        stream of tasks whose number is not known up front (a folder's files as it is listed).
+
+        Processes start (if not started yet) only once ``least`` tasks have been drawn; a
+        stream that ends before runs in this process. At most two tasks per worker wait, so a
+        stream's results are held a few at a time; a consumer that stops early leaves the
+        pool running, with nothing more submitted.
+        """
+        it = iter(tasks)
+        head = list(itertools.islice(it, max(least, 2) if not self.started else 2))
+        if self.workers < 2 or len(head) < 2 or (len(head) < least and not self.started):
+            yield from self._map_here(fn, itertools.chain(head, it), what)
+            return
+        yield from self._map_workers(fn, itertools.chain(head, it), what)
+
+    def _map_workers(
+        self, fn: Callable[[T], R], tasks: Iterator[T], what: Callable[[int], str]
+    ) -> Iterator[R]:
         executor = self._start()
         results: dict[int, R] = {}
         pending: dict[Future[R], int] = {}
+        ready = 0  # the next result to hand out
         try:
             for i, task in enumerate(tasks):
                 pending[executor.submit(fn, task)] = i
                 while len(pending) >= 2 * self.workers:
                     self._collect(pending, results, what)
+                while ready in results:
+                    yield results.pop(ready)
+                    ready += 1
             while pending:
                 self._collect(pending, results, what)
+                while ready in results:
+                    yield results.pop(ready)
+                    ready += 1
         except BaseException as exc:
             for future in pending:
                 future.cancel()
+            if isinstance(exc, GeneratorExit):  # the consumer stopped early: the pool stays
+                raise
             # Ctrl-C or exit: stop now, not after the running tasks (a block can take minutes).
             self.close(kill=not isinstance(exc, Exception))
             raise
-        return [results[i] for i in range(len(results))]
 
     def close(self, *, kill: bool = False) -> None:
         """Stop the workers (``kill``: at once, dropping their tasks); a later map starts anew."""
@@ -178,16 +215,17 @@ class WorkerPool:
         return self._executor
 
     @staticmethod
-    def _map_here(fn: Callable[[T], R], tasks: Iterable[T], what: Callable[[int], str]) -> list[R]:
-        out = []
-        with one_thread("blas"):  # as in a worker: a second BLAS thread only spins (threads.py)
-            for i, task in enumerate(tasks):
+    def _map_here(
+        fn: Callable[[T], R], tasks: Iterable[T], what: Callable[[int], str]
+    ) -> Iterator[R]:
+        for i, task in enumerate(tasks):
+            with one_thread("blas"):  # as in a worker: a second BLAS thread only spins
                 try:
-                    out.append(fn(task))
+                    result = fn(task)
                 except Exception as exc:
                     exc.add_note(f"while running the {what(i)}")
                     raise
-        return out
+            yield result
 
     @staticmethod
     def _collect(

@@ -12,8 +12,10 @@ import gc
 import logging
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from ingestor.cluster.parallel import shared_pools, worker_pool
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import BuildReport
@@ -29,38 +31,28 @@ from ingestor.tree.state import Node, TreeState, folders_of, leaf_id, sha256_tex
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
 
-__all__ = ["BuildStage"]
+__all__ = ["BuildStage", "Chunker"]
 
 log = logging.getLogger(__name__)
 
 
-class BuildStage:
-    """Builds and stores trees from scratch. Given its context and collector; builds no client.
+@dataclass(frozen=True)
+class Chunker:
+    """Chunks a document into leaf nodes; picklable, so a build's worker processes run it.
 
     Attributes:
-        context: the tree's adapters and crash-safe writes (shared with the apply stage).
-        collector: reads the folder.
+        tree: the tree's name (part of each leaf's id).
         chunk_tokens, chunk_overlap: chunk size and overlap in tokens (``ADRAP_CHUNK__*``).
-        tokenizer: counts the tokens (cl100k by default).
+        tokenizer: counts the tokens (cl100k: sent to a worker by name).
     """
 
-    def __init__(
-        self,
-        context: TreeContext,
-        collector: Collector,
-        *,
-        chunk_tokens: int = 250,
-        chunk_overlap: int = 50,
-        tokenizer: Tokenizer | None = None,
-    ) -> None:
-        self.context = context
-        self.collector = collector
-        self.chunk_tokens = chunk_tokens
-        self.chunk_overlap = chunk_overlap
-        self.tokenizer = tokenizer or default_tokenizer()
+    tree: str
+    chunk_tokens: int
+    chunk_overlap: int
+    tokenizer: Tokenizer
 
-    def leaves_of(self, doc: Document) -> list[Node]:
-        """Chunk one document into leaf nodes (ids stable while a chunk's text is unchanged).
+    def __call__(self, doc: Document) -> list[Node]:
+        """Chunk ``doc`` into leaf nodes (ids stable while a chunk's text is unchanged).
 
         Its leaves share one set of sources and one of folders (immutable): ~420 bytes a leaf
         less than a pair each, for every leaf a build holds.
@@ -78,7 +70,7 @@ class BuildStage:
         outline = Outline(doc.text, doc.regions)
         for chunk in chunks:
             digest = sha256_text(chunk.text)
-            node_id = leaf_id(self.context.tree, doc.source, digest, seen[digest])
+            node_id = leaf_id(self.tree, doc.source, digest, seen[digest])
             seen[digest] += 1
             out.append(
                 Node(
@@ -99,6 +91,45 @@ class BuildStage:
             )
         return out
 
+
+class BuildStage:
+    """Builds and stores trees from scratch. Given its context and collector; builds no client.
+
+    Attributes:
+        context: the tree's adapters and crash-safe writes (shared with the apply stage).
+        collector: reads the folder.
+        chunk_tokens, chunk_overlap: chunk size and overlap in tokens (``ADRAP_CHUNK__*``).
+        tokenizer: counts the tokens (cl100k by default).
+
+    A build reads and chunks its files on the tree builder's worker processes
+    (:attr:`~ingestor.tree.build.TreeBuilder.workers`, ``ADRAP_BUILD__WORKERS``), the ones its
+    clustering and summaries use: the leaves are the same for any number.
+    """
+
+    def __init__(
+        self,
+        context: TreeContext,
+        collector: Collector,
+        *,
+        chunk_tokens: int = 250,
+        chunk_overlap: int = 50,
+        tokenizer: Tokenizer | None = None,
+    ) -> None:
+        self.context = context
+        self.collector = collector
+        self.chunk_tokens = chunk_tokens
+        self.chunk_overlap = chunk_overlap
+        self.tokenizer = tokenizer or default_tokenizer()
+
+    @property
+    def chunker(self) -> Chunker:
+        """This stage's chunking, as a picklable callable."""
+        return Chunker(self.context.tree, self.chunk_tokens, self.chunk_overlap, self.tokenizer)
+
+    def leaves_of(self, doc: Document) -> list[Node]:
+        """Chunk one document into leaf nodes (see :class:`Chunker`)."""
+        return self.chunker(doc)
+
     def build(self, root: Path, progress: Progress = no_progress) -> BuildReport:
         """Build the whole tree over ``root`` from scratch and store it.
 
@@ -114,7 +145,8 @@ class BuildStage:
         indexed (the ``index`` stage), so that the index build's memory does not add to the
         tree's.
         """
-        report = self._build_over(root, progress)
+        with shared_pools():  # reads, clustering and summaries share the worker processes
+            report = self._build_over(root, progress)
         gc.collect()  # the state's layers hold reference cycles (their rows' loaders)
         release_freed_heap()
         t0 = time.perf_counter()
@@ -193,16 +225,21 @@ class BuildStage:
     def _chunk_all(self, state: TreeState, report: BuildReport, progress: Progress) -> list[Node]:
         """Read and chunk every document under the root into leaves, recording its source entry.
 
-        One document's text is held at a time (its leaves carry their chunks' texts): a build
-        that listed the documents first held every text until the end (26k leaves: ~1.6 KB a
-        leaf, the size of the leaves' own texts again).
+        Files are read and chunked on the build's worker processes (``workers``), a few ahead,
+        and taken in listing order: the same leaves for any number of workers. A few documents'
+        texts are held at a time (their leaves carry their chunks' texts): a build that listed
+        the documents first held every text until the end (26k leaves: ~1.6 KB a leaf, the size
+        of the leaves' own texts again).
         """
         leaves: list[Node] = []
-        for doc in self.collector.iter_all(Path(state.root), report, progress):
-            report.files += 1
-            doc_leaves = self.leaves_of(doc)
-            leaves.extend(doc_leaves)
-            state.sources[doc.source] = source_entry(doc, [n.node_id for n in doc_leaves])
+        root = Path(state.root)
+        with worker_pool(self.context.builder.workers) as pool:
+            for doc, doc_leaves in self.collector.iter_all(
+                root, report, progress, self.chunker, pool
+            ):
+                report.files += 1
+                leaves.extend(doc_leaves)
+                state.sources[doc.source] = source_entry(doc, [n.node_id for n in doc_leaves])
         return leaves
 
     def build_layers(

@@ -14,19 +14,53 @@ import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
+from ingestor.cluster.parallel import WorkerPool
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
 from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread, content_stale_reason
-from ingestor.read.documents import Document, iter_documents, read_document
+from ingestor.read.documents import (
+    Document,
+    ReadOptions,
+    list_documents,
+    read_document,
+    read_listed,
+)
 from ingestor.read.listing import confirmed_gone, iter_files
 from ingestor.tree.params import Progress
 from ingestor.tree.state import SourceEntry, TreeState
 
-__all__ = ["Collector", "source_entry"]
+__all__ = ["MIN_PARALLEL_FILES", "Collector", "read_then", "source_entry"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+#: A listed file read: its path, its document or why it was skipped, and ``then(document)``.
+_Read = tuple[Path, Document | SourceError, T | None]
+
+#: A build reads its files on the worker processes once the folder holds this many: fewer are
+#: read here (a worker's start, ~2 s of CPU, costs more than reading a few hundred text files).
+MIN_PARALLEL_FILES = 256
+
+
+def read_then(
+    task: tuple[Path, Path, SourceError | None, ReadOptions, Callable[[Document], T]],
+) -> _Read[T]:
+    """Read one listed file and apply ``then`` to its document (a build's read task)."""
+    path, root, error, options, then = task
+    try:
+        item = read_listed(path, root, error, options)
+        if isinstance(item, SourceError):
+            return path, item, None
+        return path, item, then(item)
+    except Exception as exc:  # not a skip: a bug, which stops the build; say where
+        exc.add_note(f"while reading {str(path)!r}")
+        raise
+
+
+def _nth_file(i: int) -> str:
+    return f"read of file #{i + 1} in the folder's listing"
 
 
 class Collector:
@@ -56,18 +90,33 @@ class Collector:
     def _ignore(self) -> dict[str, Any]:
         return {} if self.ignore is None else {"ignore": self.ignore}
 
-    def iter_all(self, root: Path, report: BuildReport, progress: Progress) -> Iterator[Document]:
-        """Yield every supported file under ``root`` as it is read (a build holds one document's
-        text at a time); log and record each skipped one. The ledger is written once all are."""
+    def iter_all(
+        self,
+        root: Path,
+        report: BuildReport,
+        progress: Progress,
+        then: Callable[[Document], T],
+        pool: WorkerPool | None = None,
+    ) -> Iterator[tuple[Document, T]]:
+        """Yield every supported file under ``root`` with ``then(document)``, in listing order, as
+        they are read (a build holds a few documents' texts at a time); log and record each
+        skipped one. The ledger is written once all are.
+
+        With ``pool``, files are read and given to ``then`` (chunked) by its worker processes,
+        a few ahead of the consumer, once the folder holds :data:`MIN_PARALLEL_FILES` files;
+        ``then`` must then be picklable (a module-level function or an object of one).
+        """
         read = 0
-        items = iter_documents(
-            root,
-            max_bytes=self.max_file_bytes,
-            ocr=self.ocr,
-            text_suffixes=self.text_suffixes,
-            **self._ignore(),
+        options = ReadOptions(self.max_file_bytes, self.ocr, self.text_suffixes)
+        tasks = (
+            (path, root, error, options, then)
+            for path, error in list_documents(root, **self._ignore())
         )
-        for path, item in items:
+        if pool is None:
+            results: Iterator[_Read[T]] = map(read_then, tasks)
+        else:
+            results = pool.imap(read_then, tasks, least=MIN_PARALLEL_FILES, what=_nth_file)
+        for path, item, extra in results:
             if isinstance(item, SourceError):
                 source = _relative(path, root)
                 kind: Literal["skipped", "stale"] = (
@@ -84,7 +133,7 @@ class Collector:
             self.unread.clear(item.source)
             read += 1
             progress("read", read, 0)
-            yield item
+            yield item, cast(T, extra)
         self.unread.flush()
 
     def collect(

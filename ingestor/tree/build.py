@@ -69,10 +69,14 @@ class TreeBuilder:
         make_clusterer: returns a fresh, unfitted clusterer for one layer.
         params: tree shape.
         tokenizer: counts summary tokens (cl100k_base by default).
+        workers: build worker processes (``ADRAP_BUILD__WORKERS``) for what a build does beside
+            clustering (whose are the clusterer's): reading and chunking its files, extractive
+            summaries. The tree is the same for any number.
 
     Summaries (the cache, checkpoints, regeneration in place) are its :class:`SummaryWriter`'s,
     ``summaries``, given the same parts; the builder's ``embedder``, ``summarizer``,
-    ``make_clusterer``, ``params``, ``tokenizer`` and ``checkpoint`` are the writer's.
+    ``make_clusterer``, ``params``, ``tokenizer``, ``checkpoint`` and ``workers`` are the
+    writer's.
     """
 
     embedder: Embedder = _given("embedder")
@@ -81,6 +85,7 @@ class TreeBuilder:
     params: TreeParams = _given("params")
     tokenizer: Tokenizer = _given("tokenizer")
     checkpoint: Callable[[TreeState], None] | None = _given("checkpoint")
+    workers: int = _given("workers")
 
     def __init__(
         self,
@@ -89,9 +94,15 @@ class TreeBuilder:
         make_clusterer: Callable[[], Clusterer],
         params: TreeParams,
         tokenizer: Tokenizer | None = None,
+        workers: int = 1,
     ) -> None:
         self.summaries = SummaryWriter(
-            embedder, summarizer, make_clusterer, params, tokenizer or default_tokenizer()
+            embedder,
+            summarizer,
+            make_clusterer,
+            params,
+            tokenizer or default_tokenizer(),
+            workers=workers,
         )
 
     def build(self, state: TreeState, progress: Progress = no_progress) -> BuildStats:

@@ -8,15 +8,18 @@ regeneration in place (a regenerated summary keeps its node id).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.protocols import Summarizer
+from ingestor.cluster.parallel import worker_pool
+from ingestor.protocols import MappedSummarizer, Summarizer
 from ingestor.read.tokens import Tokenizer
 from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
 from ingestor.tree.state import Node, Provenance, TreeState, sha256_text, summary_id
@@ -108,6 +111,7 @@ class SummaryWriter:
         params: TreeParams,
         tokenizer: Tokenizer,
         checkpoint: Callable[[TreeState], None] | None = None,
+        workers: int = 1,
     ) -> None:
         self.embedder = embedder
         self.summarizer = summarizer
@@ -115,6 +119,7 @@ class SummaryWriter:
         self.params = params
         self.tokenizer = tokenizer
         self.checkpoint = checkpoint
+        self.workers = workers
 
     def summarize_clusters(
         self,
@@ -341,7 +346,7 @@ class SummaryWriter:
                 _node(state, c).n_tokens for i in todo for c in groups[i]
             )
             before, t0 = _tokens_used(self.summarizer), time.perf_counter()
-            out = self.summarizer.summarize_many(texts, max_tokens=max_tokens)
+            out = self._summarize_many(texts, max_tokens)
             size = _next_batch(len(todo), time.perf_counter() - t0, floor)
             stats.summary_calls += len(todo)
             stats.summary_tokens += _tokens_used(self.summarizer) - before
@@ -352,6 +357,28 @@ class SummaryWriter:
             start += len(todo)
             progress(stage, len(groups) - len(missing) + start, len(groups))
         return [state.summary_cache[k] for k in keys]
+
+    def _summarize_many(self, texts: list[list[str]], max_tokens: int) -> list[str]:
+        """``summarize_many`` of the summariser; a mapped one (extractive) runs on the build's
+        ``workers`` processes, once they are started (by the clustering of a layer big enough
+        for them: see :mod:`ingestor.cluster.parallel`)."""
+        many = self.summarizer.summarize_many
+        if self.workers < 2 or "mapper" not in inspect.signature(many).parameters:
+            return many(texts, max_tokens=max_tokens)
+
+        def mapper(fn: Callable[[Any], Any], tasks: list[Any]) -> list[Any]:
+            with worker_pool(self.workers) as pool:
+                return pool.map(
+                    fn,
+                    tasks,
+                    count=len(tasks),
+                    rows=sum(len(group) for group in texts),
+                    what=lambda i: f"summaries, part {i + 1} of {len(tasks)}",
+                )
+
+        return cast(MappedSummarizer, self.summarizer).summarize_many(
+            texts, max_tokens=max_tokens, mapper=mapper
+        )
 
     def _fit_input_limit(self, state: TreeState, members: list[str]) -> list[list[str]]:
         """Cut a cluster whose texts exceed the summariser's input limit [RAPTOR §3].

@@ -16,3 +16,11 @@ def fail_on_three(i: int) -> int:
 def die(i: int) -> int:
     """End the worker process at once, as the kernel's OOM killer would."""
     os._exit(3)
+
+
+def square_after(i: int) -> int:
+    """Return i squared after a short nap (so results come while later tasks are drawn)."""
+    import time
+
+    time.sleep(0.01)
+    return i * i

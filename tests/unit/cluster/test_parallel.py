@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pytest
 
 from ingestor.cluster.parallel import WorkerPool, worker_count
 from ingestor.config import Settings
-from tests.unit.cluster.pool_tasks import die, fail_on_three
+from tests.unit.cluster.pool_tasks import die, fail_on_three, square_after
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -126,6 +127,33 @@ def test_adrap_build_workers_sets_the_clusterers_workers(
     settings = settings.model_copy(update={"state_dir": tmp_path})
     pipeline = make_pipeline(settings, store=None, embedder=HashEmbedder())  # type: ignore[arg-type]
     assert pipeline.builder.make_clusterer().workers == 3
+    assert pipeline.builder.workers == 3  # its reads and extractive summaries
     monkeypatch.setenv("ADRAP_BUILD__WORKERS", "-1")
     with pytest.raises(ValueError, match=r"build\.workers"):
         Settings(_env_file=None)  # type: ignore[call-arg]
+
+
+def test_imap_yields_in_task_order_as_it_goes_and_starts_only_for_enough_tasks() -> None:
+    pool = WorkerPool(2)
+    try:
+        assert list(pool.imap(square_after, range(3), least=4, what=str)) == [0, 1, 4]
+        assert not pool.started  # 3 tasks, fewer than least: read here
+        drawn: list[int] = []
+
+        def tasks() -> Iterator[int]:
+            for i in range(100):
+                drawn.append(i)
+                yield i
+
+        results = pool.imap(square_after, tasks(), least=4, what=str)
+        assert [next(results) for _ in range(5)] == [0, 1, 4, 9, 16]
+        assert pool.started
+        assert len(drawn) < 20  # a few tasks ahead of the consumer, not the whole stream
+        results.close()  # the consumer stops early: the pool stays, nothing more is drawn
+        assert pool.started
+        assert pool.map(square_after, range(4), count=4, rows=0, what=str) == [0, 1, 4, 9]
+        with pytest.raises(ValueError, match="task 3 refused") as caught:
+            list(pool.imap(fail_on_three, range(6), least=2, what=lambda i: f"file {i}"))
+        assert "while running the file 3 in a build worker process" in caught.value.__notes__
+    finally:
+        pool.close()

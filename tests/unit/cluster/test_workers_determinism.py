@@ -1,4 +1,4 @@
-"""Build workers: the same clustering and tree, node for node, with one and with two workers.
+"""Build workers: the same clustering, summaries, leaves and tree, with one and with two workers.
 
 The tests share one pool of two spawned workers (module fixture), and lower the size at which a
 pool starts, so small inputs run in the workers.
@@ -6,9 +6,13 @@ pool starts, so small inputs run in the workers.
 
 from __future__ import annotations
 
+import os
 import pickle
 import re
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,9 +21,19 @@ from numpy.typing import NDArray
 from ingestor.cluster import parallel
 from ingestor.cluster.parallel import WorkerPool, shared_pools, transform_in_blocks, worker_pool
 from ingestor.cluster.two_step import TreeClusterer
+from ingestor.pipeline import collect
+from ingestor.pipeline.build import Chunker
+from ingestor.pipeline.collect import Collector
+from ingestor.pipeline.reports import BuildReport
+from ingestor.read.documents import Document
+from ingestor.read.tokens import default_tokenizer
+from ingestor.summarize import extractive
+from ingestor.summarize.extractive import ExtractiveSummarizer
+from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.params import no_progress
 from ingestor.tree.state import TreeState
 from tests.unit.cluster.test_two_step import sphere_blobs
-from tests.unit.tree.trees import make_builder, new_state
+from tests.unit.tree.trees import EMBEDDER, make_builder, new_state
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +127,87 @@ def test_an_error_in_the_local_step_names_the_global_cluster(two_workers: Worker
         g, m = map(int, found.groups())
         assert m == np.count_nonzero(clusterer.global_labels_ == g)
         assert ("worker process" in note) == (workers == 2)
+
+
+def test_extractive_summaries_are_made_on_the_workers_and_the_tree_is_the_same(
+    two_workers: WorkerPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A builder with two workers hands its extractive summariser the workers (every group of
+    a layer, in tasks of GROUPS_PER_TASK); its summaries and tree are those of one worker."""
+    monkeypatch.setattr(extractive, "GROUPS_PER_TASK", 4)  # several tasks for a small layer
+    ran: list[object] = []
+    map_in_workers = two_workers.map
+
+    def spy(fn: Any, tasks: Any, **kwargs: Any) -> Any:
+        ran.append(fn)
+        return map_in_workers(fn, tasks, **kwargs)
+
+    monkeypatch.setattr(two_workers, "map", spy)
+    texts = [
+        f"Topic {i % 7} is about subject {i % 11}. Item {i % 5} was noted on day {i}. "
+        f"The note number {i} ends here."
+        for i in range(300)
+    ]
+    trees = []
+    for workers in (1, 2):
+        state, _ = new_state(texts)
+        TreeBuilder(
+            EMBEDDER,
+            ExtractiveSummarizer(),
+            lambda: TreeClusterer(random_state=0, n_epochs=50, max_group=120, workers=1),
+            TreeParams(summary_max_tokens=40, min_top_nodes=4),
+            workers=workers,
+        ).build(state)
+        trees.append(state)
+    one, two = trees
+    assert extractive._summarize_part in ran  # the summaries of the two-worker build
+    assert len(one.layers) >= 1
+    assert one.nodes.keys() == two.nodes.keys()
+    for node_id, a in one.nodes.items():
+        assert a.text == two.nodes[node_id].text
+
+
+def _pid(doc: Document) -> int:
+    return os.getpid()
+
+
+def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
+    two_workers: WorkerPool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Documents, leaves, skips and the ledger: those of a read in this process, in listing
+    order; the files were read in the workers once the folder holds MIN_PARALLEL_FILES."""
+    monkeypatch.setattr(collect, "MIN_PARALLEL_FILES", 8)
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    for i in range(30):
+        words = " ".join(f"word{(i * 7 + j) % 97}" for j in range(40 + 13 * i))
+        (root / ("sub" if i % 3 else "") / f"f{i:02d}.md").write_text(f"# Note {i}\n\n{words}.\n")
+    (root / "empty.txt").write_text("")
+    (root / "binary.txt").write_bytes(b"\x00\x01\x02" * 100)
+    chunker = Chunker("t", chunk_tokens=30, chunk_overlap=5, tokenizer=default_tokenizer())
+
+    def read(pool: WorkerPool | None) -> tuple[list[Any], list[Any]]:
+        report = BuildReport()
+        out = [
+            (doc, [replace(leaf, updated_at=0.0) for leaf in leaves])  # when it was made
+            for doc, leaves in Collector().iter_all(root, report, no_progress, chunker, pool)
+        ]
+        return out, report.skipped
+
+    here, skipped_here = read(None)
+    there, skipped_there = read(two_workers)
+    assert len(here) == 30
+    assert len(skipped_here) == 2
+    assert there == here
+    assert skipped_there == skipped_here
+    assert [doc.source for doc, _ in here] == sorted(doc.source for doc, _ in here)
+    pids = {
+        pid for _, pid in Collector().iter_all(root, BuildReport(), no_progress, _pid, two_workers)
+    }
+    assert os.getpid() not in pids
+    monkeypatch.setattr(collect, "MIN_PARALLEL_FILES", 100)  # fewer files: read here
+    pids = {
+        pid
+        for _, pid in Collector().iter_all(root, BuildReport(), no_progress, _pid, WorkerPool(2))
+    }
+    assert pids == {os.getpid()}

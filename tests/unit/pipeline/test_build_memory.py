@@ -14,7 +14,7 @@ import pytest
 
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
-from ingestor.pipeline.build import BuildStage
+from ingestor.pipeline.build import Chunker
 from ingestor.read.documents import Document
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
@@ -45,9 +45,9 @@ def test_a_build_holds_no_documents_text_once_it_is_chunked(
 
     write_corpus(tmp_path / "docs", random.Random(3), 12)
     read: list[weakref.ref[Document]] = []
-    leaves_of = BuildStage.leaves_of
+    leaves_of = Chunker.__call__
 
-    def chunk(self: BuildStage, doc: Document) -> Any:
+    def chunk(self: Chunker, doc: Document) -> Any:
         read.append(weakref.ref(doc))
         return leaves_of(self, doc)
 
@@ -61,7 +61,7 @@ def test_a_build_holds_no_documents_text_once_it_is_chunked(
         alive.append(sum(ref() is not None for ref in read))
         return embed_leaves(*args, **kwargs)
 
-    monkeypatch.setattr(BuildStage, "leaves_of", chunk)
+    monkeypatch.setattr(Chunker, "__call__", chunk)
     monkeypatch.setattr(build_module, "embed_leaves", embed)
     report = _pipeline(tmp_path).build(tmp_path / "docs")
     assert report.files == len(read) == 12
