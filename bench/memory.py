@@ -1,15 +1,16 @@
 """Memory of a watcher per tree size: peak RSS of a full build and the RSS it keeps afterwards.
 
-    python bench/memory.py [--sizes 20000 100000] [--workers N]
+    python bench/memory.py [--sizes 20000 100000] [--workers 1 2]
 
 Each size runs in a fresh process: synthetic documents from SQuAD sentences, hashed 384-d
 embeddings (the same vector size as the default model, without its ~20 chunks/s), extractive
 summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
 build (imports), peak RSS, RSS after the build (what a watcher holds while idle; ``--one`` also
 prints its heap and mapped-file parts), the state dir on disk, the build's seconds per stage
-(which part is still serial), and the peaks of the build process
-with its workers (``--workers``: the clustering's processes; 1, the default, starts none), sampled
-every 20 ms from this process (the engine holds the builder's GIL while it builds the HNSW graph,
+(which part is still serial), and the peaks of the build process with its workers
+(``--workers``: the processes it reads, clusters and summarises on; 1, the default, starts
+none; several counts compare each build's wall, and each stage's, with the first count's and
+with this machine's floor for that many processes), sampled every 20 ms from this process (the engine holds the builder's GIL while it builds the HNSW graph,
 so a thread in the builder could not see that peak): all resident memory, its anonymous part
 (heap: what must fit in RAM) and its file-backed part (the store's mapped segment files: page
 cache the kernel reclaims under pressure instead of failing). Add the real embedding model's
@@ -78,15 +79,16 @@ def one(size: int, workers: int = 1) -> dict[str, Any]:
     """Build one synthetic tree of about ``size`` leaves in this process; return its figures."""
     import update
     from datasets import peak_rss_mb
-    from update import CountingSummarizer, pipeline, synthetic_docs
+    from update import pipeline, synthetic_docs
 
+    from ingestor.summarize.extractive import ExtractiveSummarizer
     from tests.fakes import HashEmbedder
 
     update.WORKERS = workers
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "docs"
         synthetic_docs(root, size, random.Random(0))
-        p = pipeline(Path(tmp) / "state", HashEmbedder(dim=384), CountingSummarizer())
+        p = pipeline(Path(tmp) / "state", HashEmbedder(dim=384), ExtractiveSummarizer())
         before, anon_before = _rss_mb(), _rss_mb("RssAnon")
         t0 = time.perf_counter()
         report = p.build(root)
@@ -123,13 +125,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=[20_000, 100_000])
     ap.add_argument(
-        "--workers", type=int, default=1, help="build worker processes (default 1: none started)"
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="build worker processes, one build per count and size (default 1: none started); "
+        "with several counts, each build's wall is compared with the first count's and with "
+        "this machine's floor for that many processes",
     )
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--model", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(args.one, args.workers)))
+        print(json.dumps(one(args.one, args.workers[0])))
         return
     if args.model:
         print(json.dumps({"model": model_mb()}))
@@ -163,19 +171,68 @@ def main() -> None:
         "sampled every 20 ms: all, anonymous, file-backed; anon/leaf: KB of anonymous memory per leaf "
         "over the start)"
     )
-    for size in args.sizes:
-        r = child("--one", str(size), "--workers", str(args.workers))
-        kept = (r["rss_after"] - r["rss_before"]) * 100_000 / r["leaves"]
-        floor = r["leaves"] * 384 * 4 / 2**20
+    floors = {w: parallel_floor(w) for w in args.workers if w > 1}
+    for w, floor in floors.items():
         print(
-            f"{r['leaves']:8.0f} {r['seconds']:8.1f} {r['rss_before']:9.0f} {r['rss_peak']:7.0f} "
-            f"{r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} {floor:9.0f} "
-            f"{max(r['sampled_peak'], r['rss_peak']):8.0f} {r['peak_anon']:7.0f} "
-            f"{r['peak_file']:7.0f} {(r['peak_anon'] - r['anon_before']) * 1024 / r['leaves']:9.1f}"
+            f"this machine's floor for {w} processes: {floor:.2f}x (pure-Python CPU work split "
+            f"over {w} processes, against one process doing it all; {w} ideal cores: {1 / w:.2f}x)"
         )
-        stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items() if v >= 0.05)
-        print(f"{'':8} stages, s: {stages}")
+    for size in args.sizes:
+        first = None
+        for workers in args.workers:
+            r = child("--one", str(size), "--workers", str(workers))
+            kept = (r["rss_after"] - r["rss_before"]) * 100_000 / r["leaves"]
+            floor = r["leaves"] * 384 * 4 / 2**20
+            print(
+                f"{r['leaves']:8.0f} {r['seconds']:8.1f} {r['rss_before']:9.0f} "
+                f"{r['rss_peak']:7.0f} {r['rss_after']:7.0f} {kept:9.0f} {r['disk']:8.0f} "
+                f"{floor:9.0f} {max(r['sampled_peak'], r['rss_peak']):8.0f} "
+                f"{r['peak_anon']:7.0f} {r['peak_file']:7.0f} "
+                f"{(r['peak_anon'] - r['anon_before']) * 1024 / r['leaves']:9.1f}"
+            )
+            stages = ", ".join(f"{k} {v:.1f}" for k, v in r["stages"].items() if v >= 0.05)
+            print(f"{'':8} {workers} worker(s); stages, s: {stages}")
+            if first is None:
+                first = r
+                continue
+            ratio = r["seconds"] / first["seconds"]
+            per_stage = ", ".join(
+                f"{k} {v / first['stages'][k]:.2f}x"
+                for k, v in r["stages"].items()
+                if first["stages"].get(k, 0) >= 0.5
+            )
+            print(
+                f"{'':8} wall {ratio:.2f}x the {args.workers[0]}-worker build's (this machine's "
+                f"floor {floors.get(workers, 1.0):.2f}x; target 0.55x); per stage: {per_stage}"
+            )
 
+
+def _spin(n: int) -> int:
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+
+
+def parallel_floor(workers: int, work: int = 30_000_000, repeats: int = 3) -> float:
+    """The best wall ratio ``workers`` processes can reach on this machine: pure-Python CPU
+    work split over ``workers`` spawned processes against one process doing all of it (median of
+    ``repeats``). On a VM whose cores are shared it is well above 1 / workers."""
+    import multiprocessing
+    import statistics
+
+    ctx = multiprocessing.get_context("spawn")
+    ratios = []
+    with ctx.Pool(workers) as pool:
+        pool.map(_spin, [1] * workers)  # started
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            pool.apply(_spin, (work,))
+            one = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            pool.map(_spin, [work // workers] * workers, chunksize=1)
+            ratios.append((time.perf_counter() - t0) / one)
+    return statistics.median(ratios)
 
 if __name__ == "__main__":
     main()

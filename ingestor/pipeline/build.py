@@ -11,85 +11,26 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 from ingestor.cluster.parallel import shared_pools, worker_pool
+from ingestor.pipeline.chunker import Chunker
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import BuildReport
 from ingestor.pipeline.vectors import embed_leaves
-from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document
-from ingestor.read.structure import Outline
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import checkpoint_cache, drop_checkpoint, open_checkpoint
-from ingestor.tree.state import Node, TreeState, folders_of, leaf_id, sha256_text
+from ingestor.tree.state import Node, TreeState
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
 
 __all__ = ["BuildStage", "Chunker"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Chunker:
-    """Chunks a document into leaf nodes; picklable, so a build's worker processes run it.
-
-    Attributes:
-        tree: the tree's name (part of each leaf's id).
-        chunk_tokens, chunk_overlap: chunk size and overlap in tokens (``ADRAP_CHUNK__*``).
-        tokenizer: counts the tokens (cl100k: sent to a worker by name).
-    """
-
-    tree: str
-    chunk_tokens: int
-    chunk_overlap: int
-    tokenizer: Tokenizer
-
-    def __call__(self, doc: Document) -> list[Node]:
-        """Chunk ``doc`` into leaf nodes (ids stable while a chunk's text is unchanged).
-
-        Its leaves share one set of sources and one of folders (immutable): ~420 bytes a leaf
-        less than a pair each, for every leaf a build holds.
-        """
-        seen: Counter[str] = Counter()
-        out = []
-        sources = frozenset({doc.source})
-        dirs = folders_of(sources)
-        chunks = chunk_text(
-            doc.text,
-            max_tokens=self.chunk_tokens,
-            overlap=self.chunk_overlap,
-            tokenizer=self.tokenizer,
-        )
-        outline = Outline(doc.text, doc.regions)
-        for chunk in chunks:
-            digest = sha256_text(chunk.text)
-            node_id = leaf_id(self.tree, doc.source, digest, seen[digest])
-            seen[digest] += 1
-            out.append(
-                Node(
-                    node_id=node_id,
-                    layer=0,
-                    text=chunk.text,
-                    n_tokens=chunk.n_tokens,
-                    content_hash=digest,
-                    sources=sources,
-                    dirs=dirs,
-                    source=doc.source,
-                    chunk_index=chunk.index,
-                    char_start=chunk.char_start,
-                    char_end=chunk.char_end,
-                    section=outline.section(chunk.char_start, chunk.char_end),
-                    locator=outline.locator(chunk.char_start, chunk.char_end),
-                )
-            )
-        return out
 
 
 class BuildStage:

@@ -23,40 +23,24 @@ from ingestor.pipeline.unread import Unread, content_stale_reason
 from ingestor.read.documents import (
     Document,
     ReadOptions,
+    ReadThen,
     list_documents,
     read_document,
-    read_listed,
+    read_then,
 )
 from ingestor.read.listing import confirmed_gone, iter_files
 from ingestor.tree.params import Progress
 from ingestor.tree.state import SourceEntry, TreeState
 
-__all__ = ["MIN_PARALLEL_FILES", "Collector", "read_then", "source_entry"]
+__all__ = ["MIN_PARALLEL_FILES", "Collector", "source_entry"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-#: A listed file read: its path, its document or why it was skipped, and ``then(document)``.
-_Read = tuple[Path, Document | SourceError, T | None]
 
 #: A build reads its files on the worker processes once the folder holds this many: fewer are
 #: read here (a worker's start, ~2 s of CPU, costs more than reading a few hundred text files).
 MIN_PARALLEL_FILES = 256
-
-
-def read_then(
-    task: tuple[Path, Path, SourceError | None, ReadOptions, Callable[[Document], T]],
-) -> _Read[T]:
-    """Read one listed file and apply ``then`` to its document (a build's read task)."""
-    path, root, error, options, then = task
-    try:
-        item = read_listed(path, root, error, options)
-        if isinstance(item, SourceError):
-            return path, item, None
-        return path, item, then(item)
-    except Exception as exc:  # not a skip: a bug, which stops the build; say where
-        exc.add_note(f"while reading {str(path)!r}")
-        raise
 
 
 def _nth_file(i: int) -> str:
@@ -113,7 +97,7 @@ class Collector:
             for path, error in list_documents(root, **self._ignore())
         )
         if pool is None:
-            results: Iterator[_Read[T]] = map(read_then, tasks)
+            results: Iterator[ReadThen[T]] = map(read_then, tasks)
         else:
             results = pool.imap(read_then, tasks, least=MIN_PARALLEL_FILES, what=_nth_file)
         for path, item, extra in results:

@@ -13,9 +13,10 @@ import os
 import re
 import stat
 import time
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
 from ingestor.read import formats
@@ -26,11 +27,13 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "Document",
     "ReadOptions",
+    "ReadThen",
     "iter_documents",
     "list_documents",
     "normalise_text",
     "read_document",
     "read_listed",
+    "read_then",
 ]
 
 log = logging.getLogger(__name__)
@@ -222,6 +225,27 @@ def read_listed(
         )
     except SourceError as exc:
         return exc
+
+
+T = TypeVar("T")
+#: A listed file read: its path, its document or why it was skipped, and ``then(document)``.
+ReadThen = tuple[Path, "Document | SourceError", T | None]
+
+
+def read_then(
+    task: tuple[Path, Path, SourceError | None, ReadOptions, Callable[[Document], T]],
+) -> ReadThen[T]:
+    """Read one listed file and apply ``then`` to its document: a build's read task, run by
+    its worker processes (this module imports nothing heavy)."""
+    path, root, error, options, then = task
+    try:
+        item = read_listed(path, root, error, options)
+        if isinstance(item, SourceError):
+            return path, item, None
+        return path, item, then(item)
+    except Exception as exc:  # not a skip: a bug, which stops the build; say where
+        exc.add_note(f"while reading {str(path)!r}")
+        raise
 
 
 def iter_documents(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -76,10 +77,14 @@ GROUPS_PER_TASK = 32
 
 def _summarize_part(
     task: tuple[ExtractiveSummarizer, list[list[str]], int, str | None],
-) -> list[str]:
-    """Summarise groups already split into sentences (a worker process's task)."""
-    summarizer, split, max_tokens, query = task
-    return [summarizer._summarize(sentences, max_tokens, query) for sentences in split]
+) -> list[str | None]:
+    """Summarise groups of texts (a worker process's task): None for a group without text."""
+    summarizer, groups, max_tokens, query = task
+    out: list[str | None] = []
+    for texts in groups:
+        sentences = summarizer._unique_sentences(texts)
+        out.append(summarizer._summarize(sentences, max_tokens, query) if sentences else None)
+    return out
 
 
 class ExtractiveSummarizer:
@@ -152,27 +157,25 @@ class ExtractiveSummarizer:
 
         Raises:
             SummarizationError: ``max_tokens`` < 1, or a group is empty or holds only whitespace.
-                Every group is checked before any is summarised, so there is no partial result.
+                No partial result is returned.
         """
         if max_tokens < 1:
             raise SummarizationError(f"max_tokens must be at least 1, got {max_tokens!r}")
-        split: list[list[str]] = []
-        for index, texts in enumerate(groups):
-            sentences = self._unique_sentences(texts)
-            if not sentences:
-                raise SummarizationError(
-                    f"group {index} has no text to summarise ({len(texts)} texts, all empty or "
-                    "whitespace); drop empty clusters before summarising"
-                )
-            split.append(sentences)
         if mapper is None:
-            summaries = [self._summarize(sentences, max_tokens, query) for sentences in split]
+            results = _summarize_part((self, [list(g) for g in groups], max_tokens, query))
         else:
             tasks = [
-                (self, split[i : i + GROUPS_PER_TASK], max_tokens, query)
-                for i in range(0, len(split), GROUPS_PER_TASK)
+                (self, [list(g) for g in groups[i : i + GROUPS_PER_TASK]], max_tokens, query)
+                for i in range(0, len(groups), GROUPS_PER_TASK)
             ]
-            summaries = [s for part in mapper(_summarize_part, tasks) for s in part]
+            results = [s for part in mapper(_summarize_part, tasks) for s in part]
+        for index, summary in enumerate(results):
+            if summary is None:
+                raise SummarizationError(
+                    f"group {index} has no text to summarise ({len(groups[index])} texts, all "
+                    "empty or whitespace); drop empty clusters before summarising"
+                )
+        summaries = cast(list[str], results)
         self.calls += len(groups)
         log.debug("extractive: %d summaries, max_tokens=%d", len(summaries), max_tokens)
         return summaries

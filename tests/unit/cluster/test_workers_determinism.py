@@ -22,7 +22,7 @@ from ingestor.cluster import parallel
 from ingestor.cluster.parallel import WorkerPool, shared_pools, transform_in_blocks, worker_pool
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import collect
-from ingestor.pipeline.build import Chunker
+from ingestor.pipeline.chunker import Chunker
 from ingestor.pipeline.collect import Collector
 from ingestor.pipeline.reports import BuildReport
 from ingestor.read.documents import Document

@@ -14,7 +14,7 @@ import pytest
 
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
-from ingestor.pipeline.build import Chunker
+from ingestor.pipeline.chunker import Chunker
 from ingestor.read.documents import Document
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
