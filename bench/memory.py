@@ -10,8 +10,9 @@ prints its heap and mapped-file parts), the state dir on disk, the build's secon
 (which part is still serial), and the peaks of the build process with its workers
 (``--workers``: the processes it reads, clusters and summarises on; 1, the default, starts
 none; several counts compare each build's wall, and each stage's, with the first count's and
-with this machine's floor for that many processes), sampled every 20 ms from this process (the engine holds the builder's GIL while it builds the HNSW graph,
-so a thread in the builder could not see that peak): all resident memory, its anonymous part
+with this machine's floor for that many processes), sampled every 20 ms from this process
+(the engine holds the builder's GIL while it builds the HNSW graph, so a thread in the builder
+could not see that peak): all resident memory, its anonymous part
 (heap: what must fit in RAM) and its file-backed part (the store's mapped segment files: page
 cache the kernel reclaims under pressure instead of failing). Add the real embedding model's
 resident size (measured here: printed as "model") for a watcher with the default backend. The
@@ -233,6 +234,7 @@ def parallel_floor(workers: int, work: int = 30_000_000, repeats: int = 3) -> fl
             pool.map(_spin, [work // workers] * workers, chunksize=1)
             ratios.append((time.perf_counter() - t0) / one)
     return statistics.median(ratios)
+
 
 if __name__ == "__main__":
     main()
