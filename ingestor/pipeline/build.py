@@ -18,7 +18,7 @@ from ingestor.pipeline.chunker import Chunker
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import BuildReport
-from ingestor.pipeline.vectors import embed_leaves
+from ingestor.pipeline.vectors import LeafEmbedding
 from ingestor.read.documents import Document
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats
@@ -134,23 +134,8 @@ class BuildStage:
         ctx = self.context
         report = BuildReport()
         stats = report.stats
-        t0 = time.perf_counter()
-        leaves = self._chunk_all(state, report, progress)
-        stats.add_time("read_chunk", time.perf_counter() - t0)
-
         with bulk_writes(ctx.store):  # one index build, after every point is written
-            t0 = time.perf_counter()
-            embed_leaves(
-                state,
-                leaves,
-                store=ctx.store,
-                embedder=ctx.embedder,
-                tree=ctx.tree,
-                progress=progress,
-                checkpoint=first,
-            )
-            stats.add_time("embed_leaves", time.perf_counter() - t0)
-
+            leaves = self._read_and_embed(state, report, progress, checkpoint=first)
             built = self.build_layers(state, cache_rows, progress)
             built.seconds = stats.seconds | built.seconds  # read and embed stages first
             report.stats = stats = built
@@ -158,30 +143,53 @@ class BuildStage:
             t0 = time.perf_counter()
             ctx.store_state(state, progress, index=False)  # indexed once the state is let go
             stats.add_time("store", time.perf_counter() - t0)
-        report.leaves = len(leaves)
+        report.leaves = leaves
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t_start
         return report
 
-    def _chunk_all(self, state: TreeState, report: BuildReport, progress: Progress) -> list[Node]:
-        """Read and chunk every document under the root into leaves, recording its source entry.
+    def _read_and_embed(
+        self, state: TreeState, report: BuildReport, progress: Progress, *, checkpoint: bool
+    ) -> int:
+        """Read, chunk and embed every document under the root, recording its source entry;
+        return the number of leaves.
 
-        Files are read and chunked on the build's worker processes (``workers``), a few ahead,
-        and taken in listing order: the same leaves for any number of workers. A few documents'
-        texts are held at a time (their leaves carry their chunks' texts): a build that listed
-        the documents first held every text until the end (26k leaves: ~1.6 KB a leaf, the size
-        of the leaves' own texts again).
+        Files are read and chunked on the build's worker processes, a few ahead, while this
+        process embeds the leaves of those before (:class:`LeafEmbedding`), and are taken in
+        listing order: the same leaves for any number of workers. A few documents' texts are
+        held at a time (their leaves carry their chunks' texts): a build that listed the
+        documents first held every text until the end (26k leaves: ~1.6 KB a leaf).
+
+        Stages: ``read_chunk`` is the time spent waiting for documents (what embedding did not
+        hide), ``embed_leaves`` the time embedding and storing them.
         """
-        leaves: list[Node] = []
-        root = Path(state.root)
-        with worker_pool(self.context.builder.workers) as pool:
-            for doc, doc_leaves in self.collector.iter_all(
-                root, report, progress, self.chunker, pool
-            ):
+        ctx = self.context
+        leaves = LeafEmbedding(
+            state,
+            store=ctx.store,
+            embedder=ctx.embedder,
+            tree=ctx.tree,
+            progress=progress,
+            checkpoint=checkpoint,
+        )
+        waited = 0.0
+        with worker_pool(ctx.builder.workers) as pool:
+            docs = self.collector.iter_all(Path(state.root), report, progress, self.chunker, pool)
+            while True:
+                t0 = time.perf_counter()
+                read = next(docs, None)
+                waited += time.perf_counter() - t0
+                if read is None:
+                    break
+                doc, doc_leaves = read
                 report.files += 1
-                leaves.extend(doc_leaves)
                 state.sources[doc.source] = source_entry(doc, [n.node_id for n in doc_leaves])
-        return leaves
+                del doc, read  # its text: the leaves carry theirs
+                leaves.add(doc_leaves)
+            leaves.finish()
+        report.stats.add_time("read_chunk", waited)
+        report.stats.add_time("embed_leaves", leaves.seconds)
+        return leaves.leaves
 
     def build_layers(
         self, state: TreeState, cache_rows: RowStore | None, progress: Progress

@@ -10,6 +10,7 @@ back instead of embedding them again (:func:`reuse_removed`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,56 +22,94 @@ from retriever import Embedder, NodeStore, StoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EMBED_BATCH", "ReusingEmbedder", "embed_leaves", "reuse_removed", "vectors_of"]
+__all__ = ["EMBED_BATCH", "LeafEmbedding", "ReusingEmbedder", "reuse_removed", "vectors_of"]
 
 EMBED_BATCH = 128
 
 
-def embed_leaves(
-    state: TreeState,
-    leaves: list[Node],
-    *,
-    store: NodeStore,
-    embedder: Embedder,
-    tree: str,
-    progress: Progress,
-    checkpoint: bool,
-) -> int:
-    """Embed the leaves into ``state``; return how many were embedded (not reused).
+class LeafEmbedding:
+    """Embeds a build's leaves as they are read, :data:`EMBED_BATCH` at a time, into ``state``.
+
+    The build hands it each document's leaves (:meth:`add`) while its worker processes read
+    the next files, so reading and embedding overlap; :meth:`finish` embeds the last batch.
+    Every leaf is then in ``state.nodes`` with its vector, in reading order.
 
     ``checkpoint`` (a first build, which has no committed state to fall back on): each batch is
     stored as it is embedded, and leaves whose point an interrupted build already stored (same
     id, so same source and text) take their vector from the store instead of the model, so a
     first build killed or stopped half-way resumes without redoing that work.
+
+    Attributes:
+        leaves: leaves added so far.
+        embedded: leaves embedded (not taken back from the store).
+        seconds: time spent embedding and storing (not reading).
     """
-    done: set[str] = set()
-    if checkpoint:
-        store.ensure_collection(embedder.dim, embedder.model_id)
-        done = set(store.iter_ids(tree)) & {n.node_id for n in leaves}
-    embedded = 0
-    state.vectors.reserve(len(leaves), embedder.dim)  # one matrix of leaf vectors, never grown
-    for start in range(0, len(leaves), EMBED_BATCH):
-        batch = leaves[start : start + EMBED_BATCH]
-        todo = [n for n in batch if n.node_id not in done]
-        kept = [n for n in batch if n.node_id in done]
+
+    def __init__(
+        self,
+        state: TreeState,
+        *,
+        store: NodeStore,
+        embedder: Embedder,
+        tree: str,
+        progress: Progress,
+        checkpoint: bool,
+    ) -> None:
+        self.state = state
+        self.store = store
+        self.embedder = embedder
+        self.progress = progress
+        self.checkpoint = checkpoint
+        self.stored: set[str] = set()  # points an interrupted first build stored
+        if checkpoint:
+            store.ensure_collection(embedder.dim, embedder.model_id)
+            self.stored = set(store.iter_ids(tree))
+        self.pending: list[Node] = []
+        self.leaves = 0
+        self.embedded = 0
+        self.resumed = 0
+        self.seconds = 0.0
+
+    def add(self, leaves: Sequence[Node]) -> None:
+        """Take one document's leaves; embed every full batch."""
+        self.pending.extend(leaves)
+        self.leaves += len(leaves)
+        while len(self.pending) >= EMBED_BATCH:
+            batch, self.pending = self.pending[:EMBED_BATCH], self.pending[EMBED_BATCH:]
+            self._embed(batch)
+
+    def finish(self) -> None:
+        """Embed what is left."""
+        if self.pending:
+            batch, self.pending = self.pending, []
+            self._embed(batch)
+        if self.resumed:
+            log.info(
+                "resumed an interrupted build: %d leaf vectors taken from the store", self.resumed
+            )
+
+    def _embed(self, batch: list[Node]) -> None:
+        t0 = time.perf_counter()
+        state = self.state  # its vectors: one matrix, grown by half when full
+        todo = [n for n in batch if n.node_id not in self.stored]
+        kept = [n for n in batch if n.node_id in self.stored]
         if kept:
-            vecs = store.retrieve_vectors([n.node_id for n in kept])
+            vecs = self.store.retrieve_vectors([n.node_id for n in kept])
             for node, vec in zip(kept, vecs, strict=True):
                 state.vectors[node.node_id] = vec
+            self.resumed += len(kept)
         if todo:
-            vecs = embedder.embed_documents([n.text for n in todo])
+            vecs = self.embedder.embed_documents([n.text for n in todo])
             for node, vec in zip(todo, vecs, strict=True):
                 state.vectors[node.node_id] = vec
-            embedded += len(todo)
+            self.embedded += len(todo)
         for node in batch:
             state.nodes[node.node_id] = node
-        if checkpoint and todo:
+        if self.checkpoint and todo:
             ids = [n.node_id for n in todo]
-            store.upsert(state.payloads(ids), state.matrix(ids))
-        progress("embed leaves", start + len(batch), len(leaves))
-    if done:
-        log.info("resumed an interrupted build: %d leaf vectors taken from the store", len(done))
-    return embedded
+            self.store.upsert(state.payloads(ids), state.matrix(ids))
+        self.seconds += time.perf_counter() - t0
+        self.progress("embed leaves", self.leaves - len(self.pending), 0)
 
 
 def vectors_of(

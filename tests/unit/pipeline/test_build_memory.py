@@ -15,6 +15,7 @@ import pytest
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.chunker import Chunker
+from ingestor.pipeline.vectors import LeafEmbedding
 from ingestor.read.documents import Document
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
@@ -37,10 +38,11 @@ def _pipeline(tmp_path: Path) -> Pipeline:
     )
 
 
-def test_a_build_holds_no_documents_text_once_it_is_chunked(
+def test_a_build_holds_one_documents_text_at_a_time(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """When the leaves are embedded every document read is gone (their leaves carry the text)."""
+    """While a document's leaves are embedded, every document read before it is gone (their
+    leaves carry the text); the one just read is held by the reader until the next read."""
     import random
 
     write_corpus(tmp_path / "docs", random.Random(3), 12)
@@ -52,20 +54,18 @@ def test_a_build_holds_no_documents_text_once_it_is_chunked(
         return leaves_of(self, doc)
 
     alive: list[int] = []
-    from ingestor.pipeline import build as build_module
+    add = LeafEmbedding.add
 
-    embed_leaves = build_module.embed_leaves
-
-    def embed(*args: Any, **kwargs: Any) -> int:
+    def embed(self: LeafEmbedding, leaves: Any) -> None:
         gc.collect()
         alive.append(sum(ref() is not None for ref in read))
-        return embed_leaves(*args, **kwargs)
+        add(self, leaves)
 
     monkeypatch.setattr(Chunker, "__call__", chunk)
-    monkeypatch.setattr(build_module, "embed_leaves", embed)
+    monkeypatch.setattr(LeafEmbedding, "add", embed)
     report = _pipeline(tmp_path).build(tmp_path / "docs")
-    assert report.files == len(read) == 12
-    assert alive == [0], f"{alive[0]} of 12 documents still held when the leaves are embedded"
+    assert report.files == len(read) == len(alive) == 12
+    assert max(alive) <= 1, f"{max(alive)} of 12 documents held while leaves were embedded"
 
 
 def test_the_first_layer_is_fitted_on_the_matrix_of_leaf_vectors_not_a_copy(
@@ -115,17 +115,15 @@ def test_the_leaves_of_a_document_share_one_set_of_sources_and_of_folders(
     """Two frozensets a leaf cost ~420 bytes a leaf of a build's memory; one pair per document."""
     import random
 
-    from ingestor.pipeline import build as build_module
-
     write_corpus(tmp_path / "docs", random.Random(5), 6)
     held: list[Any] = []
-    embed_leaves = build_module.embed_leaves
+    add = LeafEmbedding.add
 
-    def embed(state: Any, leaves: Any, **kwargs: Any) -> int:
+    def embed(self: LeafEmbedding, leaves: Any) -> None:
         held.extend(leaves)  # the leaves the build holds until it lets its state go
-        return embed_leaves(state, leaves, **kwargs)
+        add(self, leaves)
 
-    monkeypatch.setattr(build_module, "embed_leaves", embed)
+    monkeypatch.setattr(LeafEmbedding, "add", embed)
     _pipeline(tmp_path).build(tmp_path / "docs")
     by_source: dict[str, list[Any]] = {}
     for node in held:
