@@ -9,6 +9,7 @@ one that cannot be read now keeps its leaves and is recorded in the ledger
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import stat
@@ -27,6 +28,7 @@ from ingestor.read.documents import (
     list_documents,
     read_document,
     read_then,
+    read_then_many,
 )
 from ingestor.read.listing import confirmed_gone, iter_files
 from ingestor.tree.params import Progress
@@ -41,10 +43,19 @@ T = TypeVar("T")
 #: A build reads its files on the worker processes once the folder holds this many: fewer are
 #: read here (a worker's start, ~2 s of CPU, costs more than reading a few hundred text files).
 MIN_PARALLEL_FILES = 256
+#: Files a worker reads per task.
+FILES_PER_TASK = 8
 
 
-def _nth_file(i: int) -> str:
-    return f"read of file #{i + 1} in the folder's listing"
+def _batched(items: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    """Lists of ``n`` items in order, the last one shorter (``itertools.batched``, Python 3.12)."""
+    while batch := list(itertools.islice(items, n)):
+        yield batch
+
+
+def _nth_batch(i: int) -> str:
+    first = i * FILES_PER_TASK + 1
+    return f"read of files #{first}-{first + FILES_PER_TASK - 1} in the folder's listing"
 
 
 class Collector:
@@ -98,8 +109,14 @@ class Collector:
         )
         if pool is None:
             results: Iterator[ReadThen[T]] = map(read_then, tasks)
-        else:
-            results = pool.imap(read_then, tasks, least=MIN_PARALLEL_FILES, what=_nth_file)
+        else:  # a few files a task: a task's round trip costs ~1 ms
+            batches = pool.imap(
+                read_then_many,
+                _batched(tasks, FILES_PER_TASK),
+                least=MIN_PARALLEL_FILES // FILES_PER_TASK,
+                what=_nth_batch,
+            )
+            results = itertools.chain.from_iterable(batches)
         for path, item, extra in results:
             if isinstance(item, SourceError):
                 source = _relative(path, root)

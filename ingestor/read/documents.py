@@ -34,6 +34,7 @@ __all__ = [
     "read_document",
     "read_listed",
     "read_then",
+    "read_then_many",
 ]
 
 log = logging.getLogger(__name__)
@@ -246,6 +247,13 @@ def read_then(
     except Exception as exc:  # not a skip: a bug, which stops the build; say where
         exc.add_note(f"while reading {str(path)!r}")
         raise
+
+
+def read_then_many(
+    tasks: Sequence[tuple[Path, Path, SourceError | None, ReadOptions, Callable[[Document], T]]],
+) -> list[ReadThen[T]]:
+    """:func:`read_then` of each task, in order (a worker's task of a few files)."""
+    return [read_then(task) for task in tasks]
 
 
 def iter_documents(

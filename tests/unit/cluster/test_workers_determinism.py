@@ -177,6 +177,7 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
     """Documents, leaves, skips and the ledger: those of a read in this process, in listing
     order; the files were read in the workers once the folder holds MIN_PARALLEL_FILES."""
     monkeypatch.setattr(collect, "MIN_PARALLEL_FILES", 8)
+    monkeypatch.setattr(collect, "FILES_PER_TASK", 3)
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)
     for i in range(30):
