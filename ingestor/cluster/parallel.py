@@ -54,7 +54,9 @@ __all__ = [
 #: Rows per UMAP transform task: bounds a transform's memory, and is the same for every worker
 #: count, so blocked results are too (UMAP's transform weighs a point's edges against the
 #: strongest edge of its call: a block's result depends on the block, not on who computes it).
-BLOCK_ROWS: Final = 16_384
+#: Small enough that a layer's blocks share out evenly (26.5k leaves: 16,384 rows made one block
+#: of 16,384 and one of 5,108, so two workers waited on the first for ~3/4 of the transform).
+BLOCK_ROWS: Final = 4_096
 #: Below this many rows of work a pool is not started (its start costs more than it saves); a
 #: pool already started (in :func:`shared_pools`) takes any work of two tasks or more.
 MIN_PARALLEL_ROWS: Final = 8_192

@@ -336,13 +336,21 @@ class TreeClusterer:
         # One seed per group, drawn up front in group order: a group's fit depends on its rows
         # and its seed only, not on which worker runs it or when.
         seeds = rng.integers(2**63, size=len(groups)).tolist()
-        fits = pool.map(
+        # The largest groups first, so that no worker is left with a large one at the end; a fit
+        # depends on its rows and seed only, so the order changes nothing but the wall time.
+        order = sorted(range(len(groups)), key=lambda g: (-len(groups[g]), g))
+        done = pool.map(
             fit_group,
-            ((steps, X[members], seed) for members, seed in zip(groups, seeds, strict=True)),
+            ((steps, X[groups[g]], seeds[g]) for g in order),
             count=len(groups),
             rows=len(X),
-            what=lambda g: f"local step of global cluster {g} ({len(groups[g])} points)",
+            what=lambda i: (
+                f"local step of global cluster {order[i]} ({len(groups[order[i]])} points)"
+            ),
         )
+        fits: list[LocalFit | None] = [None] * len(groups)
+        for g, fit in zip(order, done, strict=True):
+            fits[g] = fit
         for members, fit in zip(groups, fits, strict=True):  # cluster ids in group order
             self.local_models_.append(self._place(members, fit))
 

@@ -19,6 +19,7 @@ import pytest
 from numpy.typing import NDArray
 
 from ingestor.cluster import parallel
+from ingestor.cluster.fit_steps import fit_group
 from ingestor.cluster.parallel import WorkerPool, shared_pools, transform_in_blocks, worker_pool
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import collect
@@ -212,3 +213,27 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
         for _, pid in Collector().iter_all(root, BuildReport(), no_progress, _pid, WorkerPool(2))
     }
     assert pids == {os.getpid()}
+
+
+def test_the_local_steps_go_to_the_workers_largest_group_first(
+    two_workers: WorkerPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No worker is left with a large group at the end while the others wait; the clusters
+    are still numbered in group order (the fit is the one-worker fit, as above)."""
+    sizes: list[int] = []
+    map_in_workers = two_workers.map
+
+    def spy(fn: Any, tasks: Any, **kwargs: Any) -> Any:
+        tasks = list(tasks)
+        if fn is fit_group:
+            sizes.extend(len(rows) for _, rows, _ in tasks)
+        return map_in_workers(fn, tasks, **kwargs)
+
+    monkeypatch.setattr(two_workers, "map", spy)
+    X, labels = sphere_blobs(n_blobs=6, per_blob=80, dim=16, spread=0.3, seed=1)
+    keep = np.concatenate([np.flatnonzero(labels == b)[: 25 + 11 * (b * 5 % 6)] for b in range(6)])
+    two = fit(X[np.sort(keep)], 2)
+    assert len(sizes) == len(two.local_models_) >= 5
+    in_group_order = [len(m.members) for m in two.local_models_]
+    assert sizes == sorted(in_group_order, reverse=True)
+    assert sizes != in_group_order
