@@ -138,7 +138,7 @@ class WorkerPool:
         worth = self.started or rows >= MIN_PARALLEL_ROWS
         if self.workers < 2 or count < 2 or not worth:
             return list(self._map_here(fn, tasks, what))
-        return list(self._map_workers(fn, iter(tasks), what))
+        return list(self._map_workers(fn, iter(tasks), what, ahead=2))
 
     def imap(
         self,
@@ -147,24 +147,26 @@ class WorkerPool:
         *,
         least: int,
         what: Callable[[int], str],
+        ahead: int = 2,
     ) -> Iterator[R]:
         """Yield ``fn(t)`` for each task, in task order, as results come: :meth:`map` for a
         stream of tasks whose number is not known up front (a folder's files as it is listed).
 
         Processes start (if not started yet) only once ``least`` tasks have been drawn; a
-        stream that ends before runs in this process. At most two tasks per worker wait, so a
-        stream's results are held a few at a time; a consumer that stops early leaves the
-        pool running, with nothing more submitted.
+        stream that ends before runs in this process. At most ``ahead`` tasks per worker are
+        submitted and not yet consumed, so the workers run that far ahead of a consumer busy
+        with each result, and a stream's results are held a few at a time; a consumer that
+        stops early leaves the pool running, with nothing more submitted.
         """
         it = iter(tasks)
         head = list(itertools.islice(it, max(least, 2) if not self.started else 2))
         if self.workers < 2 or len(head) < 2 or (len(head) < least and not self.started):
             yield from self._map_here(fn, itertools.chain(head, it), what)
             return
-        yield from self._map_workers(fn, itertools.chain(head, it), what)
+        yield from self._map_workers(fn, itertools.chain(head, it), what, ahead=ahead)
 
     def _map_workers(
-        self, fn: Callable[[T], R], tasks: Iterator[T], what: Callable[[int], str]
+        self, fn: Callable[[T], R], tasks: Iterator[T], what: Callable[[int], str], *, ahead: int
     ) -> Iterator[R]:
         executor = self._start()
         results: dict[int, R] = {}
@@ -173,11 +175,13 @@ class WorkerPool:
         try:
             for i, task in enumerate(tasks):
                 pending[executor.submit(fn, task)] = i
-                while len(pending) >= 2 * self.workers:
-                    self._collect(pending, results, what)
-                while ready in results:
-                    yield results.pop(ready)
-                    ready += 1
+                while True:
+                    while ready in results:
+                        yield results.pop(ready)
+                        ready += 1
+                    if len(pending) + len(results) < ahead * self.workers:
+                        break
+                    self._collect(pending, results, what)  # the next result is pending
             while pending:
                 self._collect(pending, results, what)
                 while ready in results:

@@ -45,6 +45,9 @@ T = TypeVar("T")
 MIN_PARALLEL_FILES = 256
 #: Files a worker reads per task.
 FILES_PER_TASK = 8
+#: Tasks per worker read ahead of the builder, which embeds meanwhile: enough that the workers
+#: keep reading while it embeds a batch, few enough to hold little (2 workers: 128 files).
+TASKS_AHEAD = 8
 
 
 def _batched(items: Iterator[Any], n: int) -> Iterator[list[Any]]:
@@ -115,6 +118,7 @@ class Collector:
                 _batched(tasks, FILES_PER_TASK),
                 least=MIN_PARALLEL_FILES // FILES_PER_TASK,
                 what=_nth_batch,
+                ahead=TASKS_AHEAD,
             )
             results = itertools.chain.from_iterable(batches)
         for path, item, extra in results:
