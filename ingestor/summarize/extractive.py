@@ -72,7 +72,7 @@ def truncate(text: str, max_tokens: int, tokenizer: Tokenizer) -> str:
 
 
 #: Groups summarised per task when a build runs the work on its worker processes.
-GROUPS_PER_TASK = 32
+GROUPS_PER_TASK = 8
 
 
 def _summarize_part(

@@ -8,26 +8,20 @@ regeneration in place (a regenerated summary keeps its node id).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.cluster.parallel import worker_pool
-from ingestor.protocols import MappedSummarizer, Summarizer
+from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer
+from ingestor.tree import summary_calls as calls
 from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
 from ingestor.tree.state import Node, Provenance, TreeState, sha256_text, summary_id
 from retriever import Embedder
-
-#: Summaries are paid for in batches of about this many seconds (checkpointed, stoppable between).
-SUMMARY_BATCH_SECONDS = 5.0
-SUMMARY_BATCH_MAX = 64
 
 
 def cache_key(summarizer: Summarizer, max_tokens: int, child_hashes: Sequence[str]) -> str:
@@ -42,20 +36,6 @@ def token_change(old: Sequence[int], new: Sequence[int]) -> int:
     """Return how many tokens ``new`` gained and lost against ``old`` (as multisets)."""
     a, b = Counter(old), Counter(new)
     return (a - b).total() + (b - a).total()
-
-
-def _tokens_used(summarizer: Summarizer) -> int:
-    """Return the tokens a summariser has spent so far (prompt + completion; 0 if it does not say)."""
-    return int(getattr(summarizer, "prompt_tokens", 0)) + int(
-        getattr(summarizer, "completion_tokens", 0)
-    )
-
-
-def _next_batch(done: int, seconds: float, floor: int) -> int:
-    """Size the next summary batch to take about SUMMARY_BATCH_SECONDS, in whole rounds of
-    ``floor`` (the summariser's concurrency), between ``floor`` and SUMMARY_BATCH_MAX."""
-    want = SUMMARY_BATCH_MAX if seconds <= 0 else int(SUMMARY_BATCH_SECONDS * done / seconds)
-    return max(floor, min(SUMMARY_BATCH_MAX, want) // floor * floor)
 
 
 @dataclass
@@ -322,8 +302,9 @@ class SummaryWriter:
     ) -> list[str]:
         """Return one summary per group of node ids, reusing the content-addressed cache.
 
-        Missing summaries are paid for in batches of about :data:`SUMMARY_BATCH_SECONDS` (at
-        least the summariser's ``concurrency``, at most :data:`SUMMARY_BATCH_MAX`); after each,
+        Missing summaries are paid for in batches of about ``SUMMARY_BATCH_SECONDS`` (see
+        :mod:`ingestor.tree.summary_calls`: a round of the summariser's concurrency, or of the
+        build's workers for an extractive one, at least); after each,
         ``self.checkpoint(state)`` (when set: a build) stores them, then ``progress`` may stop
         the build (the daemon's SIGTERM). So a stopped or killed build loses one batch at most.
         """
@@ -337,19 +318,19 @@ class SummaryWriter:
         stats.cache_hits += len(groups) - len(missing)
         stage = f"summaries L{layer}"
         progress(stage, len(groups) - len(missing), len(groups))
-        floor = max(1, int(getattr(self.summarizer, "concurrency", 1)))
-        start, size = 0, min(floor, SUMMARY_BATCH_MAX)
+        floor = calls.batch_floor(self.summarizer, self.workers)
+        start, size = 0, floor
         while start < len(missing):
             todo = missing[start : start + size]
             texts = [[_node(state, c).text for c in groups[i]] for i in todo]
             stats.summary_input_tokens += sum(
                 _node(state, c).n_tokens for i in todo for c in groups[i]
             )
-            before, t0 = _tokens_used(self.summarizer), time.perf_counter()
-            out = self._summarize_many(texts, max_tokens)
-            size = _next_batch(len(todo), time.perf_counter() - t0, floor)
+            before, t0 = calls.tokens_used(self.summarizer), time.perf_counter()
+            out = calls.summarize_many(self.summarizer, texts, max_tokens, self.workers)
+            size = calls.next_batch(len(todo), time.perf_counter() - t0, floor)
             stats.summary_calls += len(todo)
-            stats.summary_tokens += _tokens_used(self.summarizer) - before
+            stats.summary_tokens += calls.tokens_used(self.summarizer) - before
             for i, summary in zip(todo, out, strict=True):
                 state.summary_cache[keys[i]] = summary
             if self.checkpoint is not None:
@@ -357,28 +338,6 @@ class SummaryWriter:
             start += len(todo)
             progress(stage, len(groups) - len(missing) + start, len(groups))
         return [state.summary_cache[k] for k in keys]
-
-    def _summarize_many(self, texts: list[list[str]], max_tokens: int) -> list[str]:
-        """``summarize_many`` of the summariser; a mapped one (extractive) runs on the build's
-        ``workers`` processes, once they are started (by the clustering of a layer big enough
-        for them: see :mod:`ingestor.cluster.parallel`)."""
-        many = self.summarizer.summarize_many
-        if self.workers < 2 or "mapper" not in inspect.signature(many).parameters:
-            return many(texts, max_tokens=max_tokens)
-
-        def mapper(fn: Callable[[Any], Any], tasks: list[Any]) -> list[Any]:
-            with worker_pool(self.workers) as pool:
-                return pool.map(
-                    fn,
-                    tasks,
-                    count=len(tasks),
-                    rows=sum(len(group) for group in texts),
-                    what=lambda i: f"summaries, part {i + 1} of {len(tasks)}",
-                )
-
-        return cast(MappedSummarizer, self.summarizer).summarize_many(
-            texts, max_tokens=max_tokens, mapper=mapper
-        )
 
     def _fit_input_limit(self, state: TreeState, members: list[str]) -> list[list[str]]:
         """Cut a cluster whose texts exceed the summariser's input limit [RAPTOR §3].

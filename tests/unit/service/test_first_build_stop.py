@@ -2,7 +2,7 @@
 (seconds, not the whole layer), and the next start pays only for the summaries not yet paid.
 
 The summariser is slow on a clock of the test's: the batches are sized from the time they took
-(:data:`~ingestor.tree.summaries.SUMMARY_BATCH_SECONDS`), read from that clock; nothing sleeps."""
+(:data:`~ingestor.tree.summary_calls.SUMMARY_BATCH_SECONDS`), read from that clock; nothing sleeps."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-import ingestor.tree.summaries as tree_build
+import ingestor.tree.summaries as tree_summaries
+import ingestor.tree.summary_calls as tree_build
 from ingestor.pipeline import load_state
 from ingestor.service.daemon import Daemon
 from tests.conftest import wait_until
@@ -59,7 +60,7 @@ def summary_clock(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     """Time as the summary batching reads it, advanced only by the slow summariser."""
     clock = SimpleNamespace(now=0.0, time=time.time)
     clock.perf_counter = lambda: clock.now
-    monkeypatch.setattr(tree_build, "time", clock)
+    monkeypatch.setattr(tree_summaries, "time", clock)
     return clock
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import ingestor.tree.summaries as tree_build
+import ingestor.tree.summary_calls as tree_build
 from ingestor.cli import main
 from ingestor.pipeline import Pipeline, load_state, state_exists
 from ingestor.tree.persist import checkpoint_path, state_path
@@ -176,10 +176,24 @@ def test_summary_batches_last_about_the_target_in_whole_rounds_of_the_concurrenc
 ) -> None:
     monkeypatch.setattr(tree_build, "SUMMARY_BATCH_MAX", 64)
     monkeypatch.setattr(tree_build, "SUMMARY_BATCH_SECONDS", 5.0)
-    assert tree_build._next_batch(4, 40.0, 4) == 4, "slow: one round, never fewer"
-    assert tree_build._next_batch(4, 1.0, 4) == 20, "5 s at 4 a second"
-    assert tree_build._next_batch(3, 2.0, 2) == 6, "7.5 wanted, in whole rounds of 2"
-    assert tree_build._next_batch(64, 0.01, 1) == 64, "fast: the most"
+    assert tree_build.next_batch(4, 40.0, 4) == 4, "slow: one round, never fewer"
+    assert tree_build.next_batch(4, 1.0, 4) == 20, "5 s at 4 a second"
+    assert tree_build.next_batch(3, 2.0, 2) == 6, "7.5 wanted, in whole rounds of 2"
+    assert tree_build.next_batch(64, 0.01, 1) == 64, "fast: the most"
+
+
+def test_an_extractive_summariser_on_workers_is_given_a_round_of_clusters_for_each() -> None:
+    """A mapped summariser's batch feeds every worker (16 workers: 512 clusters, not 64); an
+    LLM's is a round of its requests; with one worker, nothing changes."""
+    from ingestor.summarize.extractive import ExtractiveSummarizer
+
+    extractive = ExtractiveSummarizer()
+    assert tree_build.batch_floor(extractive, 16) == 16 * tree_build.MAPPED_GROUPS_PER_WORKER
+    assert tree_build.next_batch(512, 0.5, 512) == 512
+    assert tree_build.batch_floor(extractive, 1) == 1
+    llm = EchoSummarizer()
+    llm.concurrency = 4  # type: ignore[attr-defined]
+    assert tree_build.batch_floor(llm, 16) == 4
 
 
 def test_a_drift_rebuild_inside_an_update_keeps_what_it_paid_for(
