@@ -110,7 +110,7 @@ class Collector:
             (path, root, error, options, then)
             for path, error in list_documents(root, **self._ignore())
         )
-        if pool is None:
+        if pool is None or pool.workers < 2:  # one file at a time, here
             results: Iterator[ReadThen[T]] = map(read_then, tasks)
         else:  # a few files a task: a task's round trip costs ~1 ms
             batches = pool.imap(
