@@ -34,6 +34,7 @@ from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.params import no_progress
 from ingestor.tree.state import TreeState
 from tests.unit.cluster.test_two_step import sphere_blobs
+from tests.unit.read.test_formats import make_docx, make_pptx, make_xlsx
 from tests.unit.tree.trees import EMBEDDER, make_builder, new_state
 
 
@@ -186,6 +187,9 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
         (root / ("sub" if i % 3 else "") / f"f{i:02d}.md").write_text(f"# Note {i}\n\n{words}.\n")
     (root / "empty.txt").write_text("")
     (root / "binary.txt").write_bytes(b"\x00\x01\x02" * 100)
+    (root / "report.docx").write_bytes(make_docx())  # Office files: their converters in a worker
+    (root / "budget.xlsx").write_bytes(make_xlsx())
+    (root / "sub" / "deck.pptx").write_bytes(make_pptx())
     chunker = Chunker("t", chunk_tokens=30, chunk_overlap=5, tokenizer=default_tokenizer())
 
     def read(pool: WorkerPool | None) -> tuple[list[Any], list[Any]]:
@@ -198,7 +202,8 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
 
     here, skipped_here = read(None)
     there, skipped_there = read(two_workers)
-    assert len(here) == 30
+    assert len(here) == 33
+    assert {doc.source for doc, _ in here} >= {"report.docx", "budget.xlsx", "sub/deck.pptx"}
     assert len(skipped_here) == 2
     assert there == here
     assert skipped_there == skipped_here
