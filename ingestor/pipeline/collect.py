@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, cast
@@ -24,6 +25,7 @@ from ingestor.pipeline.unread import Unread, content_stale_reason
 from ingestor.read.documents import (
     Document,
     ReadOptions,
+    ReadTask,
     ReadThen,
     list_documents,
     read_document,
@@ -34,31 +36,56 @@ from ingestor.read.listing import confirmed_gone, iter_files
 from ingestor.tree.params import Progress
 from ingestor.tree.state import SourceEntry, TreeState
 
-__all__ = ["MIN_PARALLEL_FILES", "Collector", "source_entry"]
+__all__ = ["PARALLEL_READ_SECONDS", "Collector", "source_entry"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: A build reads its files on the worker processes once the folder holds this many: fewer are
-#: read here (a worker's start, ~2 s of CPU, costs more than reading a few hundred text files).
-MIN_PARALLEL_FILES = 256
-#: Files a worker reads per task.
+#: A build reads its files here until that has taken this long, then hands the rest to its
+#: worker processes: a worker's start costs ~2 s of CPU, more than reading a few thousand text
+#: files (300 Markdown files: 0.2 s), less than reading a few dozen Office files.
+PARALLEL_READ_SECONDS = 3.0
+#: Files a worker reads per task (a task's round trip costs ~1 ms).
 FILES_PER_TASK = 8
 #: Tasks per worker read ahead of the builder, which embeds meanwhile: enough that the workers
 #: keep reading while it embeds a batch, few enough to hold little (2 workers: 128 files).
 TASKS_AHEAD = 8
 
 
+def _read_all(tasks: Iterator[ReadTask[T]], pool: WorkerPool | None) -> Iterator[ReadThen[T]]:
+    """:func:`read_then` of each task, in order: here, then, once that has taken
+    :data:`PARALLEL_READ_SECONDS`, the rest on ``pool``'s workers (if it has two or more)."""
+    if pool is None or pool.workers < 2:
+        yield from map(read_then, tasks)
+        return
+    spent = 0.0
+    here = 0
+    for task in tasks:
+        t0 = time.perf_counter()
+        result = read_then(task)
+        spent += time.perf_counter() - t0
+        here += 1
+        yield result
+        if spent >= PARALLEL_READ_SECONDS:
+            break
+    else:
+        return
+    log.info("read %d files in %.1f s; the build's workers read the rest", here, spent)
+    batches = pool.imap(
+        read_then_many,
+        _batched(tasks, FILES_PER_TASK),
+        least=2,
+        what=lambda i: f"read of a batch of {FILES_PER_TASK} files (after the first {here})",
+        ahead=TASKS_AHEAD,
+    )
+    yield from itertools.chain.from_iterable(batches)
+
+
 def _batched(items: Iterator[Any], n: int) -> Iterator[list[Any]]:
     """Lists of ``n`` items in order, the last one shorter (``itertools.batched``, Python 3.12)."""
     while batch := list(itertools.islice(items, n)):
         yield batch
-
-
-def _nth_batch(i: int) -> str:
-    first = i * FILES_PER_TASK + 1
-    return f"read of files #{first}-{first + FILES_PER_TASK - 1} in the folder's listing"
 
 
 class Collector:
@@ -100,27 +127,18 @@ class Collector:
         they are read (a build holds a few documents' texts at a time); log and record each
         skipped one. The ledger is written once all are.
 
-        With ``pool``, files are read and given to ``then`` (chunked) by its worker processes,
-        a few ahead of the consumer, once the folder holds :data:`MIN_PARALLEL_FILES` files;
-        ``then`` must then be picklable (a module-level function or an object of one).
+        With ``pool``, once reading here has taken :data:`PARALLEL_READ_SECONDS`, the rest of
+        the files are read and given to ``then`` (chunked) by its worker processes, a few ahead
+        of the consumer; ``then`` must then be picklable (a module-level function or an object
+        of one).
         """
         read = 0
         options = ReadOptions(self.max_file_bytes, self.ocr, self.text_suffixes)
-        tasks = (
+        tasks: Iterator[ReadTask[T]] = (
             (path, root, error, options, then)
             for path, error in list_documents(root, **self._ignore())
         )
-        if pool is None or pool.workers < 2:  # one file at a time, here
-            results: Iterator[ReadThen[T]] = map(read_then, tasks)
-        else:  # a few files a task: a task's round trip costs ~1 ms
-            batches = pool.imap(
-                read_then_many,
-                _batched(tasks, FILES_PER_TASK),
-                least=MIN_PARALLEL_FILES // FILES_PER_TASK,
-                what=_nth_batch,
-                ahead=TASKS_AHEAD,
-            )
-            results = itertools.chain.from_iterable(batches)
+        results = _read_all(tasks, pool)
         for path, item, extra in results:
             if isinstance(item, SourceError):
                 source = _relative(path, root)

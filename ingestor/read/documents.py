@@ -27,6 +27,7 @@ __all__ = [
     "SUPPORTED_SUFFIXES",
     "Document",
     "ReadOptions",
+    "ReadTask",
     "ReadThen",
     "iter_documents",
     "list_documents",
@@ -229,13 +230,13 @@ def read_listed(
 
 
 T = TypeVar("T")
+#: A listed file to read: its path, the root, the listing's error, the options, ``then``.
+ReadTask = tuple[Path, Path, SourceError | None, ReadOptions, Callable[["Document"], T]]
 #: A listed file read: its path, its document or why it was skipped, and ``then(document)``.
 ReadThen = tuple[Path, "Document | SourceError", T | None]
 
 
-def read_then(
-    task: tuple[Path, Path, SourceError | None, ReadOptions, Callable[[Document], T]],
-) -> ReadThen[T]:
+def read_then(task: ReadTask[T]) -> ReadThen[T]:
     """Read one listed file and apply ``then`` to its document: a build's read task, run by
     its worker processes (this module imports nothing heavy)."""
     path, root, error, options, then = task
@@ -249,9 +250,7 @@ def read_then(
         raise
 
 
-def read_then_many(
-    tasks: Sequence[tuple[Path, Path, SourceError | None, ReadOptions, Callable[[Document], T]]],
-) -> list[ReadThen[T]]:
+def read_then_many(tasks: Sequence[ReadTask[T]]) -> list[ReadThen[T]]:
     """:func:`read_then` of each task, in order (a worker's task of a few files)."""
     return [read_then(task) for task in tasks]
 

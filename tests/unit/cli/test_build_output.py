@@ -13,7 +13,7 @@ def test_a_skipped_file_is_printed_once(corpus: Path) -> None:
     result = CliRunner().invoke(main, ["build", str(corpus), "--no-progress"])
     assert result.exit_code == 0, result.output
     assert [x for x in result.output.splitlines() if "huge.txt" in x] == [
-        next(x for x in result.output.splitlines() if "\"msg\": \"skipped" in x)
+        next(x for x in result.output.splitlines() if '"msg": "skipped' in x)
     ], result.output
     assert "1 file not read" in result.output
 

@@ -177,8 +177,8 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
     two_workers: WorkerPool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Documents, leaves, skips and the ledger: those of a read in this process, in listing
-    order; the files were read in the workers once the folder holds MIN_PARALLEL_FILES."""
-    monkeypatch.setattr(collect, "MIN_PARALLEL_FILES", 8)
+    order; the files were read in the workers once reading here took PARALLEL_READ_SECONDS."""
+    monkeypatch.setattr(collect, "PARALLEL_READ_SECONDS", 0.0)  # the first file, then workers
     monkeypatch.setattr(collect, "FILES_PER_TASK", 3)
     root = tmp_path / "docs"
     (root / "sub").mkdir(parents=True)
@@ -208,11 +208,12 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
     assert there == here
     assert skipped_there == skipped_here
     assert [doc.source for doc, _ in here] == sorted(doc.source for doc, _ in here)
-    pids = {
+    pids = [
         pid for _, pid in Collector().iter_all(root, BuildReport(), no_progress, _pid, two_workers)
-    }
-    assert os.getpid() not in pids
-    monkeypatch.setattr(collect, "MIN_PARALLEL_FILES", 100)  # fewer files: read here
+    ]
+    assert len(pids) == 33
+    assert os.getpid() not in pids[1:]  # the first file was read here, the rest in the workers
+    monkeypatch.setattr(collect, "PARALLEL_READ_SECONDS", 60.0)  # quick to read: here
     pids = {
         pid
         for _, pid in Collector().iter_all(root, BuildReport(), no_progress, _pid, WorkerPool(2))
