@@ -1,9 +1,11 @@
-"""Worker processes for a build's independent work: the local step of each global cluster, and the
-UMAP transform of a layer's points, block by block.
+"""Worker processes for a build's independent work: reading and chunking its files (a stream of
+tasks, :meth:`WorkerPool.imap`), the local step of each global cluster, the UMAP transform of a
+layer's points, block by block, and extractive summaries.
 
-A task is a pure function of what it is given (a group's rows and its own seed; a block of rows),
-and results are taken in task order, so a fit is the same with any number of workers; only its
-time changes. Blocks have a fixed size, :data:`BLOCK_ROWS`, never derived from the worker count.
+A task is a pure function of what it is given (a few files; a group's rows and its own seed; a
+block of rows; a few clusters' texts), and results are taken in task order, so a build is the
+same with any number of workers; only its time changes. Blocks have a fixed size,
+:data:`BLOCK_ROWS`, never derived from the worker count.
 
 Processes, not threads: UMAP's numba kernels and scikit-learn's EM hold the GIL most of the time.
 They are *spawned* (a fresh interpreter each), never forked: the daemon that builds runs watcher

@@ -28,7 +28,7 @@ from ingestor.tree.state import Node, TreeState
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
 
-__all__ = ["BuildStage", "Chunker"]
+__all__ = ["BuildStage"]
 
 log = logging.getLogger(__name__)
 
