@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -190,6 +191,8 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
     (root / "report.docx").write_bytes(make_docx())  # Office files: their converters in a worker
     (root / "budget.xlsx").write_bytes(make_xlsx())
     (root / "sub" / "deck.pptx").write_bytes(make_pptx())
+    for path in root.rglob("*"):  # an hour old: no read is racily clean (mtime_ns 0), both alike
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
     chunker = Chunker("t", chunk_tokens=30, chunk_overlap=5, tokenizer=default_tokenizer())
 
     def read(pool: WorkerPool | None) -> tuple[list[Any], list[Any]]:
