@@ -28,7 +28,6 @@ from ingestor.read.documents import (
     ReadTask,
     ReadThen,
     list_documents,
-    read_document,
     read_then,
     read_then_many,
 )
@@ -112,6 +111,11 @@ class Collector:
         self.text_suffixes = tuple(text_suffixes)
         self.unread = Unread()
 
+    @property
+    def options(self) -> ReadOptions:
+        """The read settings, as a reader takes them (a worker process's too)."""
+        return ReadOptions(self.max_file_bytes, self.ocr, self.text_suffixes)
+
     def _ignore(self) -> dict[str, Any]:
         return {} if self.ignore is None else {"ignore": self.ignore}
 
@@ -133,7 +137,7 @@ class Collector:
         of one).
         """
         read = 0
-        options = ReadOptions(self.max_file_bytes, self.ocr, self.text_suffixes)
+        options = self.options
         tasks: Iterator[ReadTask[T]] = (
             (path, root, error, options, then)
             for path, error in list_documents(root, **self._ignore())
@@ -273,13 +277,7 @@ class Collector:
         if self.unread.known(source, st) is not None:
             return  # recorded and logged for this version already
         try:
-            doc = read_document(
-                path,
-                root,
-                max_bytes=self.max_file_bytes,
-                ocr=self.ocr,
-                text_suffixes=self.text_suffixes,
-            )
+            doc = self.options.read(path, root)
         except SourceGoneError as exc:
             # vanished mid-read: a later event (or rescan) decides whether it is gone
             self._unavailable(state, source, str(exc), report)

@@ -192,6 +192,12 @@ class ReadOptions:
     ocr: bool = False
     text_suffixes: tuple[str, ...] = ()
 
+    def read(self, path: Path, root: Path) -> Document:
+        """:func:`read_document` of ``path`` under ``root`` with these options."""
+        return read_document(
+            path, root, max_bytes=self.max_bytes, ocr=self.ocr, text_suffixes=self.text_suffixes
+        )
+
 
 def list_documents(
     root: Path, *, ignore: Sequence[str] = DEFAULT_IGNORE
@@ -218,13 +224,7 @@ def read_listed(
         return error
     base = root.parent if root.is_file() else root
     try:
-        return read_document(
-            path,
-            base,
-            max_bytes=options.max_bytes,
-            ocr=options.ocr,
-            text_suffixes=options.text_suffixes,
-        )
+        return options.read(path, base)
     except SourceError as exc:
         return exc
 
