@@ -83,6 +83,7 @@ class LeafEmbedding:
         if self.pending:
             batch, self.pending = self.pending, []
             self._embed(batch)
+        self.progress("embed leaves", self.leaves, self.leaves)  # known now: the stage's end
         if self.resumed:
             log.info(
                 "resumed an interrupted build: %d leaf vectors taken from the store", self.resumed
