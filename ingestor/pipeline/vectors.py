@@ -41,7 +41,7 @@ class LeafEmbedding:
 
     Attributes:
         leaves: leaves added so far.
-        embedded: leaves embedded (not taken back from the store).
+        resumed: leaves whose vector was taken back from the store (not embedded).
         seconds: time spent embedding and storing (not reading).
     """
 
@@ -66,7 +66,6 @@ class LeafEmbedding:
             self.stored = set(store.iter_ids(tree))
         self.pending: list[Node] = []
         self.leaves = 0
-        self.embedded = 0
         self.resumed = 0
         self.seconds = 0.0
 
@@ -103,7 +102,6 @@ class LeafEmbedding:
             vecs = self.embedder.embed_documents([n.text for n in todo])
             for node, vec in zip(todo, vecs, strict=True):
                 state.vectors[node.node_id] = vec
-            self.embedded += len(todo)
         for node in batch:
             state.nodes[node.node_id] = node
         if self.checkpoint and todo:
