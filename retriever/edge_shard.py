@@ -38,9 +38,18 @@ log = logging.getLogger(__name__)
 
 #: ``upsert`` runs the optimizers once this many points are not in an HNSW index.
 AUTO_OPTIMIZE_POINTS: Final = 20_000
+
 #: A deferred optimize (the daemon's, when idle) also waits for this share of the store to be
 #: unindexed: each optimize rebuilds the whole graph, so its cost is amortised over as many points.
 OPTIMIZE_SHARE: Final = 0.1
+
+
+def sparse_params() -> qe.EdgeSparseVectorParams:
+    """The BM25 vector of a new shard: IDF applied by the engine, its inverted index in mapped
+    files (``Memory.Cached``), not the engine's default of pinned RAM. Measured on 30k leaves:
+    1.25 KB a point less anonymous memory once indexed (4.25 -> 3.0 KB; the kept RSS of a
+    watcher), the same query results; the kernel keeps the pages while memory allows."""
+    return qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cached)
 
 
 class EdgeShardLifecycle:
@@ -107,7 +116,7 @@ class EdgeShardLifecycle:
                     name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
                     for name in vector_names()
                 },
-                sparse_vectors={SPARSE_VECTOR: qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf)},
+                sparse_vectors={SPARSE_VECTOR: sparse_params()},
                 hnsw_config=graph,
                 quantization_config=int8 if self.hnsw.quantize else None,
                 optimizers=None

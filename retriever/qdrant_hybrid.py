@@ -14,8 +14,11 @@ from retriever.plan import StoreIndex
 from retriever.schema import SPARSE_VECTOR, F, NodePayload, point_vectors
 from retriever.sparse import Fusion, bm25_documents, bm25_query, reindex_sparse
 
-#: The sparse vector every new collection gets: BM25 term weights, IDF applied by the server.
-SPARSE_PARAMS = models.SparseVectorParams(modifier=models.Modifier.IDF)
+#: The sparse vector every new collection gets: BM25 term weights, IDF applied by the server, its
+#: inverted index in mapped files rather than RAM (as the embedded store's: 1.25 KB a point).
+SPARSE_PARAMS = models.SparseVectorParams(
+    index=models.SparseIndexParams(on_disk=True), modifier=models.Modifier.IDF
+)
 
 
 def sparse_vector(indices: Sequence[int], values: Sequence[float]) -> models.SparseVector:
