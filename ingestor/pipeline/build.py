@@ -141,18 +141,19 @@ class BuildStage:
             report.stats = stats = built
 
             t0 = time.perf_counter()
-            ctx.store_state(state, progress, index=False)  # indexed once the state is let go
+            stored = leaves.stored_but_parents()  # a first build's: their parents are written
+            ctx.store_state(state, progress, index=False, stored=stored)  # indexed once let go
             stats.add_time("store", time.perf_counter() - t0)
-        report.leaves = leaves
+        report.leaves = leaves.leaves
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t_start
         return report
 
     def _read_and_embed(
         self, state: TreeState, report: BuildReport, progress: Progress, *, checkpoint: bool
-    ) -> int:
+    ) -> LeafEmbedding:
         """Read, chunk and embed every document under the root, recording its source entry;
-        return the number of leaves.
+        return what embedded them (the leaves it made, and stored).
 
         Files are read and chunked on the build's worker processes, a few ahead, while this
         process embeds the leaves of those before (:class:`LeafEmbedding`), and are taken in
@@ -189,7 +190,7 @@ class BuildStage:
             leaves.finish()
         report.stats.add_time("read_chunk", waited)
         report.stats.add_time("embed_leaves", leaves.seconds)
-        return leaves.leaves
+        return leaves
 
     def build_layers(
         self, state: TreeState, cache_rows: RowStore | None, progress: Progress

@@ -11,7 +11,7 @@ repairs the store from the intent alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
@@ -35,6 +35,8 @@ T = TypeVar("T")
 
 #: Points per upsert request.
 UPSERT_BATCH = 512
+#: Nodes per :meth:`NodeStore.set_parents` call of :meth:`TreeContext.store_state`.
+PARENTS_BATCH = 4096
 
 
 class TreeContext:
@@ -166,22 +168,38 @@ class TreeContext:
             ) from exc
 
     def store_state(
-        self, state: TreeState, progress: Progress | None = None, *, index: bool = True
+        self,
+        state: TreeState,
+        progress: Progress | None = None,
+        *,
+        index: bool = True,
+        stored: Container[str] = (),
     ) -> None:
         """Upsert every node, commit the state, delete points the state no longer has, then
         build the store's index (embedded: the HNSW graph, once, after the bulk write).
 
+        ``stored``: nodes whose points hold their vector and payload but for ``parents`` (a
+        first build's leaves, stored as they were embedded, before their clusters existed):
+        only their parents are written (265k leaves: ~30x less work than upserting them).
         ``index=False`` leaves the index to the caller: a build lets its state go first, so
         that the index build's memory does not come on top of the whole tree's. Unindexed
         points are found by a scan meanwhile; the commit needs them durable, not indexed.
         """
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
-        ids = list(state.nodes)
+        ids = [i for i in state.nodes if i not in stored]
+        placed = [i for i in state.nodes if i in stored]
+        total = len(ids) + len(placed)
         for start in range(0, len(ids), UPSERT_BATCH):
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
             if progress is not None:
-                progress("store", start + len(batch), len(ids))
+                progress("store", start + len(batch), total)
+        for start in range(0, len(placed), PARENTS_BATCH):
+            batch = placed[start : start + PARENTS_BATCH]
+            nodes = ((i, state.nodes.peek(i)) for i in batch)
+            self.store.set_parents({i: n.parents for i, n in nodes if n and n.parents})
+            if progress is not None:
+                progress("store", len(ids) + start + len(batch), total)
         self.commit(state)
         orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
         if orphans:

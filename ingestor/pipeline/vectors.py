@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,7 +41,7 @@ class LeafEmbedding:
 
     Attributes:
         leaves: leaves added so far.
-        resumed: leaves whose vector was taken back from the store (not embedded).
+        resumed: the leaves whose vector was taken back from the store (not embedded).
         seconds: time spent embedding and storing (not reading).
     """
 
@@ -66,7 +66,7 @@ class LeafEmbedding:
             self.stored = set(store.iter_ids(tree))
         self.pending: list[Node] = []
         self.leaves = 0
-        self.resumed = 0
+        self.resumed: set[str] = set()
         self.seconds = 0.0
 
     def add(self, leaves: Sequence[Node]) -> None:
@@ -85,8 +85,15 @@ class LeafEmbedding:
         self.progress("embed leaves", self.leaves, self.leaves)  # known now: the stage's end
         if self.resumed:
             log.info(
-                "resumed an interrupted build: %d leaf vectors taken from the store", self.resumed
+                "resumed an interrupted build: %d leaf vectors taken from the store",
+                len(self.resumed),
             )
+
+    def stored_but_parents(self) -> Container[str]:
+        """The leaves this build stored (``checkpoint``) whose points lack only their parents:
+        every leaf but those taken back from an interrupted build's points (its chunk's place
+        may have moved since). Empty without ``checkpoint``."""
+        return _StoredLeaves(self.state, self.resumed) if self.checkpoint else ()
 
     def _embed(self, batch: list[Node]) -> None:
         t0 = time.perf_counter()
@@ -97,7 +104,7 @@ class LeafEmbedding:
             vecs = self.store.retrieve_vectors([n.node_id for n in kept])
             for node, vec in zip(kept, vecs, strict=True):
                 state.vectors[node.node_id] = vec
-            self.resumed += len(kept)
+            self.resumed.update(n.node_id for n in kept)
         if todo:
             vecs = self.embedder.embed_documents([n.text for n in todo])
             for node, vec in zip(todo, vecs, strict=True):
@@ -109,6 +116,17 @@ class LeafEmbedding:
             self.store.upsert(state.payloads(ids), state.matrix(ids))
         self.seconds += time.perf_counter() - t0
         self.progress("embed leaves", self.leaves - len(self.pending), 0)
+
+
+class _StoredLeaves(Container[str]):
+    """Leaves of ``state`` but ``resumed`` (see :meth:`LeafEmbedding.stored_but_parents`)."""
+
+    def __init__(self, state: TreeState, resumed: set[str]) -> None:
+        self.state, self.resumed = state, resumed
+
+    def __contains__(self, node_id: object) -> bool:
+        node = self.state.nodes.peek(node_id) if isinstance(node_id, str) else None
+        return node is not None and node.layer == 0 and node_id not in self.resumed
 
 
 def vectors_of(
