@@ -86,7 +86,8 @@ def test_a_first_build_writes_each_leaf_once_then_only_its_parents(tmp_path: Pat
     p.build(root)
     state = p.require_state()
     leaves = state.ids_in_layer(0)
-    assert len(leaves) > 40 and len(state.layer_counts()) > 1
+    assert len(leaves) > 40
+    assert len(state.layer_counts()) > 1
     assert sorted(upserted) == sorted(state.nodes), "every node upserted exactly once"
     assert sorted(given) == sorted(leaves)
     _stored_as_in_state(p)
