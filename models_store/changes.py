@@ -24,11 +24,20 @@ class Changes:
         self.spill: Callable[[Changes], None] | None = None
         #: Puts that make :meth:`set` call :attr:`spill` (None: gather everything first).
         self.spill_rows: int | None = None
+        #: Bytes of puts that make :meth:`set` call :attr:`spill` as well (None: rows only): a
+        #: layer's fitted models are a few rows of megabytes each.
+        self.spill_bytes: int | None = None
+        #: Bytes of the puts gathered since the last spill (a put replaced counts twice).
+        self.put_bytes = 0
 
     def set(self, ns: str, key: str, value: bytes) -> None:
         self.put[(ns, key)] = value
         self.delete.discard((ns, key))
-        if self.spill is not None and self.spill_rows and len(self.put) >= self.spill_rows:
+        self.put_bytes += len(value)
+        if self.spill is not None and (
+            (self.spill_rows and len(self.put) >= self.spill_rows)
+            or (self.spill_bytes and self.put_bytes >= self.spill_bytes)
+        ):
             self.spill(self)
 
     def remove(self, ns: str, key: str) -> None:

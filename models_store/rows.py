@@ -245,11 +245,12 @@ class RowStore:
         of the stamp index (see the module docstring).
 
         ``fill``, if given, is called with ``changes`` once the transaction is open: with
-        ``changes.spill_rows`` set, what it gathers is written each time that many rows are
-        put, in the order gathered (clears, then deletes, then puts of each part), and let go,
-        so a commit of a whole tree never holds all its rows at once (26.5k leaves: +212 MiB of
-        anonymous memory gathered whole). A spilled part reads back as written: ``fill`` must
-        not read a namespace a part cleared (a fresh state, read from memory only, is safe).
+        ``changes.spill_rows`` (or ``spill_bytes``) set, what it gathers is written each time
+        that many rows (bytes) are put, in the order gathered (clears, then deletes, then puts
+        of each part), and let go, so a commit of a whole tree never holds all its rows at once
+        (26.5k leaves: +212 MiB of anonymous memory gathered whole). A spilled part reads back
+        as written: ``fill`` must not read a namespace a part cleared (a fresh state, read from
+        memory only, is safe).
 
         Raises:
             ModelStoreError: the database is read-only, full, or failed; nothing was written.
@@ -286,7 +287,7 @@ class RowStore:
         def spill(part: Changes) -> None:
             write(part)
             part.touch -= part.put.keys() | part.delete
-            part.clear, part.delete, part.put = set(), set(), {}
+            part.clear, part.delete, part.put, part.put_bytes = set(), set(), {}, 0
 
         with self._lock:
             try:

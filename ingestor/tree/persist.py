@@ -43,9 +43,12 @@ log = logging.getLogger(__name__)
 
 #: Past its bound, a held state keeps the rows the last this many updates used (see shed_rows).
 RECENT_UPDATES = 8
-#: Rows a fresh state's commit gathers before writing them (``RowStore.commit``'s ``fill``):
-#: ~4 MB of pickled nodes held at a time instead of the whole tree.
+#: Rows, and bytes, a fresh state's commit gathers before writing them (``RowStore.commit``'s
+#: ``fill``): ~4 MB of pickled nodes held at a time instead of the whole tree, and at most
+#: ~32 MB of a layer's fitted models (a local model pickles its training rows: all of a
+#: layer's together are about the size of its vectors, 1.5 GB at 1M leaves).
 SPILL_ROWS = 2048
+SPILL_BYTES = 32 << 20
 #: The summary cache keeps at least this many entries, and at least CACHE_FACTOR x the summaries.
 CACHE_MIN = 2000
 CACHE_FACTOR = 3
@@ -311,7 +314,7 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
     ch = Changes()
     try:
         if fresh:  # the whole tree, from memory: written a part at a time as it is gathered
-            ch.spill_rows = SPILL_ROWS
+            ch.spill_rows, ch.spill_bytes = SPILL_ROWS, SPILL_BYTES
             written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED, fill=gather)
         else:  # an update: gathered first (moved layers read their old rows before any write)
             gather(ch)

@@ -78,3 +78,30 @@ def test_a_streamed_commit_that_fails_half_way_writes_nothing(tmp_path: Path) ->
     with pytest.raises(RuntimeError, match="pickler"):
         store.commit(part, fill=fill)
     assert dump(store.path) == before
+
+
+def test_a_streamed_commit_also_spills_past_its_bytes(tmp_path: Path) -> None:
+    """A layer's fitted models are a few rows of megabytes each: a row count alone would hold
+    them all (at 1M leaves, ~1.5 GB of pickled training rows) before writing any."""
+    store = RowStore(tmp_path / "m.sqlite", create=True)
+    held: list[int] = []
+
+    def fill(c: Changes) -> None:
+        real = c.spill
+        assert real is not None
+
+        def watch(p: Changes) -> None:
+            held.append(sum(len(v) for v in p.put.values()))
+            real(p)
+
+        c.spill = watch
+        for i in range(20):
+            c.set("L0.local", str(i), bytes([i]) * 100_000)
+
+    part = Changes()
+    part.spill_rows, part.spill_bytes = 2048, 250_000
+    store.commit(part, fill=fill)
+    assert held, "spilled before the end"
+    assert max(held) <= 300_000
+    assert store.count("L0.local") == 20
+    assert store.get("L0.local", "7") == bytes([7]) * 100_000
