@@ -32,7 +32,13 @@ from retriever.schema import (
     check_meta,
     vector_names,
 )
-from retriever.sparse import DEFAULT_FUSION, Fusion, bm25_documents, reindex_sparse
+from retriever.sparse import (
+    DEFAULT_FUSION,
+    Fusion,
+    bm25_documents,
+    edge_sparse_params,
+    reindex_sparse,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +48,6 @@ AUTO_OPTIMIZE_POINTS: Final = 20_000
 #: A deferred optimize (the daemon's, when idle) also waits for this share of the store to be
 #: unindexed: each optimize rebuilds the whole graph, so its cost is amortised over as many points.
 OPTIMIZE_SHARE: Final = 0.1
-
-
-def sparse_params() -> qe.EdgeSparseVectorParams:
-    """The BM25 vector of a new shard: IDF applied by the engine, its inverted index in mapped
-    files (``Memory.Cached``), not the engine's default of pinned RAM. Measured on 30k leaves:
-    1.25 KB a point less anonymous memory once indexed (4.25 -> 3.0 KB; the kept RSS of a
-    watcher), the same query results; the kernel keeps the pages while memory allows."""
-    return qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cached)
 
 
 class EdgeShardLifecycle:
@@ -116,7 +114,7 @@ class EdgeShardLifecycle:
                     name: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Cosine)
                     for name in vector_names()
                 },
-                sparse_vectors={SPARSE_VECTOR: sparse_params()},
+                sparse_vectors={SPARSE_VECTOR: edge_sparse_params()},
                 hnsw_config=graph,
                 quantization_config=int8 if self.hnsw.quantize else None,
                 optimizers=None
@@ -207,14 +205,9 @@ class EdgeShardLifecycle:
     @contextmanager
     def bulk_writes(self) -> Iterator[None]:
         """Upserts inside the block do not optimize; the bulk writer (a build) optimizes once at
-        its end.
-
-        An optimize that finds work merges every segment into one, rebuilding the graph of the
-        whole store, and the engine keeps the segments it merged away on disk until the next
-        ``flush``. A build that optimized every ``auto_optimize_points`` upserted points therefore
-        indexed its points over and over (a 265k-leaf build: 13 merges of 20k to 265k points)
-        and held every intermediate segment: 6.9 GB of segments, mapped into the process (8.9
-        GiB of its 13.6 GiB RSS were those file pages).
+        its end. An optimize that finds work merges every segment into one (the whole graph
+        again) and keeps the merged-away segments until a ``flush``: a 265k-leaf build that
+        optimized every ``auto_optimize_points`` merged 13 times and mapped 6.9 GB of segments.
         """
         saved = self.auto_optimize_points
         self.auto_optimize_points = None

@@ -63,6 +63,14 @@ def _model() -> qe.Bm25:
     return model
 
 
+def edge_sparse_params() -> qe.EdgeSparseVectorParams:
+    """The BM25 vector of a new shard: IDF applied by the engine, its inverted index in mapped
+    files (``Memory.Cached``), not the engine's default of pinned RAM. Measured on 30k leaves:
+    1.25 KB a point less anonymous memory once indexed (4.25 -> 3.0 KB; the kept RSS of a
+    watcher), the same query results; the kernel keeps the pages while memory allows."""
+    return qe.EdgeSparseVectorParams(modifier=qe.Modifier.Idf, memory=qe.Memory.Cached)
+
+
 def bm25_documents(texts: Sequence[str]) -> list[qe.SparseVector]:
     """Return the BM25 document vector of each text (term-frequency weights; may be empty)."""
     model = _model()
