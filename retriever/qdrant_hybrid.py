@@ -15,7 +15,7 @@ from retriever.schema import SPARSE_VECTOR, F, NodePayload, point_vectors
 from retriever.sparse import Fusion, bm25_documents, bm25_query, reindex_sparse
 
 #: The sparse vector every new collection gets: BM25 term weights, IDF applied by the server, its
-#: inverted index in mapped files rather than RAM (as the embedded store's: 1.25 KB a point).
+#: inverted index in mapped files rather than RAM (as the embedded store's: 0.6-1.25 KB a point).
 SPARSE_PARAMS = models.SparseVectorParams(
     index=models.SparseIndexParams(on_disk=True), modifier=models.Modifier.IDF
 )

@@ -353,7 +353,7 @@ def test_status_says_whether_the_embedded_store_is_hybrid_and_how_to_make_it(
 def test_a_new_embedded_store_maps_its_bm25_index_and_still_finds_the_term(
     tmp_path: Path,
 ) -> None:
-    """The inverted index lives in mapped files (page cache), not pinned in RAM: 1.25 KB a
+    """The inverted index lives in mapped files (page cache), not pinned in RAM: 0.6-1.25 KB a
     point less anonymous memory (bench/memory.py). Indexed, reopened, it answers as before."""
     nodes, vectors = corpus()
     away = unit_vectors(1, seed=12)[0]
