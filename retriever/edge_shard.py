@@ -44,7 +44,6 @@ log = logging.getLogger(__name__)
 
 #: ``upsert`` runs the optimizers once this many points are not in an HNSW index.
 AUTO_OPTIMIZE_POINTS: Final = 20_000
-
 #: A deferred optimize (the daemon's, when idle) also waits for this share of the store to be
 #: unindexed: each optimize rebuilds the whole graph, so its cost is amortised over as many points.
 OPTIMIZE_SHARE: Final = 0.1

@@ -5,26 +5,23 @@ opener, even in the same process, fails), so one adrap process owns an embedded 
 query through it (daemon ``/query``) or use server mode (``ADRAP_QDRANT__URL``).
 
 Indexing: qdrant-edge runs no background optimizer. Upserts land in a plain (brute-force)
-appendable segment and stay there until :meth:`EdgeNodeStore.optimize` runs the segment optimizers,
-which build the HNSW graph once a segment exceeds the engine's indexing threshold (10 MB of
-vectors, about 6.7k points at 384-d); below it ``optimize()`` returns at once (~50 us). An optimize
-that finds work also merges segments, i.e. rebuilds the graph of the whole store (measured on
-2 busy cores with m=16: ~2 s per 10k, 45-300 s per 100k 384-d points; the default m=32 graph of
-:mod:`retriever.plan` takes about twice as long), and it holds the GIL throughout:
-other Python threads of the process stall meanwhile. ``upsert`` therefore optimizes only once
-``auto_optimize_points`` points are unindexed (plain search over 20k points costs ~1-2 ms);
-a writer calls ``optimize()`` once after a full build.
+appendable segment until :meth:`EdgeNodeStore.optimize` runs the segment optimizers, which build
+the HNSW graph of a segment past the engine's indexing threshold (10 MB of vectors, ~6.7k points
+at 384-d; below it ``optimize()`` returns in ~50 us). An optimize that finds work also merges
+segments: the whole store's graph again (2 busy cores, m=16: ~2 s per 10k, 45-300 s per 100k
+384-d points; m=32 about twice), holding the GIL. ``upsert`` optimizes only once
+``auto_optimize_points`` points are unindexed (a plain search of 20k points: ~1-2 ms); a writer
+calls ``optimize()`` once after a full build.
 
 Searching: each query is planned by :mod:`retriever.plan` from the payload indexes' estimate of
 the points the filter keeps (~20-50 us, remembered per filter until the next write): a scan of
 few points (the engine's own scan of the int8 copy, rescored, on a store created with
 quantization; a float exact scan on an older one), else an HNSW walk whose breadth grows as the
-filter narrows. What the shard was created with is read back from its ``edge_config.json`` when
-it is opened (:attr:`EdgeNodeStore.index`).
+filter narrows. The shard's creation settings are read from its ``edge_config.json`` (``index``).
 
 Payloads: the engine parses a point's whole payload to return any of it (~15-40 us per hit), so
-:meth:`EdgeNodeStore.search_budget` asks first for only the hits its budget could take (fewer
-candidates to rescore) and reads payloads only for the hits the token fill can use.
+:meth:`EdgeNodeStore.search_budget` asks first for only the hits its budget could take and reads
+payloads only for the hits the token fill can use.
 """
 
 from __future__ import annotations
@@ -115,10 +112,9 @@ class EdgeNodeStore(EdgeShardLifecycle):
             self.optimize()
 
     def set_parents(self, parents: Mapping[str, Sequence[str]]) -> None:
-        """Set the ``parents`` of stored points (node id -> its parents), nothing else: one
-        payload write per group of siblings, ~30x faster than upserting the points again.
-        Raises ValueError for a malformed id, StoreError if the engine failed (a missing point).
-        """
+        """Set the ``parents`` of stored points (node id -> its parents), nothing else, one
+        payload write per group of siblings. Raises ValueError for a malformed id, StoreError if
+        the engine failed (a missing point, say)."""
         groups = parent_groups(parents)
         shard = self.require()
         self.estimates.clear()
@@ -272,8 +268,13 @@ class EdgeNodeStore(EdgeShardLifecycle):
     ) -> Iterator[str]:
         offset: Any = None
         while True:
-            page = dict(offset=offset, limit=SCROLL_PAGE, filter=edge_filter)
-            request = qe.ScrollRequest(**page, with_payload=False, with_vector=False)
+            request = qe.ScrollRequest(
+                offset=offset,
+                limit=SCROLL_PAGE,
+                filter=edge_filter,
+                with_payload=False,
+                with_vector=False,
+            )
             with self.engine(f"scroll tree {tree!r}"):
                 records, offset = shard.scroll(request)
             yield from (str(r.id) for r in records)

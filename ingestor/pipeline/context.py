@@ -180,7 +180,7 @@ class TreeContext:
 
         ``stored``: nodes whose points hold their vector and payload but for ``parents`` (a
         first build's leaves, stored as they were embedded, before their clusters existed):
-        only their parents are written (265k leaves: ~30x less work than upserting them).
+        only their parents are written (the store stage at 26.5k leaves: 10.3 -> 4.7 s).
         ``index=False`` leaves the index to the caller: a build lets its state go first, so
         that the index build's memory does not come on top of the whole tree's. Unindexed
         points are found by a scan meanwhile; the commit needs them durable, not indexed.
