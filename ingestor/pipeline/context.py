@@ -186,8 +186,10 @@ class TreeContext:
         points are found by a scan meanwhile; the commit needs them durable, not indexed.
         """
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
-        ids = [i for i in state.nodes if i not in stored]
-        placed = [i for i in state.nodes if i in stored]
+        ids: list[str] = []  # upserted whole
+        placed: list[str] = []  # stored: their parents only
+        for node_id in state.nodes:
+            (placed if node_id in stored else ids).append(node_id)
         total = len(ids) + len(placed)
         for start in range(0, len(ids), UPSERT_BATCH):
             batch = ids[start : start + UPSERT_BATCH]
