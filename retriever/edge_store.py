@@ -26,7 +26,7 @@ payloads only for the hits the token fill can use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, TypeVar
 
 import numpy as np
@@ -38,7 +38,7 @@ from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, graph_filter
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
-from retriever.schema import META_POINT_ID, VECTOR_NAME, F, NodePayload, ScoredNode, SearchFilter
+from retriever.schema import META_POINT_ID, VECTOR_NAME, NodePayload, ScoredNode, SearchFilter
 from retriever.sparse import bm25_query
 from retriever.validation import (
     check_ids,
@@ -48,7 +48,6 @@ from retriever.validation import (
     check_vectors,
     ordered_payloads,
     ordered_vectors,
-    parent_groups,
 )
 
 #: Points per engine update call.
@@ -110,17 +109,6 @@ class EdgeNodeStore(EdgeShardLifecycle):
         unindexed = unindexed_points(info, sparse=self.index.sparse)
         if self.auto_optimize_points is not None and unindexed >= self.auto_optimize_points:
             self.optimize()
-
-    def set_parents(self, parents: Mapping[str, Sequence[str]]) -> None:
-        """Set the ``parents`` of stored points (node id -> its parents), nothing else, one
-        payload write per group of siblings. Raises ValueError for a malformed id, StoreError if
-        the engine failed (a missing point, say)."""
-        groups = parent_groups(parents)
-        shard = self.require()
-        self.estimates.clear()
-        with self.engine(f"set the parents of {len(parents)} points"):
-            for ps, ids in groups.items():
-                shard.update(qe.UpdateOperation.set_payload(list(ids), {F.PARENTS: ps}))
 
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored (the meta point is never deleted)."""
@@ -325,7 +313,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
 
         The one door to the raw shard, for readers that speak the engine's own request types
         (:mod:`retriever.edge_rest`, Qdrant's REST API over this store). ``read`` must not write:
-        every write goes through :meth:`upsert`, :meth:`set_parents` and :meth:`delete`.
+        every write goes through :meth:`upsert` and :meth:`delete`.
 
         Raises:
             StoreError: no shard yet (nothing built), the store is closed, or the engine failed.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -43,11 +43,6 @@ class NodeStore(Protocol):
 
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored."""
-        ...
-
-    def set_parents(self, parents: Mapping[str, Sequence[str]]) -> None:
-        """Set the ``parents`` of stored nodes (node id -> its parents), their vectors and the
-        rest of their payload left as they are."""
         ...
 
     def search(

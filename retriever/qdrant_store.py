@@ -12,7 +12,7 @@ path runs there. Local mode ignores payload indexes (with a warning) and is not 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -41,7 +41,6 @@ from retriever.validation import (
     check_vectors,
     ordered_payloads,
     ordered_vectors,
-    parent_groups,
 )
 
 #: Points per upsert request.
@@ -89,28 +88,6 @@ class QdrantNodeStore(QdrantCollection):
                 rows = arr[start : start + UPSERT_BATCH].tolist()
                 points = qdrant_points(batch, rows, self.index)
                 self.client.upsert(self.collection, points=points, wait=True)
-
-    def set_parents(self, parents: Mapping[str, Sequence[str]]) -> None:
-        """Set the ``parents`` of stored points (node id -> its parents), nothing else: one
-        payload write per group of siblings, sent in batches.
-
-        Raises:
-            ValueError: an id is malformed.
-            StoreError: the server failed or is unreachable.
-        """
-        ops = [
-            models.SetPayloadOperation(
-                set_payload=models.SetPayload(payload={F.PARENTS: list(ps)}, points=list(ids))
-            )
-            for ps, ids in parent_groups(parents).items()
-        ]
-        self.require_open()
-        self.estimates.clear()
-        with self.call(f"set the parents of {len(parents)} points"):
-            for start in range(0, len(ops), UPSERT_BATCH):
-                self.client.batch_update_points(
-                    self.collection, ops[start : start + UPSERT_BATCH], wait=True
-                )
 
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored (the meta point is never deleted)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -34,15 +34,6 @@ def check_ids(node_ids: Sequence[str]) -> list[str]:
         except (ValueError, TypeError, AttributeError) as exc:
             raise ValueError(f"node id {node_id!r} is not a uuid point id") from exc
     return out
-
-
-def parent_groups(parents: Mapping[str, Sequence[str]]) -> dict[tuple[str, ...], list[str]]:
-    """Group ``node id -> its parents`` by parents: one payload write per group (a cluster's
-    members share theirs), ids checked."""
-    groups: dict[tuple[str, ...], list[str]] = {}
-    for node_id in check_ids(list(parents)):
-        groups.setdefault(tuple(parents[node_id]), []).append(node_id)
-    return groups
 
 
 def check_page(limit: int, offset: str | None) -> str | None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ingestor.cluster.parallel import shared_pools, worker_pool
+from ingestor.pipeline.checkpoint import CheckpointVectors
 from ingestor.pipeline.chunker import Chunker
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
@@ -23,7 +24,12 @@ from ingestor.read.documents import Document
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.build import BuildStats
 from ingestor.tree.params import Progress, no_progress
-from ingestor.tree.persist import checkpoint_cache, drop_checkpoint, open_checkpoint
+from ingestor.tree.persist import (
+    checkpoint_cache,
+    drop_checkpoint,
+    fill_pending,
+    open_checkpoint,
+)
 from ingestor.tree.state import Node, TreeState
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
@@ -74,22 +80,30 @@ class BuildStage:
     def build(self, root: Path, progress: Progress = no_progress) -> BuildReport:
         """Build the whole tree over ``root`` from scratch and store it.
 
-        Paid work survives a stop or a kill: leaf vectors go to the node store as they are
-        embedded (a first build, see :func:`~ingestor.pipeline.vectors.embed_leaves`) and
-        summaries to the state database or, before the first commit, to a checkpoint beside it
-        (see :meth:`build_layers`); run again, the build takes both back instead of paying for
-        them again.
+        Paid work survives a stop or a kill: summaries go to the state database or, before the
+        first commit, to a checkpoint beside it (see :meth:`build_layers`), and a first build's
+        node vectors to that checkpoint as they are embedded (:class:`LeafEmbedding`); run
+        again, the build takes both back instead of paying for them again.
 
         The built state is committed and let go: its cycles are collected and the heap it held
         is handed back to the OS (glibc keeps freed heap otherwise; 26k leaves: 730 -> 440 MiB
-        of anonymous memory kept by the process after the build). Only then is the store
-        indexed (the ``index`` stage), so that the index build's memory does not add to the
-        tree's.
+        of anonymous memory kept by the process after the build). Only then does a first build
+        write its points (:meth:`TreeContext.fill_store`, from the state database and the
+        checkpoint, a batch at a time), and is the store indexed (the ``index`` stage), so that
+        the engine's memory never adds to the tree's.
         """
         with shared_pools():  # reads, clustering and summaries share the worker processes
             report = self._build_over(root, progress)
         gc.collect()  # the state's layers hold reference cycles (their rows' loaders)
         release_freed_heap()
+        state = self.context.require_state()
+        if fill_pending(state):
+            t0 = time.perf_counter()
+            with bulk_writes(self.context.store):
+                self.context.fill_store(state, progress)
+            report.stats.add_time("store", time.perf_counter() - t0)
+            report.seconds += time.perf_counter() - t0
+        del state
         t0 = time.perf_counter()
         self.context.store.optimize()
         seconds = time.perf_counter() - t0
@@ -107,7 +121,7 @@ class BuildStage:
             embed_model=ctx.embedder.model_id,
             dim=ctx.embedder.dim,
         )
-        previous = ctx.open_state()
+        previous = ctx.open_state(recover=True)  # a first build killed in its fill: finished
         if previous is not None:  # a rebuild re-summarises only what changed
             state.summary_cache = previous.summary_cache
             state.generation = previous.generation
@@ -118,8 +132,7 @@ class BuildStage:
         try:
             report = self._build(state, rows, progress, t_start, first=True)
         finally:
-            rows.close()
-        drop_checkpoint(ctx.models, ctx.tree)  # the commit imported it into the state's cache
+            rows.close()  # deleted once the points are written (fill_store)
         return report
 
     def _build(
@@ -134,15 +147,20 @@ class BuildStage:
         ctx = self.context
         report = BuildReport()
         stats = report.stats
+        kept = CheckpointVectors(cache_rows) if first and cache_rows is not None else None
+        ctx.store.ensure_collection(ctx.embedder.dim, ctx.embedder.model_id)  # fails early
         with bulk_writes(ctx.store):  # one index build, after every point is written
-            leaves = self._read_and_embed(state, report, progress, checkpoint=first)
+            leaves = self._read_and_embed(state, report, progress, checkpoint=kept)
             built = self.build_layers(state, cache_rows, progress)
             built.seconds = stats.seconds | built.seconds  # read and embed stages first
             report.stats = stats = built
 
             t0 = time.perf_counter()
-            stored = leaves.stored_but_parents()  # a first build's: their parents are written
-            ctx.store_state(state, progress, index=False, stored=stored)  # indexed once let go
+            if kept is not None:  # its points are written once the tree is let go (build)
+                kept.put([i for i, n in state.nodes.items() if n.layer > 0], state.matrix)
+                ctx.commit(state, unstored=True)
+            else:
+                ctx.store_state(state, progress, index=False)  # indexed once let go
             stats.add_time("store", time.perf_counter() - t0)
         report.leaves = leaves.leaves
         report.layers = state.layer_counts()
@@ -150,10 +168,15 @@ class BuildStage:
         return report
 
     def _read_and_embed(
-        self, state: TreeState, report: BuildReport, progress: Progress, *, checkpoint: bool
+        self,
+        state: TreeState,
+        report: BuildReport,
+        progress: Progress,
+        *,
+        checkpoint: CheckpointVectors | None,
     ) -> LeafEmbedding:
         """Read, chunk and embed every document under the root, recording its source entry;
-        return what embedded them (the leaves it made, and stored).
+        return what embedded them (the leaves it made).
 
         Files are read and chunked on the build's worker processes, a few ahead, while this
         process embeds the leaves of those before (:class:`LeafEmbedding`), and are taken in
@@ -166,12 +189,7 @@ class BuildStage:
         """
         ctx = self.context
         leaves = LeafEmbedding(
-            state,
-            store=ctx.store,
-            embedder=ctx.embedder,
-            tree=ctx.tree,
-            progress=progress,
-            checkpoint=checkpoint,
+            state, embedder=ctx.embedder, progress=progress, checkpoint=checkpoint
         )
         waited = 0.0
         with worker_pool(ctx.builder.workers) as pool:

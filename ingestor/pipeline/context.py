@@ -11,7 +11,7 @@ repairs the store from the intent alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
@@ -19,12 +19,23 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.errors import TreeError
+from ingestor.pipeline.checkpoint import CheckpointVectors
 from ingestor.pipeline.vectors import vectors_of
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.params import Progress
-from ingestor.tree.persist import begin_intent, commit_state, end_intent, load_state, pending_intent
+from ingestor.tree.persist import (
+    begin_intent,
+    checkpoint_path,
+    commit_state,
+    drop_checkpoint,
+    end_fill,
+    end_intent,
+    fill_pending,
+    load_state,
+    pending_intent,
+)
 from ingestor.tree.state import TreeState
-from models_store import ModelStore, ModelStoreError
+from models_store import ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore
 
 __all__ = ["UPSERT_BATCH", "TreeContext", "bulk_writes"]
@@ -35,8 +46,6 @@ T = TypeVar("T")
 
 #: Points per upsert request.
 UPSERT_BATCH = 512
-#: Nodes per :meth:`NodeStore.set_parents` call of :meth:`TreeContext.store_state`.
-PARENTS_BATCH = 4096
 
 
 class TreeContext:
@@ -104,7 +113,13 @@ class TreeContext:
         deletes are redone. Not committed: the points it wrote are put back as the committed
         state has them (re-embedded if a point is gone), and points of nodes the state does not
         have are deleted. Either way the cost is the size of that update, not of the tree.
+        A first build killed while writing its points is finished (:meth:`fill_store`).
         """
+        if fill_pending(state):
+            with bulk_writes(self.store):
+                filled = self.fill_store(state)
+            self.store.optimize()
+            log.info("finished the store of tree %r's first build: %d points", self.tree, filled)
         intent = pending_intent(state)
         if intent is None:
             return 0
@@ -156,11 +171,14 @@ class TreeContext:
         """Drop the intent once the update it names is fully written."""
         self.guard(lambda: end_intent(state), "write to")
 
-    def commit(self, state: TreeState) -> None:
-        """Make the points durable, then commit ``state`` atomically to the state database."""
+    def commit(self, state: TreeState, *, unstored: bool = False) -> None:
+        """Make the points durable, then commit ``state`` atomically to the state database.
+
+        ``unstored``: a first build's state, whose points are written after (:meth:`fill_store`).
+        """
         try:
             self.store.flush()  # the points are durable before the state that references them
-            commit_state(self.models, state)
+            commit_state(self.models, state, unstored=unstored)
         except (OSError, ModelStoreError) as exc:
             raise TreeError(
                 f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "
@@ -168,47 +186,72 @@ class TreeContext:
             ) from exc
 
     def store_state(
-        self,
-        state: TreeState,
-        progress: Progress | None = None,
-        *,
-        index: bool = True,
-        stored: Container[str] = (),
+        self, state: TreeState, progress: Progress | None = None, *, index: bool = True
     ) -> None:
         """Upsert every node, commit the state, delete points the state no longer has, then
         build the store's index (embedded: the HNSW graph, once, after the bulk write).
 
-        ``stored``: nodes whose points hold their vector and payload but for ``parents`` (a
-        first build's leaves, stored as they were embedded, before their clusters existed):
-        only their parents are written (the store stage at 26.5k leaves: 10.3 -> 4.7 s).
         ``index=False`` leaves the index to the caller: a build lets its state go first, so
         that the index build's memory does not come on top of the whole tree's. Unindexed
         points are found by a scan meanwhile; the commit needs them durable, not indexed.
         """
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
-        ids: list[str] = []  # upserted whole
-        placed: list[str] = []  # stored: their parents only
-        for node_id in state.nodes:
-            (placed if node_id in stored else ids).append(node_id)
-        total = len(ids) + len(placed)
+        ids = list(state.nodes)
         for start in range(0, len(ids), UPSERT_BATCH):
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
             if progress is not None:
-                progress("store", start + len(batch), total)
-        for start in range(0, len(placed), PARENTS_BATCH):
-            batch = placed[start : start + PARENTS_BATCH]
-            nodes = ((i, state.nodes.peek(i)) for i in batch)
-            self.store.set_parents({i: n.parents for i, n in nodes if n and n.parents})
-            if progress is not None:
-                progress("store", len(ids) + start + len(batch), total)
+                progress("store", start + len(batch), len(ids))
         self.commit(state)
-        orphans = [i for i in self.store.iter_ids(self.tree) if i not in state.nodes]
+        self._delete_orphans(set(ids))
+        if index:
+            self.store.optimize()
+
+    def fill_store(self, state: TreeState, progress: Progress | None = None) -> int:
+        """Write the points of a first build committed before them (:func:`fill_pending`),
+        from the state database and the vectors its checkpoint kept; return how many.
+
+        A batch at a time: its nodes are read, upserted and let go, so this process holds a
+        batch of the tree while the engine takes the points (1M leaves: ... ). Idempotent
+        (upserts by id), so a fill killed half-way is simply run again by :meth:`recover`;
+        vectors the checkpoint lacks are read from the store, else embedded again. Then points
+        of no node are deleted (an older build's), the fill is recorded as done and the
+        checkpoint deleted. The index is the caller's.
+        """
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        path = checkpoint_path(self.models, self.tree)
+        rows = RowStore(path) if path.exists() else None
+        kept = CheckpointVectors(rows) if rows is not None else None
+        ids = state.nodes.keys_with_prefix("")  # the ids alone: no node is loaded here
+        try:
+            for start in range(0, len(ids), UPSERT_BATCH):
+                batch = ids[start : start + UPSERT_BATCH]
+                state.nodes.prefetch(batch)
+                got = kept.get(batch) if kept is not None else {}
+                lost = [i for i in batch if i not in got]
+                if lost:
+                    got |= dict(zip(lost, self.vectors_of(state, lost), strict=True))
+                vectors = np.stack([got[i] for i in batch]).astype(np.float32, copy=False)
+                self.store.upsert(state.payloads(batch), vectors)
+                state.nodes.shed()
+                state.vectors.shed()
+                if progress is not None:
+                    progress("store", start + len(batch), len(ids))
+        finally:
+            if rows is not None:
+                rows.close()
+        self.store.flush()  # the points are durable before the fill is recorded as done
+        self._delete_orphans(set(ids))
+        self.guard(lambda: end_fill(state), "write to")
+        drop_checkpoint(self.models, self.tree)
+        return len(ids)
+
+    def _delete_orphans(self, known: set[str]) -> None:
+        """Delete the tree's points of no node in ``known`` (a previous build's)."""
+        orphans = [i for i in self.store.iter_ids(self.tree) if i not in known]
         if orphans:
             self.store.delete(orphans)
             log.info("deleted %d points no longer in tree %r", len(orphans), self.tree)
-        if index:
-            self.store.optimize()
 
     def show_leaves(self, state: TreeState, ids: list[str]) -> None:
         """Make new leaves searchable before adRAP places them (file → searchable is the

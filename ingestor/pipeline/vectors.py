@@ -1,7 +1,8 @@
 """Node vectors on the build's and recovery's paths: the store is where they live.
 
-A first build embeds its leaves in batches and stores each batch as it goes, so a build killed
-half-way resumes with the vectors already stored; recovery and reconciliation read vectors back
+A first build embeds its leaves in batches and keeps each batch in its checkpoint as it goes
+(:mod:`ingestor.pipeline.checkpoint`), so a build killed half-way resumes with those vectors;
+recovery and reconciliation read vectors back
 from the store and embed a node's text again only where the store lost its point; an update that
 removes a source and adds one with the same text (a rename) takes the removed leaves' vectors
 back instead of embedding them again (:func:`reuse_removed`).
@@ -11,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Container, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.pipeline.checkpoint import PUT_BATCH, CheckpointVectors
 from ingestor.tree.params import Progress
 from ingestor.tree.state import Node, TreeState
 from retriever import Embedder, NodeStore, StoreError
@@ -34,39 +36,35 @@ class LeafEmbedding:
     the next files, so reading and embedding overlap; :meth:`finish` embeds the last batch.
     Every leaf is then in ``state.nodes`` with its vector, in reading order.
 
-    ``checkpoint`` (a first build, which has no committed state to fall back on): each batch is
-    stored as it is embedded, and leaves whose point an interrupted build already stored (same
-    id, so same source and text) take their vector from the store instead of the model, so a
-    first build killed or stopped half-way resumes without redoing that work.
+    ``checkpoint`` (a first build, which has no committed state to fall back on): the vectors
+    are kept there as they are embedded, :data:`~ingestor.pipeline.checkpoint.PUT_BATCH` at a
+    time, and leaves whose vector an interrupted build kept (same id, so same source and text)
+    take it from there instead of the model, so a first build killed or stopped half-way resumes
+    without redoing that work. Nothing is written to the node store here.
 
     Attributes:
         leaves: leaves added so far.
-        resumed: the leaves whose vector was taken back from the store (not embedded).
-        seconds: time spent embedding and storing (not reading).
+        resumed: how many leaves took their vector from the checkpoint (not embedded).
+        seconds: time spent embedding and checkpointing (not reading).
     """
 
     def __init__(
         self,
         state: TreeState,
         *,
-        store: NodeStore,
         embedder: Embedder,
-        tree: str,
         progress: Progress,
-        checkpoint: bool,
+        checkpoint: CheckpointVectors | None,
     ) -> None:
         self.state = state
-        self.store = store
         self.embedder = embedder
         self.progress = progress
         self.checkpoint = checkpoint
-        self.stored: set[str] = set()  # points an interrupted first build stored
-        if checkpoint:
-            store.ensure_collection(embedder.dim, embedder.model_id)
-            self.stored = set(store.iter_ids(tree))
+        self.kept = checkpoint.ids() if checkpoint is not None else set()
         self.pending: list[Node] = []
+        self.unsaved: list[str] = []  # embedded, not yet in the checkpoint
         self.leaves = 0
-        self.resumed: set[str] = set()
+        self.resumed = 0
         self.seconds = 0.0
 
     def add(self, leaves: Sequence[Node]) -> None:
@@ -82,51 +80,41 @@ class LeafEmbedding:
         if self.pending:
             batch, self.pending = self.pending, []
             self._embed(batch)
+        self._save()
         self.progress("embed leaves", self.leaves, self.leaves)  # known now: the stage's end
         if self.resumed:
             log.info(
-                "resumed an interrupted build: %d leaf vectors taken from the store",
-                len(self.resumed),
+                "resumed an interrupted build: %d leaf vectors taken from its checkpoint",
+                self.resumed,
             )
-
-    def stored_but_parents(self) -> Container[str]:
-        """The leaves this build stored (``checkpoint``) whose points lack only their parents:
-        every leaf but those taken back from an interrupted build's points (its chunk's place
-        may have moved since). Empty without ``checkpoint``."""
-        return _StoredLeaves(self.state, self.resumed) if self.checkpoint else ()
 
     def _embed(self, batch: list[Node]) -> None:
         t0 = time.perf_counter()
         state = self.state  # its vectors: one matrix, grown by half when full
-        todo = [n for n in batch if n.node_id not in self.stored]
-        kept = [n for n in batch if n.node_id in self.stored]
-        if kept:
-            vecs = self.store.retrieve_vectors([n.node_id for n in kept])
-            for node, vec in zip(kept, vecs, strict=True):
-                state.vectors[node.node_id] = vec
-            self.resumed.update(n.node_id for n in kept)
+        todo = [n for n in batch if n.node_id not in self.kept]
+        if len(todo) < len(batch) and self.checkpoint is not None:
+            got = self.checkpoint.get(n.node_id for n in batch if n.node_id in self.kept)
+            for node_id, vec in got.items():
+                state.vectors[node_id] = vec
+            todo = [n for n in batch if n.node_id not in got]
+            self.resumed += len(got)
         if todo:
             vecs = self.embedder.embed_documents([n.text for n in todo])
             for node, vec in zip(todo, vecs, strict=True):
                 state.vectors[node.node_id] = vec
         for node in batch:
             state.nodes[node.node_id] = node
-        if self.checkpoint and todo:
-            ids = [n.node_id for n in todo]
-            self.store.upsert(state.payloads(ids), state.matrix(ids))
+        if self.checkpoint is not None:
+            self.unsaved.extend(n.node_id for n in todo)
+            if len(self.unsaved) >= PUT_BATCH:
+                self._save()
         self.seconds += time.perf_counter() - t0
         self.progress("embed leaves", self.leaves - len(self.pending), 0)
 
-
-class _StoredLeaves(Container[str]):
-    """Leaves of ``state`` but ``resumed`` (see :meth:`LeafEmbedding.stored_but_parents`)."""
-
-    def __init__(self, state: TreeState, resumed: set[str]) -> None:
-        self.state, self.resumed = state, resumed
-
-    def __contains__(self, node_id: object) -> bool:
-        node = self.state.nodes.peek(node_id) if isinstance(node_id, str) else None
-        return node is not None and node.layer == 0 and node_id not in self.resumed
+    def _save(self) -> None:
+        if self.checkpoint is not None and self.unsaved:
+            self.checkpoint.put(self.unsaved, self.state.matrix)
+            self.unsaved = []
 
 
 def vectors_of(

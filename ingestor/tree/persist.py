@@ -56,6 +56,8 @@ CACHE_FACTOR = 3
 #: finds it due) waits for that many new summaries instead of coming at every commit.
 CACHE_SLACK = 10
 _INTENT = "intent"
+#: The intent row of a first build committed before its points were written (see fill_pending).
+_UNSTORED = "unstored"
 #: Namespaces whose rows carry the generation that last wrote or read them: the summary cache,
 #: evicted least recently used first. Other rows are stamped 0 (RowStore.commit: cheaper writes).
 _STAMPED = frozenset({"cache"})
@@ -269,11 +271,25 @@ def pending_intent(state: TreeState) -> Intent | None:
     )
 
 
-def commit_state(models: ModelStore, state: TreeState) -> int:
+def fill_pending(state: TreeState) -> bool:
+    """Whether ``state`` is a first build committed before its points were all written (the
+    build writes them once its tree is let go, recovery if it was killed meanwhile)."""
+    return state.rows is not None and state.rows.get(_INTENT, _UNSTORED) is not None
+
+
+def end_fill(state: TreeState) -> None:
+    """Record that every point of the committed state is written (see :func:`fill_pending`)."""
+    ch = Changes()
+    ch.remove(_INTENT, _UNSTORED)
+    state.rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
+
+
+def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False) -> int:
     """Write what changed in ``state`` as its next generation, in one transaction.
 
     A state that was never committed (a fresh build) is written whole, replacing any previous
-    state of the tree. Returns the bytes written.
+    state of the tree; ``unstored``: its points are written after (see :func:`fill_pending`).
+    Returns the bytes written.
 
     Raises:
         models_store.ModelStoreError: the database could not be written (nothing was).
@@ -299,6 +315,8 @@ def commit_state(models: ModelStore, state: TreeState) -> int:
             remove_layer(i, ch)
         if fresh:
             ch.clear.add(_INTENT)
+            if unstored:
+                ch.set(_INTENT, _UNSTORED, dumps(True))
         elif state.intent_open:
             ch.set(_INTENT, "committed", dumps(True))
         ch.manifest = {

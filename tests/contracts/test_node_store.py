@@ -171,23 +171,6 @@ def test_reupsert_is_idempotent_and_overwrites_payload(store: Any) -> None:
     assert store.retrieve([changed.node_id]) == [changed]
 
 
-def test_set_parents_writes_only_the_parents(store: Any) -> None:
-    """A build's leaves are stored before their clusters exist; their parents come later, one
-    payload write per group of siblings, vectors and the rest of the payload untouched."""
-    nodes = [make_node(f"n{i}") for i in range(5)]
-    vectors = unit_vectors(5)
-    store.upsert(nodes, vectors)
-    up = [point_id(f"t1/p{i}") for i in range(3)]
-    parents = {nodes[0].node_id: [up[0]], nodes[1].node_id: [up[0]], nodes[2].node_id: up[1:]}
-    store.set_parents(parents)
-
-    want = [n.model_copy(update={"parents": tuple(parents.get(n.node_id, ()))}) for n in nodes]
-    assert store.retrieve(ids_of(nodes)) == want
-    np.testing.assert_allclose(store.retrieve_vectors(ids_of(nodes)), vectors, atol=1e-6)
-    with pytest.raises(ValueError, match="node id"):
-        store.set_parents({"not-a-uuid": [up[0]]})
-
-
 def test_delete_removes_points_and_ignores_unknown_ids(store: Any) -> None:
     nodes = [make_node(f"n{i}") for i in range(5)]
     store.upsert(nodes, unit_vectors(5))

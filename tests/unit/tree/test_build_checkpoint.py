@@ -106,8 +106,18 @@ def test_a_first_build_killed_after_some_summaries_pays_only_for_the_rest_when_r
 
     second = DyingSummarizer()
     p.builder.summarizer = second
+    embedded: list[str] = []
+    embed = p.embedder.embed_documents
+
+    def counting_embed(texts: Sequence[str]) -> object:
+        embedded.extend(texts)
+        return embed(texts)
+
+    p.embedder.embed_documents = counting_embed  # type: ignore[method-assign]
     report = p.build(root)
     assert second.calls == total - paid, "only the summaries the killed build had not paid for"
+    leaves = {text for layer, text, _ in tree.values() if layer == 0}
+    assert leaves.isdisjoint(embedded), "the leaves' vectors came from the checkpoint"
     assert set(second.seen).isdisjoint(first.seen)
     assert report.stats.cache_hits >= paid
     assert tree_of(p) == tree, "the resumed build makes the same tree (same clusters, same ids)"

@@ -6,7 +6,11 @@ import random
 from pathlib import Path
 from typing import Any
 
-from ingestor.pipeline import Pipeline
+import numpy as np
+import pytest
+
+from ingestor.pipeline import Pipeline, context
+from ingestor.tree.persist import checkpoint_path, fill_pending, state_path
 from tests.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import doc_text, make_pipeline
 
@@ -63,40 +67,99 @@ def _stored_as_in_state(p: Pipeline) -> None:
     assert p.store.retrieve(ids) == state.payloads(ids)
 
 
-def test_a_first_build_writes_each_leaf_once_then_only_its_parents(tmp_path: Path) -> None:
-    """The leaves are stored as they are embedded (a killed build resumes from them), before
-    their clusters exist; the store stage writes only their parents (265k leaves: ~30x less
-    work than upserting every leaf again), and the points end as the state says."""
+def test_a_first_build_writes_each_point_once_after_committing_its_tree(tmp_path: Path) -> None:
+    """A first build keeps its vectors in its checkpoint and writes the store only once its
+    tree is committed and let go (the engine's points and the builder's tree never in memory
+    together: 1M leaves ~12 GiB otherwise): no upsert before the commit, each node once."""
     root = _folder(tmp_path)
     p = make_pipeline(tmp_path, EchoSummarizer())
     upserted: list[str] = []
-    given: dict[str, list[str]] = {}
-    upsert, set_parents = p.store.upsert, p.store.set_parents
+    early: list[str] = []
+    upsert = p.store.upsert
 
     def counting_upsert(nodes: Any, vectors: Any) -> None:
-        upserted.extend(n.node_id for n in nodes)
+        ids = [n.node_id for n in nodes]
+        if not state_path(p.models, "t").exists():
+            early.extend(ids)
+        upserted.extend(ids)
         upsert(nodes, vectors)
 
-    def counting_parents(parents: Any) -> None:
-        given.update(parents)
-        set_parents(parents)
-
     p.store.upsert = counting_upsert  # type: ignore[method-assign]
-    p.store.set_parents = counting_parents  # type: ignore[method-assign]
     p.build(root)
     state = p.require_state()
-    leaves = state.ids_in_layer(0)
-    assert len(leaves) > 40
+    assert len(state.ids_in_layer(0)) > 40
     assert len(state.layer_counts()) > 1
+    assert early == [], "points written before the tree was committed"
     assert sorted(upserted) == sorted(state.nodes), "every node upserted exactly once"
-    assert sorted(given) == sorted(leaves)
+    assert not fill_pending(state)
+    assert not checkpoint_path(p.models, "t").exists()
     _stored_as_in_state(p)
     p.store.close()
 
 
-def test_leaves_taken_back_from_an_interrupted_build_are_written_whole(tmp_path: Path) -> None:
-    """A leaf whose point an interrupted build stored keeps its vector, but its chunk may sit
-    elsewhere in the file now (same text, same id): it is upserted again, not only parented."""
+class _Killed(Exception):
+    """Stands for a kill -9 while the store is written."""
+
+
+def test_a_first_build_killed_while_writing_its_points_is_finished_by_recovery(
+    tmp_path: Path,
+) -> None:
+    """Killed after its commit, half-way through its points: the tree is committed with its
+    store unfinished; the next writer to open it writes the rest from the checkpoint's
+    vectors (nothing embedded again) and deletes the checkpoint. Same points, vectors
+    included, as an uninterrupted build."""
+    root = _folder(tmp_path / "ref")
+    ref = make_pipeline(tmp_path / "ref", EchoSummarizer())
+    ref.build(root)
+    want = ref.require_state()
+    ids = sorted(want.nodes)
+    want_vectors = ref.store.retrieve_vectors(ids)
+    ref.store.close()
+
+    p = make_pipeline(tmp_path / "run", EchoSummarizer())
+    upsert, calls = p.store.upsert, []
+
+    def dying_upsert(nodes: Any, vectors: Any) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise _Killed
+        upsert(nodes, vectors)
+
+    p.store.upsert = dying_upsert  # type: ignore[method-assign]
+    context.UPSERT_BATCH, batch = 16, context.UPSERT_BATCH
+    try:
+        with pytest.raises(_Killed):
+            p.build(root)
+    finally:
+        context.UPSERT_BATCH = batch
+    p.store.close()
+    assert checkpoint_path(p.models, "t").exists()
+    half = make_pipeline(tmp_path / "run", EchoSummarizer())
+    assert fill_pending(half.require_state())
+    assert 0 < len(list(half.store.iter_ids("t"))) < len(ids)
+
+    embedded: list[str] = []
+    embed = half.embedder.embed_documents
+
+    def counting_embed(texts: Any) -> Any:
+        embedded.extend(texts)
+        return embed(texts)
+
+    half.embedder.embed_documents = counting_embed  # type: ignore[method-assign]
+    state = half.open_state(recover=True)
+    assert state is not None
+    assert not fill_pending(state)
+    assert embedded == [], "recovery took every vector from the checkpoint"
+    assert not checkpoint_path(half.models, "t").exists()
+    assert sorted(state.nodes) == ids
+    _stored_as_in_state(half)
+    np.testing.assert_array_equal(half.store.retrieve_vectors(ids), want_vectors)
+    half.store.close()
+
+
+def test_a_point_an_older_interrupted_build_left_is_written_over(tmp_path: Path) -> None:
+    """A point an interrupted build of an older version stored (same id: same source and text)
+    may say its chunk sits elsewhere in the file: the build writes it whole again."""
     root = _folder(tmp_path / "a")
     first = make_pipeline(tmp_path / "a", EchoSummarizer())
     first.build(root)
