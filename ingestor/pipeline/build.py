@@ -28,6 +28,7 @@ from ingestor.tree.persist import (
     checkpoint_cache,
     drop_checkpoint,
     fill_pending,
+    load_state,
     open_checkpoint,
 )
 from ingestor.tree.state import Node, TreeState
@@ -96,8 +97,8 @@ class BuildStage:
             report = self._build_over(root, progress)
         gc.collect()  # the state's layers hold reference cycles (their rows' loaders)
         release_freed_heap()
-        state = self.context.require_state()
-        if fill_pending(state):
+        state = load_state(self.context.models, self.context.tree, layers=False)  # no model
+        if state is not None and fill_pending(state):
             t0 = time.perf_counter()
             with bulk_writes(self.context.store):
                 self.context.fill_store(state, progress)

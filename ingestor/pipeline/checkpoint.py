@@ -22,7 +22,7 @@ from models_store import Changes, ModelStoreError, RowStore
 
 __all__ = ["PUT_BATCH", "CheckpointVectors"]
 
-#: Vectors per checkpoint transaction: a killed build embeds at most this many leaves again.
+#: Vectors per checkpoint transaction at most (the leaves come a batch of 128 at a time).
 PUT_BATCH = 2048
 _NS = "vector"
 

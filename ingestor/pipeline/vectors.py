@@ -2,10 +2,10 @@
 
 A first build embeds its leaves in batches and keeps each batch in its checkpoint as it goes
 (:mod:`ingestor.pipeline.checkpoint`), so a build killed half-way resumes with those vectors;
-recovery and reconciliation read vectors back
-from the store and embed a node's text again only where the store lost its point; an update that
-removes a source and adds one with the same text (a rename) takes the removed leaves' vectors
-back instead of embedding them again (:func:`reuse_removed`).
+recovery and reconciliation read vectors back from the store and embed a node's text again only
+where the store lost its point; an update that removes a source and adds one with the same text
+(a rename) takes the removed leaves' vectors back instead of embedding them again
+(:func:`reuse_removed`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.pipeline.checkpoint import PUT_BATCH, CheckpointVectors
+from ingestor.pipeline.checkpoint import CheckpointVectors
 from ingestor.tree.params import Progress
 from ingestor.tree.state import Node, TreeState
 from retriever import Embedder, NodeStore, StoreError
@@ -36,11 +36,11 @@ class LeafEmbedding:
     the next files, so reading and embedding overlap; :meth:`finish` embeds the last batch.
     Every leaf is then in ``state.nodes`` with its vector, in reading order.
 
-    ``checkpoint`` (a first build, which has no committed state to fall back on): the vectors
-    are kept there as they are embedded, :data:`~ingestor.pipeline.checkpoint.PUT_BATCH` at a
-    time, and leaves whose vector an interrupted build kept (same id, so same source and text)
-    take it from there instead of the model, so a first build killed or stopped half-way resumes
-    without redoing that work. Nothing is written to the node store here.
+    ``checkpoint`` (a first build, which has no committed state to fall back on): each batch's
+    vectors are kept there as it is embedded (one small transaction), and leaves whose vector
+    an interrupted build kept (same id, so same source and text) take it from there instead of
+    the model, so a first build killed or stopped half-way resumes without redoing that work.
+    Nothing is written to the node store here (see :meth:`TreeContext.fill_store`).
 
     Attributes:
         leaves: leaves added so far.
@@ -62,7 +62,6 @@ class LeafEmbedding:
         self.checkpoint = checkpoint
         self.kept = checkpoint.ids() if checkpoint is not None else set()
         self.pending: list[Node] = []
-        self.unsaved: list[str] = []  # embedded, not yet in the checkpoint
         self.leaves = 0
         self.resumed = 0
         self.seconds = 0.0
@@ -80,7 +79,6 @@ class LeafEmbedding:
         if self.pending:
             batch, self.pending = self.pending, []
             self._embed(batch)
-        self._save()
         self.progress("embed leaves", self.leaves, self.leaves)  # known now: the stage's end
         if self.resumed:
             log.info(
@@ -104,17 +102,10 @@ class LeafEmbedding:
                 state.vectors[node.node_id] = vec
         for node in batch:
             state.nodes[node.node_id] = node
-        if self.checkpoint is not None:
-            self.unsaved.extend(n.node_id for n in todo)
-            if len(self.unsaved) >= PUT_BATCH:
-                self._save()
+        if self.checkpoint is not None and todo:
+            self.checkpoint.put([n.node_id for n in todo], state.matrix)
         self.seconds += time.perf_counter() - t0
         self.progress("embed leaves", self.leaves - len(self.pending), 0)
-
-    def _save(self) -> None:
-        if self.checkpoint is not None and self.unsaved:
-            self.checkpoint.put(self.unsaved, self.state.matrix)
-            self.unsaved = []
 
 
 def vectors_of(

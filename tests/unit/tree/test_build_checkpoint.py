@@ -10,6 +10,7 @@ import json
 import random
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -109,7 +110,7 @@ def test_a_first_build_killed_after_some_summaries_pays_only_for_the_rest_when_r
     embedded: list[str] = []
     embed = p.embedder.embed_documents
 
-    def counting_embed(texts: Sequence[str]) -> object:
+    def counting_embed(texts: Sequence[str]) -> Any:
         embedded.extend(texts)
         return embed(texts)
 

@@ -268,7 +268,7 @@ class _Stop(Exception):
 def test_a_first_build_interrupted_half_way_resumes_without_embedding_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each embedded batch is stored as it goes; the next build takes those vectors back."""
+    """Each embedded batch is checkpointed as it goes; the next build takes those vectors back."""
     import ingestor.pipeline.vectors as stage
 
     monkeypatch.setattr(stage, "EMBED_BATCH", 8)
