@@ -212,7 +212,7 @@ class TreeContext:
         from the state database and the vectors its checkpoint kept; return how many.
 
         A batch at a time: its nodes are read, upserted and let go, so this process holds a
-        batch of the tree while the engine takes the points (1M leaves: ... ). Idempotent
+        batch of the tree while the engine takes the points (docs/scale.md). Idempotent
         (upserts by id), so a fill killed half-way is simply run again by :meth:`recover`;
         vectors the checkpoint lacks are read from the store, else embedded again. Then points
         of no node are deleted (an older build's), the fill is recorded as done and the

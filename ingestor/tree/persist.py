@@ -14,7 +14,8 @@ A build checkpoints the summaries it pays for as it goes (:func:`checkpoint_cach
 killed half-way does not pay for them again: into the ``cache`` namespace of the tree's state
 database when there is one (the cache is content-addressed and no reader reads it, so rows added
 there change nothing a reader sees), else into ``checkpoint-<tree>.sqlite`` beside it, a database
-holding only a ``cache`` namespace that no reader opens; the build's first commit imports it and
+that no reader opens (``cache`` rows, and the nodes' vectors: :mod:`ingestor.pipeline.checkpoint`);
+the build's first commit imports the summaries and, once its points are written,
 :func:`drop_checkpoint` deletes it. Its existence never makes a tree look built.
 """
 
