@@ -32,6 +32,7 @@ from ingestor.tree.persist import (
     open_checkpoint,
 )
 from ingestor.tree.state import Node, TreeState
+from ingestor.tree.vector_map import VectorMap
 from models_store import RowStore
 from retriever.embedding import release_freed_heap
 
@@ -159,6 +160,7 @@ class BuildStage:
             t0 = time.perf_counter()
             if kept is not None:  # its points are written once the tree is let go (build)
                 kept.put([i for i, n in state.nodes.items() if n.layer > 0], state.matrix)
+                state.vectors = VectorMap()  # all in the checkpoint; the commit writes none
                 ctx.commit(state, unstored=True)
             else:
                 ctx.store_state(state, progress, index=False)  # indexed once let go

@@ -85,7 +85,16 @@ def test_a_first_build_writes_each_point_once_after_committing_its_tree(tmp_path
         upsert(nodes, vectors)
 
     p.store.upsert = counting_upsert  # type: ignore[method-assign]
+    held: list[int] = []
+    commit = p.context.commit
+
+    def noting_commit(state: Any, **kw: Any) -> None:
+        held.append(len(state.vectors))
+        commit(state, **kw)
+
+    p.context.commit = noting_commit  # type: ignore[method-assign]
     p.build(root)
+    assert held == [0], "the vectors are in the checkpoint: the commit is made without them"
     state = p.require_state()
     assert len(state.ids_in_layer(0)) > 40
     assert len(state.layer_counts()) > 1
