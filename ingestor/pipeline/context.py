@@ -219,8 +219,11 @@ class TreeContext:
         checkpoint deleted. The index is the caller's.
         """
         self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
-        path = checkpoint_path(self.models, self.tree)
-        rows = RowStore(path) if path.exists() else None
+        path, rows = checkpoint_path(self.models, self.tree), None
+        try:
+            rows = RowStore(path) if path.exists() else None
+        except ModelStoreError as exc:  # its vectors are read from the store or embedded again
+            log.warning("cannot read the build's checkpoint %s (%s); embedding instead", path, exc)
         kept = CheckpointVectors(rows) if rows is not None else None
         ids = state.nodes.keys_with_prefix("")  # the ids alone: no node is loaded here
         try:

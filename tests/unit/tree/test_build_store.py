@@ -187,3 +187,33 @@ def test_a_point_an_older_interrupted_build_left_is_written_over(tmp_path: Path)
     _stored_as_in_state(p)
     assert p.store.retrieve([leaf])[0].char_start != 999_999
     p.store.close()
+
+
+def test_a_fill_whose_checkpoint_is_unreadable_embeds_the_texts_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A damaged checkpoint does not leave a committed tree half stored: recovery reads what the
+    store has and embeds the rest again."""
+    root = _folder(tmp_path)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    upsert, calls = p.store.upsert, []
+
+    def dying_upsert(nodes: Any, vectors: Any) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise _Killed
+        upsert(nodes, vectors)
+
+    p.store.upsert = dying_upsert  # type: ignore[method-assign]
+    monkeypatch.setattr(context, "UPSERT_BATCH", 16)
+    with pytest.raises(_Killed):
+        p.build(root)
+    p.store.close()
+    checkpoint_path(p.models, "t").write_bytes(b"not a database" * 100)
+
+    again = make_pipeline(tmp_path, EchoSummarizer())
+    state = again.open_state(recover=True)
+    assert state is not None
+    assert not fill_pending(state)
+    _stored_as_in_state(again)
+    again.store.close()
