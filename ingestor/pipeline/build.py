@@ -101,10 +101,10 @@ class BuildStage:
         state = load_state(self.context.models, self.context.tree, layers=False)  # no model
         if state is not None and fill_pending(state):
             t0 = time.perf_counter()
-            with bulk_writes(self.context.store):
-                self.context.fill_store(state, progress)
-            report.stats.add_time("store", time.perf_counter() - t0)
-            report.seconds += time.perf_counter() - t0
+            self.context.fill_store(state, progress)
+            seconds = time.perf_counter() - t0
+            report.stats.add_time("store", seconds)
+            report.seconds += seconds
         del state
         t0 = time.perf_counter()
         self.context.store.optimize()

@@ -116,8 +116,7 @@ class TreeContext:
         A first build killed while writing its points is finished (:meth:`fill_store`).
         """
         if fill_pending(state):
-            with bulk_writes(self.store):
-                filled = self.fill_store(state)
+            filled = self.fill_store(state)
             self.store.optimize()
             log.info("finished the store of tree %r's first build: %d points", self.tree, filled)
         intent = pending_intent(state)
@@ -227,19 +226,20 @@ class TreeContext:
         kept = CheckpointVectors(rows) if rows is not None else None
         ids = state.nodes.keys_with_prefix("")  # the ids alone: no node is loaded here
         try:
-            for start in range(0, len(ids), UPSERT_BATCH):
-                batch = ids[start : start + UPSERT_BATCH]
-                state.nodes.prefetch(batch)
-                got = kept.get(batch) if kept is not None else {}
-                lost = [i for i in batch if i not in got]
-                if lost:
-                    got |= dict(zip(lost, self.vectors_of(state, lost), strict=True))
-                vectors = np.stack([got[i] for i in batch]).astype(np.float32, copy=False)
-                self.store.upsert(state.payloads(batch), vectors)
-                state.nodes.shed()
-                state.vectors.shed()
-                if progress is not None:
-                    progress("store", start + len(batch), len(ids))
+            with bulk_writes(self.store):  # the index is built once, after
+                for start in range(0, len(ids), UPSERT_BATCH):
+                    batch = ids[start : start + UPSERT_BATCH]
+                    state.nodes.prefetch(batch)
+                    got = kept.get(batch) if kept is not None else {}
+                    lost = [i for i in batch if i not in got]
+                    if lost:
+                        got |= dict(zip(lost, self.vectors_of(state, lost), strict=True))
+                    vectors = np.stack([got[i] for i in batch]).astype(np.float32, copy=False)
+                    self.store.upsert(state.payloads(batch), vectors)
+                    state.nodes.shed()
+                    state.vectors.shed()
+                    if progress is not None:
+                        progress("store", start + len(batch), len(ids))
         finally:
             if rows is not None:
                 rows.close()

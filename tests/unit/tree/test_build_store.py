@@ -110,8 +110,28 @@ class _Killed(Exception):
     """Stands for a kill -9 while the store is written."""
 
 
+def _killed_in_its_fill(tmp: Path, root: Path, monkeypatch: pytest.MonkeyPatch) -> Pipeline:
+    """Build ``root`` into ``tmp`` and kill the build after the first batch of points its fill
+    writes (batches of 16); return its pipeline, the store closed."""
+    p = make_pipeline(tmp, EchoSummarizer())
+    upsert, calls = p.store.upsert, []
+
+    def dying_upsert(nodes: Any, vectors: Any) -> None:
+        calls.append(1)
+        if len(calls) > 1:
+            raise _Killed
+        upsert(nodes, vectors)
+
+    p.store.upsert = dying_upsert  # type: ignore[method-assign]
+    monkeypatch.setattr(context, "UPSERT_BATCH", 16)
+    with pytest.raises(_Killed):
+        p.build(root)
+    p.store.close()
+    return p
+
+
 def test_a_first_build_killed_while_writing_its_points_is_finished_by_recovery(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Killed after its commit, half-way through its points: the tree is committed with its
     store unfinished; the next writer to open it writes the rest from the checkpoint's
@@ -125,23 +145,7 @@ def test_a_first_build_killed_while_writing_its_points_is_finished_by_recovery(
     want_vectors = ref.store.retrieve_vectors(ids)
     ref.store.close()
 
-    p = make_pipeline(tmp_path / "run", EchoSummarizer())
-    upsert, calls = p.store.upsert, []
-
-    def dying_upsert(nodes: Any, vectors: Any) -> None:
-        calls.append(1)
-        if len(calls) > 1:
-            raise _Killed
-        upsert(nodes, vectors)
-
-    p.store.upsert = dying_upsert  # type: ignore[method-assign]
-    context.UPSERT_BATCH, batch = 16, context.UPSERT_BATCH
-    try:
-        with pytest.raises(_Killed):
-            p.build(root)
-    finally:
-        context.UPSERT_BATCH = batch
-    p.store.close()
+    p = _killed_in_its_fill(tmp_path / "run", root, monkeypatch)
     assert checkpoint_path(p.models, "t").exists()
     half = make_pipeline(tmp_path / "run", EchoSummarizer())
     assert fill_pending(half.require_state())
@@ -195,20 +199,7 @@ def test_a_fill_whose_checkpoint_is_unreadable_embeds_the_texts_again(
     """A damaged checkpoint does not leave a committed tree half stored: recovery reads what the
     store has and embeds the rest again."""
     root = _folder(tmp_path)
-    p = make_pipeline(tmp_path, EchoSummarizer())
-    upsert, calls = p.store.upsert, []
-
-    def dying_upsert(nodes: Any, vectors: Any) -> None:
-        calls.append(1)
-        if len(calls) > 1:
-            raise _Killed
-        upsert(nodes, vectors)
-
-    p.store.upsert = dying_upsert  # type: ignore[method-assign]
-    monkeypatch.setattr(context, "UPSERT_BATCH", 16)
-    with pytest.raises(_Killed):
-        p.build(root)
-    p.store.close()
+    p = _killed_in_its_fill(tmp_path, root, monkeypatch)
     checkpoint_path(p.models, "t").write_bytes(b"not a database" * 100)
 
     again = make_pipeline(tmp_path, EchoSummarizer())
