@@ -137,10 +137,23 @@ class WorkerPool:
             traceback as its cause); ``BrokenProcessPool`` when a worker died (killed, out of
             memory), with the same note.
         """
+        return list(self.stream(fn, tasks, count=count, rows=rows, what=what))
+
+    def stream(
+        self,
+        fn: Callable[[T], R],
+        tasks: Iterable[T],
+        *,
+        count: int,
+        rows: int,
+        what: Callable[[int], str],
+    ) -> Iterator[R]:
+        """:meth:`map`, yielding each result in task order as it comes: a consumer that lets
+        each result go holds a few at a time (at most two per worker wait)."""
         worth = self.started or rows >= MIN_PARALLEL_ROWS
         if self.workers < 2 or count < 2 or not worth:
-            return list(self._map_here(fn, tasks, what))
-        return list(self._map_workers(fn, iter(tasks), what, ahead=2))
+            return self._map_here(fn, tasks, what)
+        return self._map_workers(fn, iter(tasks), what, ahead=2)
 
     def imap(
         self,

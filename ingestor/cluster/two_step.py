@@ -13,12 +13,9 @@ Speed (2-core machine; 1,400 MiniLM embeddings cluster in ~2.5 s once numba's ca
   as its search index. UMAP's own small-data path calls a numba distance once per *pair* from
   Python (2.5-5 s for 1,300 points); the product takes ~40 ms. UMAP's ``transform`` only calls
   ``query`` on the index, so new points are placed exactly as UMAP would place them.
-* UMAP's kernels are not declared ``cache=True``, so stock UMAP compiles for 7-9 s in every new
-  process (1.5 s more at the first ``transform``). :func:`_umap` turns numba's on-disk cache on
-  for them (``enable_caching``, the switch ``cache=True`` flips): only the first process after
-  an install compiles.
-* ``n_epochs=200`` instead of UMAP's 500 for small inputs: half the fit time, same quality
-  (global ARI 0.912 vs 0.911 against the 24 SQuAD articles of 1,402 real embeddings).
+* UMAP's kernels are not declared ``cache=True`` (7-9 s of compiling in every new process):
+  :func:`load_umap` turns numba's on-disk cache on for them; only the first process compiles.
+* ``n_epochs=200`` (UMAP's 500 for small inputs): half the time, global ARI 0.912 vs 0.911.
 * GMMs and the BIC search: see :mod:`ingestor.cluster.gmm`.
 
 Scale: with more than ``fit_sample`` points, UMAP and the GMM are fitted on a seeded sample and the
@@ -32,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import MutableSequence
 from dataclasses import dataclass, fields
 from typing import Any, Self
 
@@ -133,11 +131,15 @@ class TreeClusterer:
         self.max_cluster_size = max_cluster_size
         self.workers = workers
 
-    def fit(self, X: NDArray[np.floating]) -> Self:
+    def fit(
+        self, X: NDArray[np.floating], *, local_models: MutableSequence[LocalModel] | None = None
+    ) -> Self:
         """Cluster the rows of X.
 
         Args:
             X: (n, d) embeddings, L2-normalised (rows are renormalised defensively), n ≥ 1.
+            local_models: an empty sequence the local models are appended to as they are
+                fitted (a first build's writes each to disk); default a new list.
 
         Returns:
             self, with ``clusters_`` (sorted member tuples of each final cluster), ``n_clusters_``,
@@ -157,7 +159,7 @@ class TreeClusterer:
         self.n_features_in_ = X.shape[1]
         rng = np.random.default_rng(self.random_state)
         self.clusters_: list[tuple[int, ...]] = []
-        self.local_models_: list[LocalModel] = []
+        self.local_models_ = [] if local_models is None else local_models  # may be a sink
         self.global_umap_: Any | None = None
         self.global_gmm_: GaussianMixture | None = None
         if n <= self.n_components + 1:  # too few points to reduce (RAPTOR's guard): one cluster
@@ -336,10 +338,12 @@ class TreeClusterer:
         # One seed per group, drawn up front in group order: a group's fit depends on its rows
         # and its seed only, not on which worker runs it or when.
         seeds = rng.integers(2**63, size=len(groups)).tolist()
-        # The largest groups first, so that no worker is left with a large one at the end; a fit
-        # depends on its rows and seed only, so the order changes nothing but the wall time.
-        order = sorted(range(len(groups)), key=lambda g: (-len(groups[g]), g))
-        done = pool.map(
+        # Bounded groups in group order, each placed (into a sink that may write it out) as it
+        # comes; unbounded, the largest first (no worker left with a large one at the end).
+        order = list(range(len(groups)))
+        if self.max_group is None:
+            order.sort(key=lambda g: (-len(groups[g]), g))
+        done = pool.stream(
             fit_group,
             ((steps, X[groups[g]], seeds[g]) for g in order),
             count=len(groups),
@@ -348,11 +352,11 @@ class TreeClusterer:
                 f"local step of global cluster {order[i]} ({len(groups[order[i]])} points)"
             ),
         )
-        fits: list[LocalFit | None] = [None] * len(groups)
+        held: dict[int, LocalFit | None] = {}
         for g, fit in zip(order, done, strict=True):
-            fits[g] = fit
-        for members, fit in zip(groups, fits, strict=True):  # cluster ids in group order
-            self.local_models_.append(self._place(members, fit))
+            held[g] = fit
+            while (nxt := len(self.local_models_)) in held:  # cluster ids in group order
+                self.local_models_.append(self._place(groups[nxt], held.pop(nxt)))
 
     def _place(self, members: NDArray[np.intp], fit: LocalFit | None) -> LocalModel:
         """Number a local fit's clusters after those made so far; return its LocalModel."""

@@ -17,7 +17,7 @@ import functools
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 
 #: Rows per block of the kNN distance matrix (bounds memory to block x n_train floats).
 _KNN_BLOCK = 1024
+#: A row whose length is this close to 1 is taken as unit length (a float32 row an embedder
+#: normalised is within ~1e-6); the cosine kNN above reads dot products as cosines.
+UNIT_TOLERANCE: Final = 1e-5
+#: Rows per block when :func:`unit_rows` measures lengths in float64.
+_NORM_BLOCK = 8192
 #: UMAP warns that our index is not an NNDescent; its ``transform`` only needs ``query``.
 _DUCK_INDEX_WARNING = "precomputed_knn[2] (knn_search_index) is not an NNDescent object"
 _SPECTRAL_FALLBACK_WARNING = "Spectral initialisation failed"
@@ -184,11 +189,26 @@ def slim(reducer: Any) -> Any:
 
 
 def unit_rows(X: NDArray[np.floating]) -> NDArray[np.float32]:
-    """Return ``X`` as contiguous float32 rows of unit length, refusing empty or non-finite input."""
+    """Return ``X`` as contiguous float32 rows of unit length, refusing empty or non-finite input.
+
+    Rows already of unit length (within :data:`UNIT_TOLERANCE`: what an embedder hands back) are
+    taken as they are, the others divided by their norm; ``X`` itself comes back when no row needs
+    it (a layer's whole matrix: a copy of it was 1.5 KB a leaf for the whole fit). Each row's
+    outcome depends on that row only, so a row transformed later meets its training copy bit
+    for bit.
+    """
     X = np.asarray(X, dtype=np.float32)
     if X.ndim != 2 or len(X) == 0:
         raise ValueError(f"expected a non-empty (n, d) array of embeddings, got shape {X.shape}")
-    if not np.isfinite(X).all():
+    norms = np.empty(len(X))
+    for start in range(0, len(X), _NORM_BLOCK):  # float64, a block at a time: no (n, d) copy
+        block = X[start : start + _NORM_BLOCK].astype(np.float64)
+        norms[start : start + len(block)] = np.sqrt(np.einsum("ij,ij->i", block, block))
+    if not np.isfinite(norms).all():
         raise ValueError("embeddings contain NaN or infinity")
-    norms = np.linalg.norm(X, axis=1, keepdims=True)
-    return np.ascontiguousarray(X / np.maximum(norms, 1e-12), dtype=np.float32)
+    off = np.abs(norms - 1.0) > UNIT_TOLERANCE
+    if not off.any():
+        return np.ascontiguousarray(X)
+    out = np.array(X, dtype=np.float32, order="C")
+    out[off] /= np.maximum(norms[off], 1e-12)[:, None]
+    return out

@@ -153,7 +153,7 @@ class BuildStage:
         ctx.store.ensure_collection(ctx.embedder.dim, ctx.embedder.model_id)  # fails early
         with bulk_writes(ctx.store):  # one index build, after every point is written
             leaves = self._read_and_embed(state, report, progress, checkpoint=kept)
-            built = self.build_layers(state, cache_rows, progress)
+            built = self.build_layers(state, cache_rows, progress, spill=first)
             built.seconds = stats.seconds | built.seconds  # read and embed stages first
             report.stats = stats = built
 
@@ -214,14 +214,21 @@ class BuildStage:
         return leaves
 
     def build_layers(
-        self, state: TreeState, cache_rows: RowStore | None, progress: Progress
+        self,
+        state: TreeState,
+        cache_rows: RowStore | None,
+        progress: Progress,
+        *,
+        spill: bool = False,
     ) -> BuildStats:
         """Build the summary layers, storing each batch of paid summaries in ``cache_rows``.
 
         ``cache_rows`` is the database ``state.summary_cache`` is bound to (the committed
         state's, or a first build's checkpoint): a build stopped or killed half-way leaves its
-        summaries there and the next build takes them from the cache. Nothing else is written
-        (no tree is committed here), so readers keep seeing the previous tree, or none.
+        summaries there and the next build takes them from the cache. ``spill`` (a first
+        build's checkpoint): the layers' local models go there too, each as it is fitted
+        (:mod:`ingestor.tree.model_rows`). No tree is committed here, so readers keep seeing
+        the previous tree, or none.
         """
         builder = self.context.builder
         if cache_rows is None:
@@ -232,10 +239,11 @@ class BuildStage:
             self.context.guard(lambda: checkpoint_cache(s, rows), "write the summary checkpoint to")
 
         builder.checkpoint = checkpoint
+        builder.spill_to = rows if spill else None
         try:
             return builder.build(state, progress)
         finally:
-            builder.checkpoint = None
+            builder.checkpoint = builder.spill_to = None
 
     def rebuild(self, progress: Progress = no_progress) -> BuildReport:
         """Rebuild every summary layer over the current leaves (summary cache reused)."""

@@ -18,10 +18,11 @@ from ingestor.cluster.parallel import shared_pools
 from ingestor.cluster.threads import one_thread
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
+from ingestor.tree.model_rows import spilled_models
 from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
 from ingestor.tree.state import MAX_NODE_SOURCES_PARAM, TreeState
 from ingestor.tree.summaries import Regeneration, SummaryWriter, cache_key
-from models_store import library_versions
+from models_store import RowStore, library_versions
 from retriever import Embedder
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,9 @@ class TreeBuilder:
             tokenizer or default_tokenizer(),
             workers=workers,
         )
+        #: A first build's checkpoint database: each layer's local models are written there as
+        #: they are fitted, none held until the commit (:mod:`ingestor.tree.model_rows`).
+        self.spill_to: RowStore | None = None
 
     def build(self, state: TreeState, progress: Progress = no_progress) -> BuildStats:
         """Replace every summary layer of ``state`` by a fresh build over its leaves."""
@@ -200,7 +204,11 @@ class TreeBuilder:
         """Cluster nodes ``ids`` of ``layer`` (the top) into a new layer; return its node ids."""
         t0 = time.perf_counter()
         X = state.matrix(ids)
-        clusterer = self.make_clusterer().fit(X)
+        if self.spill_to is None:
+            clusterer = self.make_clusterer().fit(X)
+        else:  # each local model written out as it is fitted, none held
+            local = spilled_models(self.spill_to, layer)
+            clusterer = self.make_clusterer().fit(X, local_models=local)
         stats.add_time("cluster", time.perf_counter() - t0)
         clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}
         cluster_nodes = self.summaries.summarize_clusters(

@@ -36,6 +36,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ingestor.tree.group_rows import GroupMap, side_namespaces
+from ingestor.tree.model_rows import ModelRows, SpilledModels, relink_local
 from ingestor.tree.row_containers import KeyedRowMap, RowList
 from ingestor.tree.rowmap import RowMap, dumps, loads, loads_model
 from models_store import Changes, IncompatibleModelError, RowStore
@@ -89,14 +90,6 @@ class UnreadableClusterer:
     def __init__(self, reason: str) -> None:
         self.reason = reason
         self.local_models_: Any = None
-
-
-class _ModelRows(RowMap[Any]):
-    """The local models of a layer: a row the installed libraries cannot read raises
-    ``IncompatibleModelError`` naming it."""
-
-    def _decode(self, key: str, data: bytes) -> Any:
-        return loads_model(data, f"the local model {self.ns}/{key}")
 
 
 @dataclass
@@ -178,12 +171,6 @@ def _gmm_linker(al: AdaptiveLayer) -> Callable[[Any], None]:
     return relink
 
 
-def _relink_local(model: Any) -> None:
-    umap = getattr(model, "umap", None)
-    if umap is not None and hasattr(umap, "_knn_search_index"):
-        umap._knn_search_index.data = umap._raw_data  # the index pickles without its data
-
-
 def _parts(i: int) -> list[str]:
     side = side_namespaces(f"L{i}.gmms")
     return [f"L{i}.{p}" for p in ("head", "local", *_LISTS, *_MAPS)] + side
@@ -204,11 +191,13 @@ def _track(al: AdaptiveLayer, i: int) -> None:
             rows[str(j)] = v
         setattr(al, name, RowList(rows, len(items), on_load=_gmm_linker(al)))
     c = al.clusterer
-    local: RowMap[Any] = _ModelRows(f"L{i}.local")
+    if isinstance(c.local_models_, RowList) and isinstance(c.local_models_.rows, SpilledModels):
+        return  # written to a checkpoint as fitted: the commit copies them from there
+    local: RowMap[Any] = ModelRows(f"L{i}.local")
     items = list(c.local_models_)
     for j, v in enumerate(items):
         local[str(j)] = v
-    c.local_models_ = RowList(local, len(items), on_load=_relink_local)
+    c.local_models_ = RowList(local, len(items), on_load=relink_local)
 
 
 def _lists(al: AdaptiveLayer) -> list[RowList[Any]]:
@@ -229,6 +218,8 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
         for part in _containers(al):
             part.replace_all()  # loads whatever is still in the database under the old name
             part.ns = f"L{i}.{part.ns.split('.', 1)[1]}"
+            if isinstance(part, SpilledModels):
+                part.ns, part.target = f"L{i}.local", rows
         al.storage = {"index": i, "head": True, "db": str(rows.path)}
     persist = al.storage
     for part in _containers(al):
@@ -272,6 +263,9 @@ def layer_committed(al: AdaptiveLayer) -> None:
     """Forget a layer's pending writes once they are in the database."""
     for part in _containers(al):
         part.committed()
+    local = al.clusterer.local_models_
+    if isinstance(local.rows, SpilledModels):
+        local.rebind(local.rows.committed_rows())
     written = al.storage.pop("written", None)
     if written is not None:
         _remember(*written)
@@ -319,9 +313,9 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
         m = GroupMap(f"L{i}.{name}")
         m.bind(rows)
         setattr(al, name, RowList(m, n_groups, on_load=_gmm_linker(al)))
-    local: RowMap[Any] = _ModelRows(f"L{i}.local")
+    local: RowMap[Any] = ModelRows(f"L{i}.local")
     local.bind(rows)
-    clusterer.local_models_ = RowList(local, n_local, on_load=_relink_local)
+    clusterer.local_models_ = RowList(local, n_local, on_load=relink_local)
     al.storage = {
         "index": i,
         "head": False,

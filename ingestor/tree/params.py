@@ -47,7 +47,10 @@ class Clusterer(Protocol):
     def local_models_(self) -> MutableSequence[Any]:
         """One local model per global cluster (the tree's store swaps in a lazy list)."""
 
-    def fit(self, X: NDArray[np.float32]) -> Self: ...
+    def fit(
+        self, X: NDArray[np.float32], *, local_models: MutableSequence[Any] | None = None
+    ) -> Self:
+        """Cluster X; ``local_models``: an empty sequence the local models go to as fitted."""
 
     def predict_global(self, X: NDArray[np.floating]) -> NDArray[np.intp]: ...
 

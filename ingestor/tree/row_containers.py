@@ -117,6 +117,11 @@ class RowList(MutableSequence[V], Generic[V]):
     def __len__(self) -> int:
         return self.length
 
+    def rebind(self, rows: RowMap[V]) -> None:
+        """Read the same items from ``rows`` from now on; each is linked again when read."""
+        self.rows = rows
+        self._linked.clear()
+
     def shed(self, committed_to: RowStore | None = None, *, used_since: int | None = None) -> int:
         """Drop the items held in memory (see ``RowMap.shed``); return how many."""
         n = self.rows.shed(committed_to, used_since=used_since)

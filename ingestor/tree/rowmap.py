@@ -18,7 +18,8 @@ from models_store import Changes, IncompatibleModelError, RowStore
 
 V = TypeVar("V")
 
-_MISSING = object()
+#: What a subclass's ``_fetch`` returns for a key without a row.
+MISSING = object()
 
 
 class _Clock:
@@ -229,10 +230,10 @@ class RowMap(MutableMapping[str, V], Generic[V]):
             self._used[key] = CLOCK.now
             return self._cache[key]
         if self._complete or key in self._deleted or key in self._absent or self._rows is None:
-            return _MISSING
+            return MISSING
         data = self._rows.get(self.ns, key)
         if data is None:
-            return _MISSING
+            return MISSING
         value = self._decode(key, data)
         self._cache[key] = value
         self._used[key] = CLOCK.now
@@ -243,7 +244,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         commit (its user may change it in place). To read without that write, use :meth:`peek`;
         ``map[key] = value`` after a change is the same write, said explicitly."""
         value = self._fetch(key)
-        if value is _MISSING:
+        if value is MISSING:
             raise KeyError(key)
         if self.mutable:
             self._dirty.add(key)
@@ -255,10 +256,10 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         """Return a value (None if absent) without marking it for write-back: the read for use
         without change. A value changed after a peek must be set back (``map[key] = value``)."""
         value = self._fetch(key)
-        return None if value is _MISSING else value  # type: ignore[return-value]
+        return None if value is MISSING else value  # type: ignore[return-value]
 
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self._fetch(key) is not _MISSING
+        return isinstance(key, str) and self._fetch(key) is not MISSING
 
     def __setitem__(self, key: str, value: V) -> None:
         self._cache[key] = value
@@ -268,7 +269,7 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._absent.discard(key)
 
     def __delitem__(self, key: str) -> None:
-        if self._fetch(key) is _MISSING:
+        if self._fetch(key) is MISSING:
             raise KeyError(key)
         del self._cache[key]
         self._used.pop(key, None)

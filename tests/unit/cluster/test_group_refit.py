@@ -185,12 +185,18 @@ def test_a_node_moved_within_its_group_counts_as_one_changed_point() -> None:
     al, ids = layer_over(X, "a")
     g, gmm = largest_group(al)
     members = sorted(al.node_at[(g, p)] for p in gmm.point_ids)[:5]
+    before = {n: gmm.memberships(al.point_of[n][1]) for n in members}
     vec = dict(zip(ids, X, strict=True))
     delta = LayerDelta()
     for n in members:
         al.remove(n, delta, moving=True)
     al.add_many(members, np.stack([vec[n] for n in members]), delta)
-    assert gmm.churn == 0  # back where they were
+    # The group's EM after the removals may shift a point near a boundary (8 of 10 data seeds
+    # move one or two of the five): each that changed clusters counts once, the others nothing.
+    elsewhere = [n for n in members if gmm.memberships(al.point_of[n][1]) != before[n]]
+    assert all(al.point_of[n][0] == g for n in members)
+    assert len(elsewhere) < len(members)  # some are back where they were
+    assert gmm.churn == len(elsewhere)
     clusters_of = {al.node_at[(g, p)]: gmm.memberships(p) for p in gmm.point_ids}
     mover = members[0]
     far = next(n for n, c in clusters_of.items() if not c & clusters_of[mover])
@@ -198,11 +204,11 @@ def test_a_node_moved_within_its_group_counts_as_one_changed_point() -> None:
     al.add_many([mover], vec[far][None, :], delta)  # rewritten: lands in another cluster
     assert al.point_of[mover][0] == g
     assert gmm.memberships(al.point_of[mover][1]) != clusters_of[mover]
-    assert gmm.churn == 1
+    assert gmm.churn == len(elsewhere) + 1
     other = members[1]
     al.remove(other, delta)  # a plain removal and a new node: two changed points
     al.add_many([other], vec[other][None, :], delta)
-    assert gmm.churn == 3
+    assert gmm.churn == len(elsewhere) + 3
 
 
 def test_a_batch_into_a_small_group_refits_its_mixture_once() -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from ingestor.cluster import parallel
+from ingestor.cluster import parallel, two_step
 from ingestor.cluster.fit_steps import fit_group
 from ingestor.cluster.parallel import WorkerPool, shared_pools, transform_in_blocks, worker_pool
 from ingestor.cluster.two_step import TreeClusterer
@@ -224,25 +224,75 @@ def test_a_folder_is_read_and_chunked_the_same_on_the_workers(
     assert pids == {os.getpid()}
 
 
-def test_the_local_steps_go_to_the_workers_largest_group_first(
+def _uneven_groups() -> NDArray[np.float32]:
+    X, labels = sphere_blobs(n_blobs=6, per_blob=80, dim=16, spread=0.3, seed=1)
+    keep = np.concatenate([np.flatnonzero(labels == b)[: 25 + 11 * (b * 5 % 6)] for b in range(6)])
+    return X[np.sort(keep)]
+
+
+def _spy_on_local_steps(pool: WorkerPool, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of each local step handed to ``pool``, in the order handed."""
+    sizes: list[int] = []
+    stream = pool.stream
+
+    def spy(fn: Any, tasks: Any, **kwargs: Any) -> Any:
+        if fn is not fit_group:
+            return stream(fn, tasks, **kwargs)
+        tasks = list(tasks)
+        sizes.extend(len(rows) for _, rows, _ in tasks)
+        return stream(fn, tasks, **kwargs)
+
+    monkeypatch.setattr(pool, "stream", spy)
+    return sizes
+
+
+class _Sink(list[Any]):
+    """Local models as appended, with how many local steps had finished at each append."""
+
+    def __init__(self, finished: list[int]) -> None:
+        super().__init__()
+        self.finished = finished
+        self.seen: list[int] = []
+
+    def append(self, item: Any) -> None:
+        self.seen.append(self.finished[0])
+        super().append(item)
+
+
+def test_unbounded_groups_go_to_the_workers_largest_first(
     two_workers: WorkerPool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No worker is left with a large group at the end while the others wait; the clusters
     are still numbered in group order (the fit is the one-worker fit, as above)."""
-    sizes: list[int] = []
-    map_in_workers = two_workers.map
-
-    def spy(fn: Any, tasks: Any, **kwargs: Any) -> Any:
-        tasks = list(tasks)
-        if fn is fit_group:
-            sizes.extend(len(rows) for _, rows, _ in tasks)
-        return map_in_workers(fn, tasks, **kwargs)
-
-    monkeypatch.setattr(two_workers, "map", spy)
-    X, labels = sphere_blobs(n_blobs=6, per_blob=80, dim=16, spread=0.3, seed=1)
-    keep = np.concatenate([np.flatnonzero(labels == b)[: 25 + 11 * (b * 5 % 6)] for b in range(6)])
-    two = fit(X[np.sort(keep)], 2)
+    sizes = _spy_on_local_steps(two_workers, monkeypatch)
+    two = TreeClusterer(random_state=0, fit_sample=200, max_group=None, n_epochs=50, workers=2).fit(
+        _uneven_groups()
+    )
     assert len(sizes) == len(two.local_models_) >= 5
     in_group_order = [len(m.members) for m in two.local_models_]
     assert sizes == sorted(in_group_order, reverse=True)
     assert sizes != in_group_order
+
+
+def test_bounded_groups_are_placed_one_by_one_as_their_local_steps_finish(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bounded groups (the default) go in group order, and each local model reaches the
+    clusterer's sink once its own step is done, not once every step is: a first build writes
+    each to disk as it comes and holds none (see ingestor.tree.model_rows)."""
+    X = _uneven_groups()
+    one = fit(X, 1)
+    finished = [0]
+
+    def counted(task: Any) -> Any:  # in this process: one worker
+        finished[0] += 1
+        return fit_group(task)
+
+    monkeypatch.setattr(two_step, "fit_group", counted)
+    sink = _Sink(finished)
+    clusterer = TreeClusterer(random_state=0, fit_sample=200, max_group=90, n_epochs=50)
+    clusterer.fit(X, local_models=sink)
+    assert clusterer.local_models_ is sink
+    assert len(sink) == len(one.local_models_) >= 5
+    assert sink.seen == list(range(1, len(sink) + 1))  # each placed right after its step
+    assert clusterer.clusters_ == one.clusters_

@@ -77,9 +77,9 @@ def test_the_first_layer_is_fitted_on_the_matrix_of_leaf_vectors_not_a_copy(
     fitted: list[np.ndarray] = []
     fit = TreeClusterer.fit
 
-    def recording(self: TreeClusterer, X: Any) -> Any:
+    def recording(self: TreeClusterer, X: Any, **kwargs: Any) -> Any:
         fitted.append(X)
-        return fit(self, X)
+        return fit(self, X, **kwargs)
 
     monkeypatch.setattr(TreeClusterer, "fit", recording)
     p = _pipeline(tmp_path)
@@ -134,3 +134,54 @@ def test_the_leaves_of_a_document_share_one_set_of_sources_and_of_folders(
         assert leaves[0].sources == {source}
         assert len({id(n.sources) for n in leaves}) == 1, source
         assert len({id(n.dirs) for n in leaves}) == 1, source
+
+
+def _local_model_rows(p: Pipeline) -> dict[tuple[str, str], bytes]:
+    rows = p.require_state().rows
+    assert rows is not None
+    n_layers = len(p.require_state().layers)
+    return {(f"L{i}", k): v for i in range(n_layers) for k, v in rows.items(f"L{i}.local")}
+
+
+def test_a_first_build_writes_each_local_model_out_as_it_is_fitted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """None of a layer's local models is in memory when the layer is made from its fit (they
+    were all, until the commit); the commit copies their bytes, and the state is the one a
+    build that held them commits."""
+    import random
+
+    from ingestor.cluster.adaptive import AdaptiveLayer
+    from ingestor.cluster.two_step import LocalModel
+    from ingestor.pipeline.build import BuildStage
+
+    write_corpus(tmp_path / "docs", random.Random(6), 12)
+    alive: list[tuple[int, int]] = []
+    from_fit = AdaptiveLayer.from_fit.__func__  # type: ignore[attr-defined]
+
+    def made(cls: type[AdaptiveLayer], layer: int, clusterer: Any, *a: Any, **k: Any) -> Any:
+        gc.collect()
+        held = sum(isinstance(o, LocalModel) for o in gc.get_objects())
+        alive.append((len(clusterer.local_models_), held))
+        return from_fit(cls, layer, clusterer, *a, **k)
+
+    monkeypatch.setattr(AdaptiveLayer, "from_fit", classmethod(made))
+    spilled = _pipeline(tmp_path / "a")
+    spilled.build(tmp_path / "docs")
+    assert alive
+    assert alive[0][0] >= 2, alive  # layer 0 has several local models
+    assert [held for _, held in alive] == [0] * len(alive), alive
+
+    build_layers = BuildStage.build_layers
+    monkeypatch.setattr(  # the same build, its models held until the commit
+        BuildStage, "build_layers", lambda self, *a, spill, **k: build_layers(self, *a, **k)
+    )
+    alive.clear()
+    held = _pipeline(tmp_path / "b")
+    held.build(tmp_path / "docs")
+    assert alive[0][1] >= alive[0][0] >= 2, alive  # the check above can fail
+    assert _local_model_rows(spilled) == _local_model_rows(held)
+    a, b = spilled.require_state(), held.require_state()
+    assert [la.cluster_nodes.items() for la in a.layers] == [
+        la.cluster_nodes.items() for la in b.layers
+    ]

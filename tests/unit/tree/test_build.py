@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Self
+from collections.abc import MutableSequence
+from typing import Any, Self
 
 import numpy as np
 import pytest
@@ -30,13 +31,16 @@ class ConsecutiveClusterer:
         self.overlap = overlap
         self.clusters_: list[tuple[int, ...]] = []
 
-    def fit(self, X: NDArray[np.float32]) -> Self:
+    def fit(
+        self, X: NDArray[np.float32], *, local_models: MutableSequence[Any] | None = None
+    ) -> Self:
         n = len(X)
         self.clusters_ = [tuple(range(i, min(i + self.size, n))) for i in range(0, n, self.size)]
-        self.local_models_ = [
+        self.local_models_ = [] if local_models is None else local_models
+        self.local_models_.extend(
             LocalModel(np.array(c, dtype=np.intp), None, None, None, (fid,))
             for fid, c in enumerate(self.clusters_)
-        ]
+        )
         if self.overlap and len(self.clusters_) > 1:
             self.clusters_[1] = (self.clusters_[0][-1], *self.clusters_[1])
         self.n_clusters_ = len(self.clusters_)

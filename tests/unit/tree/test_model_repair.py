@@ -18,6 +18,7 @@ from ingestor.tree import layer_store
 from ingestor.tree.invariants import violations
 from ingestor.tree.layer_store import unreadable_models
 from ingestor.tree.model_repair import repair_models
+from ingestor.tree.model_rows import ModelRows
 from ingestor.tree.persist import commit_state, load_state, state_path
 from models_store import IncompatibleModelError
 from tests.fakes import EchoSummarizer, HashEmbedder
@@ -155,7 +156,7 @@ def test_a_clusterer_that_cannot_be_read_is_refitted_without_a_library_change(
 
 
 def test_a_local_model_that_cannot_be_read_names_itself_and_the_refit() -> None:
-    rows = layer_store._ModelRows("L0.local")
+    rows = ModelRows("L0.local")
     with pytest.raises(IncompatibleModelError, match=r"L0\.local/3.*refits it") as info:
         rows._decode("3", UNREADABLE)
     assert isinstance(info.value.__cause__, AttributeError)

@@ -135,7 +135,7 @@ def test_a_marginal_soft_membership_changes_no_summary() -> None:
     margin = 0.4
     costs = []
     for soft_margin in (0.0, margin):
-        state, updater, summarizer = built(soft_margin=soft_margin, seed=21)
+        state, updater, summarizer = built(soft_margin=soft_margin, seed=6)  # has one
         before = summaries(state)
         calls = summarizer.calls
         copies = [doc_text(random.Random(0), 3)] * 3  # one document copied into three files

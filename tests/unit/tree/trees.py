@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Self
+from collections.abc import Callable, MutableSequence
+from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,7 +74,9 @@ class ScriptedClusterer:
         self.script = script
         self.clusters_: list[tuple[int, ...]] = []
 
-    def fit(self, X: NDArray[np.float32]) -> Self:
+    def fit(
+        self, X: NDArray[np.float32], *, local_models: MutableSequence[Any] | None = None
+    ) -> Self:
         n = len(X)
         self.clusters_ = self.script(n)
         Y = self.transform_local(0, X)
@@ -86,7 +88,8 @@ class ScriptedClusterer:
         w = np.array([len(c) for c in self.clusters_], dtype=np.float64)
         gmm = to_sklearn(GaussianParams(w / w.sum(), np.array(means), np.array(covs)))
         ids = tuple(range(len(self.clusters_)))
-        self.local_models_ = [LocalModel(np.arange(n), None, gmm, Y, ids)]
+        self.local_models_ = [] if local_models is None else local_models
+        self.local_models_.append(LocalModel(np.arange(n), None, gmm, Y, ids))
         self.n_clusters_ = len(self.clusters_)
         return self
 
