@@ -345,6 +345,6 @@ def hnsw_ef_for(
     needs ``ef >= limit`` to return ``limit`` hits) nor above ``cap``.
     """
     selectivity = min(1.0, matches / total) if total > 0 else 1.0
-    many = max(1.0, matches / MATCHES_AT_BASE_EF) ** growth
+    many = math.pow(max(1.0, matches / MATCHES_AT_BASE_EF), growth)
     wanted = math.ceil(base * many / math.sqrt(max(selectivity, 1e-6)))
     return max(limit, min(wanted, cap))

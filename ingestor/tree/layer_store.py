@@ -264,8 +264,8 @@ def layer_committed(al: AdaptiveLayer) -> None:
     for part in _containers(al):
         part.committed()
     local = al.clusterer.local_models_
-    if isinstance(local.rows, SpilledModels):
-        local.rebind(local.rows.committed_rows())
+    if isinstance(local, RowList) and isinstance(local.rows, SpilledModels):
+        local.rebind(local.rows.committed_rows())  # read from the state database from now on
     written = al.storage.pop("written", None)
     if written is not None:
         _remember(*written)
