@@ -18,11 +18,9 @@ Speed (2-core machine; 1,400 MiniLM embeddings cluster in ~2.5 s once numba's ca
 * ``n_epochs=200`` (UMAP's 500 for small inputs): half the time, global ARI 0.912 vs 0.911.
 * GMMs and the BIC search: see :mod:`ingestor.cluster.gmm`.
 
-Scale: with more than ``fit_sample`` points, UMAP and the GMM are fitted on a seeded sample and the
-other points are placed with ``transform`` in fixed blocks, so memory and time stay bounded. The
-local step of each global cluster (a pure function of its rows and a seed drawn for it) and the
-blocks run on ``workers`` processes (:mod:`ingestor.cluster.parallel`): the same result for any
-worker count.
+Scale: past ``fit_sample`` points, UMAP and the GMM are fitted on a seeded sample, the rest placed
+in fixed blocks; each group's local step (a pure function of its rows and seed) and the blocks
+run on ``workers`` processes (:mod:`ingestor.cluster.parallel`): the same for any worker count.
 """
 
 from __future__ import annotations
@@ -39,7 +37,13 @@ from sklearn.mixture import GaussianMixture
 
 from ingestor.cluster.fit_steps import FitSteps, LocalFit, fit_group
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
-from ingestor.cluster.gmm import gaussian_parameters, most_probable, soft_assign, to_sklearn
+from ingestor.cluster.gmm import (
+    gaussian_parameters,
+    most_probable,
+    predict_blocks,
+    soft_assign,
+    to_sklearn,
+)
 from ingestor.cluster.parallel import WorkerPool, restore_index, worker_pool
 from ingestor.cluster.umap_reduce import load_umap, umap_call, unit_rows
 
@@ -85,18 +89,14 @@ class TreeClusterer:
             not reproducibly.
         fit_sample: above this many points, UMAP and GMMs are fitted on a seeded sample and the
             rest is placed with ``transform``.
-        max_iter: EM iterations per GMM fit.
-        n_epochs: UMAP layout epochs (its default is 500 below 10k points).
+        max_iter: EM iterations per GMM fit; n_epochs: UMAP layout epochs (200).
         exhaustive_bic: try every k instead of the coarse-to-fine BIC search.
         max_group: a global cluster holding more points is cut in two in the global UMAP space,
             until none does (:mod:`ingestor.cluster.global_split`); None: never.
         max_cluster_size: the local step fits at least ⌈m / max_cluster_size⌉ components to a
-            global cluster of m points, so its clusters hold about that many members at most on
-            average; None: BIC alone. BIC alone lets clusters grow with their global cluster
-            (265k synthetic leaves: layer-1 clusters of 40 leaves on average, 217 at most,
-            against 6 and 15 at 2.7k), and every update then reads and summarises clusters that
-            grow with the tree. RAPTOR's reference implementation likewise clusters again a
-            cluster past 3,500 tokens (14 chunks of 250).
+            global cluster of m points (None: BIC alone, whose clusters grow with the tree:
+            265k leaves, 40 leaves on average, 217 at most, against 6 and 15 at 2.7k; RAPTOR's
+            code likewise re-clusters a cluster past 3,500 tokens).
         workers: processes for the local steps and blocked transforms of a fit (1: this one);
             the fit is the same for any number.
     """
@@ -325,7 +325,7 @@ class TreeClusterer:
         fit_idx = steps.sample(len(X), rng)
         self.global_umap_, Y = steps.reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global", pool)
         self.global_gmm_ = steps.select_gmm(Y[fit_idx])
-        component = self.global_gmm_.predict(Y)
+        component = predict_blocks(self.global_gmm_, Y)  # not (n, k) log-probabilities at once
         if self.max_group is not None:
             self.global_gmm_, component = bound_groups(
                 self.global_gmm_, Y, component, self.max_group, random_state=self.random_state
