@@ -204,11 +204,9 @@ class TreeBuilder:
         """Cluster nodes ``ids`` of ``layer`` (the top) into a new layer; return its node ids."""
         t0 = time.perf_counter()
         X = state.matrix(ids)
-        if self.spill_to is None:
-            clusterer = self.make_clusterer().fit(X)
-        else:  # each local model written out as it is fitted, none held
-            local = spilled_models(self.spill_to, layer)
-            clusterer = self.make_clusterer().fit(X, local_models=local)
+        # A first build writes each local model out as it is fitted and holds none.
+        local = None if self.spill_to is None else spilled_models(self.spill_to, layer)
+        clusterer = self.make_clusterer().fit(X, local_models=local)
         stats.add_time("cluster", time.perf_counter() - t0)
         clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}
         cluster_nodes = self.summaries.summarize_clusters(

@@ -219,7 +219,7 @@ def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> Non
             part.replace_all()  # loads whatever is still in the database under the old name
             part.ns = f"L{i}.{part.ns.split('.', 1)[1]}"
             if isinstance(part, SpilledModels):
-                part.ns, part.target = f"L{i}.local", rows
+                part.target = rows
         al.storage = {"index": i, "head": True, "db": str(rows.path)}
     persist = al.storage
     for part in _containers(al):

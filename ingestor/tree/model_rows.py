@@ -24,7 +24,8 @@ from models_store import Changes, ModelStoreError, RowStore
 
 __all__ = ["ModelRows", "SpilledModels", "relink_local", "spilled_models"]
 
-#: Namespace prefix of the local models a first build has fitted and not committed yet.
+#: Namespace prefix of the local models a first build has fitted and not committed yet:
+#: ``fit<i>.local``, which the commit's renaming of a layer's parts makes ``L<i>.local``.
 SPILL_PREFIX = "fit"
 
 
@@ -52,7 +53,7 @@ class SpilledModels(ModelRows):
     map's (then renamed) namespace, and :meth:`committed_rows` hands over to the state database.
 
     Args:
-        ns: the checkpoint namespace, ``fit.L<i>.local``.
+        ns: the checkpoint namespace, ``fit<i>.local``.
         rows: the checkpoint database (open until the commit).
     """
 
@@ -120,4 +121,4 @@ class SpilledModels(ModelRows):
 
 def spilled_models(rows: RowStore, layer: int) -> RowList[Any]:
     """An empty list whose items (layer ``layer``'s local models) go to ``rows`` as appended."""
-    return RowList(SpilledModels(f"{SPILL_PREFIX}.L{layer}.local", rows), 0, on_load=relink_local)
+    return RowList(SpilledModels(f"{SPILL_PREFIX}{layer}.local", rows), 0, on_load=relink_local)
