@@ -15,6 +15,7 @@ of the clusters whose hard memberships the change touched, up the ancestors).
 
     python bench/update.py [--part 1|2|all] [--sizes 2000 20000] [--repeats 3] [--no-rebuild]
         [--keep DIR] [--max-group N] [--warm] [--daemon-path] [--min-change F] [--soft-margin F]
+        [--workers N]
 """
 
 from __future__ import annotations
@@ -506,7 +507,7 @@ def _uncached(fn):  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    global MAX_GROUP
+    global MAX_GROUP, WORKERS
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--part", choices=["1", "2", "all"], default="all")
     ap.add_argument("--sizes", type=int, nargs="+", default=[2000, 20000])
@@ -551,9 +552,16 @@ def main() -> None:
         help=f"soft memberships this near the threshold change nothing (default "
         f"{SummarySettings().soft_margin})",
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        help=f"build worker processes of the trees (default {WORKERS}); updates run in one",
+    )
     args = ap.parse_args()
     RULES.update(min_change=args.min_change, soft_margin=args.soft_margin)
     MAX_GROUP = args.max_group or None
+    WORKERS = args.workers
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s) if args.keep is None else args.keep

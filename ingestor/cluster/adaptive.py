@@ -110,10 +110,6 @@ class AdaptiveLayer:
         n = len(member_ids)
         tau = tau_n if tau_n is not None else max(100, math.isqrt(n))
         ids = IdCounter(next_id=int(clusterer.n_clusters_))
-        fids_of_row: dict[int, set[int]] = defaultdict(set)
-        for fid, rows in enumerate(clusterer.clusters_):
-            for r in rows:
-                fids_of_row[r].add(fid)
         gmms: list[OnlineGMM | None] = []
         guarded: dict[int, tuple[int, set[str]]] = {}
         point_of: dict[str, tuple[int, int]] = {}
@@ -126,14 +122,12 @@ class AdaptiveLayer:
                 for r in rows:
                     point_of[member_ids[r]] = (g, GUARDED)
                 continue
-            comp_of = {fid: j for j, fid in enumerate(local.cluster_ids) if fid >= 0}
-            memberships = [{comp_of[f] for f in fids_of_row[r] if f in comp_of} for r in rows]
             gmms.append(
                 OnlineGMM.from_gmm(
                     local.gmm,
                     local.embedding,
                     cluster_ids=list(local.cluster_ids),
-                    memberships=memberships,
+                    memberships=_memberships(local, clusterer.clusters_),
                     threshold=clusterer.threshold,
                     tau_n=tau,
                     tau_c=tau_c,
@@ -388,3 +382,18 @@ class AdaptiveLayer:
 
     def __len__(self) -> int:
         return len(self.point_of)
+
+
+def _memberships(local: Any, clusters: list[tuple[int, ...]]) -> list[set[int]]:
+    """Return, for each member of a local model, the components whose final clusters hold it.
+
+    A local model's clusters hold its own members only, so this reads its clusters alone: no
+    map of every row of the layer to its clusters (1M leaves: ~300 MB of sets, held at once).
+    """
+    members = np.asarray(local.members)
+    out: list[set[int]] = [set() for _ in range(len(members))]
+    for j, fid in enumerate(local.cluster_ids):
+        if fid >= 0:
+            for p in np.searchsorted(members, clusters[fid]).tolist():
+                out[p].add(j)
+    return out
