@@ -52,7 +52,7 @@ from ingestor.tree.state import TreeState
 from models_store import ModelStore
 from retriever import SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
-from retriever.embedding import release_freed_heap
+from retriever.heap import release_freed_heap
 
 #: The floor rules of the benchmark's trees (``--min-change``, ``--soft-margin``; the daemon's).
 RULES: dict[str, float] = {}

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from retriever import heap
 from retriever.errors import EmbeddingError
 
 log = logging.getLogger(__name__)
@@ -84,10 +83,10 @@ class SentenceTransformerEmbedder:
         """Return an ``(n, dim)`` float32 array, rows L2-normalised.
 
         The memory the forward passes freed is handed back to the OS afterwards (see
-        :func:`release_freed_heap`): without it a long-running daemon grew by ~1 GiB.
+        :func:`retriever.heap.release_freed_heap`): without it a long-running daemon grew by ~1 GiB.
         """
         out = self._encode(texts)
-        release_freed_heap()
+        heap.release_freed_heap()
         return out
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
@@ -112,28 +111,3 @@ class SentenceTransformerEmbedder:
             ) from exc
         arr: NDArray[np.float32] = np.ascontiguousarray(out, dtype=np.float32)
         return arr
-
-
-def release_freed_heap() -> None:
-    """Return the heap memory that is free to the OS (glibc's ``malloc_trim``; elsewhere a no-op).
-
-    Why: torch's CPU forward passes allocate activations whose sizes follow each batch's shape
-    (texts x tokens). glibc serves them from its heap, raising its mmap threshold as large blocks
-    are freed, and keeps the freed pages; with shapes that change from batch to batch the process
-    only grows. Measured (bench: 400 batches of 1-60 texts of 5-250 words, all-MiniLM-L6-v2): RSS
-    453 -> 1,658 MiB and still rising; with this call after each batch it stays at ~520 MiB, for
-    ~3 % more CPU (the call itself ~11 ms after a batch). A daemon driven by 5,000 soak
-    operations had peaked at 3.0 GiB for a tree of a few hundred leaves (now ~1 GiB).
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    try:
-        fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim  # glibc only
-    except (OSError, AttributeError):  # musl, macOS: their allocators return memory themselves
-        return None
-    return fn

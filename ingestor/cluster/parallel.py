@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.threads import one_thread
+from retriever.heap import limit_heap_arenas
 
 log = logging.getLogger(__name__)
 
@@ -268,6 +269,7 @@ class WorkerPool:
 
 
 def _init_worker(parent: int) -> None:
+    limit_heap_arenas()
     for name in _THREAD_VARIABLES:  # for the libraries this worker has not loaded yet
         os.environ[name] = "1"
     from threadpoolctl import threadpool_limits

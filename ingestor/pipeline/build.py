@@ -34,7 +34,7 @@ from ingestor.tree.persist import (
 from ingestor.tree.state import Node, TreeState
 from ingestor.tree.vector_map import VectorMap
 from models_store import RowStore
-from retriever.embedding import release_freed_heap
+from retriever.heap import release_freed_heap
 
 __all__ = ["BuildStage"]
 

@@ -41,6 +41,7 @@ from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.params import Progress, no_progress
 from retriever import DEFAULT_COLLECTION, Embedder
+from retriever.heap import limit_heap_arenas
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +203,7 @@ class Daemon:
             IngestError, RetrieverError, ModelStoreError: reconciliation failed (nothing watched).
         """
         self._stop = stop
+        limit_heap_arenas()  # before its threads (HTTP, watcher, writer) each take a heap
         self.start_http()
         try:
             try:

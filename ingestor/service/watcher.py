@@ -38,7 +38,7 @@ from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
 from ingestor.tree.persist import shed_rows
 from ingestor.tree.state import TreeState
-from retriever.embedding import release_freed_heap
+from retriever.heap import release_freed_heap
 
 if TYPE_CHECKING:
     from ingestor.service.share import DeletionGuard

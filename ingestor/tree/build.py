@@ -24,6 +24,7 @@ from ingestor.tree.state import MAX_NODE_SOURCES_PARAM, TreeState
 from ingestor.tree.summaries import Regeneration, SummaryWriter, cache_key
 from models_store import RowStore, library_versions
 from retriever import Embedder
+from retriever.heap import limit_heap_arenas
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,7 @@ class TreeBuilder:
         """Replace every summary layer of ``state`` by a fresh build over its leaves."""
         # A second BLAS thread only spins (threads.py): 20k, -12 % CPU. Every layer's fit uses
         # the same worker processes, if any start (cluster/parallel.py); they stop at the end.
+        limit_heap_arenas()  # the pool's threads would each keep a heap (embedding.py)
         with one_thread("blas"), shared_pools():
             return self._build(state, progress)
 

@@ -24,3 +24,33 @@ def square_after(i: int) -> int:
 
     time.sleep(0.01)
     return i * i
+
+
+def heap_arenas(i: int) -> int:
+    """Return the glibc heaps (arenas) this process has once six more threads have allocated."""
+    import ctypes
+    import tempfile
+    import threading
+
+    barrier = threading.Barrier(6)
+
+    def work() -> None:
+        held = [bytearray(50_000) for _ in range(20)]  # under the mmap threshold: an arena's
+        barrier.wait()
+        del held
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with tempfile.TemporaryFile("w+") as out:  # malloc_stats writes to fd 2
+        saved = os.dup(2)
+        os.dup2(out.fileno(), 2)
+        try:
+            ctypes.CDLL(None).malloc_stats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        out.seek(0)
+        return sum(line.startswith("Arena ") for line in out)
