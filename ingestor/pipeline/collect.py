@@ -182,6 +182,7 @@ class Collector:
         root = Path(state.root)
         docs: list[Document] = []
         gone: list[str] = []
+        listed: dict[Path, list[str] | OSError] = {}  # one listing a folder for the batch
         for path in paths:
             path = Path(os.path.abspath(path))
             try:
@@ -199,7 +200,7 @@ class Collector:
             try:
                 is_dir = stat.S_ISDIR(os.stat(path).st_mode)
             except (FileNotFoundError, NotADirectoryError):
-                if confirmed_gone(path, root):
+                if confirmed_gone(path, root, listed):
                     gone.extend(_sources_at(state, rel))
                     self.unread.clear_under(rel if rel != "." else "")
                 else:

@@ -117,25 +117,42 @@ def _walk(
         yield from _walk(path, root, real_root, [*ancestors, real], ignore)
 
 
-def confirmed_gone(path: Path, root: Path) -> bool:
+def confirmed_gone(
+    path: Path, root: Path, listed: dict[Path, list[str] | OSError] | None = None
+) -> bool:
     """Return True only if ``path`` is gone: its name is absent from a successful listing.
 
     The listing is of its nearest existing folder at or under ``root`` (a folder that vanished
     takes its files with it). A folder that cannot be listed, or a missing ``root`` (a share that
     went away: the share guard's business), proves nothing, so the answer is False.
+
+    ``listed`` keeps each folder's listing (or why it failed) for the calls given the same dict:
+    a batch of removals from one folder lists it once, not once a file (a folder of 150,000
+    files: ~50 ms a listing).
     """
     cur = Path(os.path.abspath(path))
     top = Path(os.path.abspath(root))
     while cur != top and cur.is_relative_to(top):
-        try:
-            names = os.listdir(cur.parent)
-        except (FileNotFoundError, NotADirectoryError):
+        names = _listing(cur.parent, listed)
+        if isinstance(names, (FileNotFoundError, NotADirectoryError)):
             cur = cur.parent
             continue
-        except OSError:
+        if isinstance(names, OSError):
             return False
         return cur.name not in names
     return False
+
+
+def _listing(folder: Path, listed: dict[Path, list[str] | OSError] | None) -> list[str] | OSError:
+    if listed is not None and folder in listed:
+        return listed[folder]
+    try:
+        names: list[str] | OSError = os.listdir(folder)
+    except OSError as exc:
+        names = exc
+    if listed is not None:
+        listed[folder] = names
+    return names
 
 
 def _rel(path: Path, root: Path) -> str:

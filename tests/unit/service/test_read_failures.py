@@ -247,3 +247,26 @@ def test_a_failing_rescan_never_quarantines_the_folder_but_isolates_the_file(
     w.enqueue([root])
     assert w.apply(w.next_batch())
     assert "later.txt" in p.require_state().sources
+
+
+def test_a_batch_of_removals_from_one_folder_lists_it_once(
+    share: tuple[Pipeline, Path, Clock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p, root, _ = share
+    real_listdir = os.listdir
+    listings: list[Path] = []
+
+    def listdir(path: str | os.PathLike[str]) -> list[str]:
+        listings.append(Path(path))
+        return real_listdir(path)
+
+    removed = [root / f"d{i}.txt" for i in range(4)] + [root / "sub" / "s0.txt"]
+    for path in removed:
+        path.unlink()
+    monkeypatch.setattr(documents.os, "listdir", listdir)
+    report = p.update([*removed, root / "d5.txt"])  # d5 is still there: read, not removed
+    sources = p.require_state().sources
+    assert not any(path.relative_to(root).as_posix() in sources for path in removed)
+    assert {"d4.txt", "d5.txt", "sub/s1.txt", "sub/s2.txt"} <= set(sources)
+    assert sorted(listings) == [root, root / "sub"]  # a listing a folder, not one a file
+    assert report.files_removed == 5
