@@ -44,8 +44,9 @@ def limit_heap_arenas(arenas: int = HEAP_ARENAS) -> bool:
     and result reader, the engine's indexing threads) each kept such a heap. Measured (2-core
     VM, 132,709 leaves, 2 build workers): the builder held ~1,100 MiB through the clustering
     and peaked at 1,454 MiB; with 2 arenas ~875 and 1,248 MiB, and 925 MiB kept after the build
-    instead of 1,133, for no more CPU (600 s against 628). glibc's ``MALLOC_ARENA_MAX``, when
-    set, is left to rule; elsewhere (musl, macOS) a no-op.
+    instead of 1,133 (265,076 leaves: peak 2,567 -> 2,097 MiB). CPU: within the noise (26.5k
+    leaves, two runs each: 129 and 106 s against 125 and 111 s with 16 arenas). glibc's
+    ``MALLOC_ARENA_MAX``, when set, is left to rule; elsewhere (musl, macOS) a no-op.
 
     Returns:
         Whether the limit was set.

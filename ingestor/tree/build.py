@@ -114,7 +114,7 @@ class TreeBuilder:
         """Replace every summary layer of ``state`` by a fresh build over its leaves."""
         # A second BLAS thread only spins (threads.py): 20k, -12 % CPU. Every layer's fit uses
         # the same worker processes, if any start (cluster/parallel.py); they stop at the end.
-        limit_heap_arenas()  # the pool's threads would each keep a heap (embedding.py)
+        limit_heap_arenas()  # the pool's threads would each keep a heap (retriever/heap.py)
         with one_thread("blas"), shared_pools():
             return self._build(state, progress)
 
