@@ -25,7 +25,7 @@ def release_freed_heap() -> None:
     ~3 % more CPU (the call itself ~11 ms after a batch). A daemon driven by 5,000 soak
     operations had peaked at 3.0 GiB for a tree of a few hundred leaves (now ~1 GiB).
     """
-    trim = _malloc_trim()
+    trim = _libc_function("malloc_trim")
     if trim is not None:
         trim(0)
 
@@ -55,10 +55,6 @@ def limit_heap_arenas(arenas: int = HEAP_ARENAS) -> bool:
         return False
     mallopt = _libc_function("mallopt")
     return mallopt is not None and bool(mallopt(_M_ARENA_MAX, arenas))
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    return _libc_function("malloc_trim")
 
 
 @functools.cache
