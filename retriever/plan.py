@@ -64,26 +64,33 @@ LEAF_WALK_EF_FACTOR: Final = 2.75
 #: A walk of the summaries' own graph (:data:`~retriever.schema.SUMMARY_VECTOR`) is this much
 #: broader: a summary sits among its siblings, means of neighbouring children, so the top 100
 #: are many near-equal points (bench/query.py, 1M nodes, 170k summaries, a 60 % tree filter:
-#: recall@100 0.862 at ef=166, 0.939 at 331, 0.975 at 496; 2.5 asks for ef=417).
-SUMMARY_WALK_EF_FACTOR: Final = 2.5
-#: A walk of the leaves' own graph among more than :data:`MATCHES_AT_BASE_EF` leaves grows in
-#: proportion to them, not to their square root (the rule below): the corpus's scattered points
-#: leave a walk more near-equal candidates per leaf added (bench/query.py, 1M nodes, a 50 %
-#: leaves-only filter, 500k of 830k leaves: recall@100 0.925 at the square root's ef=1011, 0.956
-#: at 2021, 0.969 at 3031; 1.0 asks for ef=2271). A walk of a node's own graph (leaves' or
-#: summaries') is capped at ``max_hnsw_ef`` times its factor, as its base is.
-LEAF_MATCHES_GROWTH: Final = 1.0
+#: recall@100 0.862 at ef=166, 0.939 at 331, 0.975 at 496 in one build; 0.952 at 400, 0.971 at
+#: 500, 0.981 at 600 in another; 3.0 asks for ef=501).
+SUMMARY_WALK_EF_FACTOR: Final = 3.0
+#: A walk of the leaves' own graph among more than :data:`MATCHES_AT_BASE_EF` leaves grows faster
+#: than in proportion to them: the corpus's scattered points leave a walk more near-equal
+#: candidates per leaf added (bench/query.py, 1M nodes, a 50 % leaves-only filter, 500k of 830k
+#: leaves: recall@100 0.925 at ef=1011, 0.956 at 2021, 0.969 at 3031 in one build; 0.939 at
+#: 2000, 0.950 at 2500, 0.958 at 3000, 0.963 at 3500 in another; 1.2 asks for ef=3137). A walk
+#: of a node's own graph (leaves' or summaries') is capped at ``max_hnsw_ef`` times its factor,
+#: as its base is.
+LEAF_MATCHES_GROWTH: Final = 1.2
+#: ... and a walk of every node's graph (or the summaries') by this power of them: 0.5 asked for
+#: ef=405 on a 60 % tree filter at 1M nodes, recall@100 0.951 in one build and 0.942 in another;
+#: that build found 0.954 at 600, 0.962 at 800, 0.968 at 1000 (0.9 asks for ef=829).
+MATCHES_GROWTH: Final = 0.9
 #: The breadths above were measured with this many matching points; a walk among more is broader
-#: by ``sqrt(matches / MATCHES_AT_BASE_EF)``: HNSW's recall at a fixed breadth falls as the points
-#: it must pick the top ``limit`` from grow (bench/query.py, the 60 % tree filter at ef=166:
+#: by ``(matches / MATCHES_AT_BASE_EF) ** MATCHES_GROWTH``: HNSW's recall at a fixed breadth falls
+#: as the points it must pick the top ``limit`` from grow (bench/query.py, the 60 % tree filter at ef=166:
 #: recall@100 0.974-0.981 at 100k nodes, 0.920-0.929 at 1M; ef=331: 0.937, ef=496: 0.947). A
 #: filter on a folder keeps few points, each linked to the others by the folder's own graph
 #: links: 88k of 1M at ef=430 already reach 0.978, so the count of matches, not of the store,
 #: sets the breadth.
 MATCHES_AT_BASE_EF: Final = 100_000
 #: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it:
-#: ~5-8 ms at ef=512 on 1M nodes, ~15 ms at 1024 on these 2 cores).
-MAX_HNSW_EF: Final = 1024
+#: ~5-8 ms at ef=512 on 1M nodes, ~15 ms at 1024 on these 2 cores); a leaves' walk at 1M nodes
+#: needs 2.75 times more than 1024 (see :data:`LEAF_MATCHES_GROWTH`).
+MAX_HNSW_EF: Final = 1280
 #: HNSW graph built by both adapters: links per point (32: recall@100 0.97 at ef=128 under a 60 %
 #: filter on the 100k bench, against 0.90 with 16) and build breadth.
 HNSW_M: Final = 32
@@ -273,7 +280,7 @@ class Planner:
         """
         index = index if index is not None else StoreIndex()
         base = self.hnsw_ef if self.hnsw_ef is not None else BASE_HNSW_EF
-        factor, growth = 1.0, 0.5
+        factor, growth = 1.0, MATCHES_GROWTH
         if leaves_only and index.leaf_vector:
             factor, growth = LEAF_WALK_EF_FACTOR, LEAF_MATCHES_GROWTH
         elif summaries_only and index.summary_vector:
@@ -333,7 +340,7 @@ def first_hits(limit: int, max_tokens: int) -> int:
 
 
 def hnsw_ef_for(
-    matches: int, total: int, limit: int, *, base: int, cap: int, growth: float = 0.5
+    matches: int, total: int, limit: int, *, base: int, cap: int, growth: float = MATCHES_GROWTH
 ) -> int:
     """Return the walk breadth for a filter keeping ``matches`` of the ``total`` points of the
     graph walked.
@@ -341,8 +348,8 @@ def hnsw_ef_for(
     ``base / sqrt(selectivity)``: the walk drops the points the filter rejects, so it keeps a
     comparable number of useful candidates as the filter narrows; times
     ``(matches / MATCHES_AT_BASE_EF) ** growth`` past that many matches (see
-    :data:`MATCHES_AT_BASE_EF`, :data:`LEAF_MATCHES_GROWTH`); never below ``limit`` (the engine
-    needs ``ef >= limit`` to return ``limit`` hits) nor above ``cap``.
+    :data:`MATCHES_AT_BASE_EF`, :data:`MATCHES_GROWTH`, :data:`LEAF_MATCHES_GROWTH`); never below
+    ``limit`` (the engine needs ``ef >= limit`` to return ``limit`` hits) nor above ``cap``.
     """
     selectivity = min(1.0, matches / total) if total > 0 else 1.0
     many = math.pow(max(1.0, matches / MATCHES_AT_BASE_EF), growth)
