@@ -105,9 +105,15 @@ def test_workers_exit_when_their_parent_is_killed(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_the_workers_without_waiting_for_their_tasks(tmp_path: Path) -> None:
     parent, pids = _workers_of_a_parent(tmp_path)
-    parent.send_signal(signal.SIGINT)
-    assert parent.wait(timeout=30) != 0  # its 60 s tasks were not waited for
-    assert _wait_gone(pids) == []
+    try:
+        parent.send_signal(signal.SIGINT)
+        assert parent.wait(timeout=30) != 0  # its 60 s tasks were not waited for
+        assert _wait_gone(pids) == []
+    finally:  # a failure here must not leave a parent running into the next test
+        parent.kill()
+        parent.wait()
+        for pid in _wait_gone(pids, within=0):
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_adrap_build_workers_sets_the_clusterers_workers(
