@@ -57,7 +57,7 @@ _PARENT = textwrap.dedent(
         pool = WorkerPool(2)
         pool.map(nap, [0.3, 0.3], count=2, rows=10**6, what=str)
         print(*[p.pid for p in multiprocessing.active_children()], flush=True)
-        pool.map(nap, [60, 60], count=2, rows=10**6, what=str)
+        pool.map(nap, [600, 600], count=2, rows=10**6, what=str)
     """
 )
 
@@ -85,7 +85,7 @@ def _workers_of_a_parent(tmp_path: Path) -> tuple[subprocess.Popen[str], list[in
     with parent.stdout:
         pids = [int(p) for p in parent.stdout.readline().split()]
     assert len(pids) == 2, pids
-    time.sleep(0.3)  # both are in their 60 s task
+    time.sleep(0.3)  # both are in their 600 s task
     return parent, pids
 
 
@@ -107,7 +107,7 @@ def test_ctrl_c_stops_the_workers_without_waiting_for_their_tasks(tmp_path: Path
     parent, pids = _workers_of_a_parent(tmp_path)
     try:
         parent.send_signal(signal.SIGINT)
-        assert parent.wait(timeout=30) != 0  # its 60 s tasks were not waited for
+        assert parent.wait(timeout=90) != 0  # its 600 s tasks were not waited for
         assert _wait_gone(pids) == []
     finally:  # a failure here must not leave a parent running into the next test
         parent.kill()
