@@ -80,16 +80,16 @@ LEAF_MATCHES_GROWTH: Final = 1.2
 #: that build found 0.954 at 600, 0.962 at 800, 0.968 at 1000 (0.9 asks for ef=829).
 MATCHES_GROWTH: Final = 0.9
 #: The breadths above were measured with this many matching points; a walk among more is broader
-#: by ``(matches / MATCHES_AT_BASE_EF) ** MATCHES_GROWTH``: HNSW's recall at a fixed breadth falls
-#: as the points it must pick the top ``limit`` from grow (bench/query.py, the 60 % tree filter at ef=166:
-#: recall@100 0.974-0.981 at 100k nodes, 0.920-0.929 at 1M; ef=331: 0.937, ef=496: 0.947). A
-#: filter on a folder keeps few points, each linked to the others by the folder's own graph
-#: links: 88k of 1M at ef=430 already reach 0.978, so the count of matches, not of the store,
-#: sets the breadth.
+#: by ``(matches / MATCHES_AT_BASE_EF) ** MATCHES_GROWTH``: HNSW's recall at a fixed breadth
+#: falls as the points it must pick the top ``limit`` from grow (bench/query.py, the 60 % tree
+#: filter at ef=166: recall@100 0.974-0.981 at 100k nodes, 0.920-0.929 at 1M; ef=331: 0.937,
+#: ef=496: 0.947). A filter on a folder keeps few points, each linked to the others by the
+#: folder's own graph links: 88k of 1M at ef=430 already reach 0.978, so the count of matches,
+#: not of the store, sets the breadth.
 MATCHES_AT_BASE_EF: Final = 100_000
 #: Upper bound of the breadth the planner asks for (the walk's cost grows about linearly in it:
-#: ~5-8 ms at ef=512 on 1M nodes, ~15 ms at 1024 on these 2 cores); a leaves' walk at 1M nodes
-#: needs 2.75 times more than 1024 (see :data:`LEAF_MATCHES_GROWTH`).
+#: ~5-8 ms at ef=512 on 1M nodes, ~15 ms at 1024 on these 2 cores); 1280 because a leaves' walk
+#: at 1M nodes asks for more than 2.75 x 1024 (see :data:`LEAF_MATCHES_GROWTH`).
 MAX_HNSW_EF: Final = 1280
 #: HNSW graph built by both adapters: links per point (32: recall@100 0.97 at ef=128 under a 60 %
 #: filter on the 100k bench, against 0.90 with 16) and build breadth.
