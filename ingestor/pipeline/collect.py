@@ -31,7 +31,7 @@ from ingestor.read.documents import (
     read_then,
     read_then_many,
 )
-from ingestor.read.listing import confirmed_gone, iter_files
+from ingestor.read.listing import Listings, confirmed_gone, iter_files
 from ingestor.tree.params import Progress
 from ingestor.tree.state import SourceEntry, TreeState
 
@@ -182,7 +182,7 @@ class Collector:
         root = Path(state.root)
         docs: list[Document] = []
         gone: list[str] = []
-        listed: dict[Path, list[str] | OSError] = {}  # one listing a folder for the batch
+        listed: Listings = {}  # one listing a folder for the batch
         for path in paths:
             path = Path(os.path.abspath(path))
             try:

@@ -15,13 +15,17 @@ from pathlib import Path
 
 from ingestor.errors import SourceError, SourceUnavailableError
 
-__all__ = ["DEFAULT_IGNORE", "confirmed_gone", "iter_files", "source_name"]
+__all__ = ["DEFAULT_IGNORE", "Listings", "confirmed_gone", "iter_files", "source_name"]
 
 DEFAULT_IGNORE: tuple[str, ...] = (
     # hidden files and folders (.git, .DS_Store, LibreOffice's .~lock.*#), Office lock files,
     # editors' swap and backup files, partial downloads, Windows' thumbnail and folder files
     ".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~", "Thumbs.db", "desktop.ini"
 )  # fmt: skip
+
+
+#: Folders' listings (their names, or why listing failed) kept for a batch of :func:`confirmed_gone`.
+Listings = dict[Path, frozenset[str] | OSError]
 
 
 def iter_files(
@@ -117,9 +121,7 @@ def _walk(
         yield from _walk(path, root, real_root, [*ancestors, real], ignore)
 
 
-def confirmed_gone(
-    path: Path, root: Path, listed: dict[Path, list[str] | OSError] | None = None
-) -> bool:
+def confirmed_gone(path: Path, root: Path, listed: Listings | None = None) -> bool:
     """Return True only if ``path`` is gone: its name is absent from a successful listing.
 
     The listing is of its nearest existing folder at or under ``root`` (a folder that vanished
@@ -143,11 +145,11 @@ def confirmed_gone(
     return False
 
 
-def _listing(folder: Path, listed: dict[Path, list[str] | OSError] | None) -> list[str] | OSError:
+def _listing(folder: Path, listed: Listings | None) -> frozenset[str] | OSError:
     if listed is not None and folder in listed:
         return listed[folder]
     try:
-        names: list[str] | OSError = os.listdir(folder)
+        names: frozenset[str] | OSError = frozenset(os.listdir(folder))  # a batch looks names up
     except OSError as exc:
         names = exc
     if listed is not None:
