@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from typing import Any, Final, TypeVar
@@ -38,6 +38,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.threads import one_thread
+from ingestor.waiting import wait_interruptibly
 from retriever.heap import limit_heap_arenas
 
 log = logging.getLogger(__name__)
@@ -255,7 +256,7 @@ class WorkerPool:
         results: dict[int, R],
         what: Callable[[int], str],
     ) -> None:
-        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        done, _ = wait_interruptibly(pending, FIRST_COMPLETED)  # Ctrl-C: see ingestor.waiting
         for future in sorted(done, key=pending.__getitem__):  # the first task's error first
             i = pending.pop(future)
             try:

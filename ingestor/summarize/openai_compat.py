@@ -15,13 +15,14 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
 from ingestor.errors import SummarizationError
+from ingestor.waiting import wait_interruptibly
 
 __all__ = [
     "PROMPT_VERSION",
@@ -208,7 +209,7 @@ class OpenAISummarizer:
                 executor.submit(self._summarize_one, texts, max_tokens, query, cancelled)
                 for texts in groups
             ]
-            wait(futures, return_when=FIRST_EXCEPTION)
+            wait_interruptibly(futures, FIRST_EXCEPTION)  # Ctrl-C: see ingestor.waiting
             for index, future in enumerate(futures):
                 if future.done() and future.exception() is not None:
                     cancelled.set()
