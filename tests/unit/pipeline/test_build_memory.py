@@ -24,6 +24,13 @@ from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import write_corpus
 
 
+def _instances(cls: type) -> list[object]:
+    """Every live object of ``cls``. ``issubclass(type(o), cls)``, not ``isinstance``: that reads
+    each object's ``__class__``, which warns (an error here) on torch's deprecated ``reduce_op``
+    once an earlier test in this process imported torch."""
+    return [o for o in gc.get_objects() if issubclass(type(o), cls)]
+
+
 def _pipeline(tmp_path: Path) -> Pipeline:
     emb = HashEmbedder(dim=16)
     make = lambda: TreeClusterer(random_state=0, n_epochs=20)  # noqa: E731
@@ -103,7 +110,7 @@ def test_a_build_lets_go_of_every_layer_it_built(tmp_path: Path) -> None:
     gc.disable()  # what the build leaves behind, not what a later collection would find
     try:
         p.build(tmp_path / "docs")
-        held = [o for o in gc.get_objects() if isinstance(o, AdaptiveLayer)]
+        held = _instances(AdaptiveLayer)
     finally:
         gc.enable()
     assert held == [], f"{len(held)} layers of the built tree still in memory"
@@ -161,7 +168,7 @@ def test_a_first_build_writes_each_local_model_out_as_it_is_fitted(
 
     def made(cls: type[AdaptiveLayer], layer: int, clusterer: Any, *a: Any, **k: Any) -> Any:
         gc.collect()
-        held = sum(isinstance(o, LocalModel) for o in gc.get_objects())
+        held = len(_instances(LocalModel))
         alive.append((len(clusterer.local_models_), held))
         return from_fit(cls, layer, clusterer, *a, **k)
 
