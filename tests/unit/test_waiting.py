@@ -25,7 +25,7 @@ def test_it_answers_as_concurrent_futures_wait_does() -> None:
         done, not_done = wait_interruptibly([quick, held], FIRST_COMPLETED)
         assert (done, not_done) == ({quick}, {held})
 
-        failing = executor.submit(lambda: 1 / 0 if time.sleep(0.3) is None else 0)
+        failing = executor.submit(_fail_after, 0.3)
         done, not_done = wait_interruptibly([failing, held], FIRST_EXCEPTION)
         assert (done, not_done) == ({failing}, {held})
 
@@ -34,6 +34,11 @@ def test_it_answers_as_concurrent_futures_wait_does() -> None:
         done, not_done = wait_interruptibly([quick, held], ALL_COMPLETED)
         assert (done, not_done) == ({quick, held}, set())
         releaser.join()
+
+
+def _fail_after(seconds: float) -> None:
+    time.sleep(seconds)
+    raise ValueError("failed")
 
 
 _WAITER = textwrap.dedent(
