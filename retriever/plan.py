@@ -65,8 +65,9 @@ LEAF_WALK_EF_FACTOR: Final = 2.75
 #: broader: a summary sits among its siblings, means of neighbouring children, so the top 100
 #: are many near-equal points (bench/query.py, 1M nodes, 170k summaries, a 60 % tree filter:
 #: recall@100 0.862 at ef=166, 0.939 at 331, 0.975 at 496 in one build; 0.952 at 400, 0.971 at
-#: 500, 0.981 at 600 in another; 3.0 asks for ef=501).
-SUMMARY_WALK_EF_FACTOR: Final = 3.0
+#: 500, 0.981 at 600 in another; 0.945 at 500, 0.959 at 600, 0.970 at 700 in a third, built with
+#: ef_construct=256; 3.6 asks for ef=602).
+SUMMARY_WALK_EF_FACTOR: Final = 3.6
 #: A walk of the leaves' own graph among more than :data:`MATCHES_AT_BASE_EF` leaves grows faster
 #: than in proportion to them: the corpus's scattered points leave a walk more near-equal
 #: candidates per leaf added (bench/query.py, 1M nodes, a 50 % leaves-only filter, 500k of 830k

@@ -73,7 +73,7 @@ def test_a_summaries_only_walk_of_their_own_graph_is_broader() -> None:
     assert walked.hnsw_ef == math.ceil(
         round(SUMMARY_WALK_EF_FACTOR * BASE_HNSW_EF) / math.sqrt(100_000 / 170_000)
     )
-    assert walked.hnsw_ef >= 500  # 1M nodes: 0.952 at 400, 0.971 at 500 (the same build)
+    assert walked.hnsw_ef >= 600  # 1M nodes: 0.945 at 500, 0.959 at 600 (a third build)
     assert walked.hnsw_ef > planner.plan(100_000, 170_000, 100, own).hnsw_ef
     older = StoreIndex(quantized=True, scan_points=12_000)  # no summary graph: every node's
     assert planner.plan(100_000, 1_000_000, 100, older, summaries_only=True).hnsw_ef == 405
