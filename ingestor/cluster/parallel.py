@@ -209,8 +209,9 @@ class WorkerPool:
                 future.cancel()
             if isinstance(exc, GeneratorExit):  # the consumer stopped early: the pool stays
                 raise
-            # Ctrl-C or exit: stop now, not after the running tasks (a block can take minutes).
-            self.close(kill=not isinstance(exc, Exception))
+            # A failed task, Ctrl-C or exit: stop now, not after the running tasks (a block can
+            # take minutes; tasks are pure functions, so nothing is lost with them).
+            self.close(kill=True)
             raise
 
     def close(self, *, kill: bool = False) -> None:

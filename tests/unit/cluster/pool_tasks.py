@@ -54,3 +54,14 @@ def heap_arenas(i: int) -> int:
             os.close(saved)
         out.seek(0)
         return sum(line.startswith("Arena ") for line in out)
+
+
+def fail_or_nap(i: int) -> int:
+    """Task 0 fails after a moment; every other task naps for a minute."""
+    import time
+
+    if i == 0:
+        time.sleep(0.5)  # the other task is running by now
+        raise ValueError("task 0 refused")
+    time.sleep(60)
+    return i

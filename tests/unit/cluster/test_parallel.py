@@ -19,7 +19,7 @@ import pytest
 
 from ingestor.cluster.parallel import WorkerPool, worker_count
 from ingestor.config import Settings
-from tests.unit.cluster.pool_tasks import die, fail_on_three, square_after
+from tests.unit.cluster.pool_tasks import die, fail_on_three, fail_or_nap, square_after
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -37,6 +37,18 @@ def test_a_failed_task_is_named_and_the_pool_starts_again_after() -> None:
         assert pool.map(fail_on_three, range(3), count=3, rows=10**6, what=str) == [0, 1, 4]
     finally:
         pool.close()
+
+
+def test_a_failed_task_does_not_wait_for_the_others() -> None:
+    pool = WorkerPool(2)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ValueError, match="task 0 refused"):
+            pool.map(fail_or_nap, range(2), count=2, rows=10**6, what=str)
+        assert time.monotonic() - t0 < 30  # not after the other task's 60 s nap
+        assert not pool.started
+    finally:
+        pool.close(kill=True)
 
 
 def test_small_work_stays_in_this_process() -> None:
