@@ -291,34 +291,48 @@ def _exit_with_parent(parent: int) -> None:
 @contextlib.contextmanager
 def worker_pool(workers: int) -> Iterator[WorkerPool]:
     """A pool of ``workers``: the one kept by :func:`shared_pools` for this thread, if open (and
-    left running), else a new one, closed on exit."""
+    left running), else a new one, closed on exit (see :func:`_closing`)."""
     kept: dict[int, WorkerPool] | None = getattr(_scope, "pools", None)
     if kept is not None:
         yield kept.setdefault(workers, WorkerPool(workers))
         return
     pool = WorkerPool(workers)
-    try:
+    with _closing([pool]):
         yield pool
-    finally:
-        pool.close()
 
 
 @contextlib.contextmanager
 def shared_pools() -> Iterator[None]:
-    """A block (a tree build) whose fits share their worker pools, closed when it ends."""
+    """A block (a tree build) whose fits share their worker pools, closed when it ends (see
+    :func:`_closing`)."""
     if getattr(_scope, "pools", None) is not None:  # nested: the outer block owns them
         yield
         return
-    _scope.pools = {}
+    pools: dict[int, WorkerPool] = {}
+    _scope.pools = pools
     try:
-        yield
+        with _closing(pools.values()):
+            yield
     finally:
-        pools, _scope.pools = _scope.pools, None
-        for pool in pools.values():
-            pool.close()
+        _scope.pools = None
 
 
 _scope = threading.local()
+
+
+@contextlib.contextmanager
+def _closing(pools: Iterable[WorkerPool]) -> Iterator[None]:
+    """Close ``pools`` when the block ends; one left by an error (a task's, or the consumer's
+    between results: Ctrl-C while it places a fit) kills its workers, not waiting for their
+    tasks (pure functions: nothing is lost with them)."""
+    try:
+        yield
+    except BaseException:
+        for pool in pools:
+            pool.close(kill=True)
+        raise
+    for pool in pools:
+        pool.close()
 
 
 def restore_index(reducer: Any) -> Any:

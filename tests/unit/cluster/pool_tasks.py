@@ -65,3 +65,11 @@ def fail_or_nap(i: int) -> int:
         raise ValueError("task 0 refused")
     time.sleep(60)
     return i
+
+
+def nap(seconds: float) -> float:
+    """Return ``seconds`` after sleeping that long."""
+    import time
+
+    time.sleep(seconds)
+    return seconds

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from ingestor.cluster.parallel import WorkerPool, worker_count
+from ingestor.cluster.parallel import WorkerPool, shared_pools, worker_count, worker_pool
 from ingestor.config import Settings
-from tests.unit.cluster.pool_tasks import die, fail_on_three, fail_or_nap, square_after
+from tests.unit.cluster.pool_tasks import die, fail_on_three, fail_or_nap, nap, square_after
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -49,6 +49,22 @@ def test_a_failed_task_does_not_wait_for_the_others() -> None:
         assert not pool.started
     finally:
         pool.close(kill=True)
+
+
+@pytest.mark.parametrize("scope", ["shared", "own"])
+def test_an_error_between_results_stops_the_workers_at_once(scope: str) -> None:
+    # Raised by the consumer of a stream (Ctrl-C while it places a group's fit), not in the wait
+    # for a result: the block that owns the pool stops its workers, not after their tasks.
+    def fail_at_the_first_result() -> None:
+        shared = shared_pools() if scope == "shared" else contextlib.nullcontext()
+        with shared, worker_pool(2) as pool:
+            for _ in pool.stream(nap, [0.5, 60], count=2, rows=10**6, what=str):
+                raise RuntimeError("consumer failed")
+
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="consumer failed"):
+        fail_at_the_first_result()
+    assert time.monotonic() - t0 < 30  # not after the other task's 60 s nap
 
 
 def test_small_work_stays_in_this_process() -> None:
