@@ -1,7 +1,8 @@
 """LangChain's and LlamaIndex's QdrantVectorStore read a running `adrap watch` (docs/agents.md).
 
 Each recipe's code block runs verbatim, its URL pointed at the daemon and ``question`` set, and
-must return the node ids of ``adrap query --json`` in order (a collapsed query's hits are the
+must return the node ids of ``adrap query --dense-only --json`` in order (the frameworks' stores
+search the dense vector; ``adrap query`` adds BM25 unless told not to) (a collapsed query's hits are the
 score-ordered search taken while the budget holds, so its first five are the five nearest nodes),
 each result's metadata saying its layer and, for a leaf, its file and span.
 """
@@ -74,7 +75,7 @@ def check_place(meta: dict[str, Any], *, file: str, start: str, end: str) -> Non
 def test_the_langchain_recipe_gives_the_nodes_of_adrap_query(daemon: Watch) -> None:
     for question in QUESTIONS:
         found = run("LangChain", daemon, question)["found"]
-        want = adrap_query(daemon, question)
+        want = adrap_query(daemon, question, "--dense-only")
         assert len(want) >= K
         assert [doc.metadata["_id"] for doc, _ in found] == want[:K], question
         for doc, _ in found:
@@ -90,7 +91,7 @@ def test_the_langchain_recipe_gives_the_nodes_of_adrap_query(daemon: Watch) -> N
 def test_the_llamaindex_recipe_gives_the_nodes_of_adrap_query(daemon: Watch) -> None:
     for question in QUESTIONS:
         result = run("LlamaIndex", daemon, question)["result"]
-        want = adrap_query(daemon, question)
+        want = adrap_query(daemon, question, "--dense-only")
         assert [node.node_id for node in result.nodes] == want[:K], question
         for node in result.nodes:
             assert node.text

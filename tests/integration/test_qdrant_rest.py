@@ -65,11 +65,21 @@ def vectors() -> dict[str, list[float]]:
     return {q: embedder.embed_query(q).tolist() for q in QUESTIONS}
 
 
-def adrap_query(w: Watch, question: str) -> list[str]:
-    """Node ids of ``adrap query --json`` (answered by the daemon that owns the store)."""
+def adrap_query(w: Watch, question: str, *flags: str) -> list[str]:
+    """Node ids of ``adrap query --json [flags]`` (answered by the daemon that owns the store)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
     out = subprocess.run(
-        [sys.executable, "-m", "ingestor", "query", question, "--json", "--max-tokens", "2000"],
+        [
+            sys.executable,
+            "-m",
+            "ingestor",
+            "query",
+            question,
+            "--json",
+            "--max-tokens",
+            "2000",
+            *flags,
+        ],
         capture_output=True,
         text=True,
         env=env | {"ADRAP_STATE_DIR": str(w.state), "HF_HUB_OFFLINE": "1"},
