@@ -138,14 +138,15 @@ def _check_clients(url: str, token: str, question: str, source: str) -> None:
     # follow. Compare only while the store holds still: /query before and after the recipe agree.
     deadline = time.monotonic() + 120
     while True:
-        hits = [h["node_id"] for h in _query(url, headers, question)]
+        hits = _query(url, headers, question)
         recipe = _readme_recipe_ids(url, token, question, vector)
-        if hits == [h["node_id"] for h in _query(url, headers, question)]:
+        ids = [h["node_id"] for h in hits]
+        if ids == [h["node_id"] for h in _query(url, headers, question)]:
             break
         assert time.monotonic() < deadline, "the tree never held still for two queries"
         time.sleep(1)
-    assert source in _sources(_query(url, headers, question))
-    assert recipe == hits
+    assert source in _sources(hits)
+    assert recipe == ids
     with pytest.raises(UnexpectedResponse) as refused:
         QdrantClient(url=url).count("adrap")
     assert refused.value.status_code == 401

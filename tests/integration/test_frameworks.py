@@ -1,10 +1,10 @@
 """LangChain's and LlamaIndex's QdrantVectorStore read a running `adrap watch` (docs/agents.md).
 
 Each recipe's code block runs verbatim, its URL pointed at the daemon and ``question`` set, and
-must return the node ids of ``adrap query --dense-only --json`` in order (the frameworks' stores
-search the dense vector; ``adrap query`` adds BM25 unless told not to) (a collapsed query's hits are the
-score-ordered search taken while the budget holds, so its first five are the five nearest nodes),
-each result's metadata saying its layer and, for a leaf, its file and span.
+must return the node ids of ``adrap query --dense-only --json`` in order (a collapsed query's hits
+are the score-ordered search taken while the budget holds, so its first five are the five nearest
+nodes), each result's metadata saying its layer and, for a leaf, its file and span. Dense only:
+the frameworks' stores search the dense vector, where ``adrap query`` also fuses BM25.
 """
 
 from __future__ import annotations
