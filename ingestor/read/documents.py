@@ -11,16 +11,16 @@ import hashlib
 import logging
 import os
 import re
-import stat
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
+from ingestor.errors import SourceError, SourceUnavailableError
 from ingestor.read import formats
 from ingestor.read.listing import DEFAULT_IGNORE, iter_files, source_name
+from ingestor.read.opening import open_inside
 from ingestor.read.structure import join_normalised
 
 __all__ = [
@@ -45,14 +45,6 @@ SUPPORTED_SUFFIXES: frozenset[str] = formats.SUPPORTED_SUFFIXES
 _SIZE_SETTING = "ADRAP_READ__MAX_FILE_BYTES"
 #: The coarsest modification-time granularity of the filesystems a share lives on (FAT, SMB).
 COARSE_MTIME_SECONDS = 2.0
-_OPEN_FLAGS = (
-    os.O_RDONLY
-    | getattr(os, "O_BINARY", 0)
-    # O_NONBLOCK: opening a FIFO that raced in after the stat check must not hang the daemon.
-    | getattr(os, "O_NONBLOCK", 0)
-    # O_NOFOLLOW: the path was resolved and checked; a symlink swapped in afterwards is refused.
-    | getattr(os, "O_NOFOLLOW", 0)
-)
 
 
 @dataclass(frozen=True)
@@ -127,8 +119,11 @@ def read_document(
 ) -> Document:
     """Read one file under ``root`` and return its normalised text and content hash.
 
-    The file is opened once, so the hash and the text come from the same bytes. A symlink is
-    followed only while its target stays inside ``root``.
+    The file is opened once, so the hash and the text come from the same bytes, and opened
+    through its resolved path walked from ``root`` with no symlink at any component
+    (:func:`~ingestor.read.opening.open_inside`): a symlink is followed only while its target
+    stays inside ``root``, and a folder swapped for a link mid-read is never followed out. The
+    converters get the bytes, never the path.
 
     Args:
         path: the file, absolute or relative to the working directory.
@@ -160,8 +155,7 @@ def read_document(
         )
     if source is None:
         raise SourceError(f"{name!r} is not inside the root {str(root)!r}; move it into the folder")
-    real = _resolve_inside(path, root, name)
-    data, st = _read_bytes(real, name, max_bytes)
+    data, st = _read_bytes(path, root, name, max_bytes)
     extracted = formats.extract(data, name, suffix, ocr=ocr, text_suffixes=extra)
     text, regions = join_normalised(extracted.parts, normalise_text)
     if not text:
@@ -279,55 +273,14 @@ def iter_documents(
         yield path, read_listed(path, root, error, options)
 
 
-def _resolve_inside(path: Path, root: Path, name: str) -> Path:
+def _read_bytes(path: Path, root: Path, name: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
+    fd, st = open_inside(path, root, name)  # walked from the root: nothing outside it is opened
     try:
-        real = path.resolve(strict=True)
-    except FileNotFoundError as exc:
-        if path.is_symlink():
-            raise SourceError(
-                f"{name!r} is a broken symlink to {os.readlink(path)!r}; fix or remove the link"
-            ) from exc
-        raise SourceGoneError(
-            f"{name!r} vanished before it could be read; nothing to do if it was deleted"
-        ) from exc
-    except PermissionError as exc:
-        raise SourceUnavailableError(
-            f"{name!r} cannot be reached now (permission denied on a parent folder); "
-            "grant access; what was read before is kept"
-        ) from exc
-    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on Python 3.11
-        raise SourceError(f"{name!r} cannot be resolved ({exc}); fix or remove the link") from exc
-    if not real.is_relative_to(root.resolve()):
-        raise SourceError(
-            f"{name!r} is a symlink to {str(real)!r}, outside the root; links never leave the "
-            "watched folder: copy the file in instead"
-        )
-    return real
-
-
-def _read_bytes(real: Path, name: str, max_bytes: int) -> tuple[bytes, os.stat_result]:
-    try:
-        # stat before open: opening a FIFO or a device for reading can block or have side effects
-        if not stat.S_ISREG(os.stat(real).st_mode):
-            raise SourceError(f"{name!r} is not a regular file; only regular files are read")
-        fd = os.open(real, _OPEN_FLAGS)
         with os.fdopen(fd, "rb") as f:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                raise SourceError(f"{name!r} is not a regular file; only regular files are read")
             if st.st_size > max_bytes:
                 raise _too_large(name, st.st_size, max_bytes)
             # read one byte past the limit: the file may have grown since fstat
             data = f.read(max_bytes + 1)
-    except FileNotFoundError as exc:
-        raise SourceGoneError(
-            f"{name!r} vanished while being read; nothing to do if it was deleted"
-        ) from exc
-    except PermissionError as exc:
-        raise SourceUnavailableError(
-            f"{name!r} cannot be read now (permission denied); grant read access; what was read "
-            "before is kept and it is tried again"
-        ) from exc
     except OSError as exc:
         # EBUSY (a document open in Word on an SMB share), EIO (a flaky mount), ESTALE, ...
         raise SourceUnavailableError(

@@ -191,10 +191,10 @@ def test_permission_denied_is_reported(tmp_path: Path, monkeypatch: pytest.Monke
     path = write(tmp_path / "secret.txt", "text")
     real_open = os.open
 
-    def deny(file: str | Path, flags: int, *args: int) -> int:
-        if Path(file) == path:
+    def deny(file: str | Path, flags: int, *args: int, **kw: int) -> int:
+        if Path(file).name == path.name:  # opened by name, relative to its folder's descriptor
             raise PermissionError(13, "Permission denied", str(file))
-        return real_open(file, flags, *args)
+        return real_open(file, flags, *args, **kw)
 
     # chmod 000 does not stop root, which runs these tests in containers
     monkeypatch.setattr(os, "open", deny)
@@ -208,10 +208,10 @@ def test_file_that_vanished_is_reported(tmp_path: Path, monkeypatch: pytest.Monk
     path = write(tmp_path / "racy.txt", "text")
     real_open = os.open
 
-    def delete_first(file: str | Path, flags: int, *args: int) -> int:
-        if Path(file) == path:
+    def delete_first(file: str | Path, flags: int, *args: int, **kw: int) -> int:
+        if Path(file).name == path.name:  # opened by name, relative to its folder's descriptor
             path.unlink()  # deleted between the checks and the read
-        return real_open(file, flags, *args)
+        return real_open(file, flags, *args, **kw)
 
     monkeypatch.setattr(os, "open", delete_first)
     message = read_error(path, tmp_path)

@@ -1,0 +1,144 @@
+"""A file is opened as it was resolved: a folder swapped for a link mid-read never leads outside.
+
+The race is real: a thread swaps a folder of the share and a symlink to a folder outside it with
+``renameat2(RENAME_EXCHANGE)`` (atomic, so the path always exists) as fast as it can, while the
+reader reads a file under that folder again and again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from ingestor.errors import SourceError, SourceUnavailableError
+from ingestor.pipeline.collect import Collector
+from ingestor.pipeline.reports import BuildReport
+from ingestor.read.documents import Document, read_document
+from ingestor.read.opening import open_inside
+
+MAX = 1_000_000
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+SECRET = "OUTSIDE-ONLY-SECRET"
+
+
+def _renameat2() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        return libc.renameat2
+    except AttributeError:
+        pytest.skip("libc has no renameat2 (glibc < 2.28 or not Linux)")
+
+
+class Swapper:
+    """Swaps two names in a loop in a thread until stopped; counts the swaps done."""
+
+    def __init__(self, a: Path, b: Path) -> None:
+        self.a, self.b = os.fsencode(a), os.fsencode(b)
+        self.call = _renameat2()
+        self.swaps = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="swapper")
+        if self.call(AT_FDCWD, self.a, AT_FDCWD, self.b, RENAME_EXCHANGE) != 0:
+            code = ctypes.get_errno()
+            if code in (errno.EINVAL, errno.ENOSYS):
+                pytest.skip(f"RENAME_EXCHANGE is not supported here ({os.strerror(code)})")
+            raise OSError(code, os.strerror(code))
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            if self.call(AT_FDCWD, self.a, AT_FDCWD, self.b, RENAME_EXCHANGE) == 0:
+                self.swaps += 1
+
+    def __enter__(self) -> Swapper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+@pytest.fixture
+def racy_share(tmp_path: Path) -> Path:
+    """``share/d/app.txt`` inside; ``share/x`` a link to ``outside/``, whose ``app.txt`` is secret."""
+    share = tmp_path / "share"
+    (share / "d").mkdir(parents=True)
+    (share / "d" / "app.txt").write_text("inside text of the share\n")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "app.txt").write_text(f"{SECRET} from outside the share\n")
+    (share / "x").symlink_to(outside, target_is_directory=True)
+    return share
+
+
+def test_a_folder_swapped_for_an_outward_link_mid_read_never_yields_outside_bytes(
+    racy_share: Path,
+) -> None:
+    reads = 4000
+    outside = inside = refused = 0
+    with Swapper(racy_share / "d", racy_share / "x") as swapper:
+        for _ in range(reads):
+            try:
+                doc = read_document(racy_share / "d" / "app.txt", racy_share, max_bytes=MAX)
+            except SourceError:
+                refused += 1  # the link was seen and judged: fine
+                continue
+            if SECRET in doc.text:
+                outside += 1
+            else:
+                inside += 1
+    assert swapper.swaps > reads // 10, "the race did not run"
+    assert inside > 0, f"no read got through ({refused} refused)"
+    assert outside == 0, f"{outside} of {reads} reads returned the file outside the share"
+
+
+def test_a_build_during_the_swap_race_indexes_no_outside_bytes(racy_share: Path) -> None:
+    for i in range(30):
+        (racy_share / "d" / f"n{i}.txt").write_text(f"note {i} of the share\n")
+        (racy_share / "x" / f"n{i}.txt").write_text(f"{SECRET} note {i}\n")
+    collector = Collector()
+    texts: list[str] = []
+    with Swapper(racy_share / "d", racy_share / "x"):
+        for _ in range(15):
+            for doc, _unused in collector.iter_all(
+                racy_share, BuildReport(), lambda *a: None, lambda d: None
+            ):
+                texts.append(doc.text)
+    assert texts, "nothing was read"
+    assert not [t for t in texts if SECRET in t]
+
+
+def test_a_link_inside_the_root_is_still_followed_and_an_outward_one_refused(
+    racy_share: Path,
+) -> None:
+    (racy_share / "alias.txt").symlink_to(racy_share / "d" / "app.txt")
+    doc = read_document(racy_share / "alias.txt", racy_share, max_bytes=MAX)
+    assert isinstance(doc, Document)
+    assert (doc.source, doc.text) == ("alias.txt", "inside text of the share")
+    with pytest.raises(SourceError, match="outside the root"):
+        read_document(racy_share / "x" / "app.txt", racy_share, max_bytes=MAX)
+
+
+def test_a_component_that_keeps_turning_into_a_link_is_unavailable_not_followed(
+    racy_share: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every walk meets a link where the resolved path had a folder: retried, then 'not now'."""
+    real_open = os.open
+    walks: list[str] = []
+
+    def swapped(path: str, flags: int, *args: int, dir_fd: int | None = None) -> int:
+        if dir_fd is not None and path == "d":
+            walks.append(path)
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        return real_open(path, flags, *args, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", swapped)
+    with pytest.raises(SourceUnavailableError, match="replaced by a link"):
+        open_inside(racy_share / "d" / "app.txt", racy_share, "d/app.txt")
+    assert len(walks) == 3
