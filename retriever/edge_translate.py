@@ -63,6 +63,15 @@ def edge_filter(flt: SearchFilter) -> qe.Filter | None:
         if not ids:
             return None
         must.append(qe.HasIdCondition(set(ids)))
+    if flt.readable is not None:
+        if not flt.readable:
+            return None
+        # Every class the node lists must be readable: none outside ``readable`` (must_not
+        # except), and at least one listed (a node without classes is the owner's alone).
+        readable = list(flt.readable)
+        must.append(qe.FieldCondition(key=F.ACCESS, match=qe.MatchAny(readable)))
+        outside = qe.FieldCondition(key=F.ACCESS, match=qe.MatchExcept(readable))
+        return qe.Filter(must=must, must_not=[outside])
     return qe.Filter(must=must)
 
 

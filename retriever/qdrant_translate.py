@@ -52,4 +52,14 @@ def qdrant_filter(flt: SearchFilter) -> models.Filter | None:
         if not ids:
             return None
         must.append(models.HasIdCondition(has_id=ids))
+    if flt.readable is not None:
+        if not flt.readable:
+            return None
+        # As edge_translate: no class outside ``readable``, and at least one listed.
+        readable = list(flt.readable)
+        must.append(models.FieldCondition(key=F.ACCESS, match=models.MatchAny(any=readable)))
+        outside = models.FieldCondition(
+            key=F.ACCESS, match=models.MatchExcept(**{"except": readable})
+        )
+        return models.Filter(must=must, must_not=[outside])
     return models.Filter(must=must)

@@ -89,6 +89,9 @@ class F:
     METADATA: Final = "metadata"
     FILE: Final = "file"
     SPAN: Final = "span"
+    #: The access classes of the files under a node (a leaf: its file's one; a summary: the union
+    #: of its children's). A caller may read a node only if it may read every class listed.
+    ACCESS: Final = "access"
 
 
 class IndexType(enum.StrEnum):
@@ -107,6 +110,7 @@ PAYLOAD_INDEXES: Final[dict[str, IndexType]] = {
     F.SOURCES: IndexType.KEYWORD,
     F.SOURCE_DIRS: IndexType.KEYWORD,
     F.PARENTS: IndexType.KEYWORD,
+    F.ACCESS: IndexType.KEYWORD,
 }
 TENANT_FIELD: Final = F.TREE
 
@@ -211,6 +215,9 @@ class NodePayload(BaseModel):
     #: A summary whose children changed and whose text is regenerated later (the daemon coalesces
     #: regenerations): its ``children`` and ``sources`` are current, its text is the previous one.
     stale: bool = False
+    #: Who may read the node: the access classes of the files under it (see :data:`F.ACCESS`);
+    #: empty only on points written before access classes (readable by unrestricted callers only).
+    access: tuple[str, ...] = ()
     embed_model: str
     updated_at: float
 
@@ -333,6 +340,9 @@ class SearchFilter:
     source_prefix: str | None = None
     ids: tuple[str, ...] | None = None
     kind: Kind | None = None
+    #: The access classes the caller may read; a node matches only if every class it lists is
+    #: among them (and it lists one). None: an unrestricted caller (the tree's owner).
+    readable: tuple[str, ...] | None = None
 
     @property
     def leaves_only(self) -> bool:

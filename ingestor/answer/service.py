@@ -13,7 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from ingestor.answer.modes import BASES, MODES
 from ingestor.answer.no_match import SIMILARITY_HITS, best_similarity, match_fields
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.protocols import Summarizer
+from ingestor.read.permissions import UNRESTRICTED, ClassRegistry, Identity
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 
@@ -170,6 +171,8 @@ class QueryService:
         random_state: seed of postQFRAP's clustering.
         min_score: below this best-hit similarity, an answer says ``no_match`` (nothing in the
             tree seems to answer; the hits are still returned); None: never.
+        classes: the tree's access classes, which decide what a restricted caller may read
+            (None: an empty registry, so a restricted caller reads nothing).
     """
 
     def __init__(
@@ -184,6 +187,7 @@ class QueryService:
         lock: contextlib.AbstractContextManager[Any] | None = None,
         random_state: int | None = 0,
         min_score: float | None = None,
+        classes: ClassRegistry | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -196,20 +200,29 @@ class QueryService:
         self.lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self.random_state = random_state
         self.min_score = min_score
+        self.classes = classes or ClassRegistry(None)
 
-    def parse(self, params: Mapping[str, object]) -> QueryRequest:
-        """Validate ``params`` with this service's tree and defaults (ValueError: bad value)."""
-        return parse_request(params, tree=self.tree, defaults=self.defaults)
+    def parse(self, params: Mapping[str, object], caller: Identity = UNRESTRICTED) -> QueryRequest:
+        """Validate ``params`` with this service's tree and defaults (ValueError: bad value);
+        the filter keeps what ``caller`` may read."""
+        req = parse_request(params, tree=self.tree, defaults=self.defaults)
+        return replace(req, flt=self.reader_filter(req.flt, caller))
 
-    def query(self, params: Mapping[str, object]) -> dict[str, Any]:
-        """Return the JSON of ``adrap query --json`` / ``/query``.
+    def reader_filter(self, flt: SearchFilter, caller: Identity) -> SearchFilter:
+        """Return ``flt`` narrowed to the nodes ``caller`` may read (every door's one filter)."""
+        return replace(flt, readable=self.classes.readable(caller))
+
+    def query(
+        self, params: Mapping[str, object], caller: Identity = UNRESTRICTED
+    ) -> dict[str, Any]:
+        """Return the JSON of ``adrap query --json`` / ``/query``, as ``caller`` may read it.
 
         Raises:
             ValueError: a bad parameter.
             SummarizationError: postQFRAP's summariser failed.
             RetrieverError: the store failed.
         """
-        req = self.parse(params)
+        req = self.parse(params, caller)
         ctx = self.context(req)
         if ctx.qf is None:
             out = answer_json(
@@ -222,8 +235,9 @@ class QueryService:
     def _match(self, ctx: Context) -> dict[str, Any]:
         return match_fields(ctx.similarity, ctx.hits, self.min_score)
 
-    def ask(self, params: Mapping[str, object]) -> dict[str, Any]:
-        """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations.
+    def ask(self, params: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
+        """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations, from
+        what ``caller`` may read.
 
         Without an LLM: ``answered`` false, ``reason`` says why, and the context is returned.
 
@@ -231,7 +245,7 @@ class QueryService:
             ValueError, SummarizationError, RetrieverError: as for :meth:`query`; a failed answer
                 raises (no partial answer is returned).
         """
-        req = self.parse(params)
+        req = self.parse(params, caller)
         t0 = time.perf_counter()
         ctx = self.context(req, with_parts=True)
         out: dict[str, Any] = {

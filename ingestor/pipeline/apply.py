@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ingestor.pipeline.access import set_leaf_access
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
@@ -38,12 +39,15 @@ class LeafChanges:
         added: new leaves (not yet embedded).
         removed: ids of leaves whose text left their document, or whose source is gone.
         touched: ids of kept leaves whose offsets, section or locator changed (re-stored).
+        reclassed: ids of kept leaves whose file's access class changed (also in ``touched``):
+            their ancestors' classes are brought up to date, their texts and vectors kept.
         refreshed: a source's stat record changed while its text did not (a commit, no write).
     """
 
     added: list[Node] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     touched: list[str] = field(default_factory=list)
+    reclassed: list[str] = field(default_factory=list)
     refreshed: bool = False
 
 
@@ -156,6 +160,7 @@ class ApplyStage:
             state, [n.node_id for n in added], removed, defer=self.defer_summaries()
         )
         report.stats.upserted.update(touched)
+        TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
         ctx.store_changes(state, report.stats.upserted, report.stats.deleted)
         report.state_bytes = state.last_commit_bytes
 
@@ -181,19 +186,36 @@ class ApplyStage:
         section and locator; new leaves are returned, not yet in ``state``. Nothing is stored.
         """
         out = LeafChanges()
+        access = self.context.access
+        access.begin(state.root)
         for doc in docs:
             old = state.sources.get(doc.source)
+            cls = access.class_of(state.root, doc.source)
             if old is not None and old.content_hash == doc.content_hash:
                 report.files_unchanged += 1
-                if (old.size, old.mtime_ns, old.inode) != (doc.size, doc.mtime_ns, doc.inode):
+                if (old.size, old.mtime_ns, old.inode, old.access) != (
+                    doc.size,
+                    doc.mtime_ns,
+                    doc.inode,
+                    cls,
+                ):
                     # same text, new stat (touched, or read racily before): trust the new one,
                     # so that the next restart skips it by stat instead of reading it again
                     state.sources[doc.source] = SourceEntry(
-                        old.content_hash, doc.size, doc.mtime, old.node_ids, doc.mtime_ns, doc.inode
+                        old.content_hash,
+                        doc.size,
+                        doc.mtime,
+                        old.node_ids,
+                        doc.mtime_ns,
+                        doc.inode,
+                        cls,
                     )
                     out.refreshed = True
+                    self._reclass(state, old.node_ids, cls, out)
                 continue
             leaves = self.build.leaves_of(doc)
+            for n in leaves:
+                n.access = frozenset({cls})
             new_ids = {n.node_id for n in leaves}
             old_ids = set(old.node_ids) if old else set()
             if old is not None:
@@ -208,9 +230,12 @@ class ApplyStage:
                     )
                     kept.section, kept.locator = n.section, n.locator
                     out.touched.append(n.node_id)
+                    if kept.access != n.access:
+                        kept.access = n.access
+                        out.reclassed.append(n.node_id)
                 else:
                     out.added.append(n)
-            state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves])
+            state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
             report.files_changed += old is not None
             report.files_added += old is None
         for source in dict.fromkeys(gone):
@@ -219,6 +244,32 @@ class ApplyStage:
                 out.removed.extend(entry.node_ids)
                 report.files_removed += 1
         return out
+
+    def reclass(self, state: TreeState, classes: dict[str, str], report: UpdateReport) -> None:
+        """Apply permission changes (``{source: new class}``) as one update: the files' leaves
+        and their ancestors get their new classes; nothing is read, embedded or summarised."""
+        if not classes:
+            return
+        changes = LeafChanges()
+        for source, cls in classes.items():
+            entry = state.sources.get(source)
+            if entry is None:
+                continue
+            entry.access = cls
+            state.sources[source] = entry
+            self._reclass(state, entry.node_ids, cls, changes)
+        report.files_reclassed += len(classes)
+        report.stats = UpdateStats()
+        report.stats.upserted.update(changes.touched)
+        TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
+        self.context.store_changes(state, report.stats.upserted, report.stats.deleted)
+        report.state_bytes = state.last_commit_bytes
+
+    @staticmethod
+    def _reclass(state: TreeState, leaf_ids: list[str], cls: str, out: LeafChanges) -> None:
+        changed = set_leaf_access(state, leaf_ids, cls)
+        out.touched.extend(changed)
+        out.reclassed.extend(changed)
 
     def _rebuild_layers(self, state: TreeState, changes: LeafChanges, report: UpdateReport) -> None:
         """Past the drift threshold: drop the removed leaves, rebuild every layer, store it all."""

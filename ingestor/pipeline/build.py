@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ingestor.cluster.parallel import shared_pools, worker_pool
 from ingestor.pipeline.checkpoint import CheckpointVectors
-from ingestor.pipeline.chunker import Chunker
+from ingestor.pipeline.chunker import ChunkedDocument, Chunker
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import BuildReport
@@ -76,8 +76,12 @@ class BuildStage:
         return Chunker(self.context.tree, self.chunk_tokens, self.chunk_overlap, self.tokenizer)
 
     def leaves_of(self, doc: Document) -> list[Node]:
-        """Chunk one document into leaf nodes (see :class:`Chunker`)."""
-        return self.chunker(doc)
+        """Chunk one document into leaf nodes (see :class:`Chunker`): those its reader process
+        made, if it chunks as this stage does."""
+        chunker = self.chunker
+        if isinstance(doc, ChunkedDocument) and doc.chunker == chunker:
+            return list(doc.leaves)
+        return chunker(doc)
 
     def build(self, root: Path, progress: Progress = no_progress) -> BuildReport:
         """Build the whole tree over ``root`` from scratch and store it.
@@ -195,6 +199,7 @@ class BuildStage:
             state, embedder=ctx.embedder, progress=progress, checkpoint=checkpoint
         )
         waited = 0.0
+        ctx.access.begin(state.root)
         with worker_pool(ctx.builder.workers) as pool:
             docs = self.collector.iter_all(Path(state.root), report, progress, self.chunker, pool)
             while True:
@@ -205,7 +210,13 @@ class BuildStage:
                     break
                 doc, doc_leaves = read
                 report.files += 1
-                state.sources[doc.source] = source_entry(doc, [n.node_id for n in doc_leaves])
+                access = ctx.access.class_of(state.root, doc.source)
+                classes = frozenset({access})
+                for n in doc_leaves:
+                    n.access = classes
+                state.sources[doc.source] = source_entry(
+                    doc, [n.node_id for n in doc_leaves], access
+                )
                 del doc, read  # its text: the leaves carry theirs
                 leaves.add(doc_leaves)
             leaves.finish()

@@ -369,6 +369,9 @@ def _relative(path: Path, root: Path) -> str:
         return path.name
 
 
-def source_entry(doc: Document, leaf_ids: list[str]) -> SourceEntry:
-    """Return the state's record of ``doc``, read now, whose leaves are ``leaf_ids`` in order."""
-    return SourceEntry(doc.content_hash, doc.size, doc.mtime, leaf_ids, doc.mtime_ns, doc.inode)
+def source_entry(doc: Document, leaf_ids: list[str], access: str = "") -> SourceEntry:
+    """Return the state's record of ``doc``, read now, whose leaves are ``leaf_ids`` in order
+    and whose access class is ``access``."""
+    return SourceEntry(
+        doc.content_hash, doc.size, doc.mtime, leaf_ids, doc.mtime_ns, doc.inode, access
+    )

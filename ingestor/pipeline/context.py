@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.errors import TreeError
+from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.checkpoint import CheckpointVectors
 from ingestor.pipeline.vectors import vectors_of
 from ingestor.tree.build import TreeBuilder
@@ -58,6 +59,7 @@ class TreeContext:
         builder: builds the summary layers (its clusterer and summariser).
         store: the node store the points are written to (the daemon wraps it in a lock).
         models: the state directory's model store; the state database lives in it.
+        access: reads each file's access class and keeps the registry queries judge them by.
     """
 
     def __init__(
@@ -68,12 +70,14 @@ class TreeContext:
         builder: TreeBuilder,
         store: NodeStore,
         models: ModelStore,
+        access: TreeAccess | None = None,
     ) -> None:
         self.tree = tree
         self.embedder = embedder
         self.builder = builder
         self.store = store
         self.models = models
+        self.access = access or TreeAccess()
 
     # -- the state ---------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ parts it uses; its own work is :meth:`Pipeline.reconcile`, after a crash or down
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,10 +20,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.errors import TreeError
+from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.apply import ApplyStage
+from ingestor.pipeline.budget import ReadBudget
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector
 from ingestor.pipeline.context import UPSERT_BATCH, TreeContext
+from ingestor.pipeline.readers import ReadWorkers
 from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread
 from ingestor.read.documents import Document
@@ -44,6 +48,9 @@ class Pipeline:
     (``context``, ``collector``, ``build_stage``, ``apply_stage``); the settings and adapters
     callers read or replace (``store``, ``unread``, ``drift_threshold``, ...) are properties
     over the part that holds them, so a replaced store is the one every stage uses.
+
+    With ``read_budget`` every file is read and chunked in reader processes, each file under
+    that budget (:mod:`ingestor.pipeline.readers`: the CLI and the daemon); without, here.
     """
 
     def __init__(
@@ -62,12 +69,18 @@ class Pipeline:
         drift_threshold: float = 0.3,
         ocr: bool = False,
         text_suffixes: Sequence[str] = (),
+        access: TreeAccess | None = None,
+        read_budget: ReadBudget | None = None,
     ) -> None:
         self.context = TreeContext(
-            tree=tree, embedder=embedder, builder=builder, store=store, models=models
+            tree=tree, embedder=embedder, builder=builder, store=store, models=models, access=access
         )
         self.collector = Collector(
-            max_file_bytes=max_file_bytes, ignore=ignore, ocr=ocr, text_suffixes=text_suffixes
+            max_file_bytes=max_file_bytes,
+            ignore=ignore,
+            ocr=ocr,
+            text_suffixes=text_suffixes,
+            readers=ReadWorkers(read_budget) if read_budget is not None else None,
         )
         self.build_stage = BuildStage(
             self.context,
@@ -76,6 +89,7 @@ class Pipeline:
             chunk_overlap=chunk_overlap,
             tokenizer=tokenizer,
         )
+        self.collector.chunker = self.build_stage.chunker  # updates are chunked where read
         self.apply_stage = ApplyStage(
             self.context, self.build_stage, self.collector, drift_threshold=drift_threshold
         )
@@ -132,6 +146,12 @@ class Pipeline:
     def leaves_first(self, value: bool) -> None:
         self.apply_stage.leaves_first = value
 
+    def stop_reading_when(self, stop: threading.Event) -> None:
+        """Once ``stop`` is set, cut reading short within seconds, whatever a reader process
+        is doing (:meth:`~ingestor.pipeline.readers.ReadWorkers.stop_when`)."""
+        if self.collector.readers is not None:
+            self.collector.readers.stop_when(stop)
+
     def refresh(self, state: TreeState | None = None) -> UpdateReport:
         """Regenerate every stale summary once (see :meth:`ApplyStage.refresh`)."""
         return self.apply_stage.refresh(state or self.require_state(recover=True))
@@ -177,6 +197,24 @@ class Pipeline:
     ) -> None:
         """Apply one batch, reusing removed leaves' vectors (:meth:`ApplyStage.apply_batch`)."""
         self.apply_stage.apply_batch(state, docs, gone, report)
+
+    def update_access(self, state: TreeState, report: UpdateReport | None = None) -> UpdateReport:
+        """Read every indexed file's permissions again and apply the changed ones as one update
+        (:meth:`ApplyStage.reclass`): a chmod, chown, setfacl or a folder's change reaches the
+        points' access classes without reading, embedding or summarising anything.
+
+        The folder's files whose permissions cannot be read now become readable by nobody
+        (but the owner) until they can."""
+        report = report if report is not None else UpdateReport()
+        changed = self.context.access.changed(state)
+        if changed:
+            t0 = time.perf_counter()
+            sub = UpdateReport()
+            self.apply_stage.reclass(state, changed, sub)
+            report.files_reclassed += sub.files_reclassed
+            report.stats.upserted |= sub.stats.upserted
+            report.seconds += time.perf_counter() - t0
+        return report
 
     def open_state(self, *, recover: bool = False) -> TreeState | None:
         """Return the committed state, or None (:meth:`TreeContext.open_state`)."""
@@ -225,6 +263,7 @@ class Pipeline:
             )
         docs, gone = self.collector.collect(state, [root], report)
         self.apply_batch(state, docs, gone, report)
+        self.update_access(state, report)  # chmod/chown/setfacl while stopped: no content read
         self.reconcile_store(state)
         report.seconds = time.perf_counter() - t0
         return report

@@ -29,6 +29,8 @@ class UpdateReport:
     files_changed: int = 0
     files_removed: int = 0
     files_unchanged: int = 0
+    #: Files whose permissions changed (their points' access classes rewritten, nothing read).
+    files_reclassed: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     #: Files (or folders, ``sub/``) that exist but could not be read now: their leaves are kept.
     stale: list[tuple[str, str]] = field(default_factory=list)
@@ -47,7 +49,9 @@ class UpdateReport:
         s = self.stats
         return (
             f"files +{self.files_added} ~{self.files_changed} -{self.files_removed} "
-            f"(={self.files_unchanged}); leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
+            f"(={self.files_unchanged})"
+            f"{f', {self.files_reclassed} with new permissions' if self.files_reclassed else ''}"
+            f"; leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
             f"changed {s.clusters_changed}, created {s.clusters_created}, split {s.clusters_split}, "
             f"removed {s.clusters_removed}; summaries regenerated {s.summaries_regenerated} "
             f"(cache hits {s.summary_cache_hits}, {s.summary_input_tokens} input tokens"

@@ -27,12 +27,14 @@ from starlette.applications import Starlette
 from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import MAX_HELD_ROWS
 from ingestor.pipeline import Pipeline
+from ingestor.pipeline.budget import ReadStopped
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.daemon_api import DaemonApi
 from ingestor.service.daemon_http import daemon_app, is_embedded, start_server
 from ingestor.service.deadline import BoundedLock
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
-from ingestor.service.http import HttpLimits, HttpServer
+from ingestor.service.http import HttpLimits, HttpServer, UnixHttpServer
+from ingestor.service.identity import Callers, socket_path
 from ingestor.service.locking import StateLock
 from ingestor.service.metrics import Metrics
 from ingestor.service.mounts import polls_by_default
@@ -85,6 +87,12 @@ class Daemon:
         collection: the name Qdrant clients read the embedded store under (``/collections/...``).
         summaries: when stale summaries are regenerated and the LLM budget (default: at once,
             every update paying for its summaries, as before issue 34).
+        callers: who each request is (default: the owner by ``http_token``, anyone else
+            anonymous); see :mod:`ingestor.service.identity`.
+        socket: also serve on the Unix socket ``<state dir>/daemon.sock``, where the kernel says
+            who connects (``adrap`` commands use it).
+        access_check_interval: seconds between two readings of every indexed file's permissions
+            (a chmod, chown or setfacl reaches the points within it; 0: never).
     """
 
     def __init__(
@@ -115,6 +123,9 @@ class Daemon:
         queries: QueryService | None = None,
         collection: str = DEFAULT_COLLECTION,
         summaries: SummarySchedule | None = None,
+        callers: Callers | None = None,
+        socket: bool = False,
+        access_check_interval: float = 2.0,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -160,7 +171,13 @@ class Daemon:
             self.query_embedder,
             pipeline.tree,
             defaults=QueryDefaults(mode=mode, max_tokens=budget, top_k=top_k),
+            classes=pipeline.context.access.registry,
         )
+        self.callers = callers or Callers(owner_token=http_token)
+        self.socket = socket
+        self.access_check_interval = access_check_interval
+        self._access_checked = 0.0
+        self.unix_server: UnixHttpServer | None = None
         self.queries.store = self.store
         self.queries.embedder = self.query_embedder
         self.queries.lock = (
@@ -180,6 +197,7 @@ class Daemon:
             root_monitor=self.root_monitor,
             unread=lambda: self.pipeline.unread,
             watcher=lambda: self.watcher,
+            access_counts=lambda: self.pipeline.context.access.counts,
         )
         self.registry = self.api.registry
         self.server: HttpServer | None = None
@@ -203,12 +221,13 @@ class Daemon:
             IngestError, RetrieverError, ModelStoreError: reconciliation failed (nothing watched).
         """
         self._stop = stop
+        self.pipeline.stop_reading_when(stop)  # a reader process busy with a file is killed
         limit_heap_arenas()  # before its threads (HTTP, watcher, writer) each take a heap
         self.start_http()
         try:
             try:
                 state = self._reconcile(stop, progress)
-            except Cancelled:
+            except (Cancelled, ReadStopped):
                 log.info("stopped during the first build; nothing was committed")
                 return
             observer = make_observer(polling=self.polling, interval=self.poll_interval)
@@ -249,7 +268,8 @@ class Daemon:
                     if self.polling
                     else f"{min(self.close_grace, self.debounce):.1f} s after a closed write",
                 )
-                while not stop.wait(1.0):
+                while not stop.wait(min(1.0, self.access_check_interval or 1.0)):
+                    self._check_access()
                     if not observer.is_alive():
                         log.error("the file observer stopped; exiting so a supervisor restarts it")
                         break
@@ -322,6 +342,10 @@ class Daemon:
                 embedded=self.embedded,
                 collection=self.collection,
             )
+        if self.socket:
+            self.unix_server = UnixHttpServer(self.app(), socket_path(self.state_dir), self.limits)
+            self.unix_server.start()
+            log.info("serving adrap commands on %s (callers known by the kernel)", self.state_dir)
 
     def app(self) -> Starlette:
         """Return the ASGI app (:func:`~ingestor.service.daemon_http.daemon_app`)."""
@@ -335,6 +359,7 @@ class Daemon:
             token=self.http_token,
             host=self.http_host,
             updates=self.api.dashboard_updates,
+            callers=self.callers,
         )
 
     def _maintain(self) -> None:
@@ -346,12 +371,27 @@ class Daemon:
         if self.watcher is not None:
             self.watcher.refresh(self.api.refresh_due)
 
+    def _check_access(self) -> None:
+        """Every ``access_check_interval`` seconds, apply permission changes (the main loop's
+        thread; skipped while the writer applies a batch: the next round takes them)."""
+        now = time.monotonic()
+        if (
+            self.watcher is None
+            or not self.access_check_interval
+            or now - self._access_checked < self.access_check_interval
+        ):
+            return
+        self._access_checked = now
+        self.watcher.check_access()
+
     @property
     def embedded(self) -> bool:
         """True if the store is the embedded one (served read-only to Qdrant clients)."""
         return is_embedded(self.store)
 
     def stop_http(self) -> None:
-        """Stop the HTTP server and join its thread."""
+        """Stop the HTTP servers and join their threads."""
         if self.server is not None:
             self.server.stop()
+        if self.unix_server is not None:
+            self.unix_server.stop()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingestor.pipeline import UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
+from ingestor.read.permissions import UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.service.failures import Quarantine
 from ingestor.service.metrics import Metrics
 from ingestor.service.share import RootMonitor, ShareGuard
@@ -24,7 +25,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DaemonApi"]
+__all__ = ["PUBLIC_STATUS", "DaemonApi"]
+
+#: What ``/status`` tells a caller who is not the tree's owner: counts and health, no file names.
+PUBLIC_STATUS = (
+    "tree",
+    "ready",
+    "uptime_seconds",
+    "documents",
+    "leaves",
+    "nodes_per_layer",
+    "pending_events",
+    "caller",
+    "access",
+)
 
 
 class DaemonApi:
@@ -38,6 +52,7 @@ class DaemonApi:
         quarantine, guard, root_monitor: the failed files, the share guard, the folder's watch.
         unread: returns the pipeline's ledger of files that could not be read.
         watcher: returns the writer (None while reconciling).
+        access_counts: returns the files per access class (the last reading of permissions).
     """
 
     def __init__(
@@ -52,6 +67,7 @@ class DaemonApi:
         root_monitor: RootMonitor,
         unread: Callable[[], Unread],
         watcher: Callable[[], Watcher | None],
+        access_counts: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self.metrics = metrics
         self.summaries = summaries
@@ -62,6 +78,7 @@ class DaemonApi:
         self.root_monitor = root_monitor
         self.unread = unread
         self.watcher = watcher
+        self.access_counts = access_counts
         self.registry = metrics.registry(self.pending, self.gauges)
 
     @property
@@ -79,9 +96,18 @@ class DaemonApi:
         w = self.watcher()
         return w.pending() if w else 0
 
-    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        """Return the ``/status`` document (``offset``/``limit``: the page of unread files)."""
+    def status(
+        self, *, offset: int = 0, limit: int = 100, caller: Identity = UNRESTRICTED
+    ) -> dict[str, Any]:
+        """Return the ``/status`` document (``offset``/``limit``: the page of unread files).
+
+        Who asks is in it (``caller``) with the tree's access classes; a caller who is not the
+        owner gets the counts, never the names of files (a name can be a secret too)."""
         out = self.metrics.status(self.pending()) | {"root": str(self.root)}
+        out["caller"] = caller.to_json()
+        out["access"] = self.access_status(caller)
+        if not caller.unrestricted:
+            return {k: out[k] for k in PUBLIC_STATUS if k in out}
         w = self.watcher()
         if w is not None:
             out["summaries"] = self.summaries.status(time.monotonic(), *self.metrics.stale())
@@ -124,18 +150,37 @@ class DaemonApi:
         if w is not None:
             w.enqueue([self.root])
 
-    def query(self, params: dict[str, str]) -> dict[str, Any]:
+    def access_status(self, caller: Identity) -> dict[str, Any]:
+        """The access classes: how many, their files and readers (the owner), and which the
+        caller may read."""
+        classes = self.queries.classes
+        readable = classes.readable(caller)
+        out: dict[str, Any] = {
+            "classes": len(classes),
+            "readable_by_caller": "all" if readable is None else len(readable),
+        }
+        if caller.unrestricted:
+            files = self.access_counts()
+            out["by_class"] = [
+                {"id": cid, "files": n, "readers": c.principals() if c else []}
+                for cid, n in sorted(files.items(), key=lambda kv: -kv[1])[:100]
+                for c in [classes.get(cid)]
+            ]
+            out["unknown_permissions"] = files.get(UNKNOWN_CLASS, 0)
+        return out
+
+    def query(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Answer ``/query``: the JSON of ``adrap query --json`` (never waits for the writer).
 
         Raises:
             ValueError: a parameter is missing, invalid or out of bounds.
             SummarizationError: postQFRAP's summariser failed.
         """
-        return self.queries.query(params)
+        return self.queries.query(params, caller)
 
-    def ask(self, params: dict[str, str]) -> dict[str, Any]:
+    def ask(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Answer ``/ask``: the JSON of ``adrap ask --json`` (same errors as :meth:`query`)."""
-        return self.queries.ask(params)
+        return self.queries.ask(params, caller)
 
     # -- summaries -------------------------------------------------------------------------------
 

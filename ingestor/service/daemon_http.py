@@ -14,6 +14,7 @@ from ingestor.service.daemon_routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
 from ingestor.service.http import HttpLimits, HttpServer, build_app, require_token_off_loopback
+from ingestor.service.identity import Callers
 from ingestor.service.locking import StateLock
 
 __all__ = ["daemon_app", "is_embedded", "start_server"]
@@ -40,6 +41,7 @@ def daemon_app(
     token: str | None,
     host: str,
     updates: Callable[[], dict[str, Any]],
+    callers: Callers | None = None,
 ) -> Starlette:
     """Return the ASGI app over ``served`` (the daemon) and its locked ``store``."""
     pages = dashboard_routes(TreeView(store, tree), updates, lambda: served.ready)
@@ -50,7 +52,7 @@ def daemon_app(
 
         reader = EdgeRestReader(store, collection)  # each engine call: the store's lock
         routes += qdrant_routes(reader, root=root, limits=limits, ready=lambda: served.ready)
-    return build_app(routes, token, host=host, allowed_hosts=limits.allowed_hosts)
+    return build_app(routes, token, host=host, allowed_hosts=limits.allowed_hosts, callers=callers)
 
 
 def start_server(

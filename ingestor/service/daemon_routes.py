@@ -15,7 +15,8 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ingestor.errors import SummarizationError
-from ingestor.service.http import HttpLimits, error_response, run_bounded
+from ingestor.read.permissions import UNRESTRICTED, Identity
+from ingestor.service.http import HttpLimits, caller_of, error_response, run_bounded
 from ingestor.service.mcp_http import MCP_PATH, mcp_endpoint
 from retriever import RetrieverError
 
@@ -40,11 +41,13 @@ class Served(Protocol):
     def share_problem(self) -> str | None:
         """Why the watched folder is not there now (None: it is)."""
 
-    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]: ...
+    def status(
+        self, *, offset: int = 0, limit: int = 100, caller: Identity = UNRESTRICTED
+    ) -> dict[str, Any]: ...
 
-    def query(self, params: dict[str, str]) -> dict[str, Any]: ...
+    def query(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]: ...
 
-    def ask(self, params: dict[str, str]) -> dict[str, Any]: ...
+    def ask(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]: ...
 
     def retry(self, path: str | None = None) -> list[str]: ...
 
@@ -80,10 +83,12 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
                 raise ValueError
         except ValueError:
             return error_response(400, "offset must be an integer >= 0 and limit one in 0..1000")
-        out = await anyio.to_thread.run_sync(partial(daemon.status, offset=offset, limit=limit))
+        out = await anyio.to_thread.run_sync(
+            partial(daemon.status, offset=offset, limit=limit, caller=caller_of(request.scope))
+        )
         return Response(json.dumps(out, ensure_ascii=False), media_type="application/json")
 
-    def answering(fn: Callable[[dict[str, str]], dict[str, Any]]) -> Any:
+    def answering(fn: Callable[[dict[str, str], Identity], dict[str, Any]]) -> Any:
         async def route(request: Request) -> Response:
             if not daemon.ready:
                 return error_response(503, "reconciling; retry shortly")
@@ -93,23 +98,29 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
                 _bounded(params, "top_k", limits.max_top_k)
             except ValueError as exc:
                 return error_response(400, str(exc))
-            return await _run(partial(fn, params), limits.query_timeout)
+            return await _run(partial(fn, params, caller_of(request.scope)), limits.query_timeout)
 
         return route
 
     async def retry(request: Request) -> Response:
+        if (refused := _owner_only(request)) is not None:
+            return refused
         path = request.query_params.get("path") or None
         released = await anyio.to_thread.run_sync(daemon.retry, path)
         return JSONResponse({"released": released})
 
-    async def refresh(_: Request) -> Response:  # spends LLM tokens: POST, behind the token
+    async def refresh(request: Request) -> Response:  # spends LLM tokens: POST, behind the token
+        if (refused := _owner_only(request)) is not None:
+            return refused
         try:
             out = await anyio.to_thread.run_sync(daemon.refresh)
         except ValueError as exc:
             return error_response(503, str(exc))
         return JSONResponse(out)
 
-    async def confirm(_: Request) -> Response:
+    async def confirm(request: Request) -> Response:
+        if (refused := _owner_only(request)) is not None:
+            return refused
         await anyio.to_thread.run_sync(daemon.confirm_deletions)
         return JSONResponse({"confirmed": True})
 
@@ -135,6 +146,18 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
             methods=["GET", "POST", "DELETE"],
         ),
     ]
+
+
+def _owner_only(request: Request) -> Response | None:
+    """Refuse an action of the tree's owner (retry, confirm, refresh) to anyone else (403)."""
+    caller = caller_of(request.scope)
+    if caller.unrestricted:
+        return None
+    return error_response(
+        403,
+        f"{request.url.path} is the tree owner's action and the caller is {caller.name}; run "
+        "it as the daemon's account (`adrap` over its socket) or with the owner's token",
+    )
 
 
 def _bounded(params: dict[str, str], name: str, most: int) -> None:

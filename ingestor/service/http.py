@@ -34,14 +34,17 @@ concurrent connections (``limit_concurrency``, 503 beyond) and idle keep-alive c
 from __future__ import annotations
 
 import asyncio
-import hmac
+import contextlib
 import ipaddress
 import logging
+import os
 import socket
+import stat
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import TypeVar
 
 import anyio
@@ -53,8 +56,10 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingestor.errors import ConfigError
+from ingestor.read.permissions import ANONYMOUS, Identity
 from ingestor.service.deadline import Deadline
 from ingestor.service.door import Door
+from ingestor.service.identity import CALLER_KEY, PEER_KEY, Callers, bindable
 
 log = logging.getLogger(__name__)
 
@@ -106,12 +111,26 @@ def require_token_off_loopback(host: str, token: str | None) -> None:
 
 
 class GuardMiddleware:
-    """Pure-ASGI checks before any route: Host and cross-site (``door``), size, then the token."""
+    """Pure-ASGI checks before any route: Host and cross-site (``door``), size, the token, then
+    who the caller is (:class:`~ingestor.service.identity.Callers`), left in the scope under
+    ``CALLER_KEY`` for the routes: every door's one filter starts from it.
 
-    def __init__(self, app: ASGIApp, token: str | None, door: Door | None = None) -> None:
+    ``token`` (``ADRAP_WATCH__HTTP_TOKEN``) is required from every request but the open paths
+    and the Unix socket's; without it a request with no token is anonymous, and one with a
+    token that is none of the known ones is refused (401).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        token: str | None,
+        door: Door | None = None,
+        callers: Callers | None = None,
+    ) -> None:
         self.app = app
         self.token = token
         self.door = door or Door()
+        self.callers = callers or Callers(owner_token=token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -128,28 +147,28 @@ class GuardMiddleware:
         ):
             await error_response(413, f"request body over {MAX_BODY} bytes")(scope, receive, send)
             return
-        if (
-            self.token is not None
-            and scope["path"] not in OPEN_PATHS
-            and not _authorized(headers, self.token)
+        caller = self.callers.identify(scope, headers)
+        sent = "authorization" in headers or "api-key" in headers
+        if scope["path"] not in OPEN_PATHS and (
+            caller is None or (self.token is not None and not sent and scope.get(PEER_KEY) is None)
         ):
             resp = error_response(
                 401,
                 "missing or wrong token: send `Authorization: Bearer <token>` (or "
-                "`api-key: <token>`, as Qdrant clients do), the daemon's "
-                "ADRAP_WATCH__HTTP_TOKEN",
+                "`api-key: <token>`, as Qdrant clients do): the daemon's "
+                "ADRAP_WATCH__HTTP_TOKEN or a token of `adrap token add`",
             )
             resp.headers["WWW-Authenticate"] = "Bearer"
             await resp(scope, receive, send)
             return
+        scope[CALLER_KEY] = caller or ANONYMOUS
         await self.app(scope, receive, send)
 
 
-def _authorized(headers: dict[str, str], token: str) -> bool:
-    """Return True if the request carries ``token``: as a bearer token, or Qdrant's ``api-key``."""
-    scheme, _, value = headers.get("authorization", "").partition(" ")
-    given = value.strip() if scheme.lower() == "bearer" else headers.get("api-key", "").strip()
-    return hmac.compare_digest(given.encode(), token.encode())
+def caller_of(scope: Scope) -> Identity:
+    """Return the caller the door identified (anonymous where no door ran)."""
+    found = scope.get(CALLER_KEY)
+    return found if isinstance(found, Identity) else ANONYMOUS
 
 
 def error_response(code: int, message: str) -> JSONResponse:
@@ -180,6 +199,7 @@ def build_app(
     *,
     host: str = "127.0.0.1",
     allowed_hosts: Sequence[str] = (),
+    callers: Callers | None = None,
 ) -> Starlette:
     """Build the ASGI app from ``routes`` (the daemon's, plus any mounted by others).
 
@@ -188,6 +208,7 @@ def build_app(
         token: the bearer token, or None.
         host: the bound host (a ``Host`` naming it is accepted, see :class:`Door`).
         allowed_hosts: more names accepted as ``Host`` (a proxy's).
+        callers: who a request is (default: the owner by ``token``, anyone else anonymous).
     """
 
     async def not_found(request: Request, _exc: Exception) -> Response:
@@ -206,7 +227,9 @@ def build_app(
     return Starlette(
         routes=list(routes),
         middleware=[
-            Middleware(GuardMiddleware, token=token, door=Door(host, allowed_hosts)),
+            Middleware(
+                GuardMiddleware, token=token, door=Door(host, allowed_hosts), callers=callers
+            ),
         ],
         exception_handlers={404: not_found, 405: not_allowed},
     )
@@ -259,3 +282,85 @@ class HttpServer:
         self.server.should_exit = True
         self._thread.join(15)
         self.sock.close()
+
+
+def _peer_protocol() -> type:
+    """uvicorn's h11 protocol, telling each request's app who is at the other end of the socket
+    (``SO_PEERCRED``, under :data:`~ingestor.service.identity.PEER_KEY`)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from ingestor.service.identity import peer_credentials
+
+    class PeerProtocol(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            sock = transport.get_extra_info("socket")
+            peer = peer_credentials(sock)
+            inner = self.app
+
+            async def app(scope: Scope, receive: Receive, send: Send) -> None:
+                scope[PEER_KEY] = peer
+                await inner(scope, receive, send)
+
+            self.app = app
+
+    return PeerProtocol
+
+
+class UnixHttpServer:
+    """The same app on a Unix socket (``adrap`` commands): the kernel tells who connects.
+
+    The socket file may be opened by every local user (mode 0666): what each may read is
+    decided by who they are, not by whether they can connect; its folder must let them reach it
+    (the state dir is 0711: others may pass through it, not list it).
+    """
+
+    def __init__(self, app: ASGIApp, path: Path, limits: HttpLimits) -> None:
+        import uvicorn
+
+        self.path = path
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(path.lstat().st_mode):
+                path.unlink()  # a dead daemon's: the writer lock says no other one runs
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name, dir_fd = bindable(path)
+        try:
+            self.sock.bind(name)
+            os.chmod(path, 0o666)
+            self.sock.listen(256)
+        except OSError as exc:
+            self.sock.close()
+            raise ConfigError(
+                f"cannot serve on the Unix socket {path} ({exc.strerror or exc}); check that the "
+                "state dir is writable by the daemon's account"
+            ) from exc
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
+        config = uvicorn.Config(
+            app,
+            http=_peer_protocol(),
+            log_config=None,
+            access_log=False,
+            limit_concurrency=limits.concurrency,
+            timeout_keep_alive=limits.keep_alive,
+            timeout_graceful_shutdown=5,
+            lifespan="off",
+            server_header=False,
+            h11_max_incomplete_event_size=16 * 1024,
+        )
+        self.server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._serve, name="adrap-unix", daemon=True)
+
+    def _serve(self) -> None:
+        asyncio.run(self.server.serve(sockets=[self.sock]))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(15)
+        self.sock.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()

@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -172,7 +173,7 @@ def state_lock(
     path = state_dir / LOCK_NAME
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise LockedError(
             f"cannot open the lock file {str(path)!r} ({exc.strerror or exc}); check "
@@ -213,11 +214,39 @@ def state_lock(
                 f"{holder.get('pid', 'PID')}` sends SIGTERM) or use another ADRAP_STATE_DIR"
             ) from None
     lock = StateLock(path, fd, {"pid": os.getpid(), "command": command})
+    secure_state_dir(state_dir)
+    # What the writer creates in the state dir (the store's files, the state database, ledgers)
+    # is its account's alone; the share is never written, so nothing else is affected.
+    umask = os.umask(0o077)
     try:
         lock.describe()
         log.debug("locked %s for adrap %s", path, command)
         yield lock
     finally:
+        os.umask(umask)
         os.ftruncate(fd, 0)
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+#: Files of the state dir others may reach: the daemon's socket (who connects is checked).
+_SHARED_NAMES = frozenset({"daemon.sock"})
+
+
+def secure_state_dir(state_dir: Path) -> None:
+    """Keep a tree's state private to its writer's account: the dir 0711 (others may reach the
+    daemon's socket in it, never list it), its files 0600 and its folders 0700, so no other local
+    user reads the store or the state without the daemon's doors. A dir owned by another account
+    is left as it is."""
+    try:
+        if state_dir.stat().st_uid != os.getuid():
+            return
+        os.chmod(state_dir, 0o711)
+        for entry in os.scandir(state_dir):
+            if entry.name in _SHARED_NAMES or entry.is_symlink():
+                continue
+            mode = 0o700 if entry.is_dir(follow_symlinks=False) else 0o600
+            if stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode) != mode:
+                os.chmod(entry.path, mode)
+    except OSError as exc:
+        log.warning("cannot make the state dir %s private (%s); check its owner", state_dir, exc)

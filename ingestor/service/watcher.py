@@ -336,6 +336,30 @@ class Watcher:
         log.info("refreshed stale summaries: %s", report.summary())
         return report
 
+    def check_access(self) -> UpdateReport | None:
+        """Apply permission changes (chmod, chown, setfacl, a folder's) found by reading every
+        indexed file's permissions again, under the writer's lock (not waited for: a batch in
+        hand applies them itself next time); nothing is read, embedded or summarised."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            try:
+                if self._stale:
+                    self._reload()
+                report = self.pipeline.update_access(self.state)
+            except Exception as exc:  # the worker must survive anything
+                self._stale = True
+                log.warning("applying permission changes failed (%s); retried next time", exc)
+                return None
+            if not report.files_reclassed:
+                return None
+            if self.on_applied:
+                self.on_applied(report, self.state)
+        finally:
+            self.lock.release()
+        log.info("permissions changed: %s", report.summary())
+        return report
+
     def _reload(self) -> None:
         """Start again from the committed state, keeping the summaries already paid for."""
         fresh = self.pipeline.require_state(recover=True)

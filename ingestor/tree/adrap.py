@@ -174,7 +174,7 @@ class TreeUpdater:
             delta = start.pop(layer, None) or LayerDelta()
             pending = self._apply_layer(state, layer, al, pending, stats, refreshed, delta, defer)
             layer += 1
-        self._refresh_sources(state, refreshed, stats)
+        self.refresh_provenance(state, refreshed, stats)
         depth = len(state.layers)
         build_stats = BuildStats()
         upserted, deleted = self.builder.settle_top(state, build_stats)
@@ -340,7 +340,7 @@ class TreeUpdater:
         return out
 
     @staticmethod
-    def _refresh_sources(state: TreeState, start: set[str], stats: UpdateStats) -> None:
+    def refresh_provenance(state: TreeState, start: set[str], stats: UpdateStats) -> None:
         """Bring the ancestors' sources up to date above summaries whose text came out the same.
 
         Such a summary stays where it is in the layer above and its parents are not regenerated

@@ -36,7 +36,16 @@ def violations(
     for nid, node in nodes.items():
         by_layer[node.layer].add(nid)
     bad += _links(state, len(by_layer.get(0, ())), min_top_nodes)
-    indexed = {i for entry in state.sources.values() for i in entry.node_ids}
+    entries = state.sources.values()
+    indexed = {i for entry in entries for i in entry.node_ids}
+    for entry in entries:  # a leaf is readable by its file's readers (summaries: _links)
+        if not entry.access:
+            continue
+        for i in entry.node_ids:
+            leaf = _peek(nodes, i)
+            if leaf is not None and leaf.access != frozenset({entry.access}):
+                bad.append(f"leaf {i} has classes {sorted(leaf.access)}, its file {entry.access}")
+                break
     if indexed != by_layer.get(0, set()):
         bad.append(f"source index lists {len(indexed)} leaves, tree has {len(by_layer[0])}")
     for i, al in enumerate(state.layers):

@@ -72,6 +72,9 @@ class Provenance:
     sources_capped: bool
     dirs: frozenset[str]
     dirs_capped: bool
+    #: The access classes of the files under it: the union of its children's, never capped (a
+    #: summary is readable only by who may read every class, see ``retriever.schema.F.ACCESS``).
+    access: frozenset[str] = frozenset()
 
     @classmethod
     def merge(cls, kids: list[Node], limit: int) -> Provenance:
@@ -82,17 +85,24 @@ class Provenance:
         """
         files = _union([(k.sources, k.sources_capped) for k in kids], limit)
         dirs = _union([(k.dirs or frozenset(), k.dirs_capped) for k in kids], limit)
-        return cls(*files, *dirs)
+        return cls(*files, *dirs, frozenset().union(*(k.access for k in kids)))
 
     @classmethod
     def of(cls, node: Node) -> Provenance:
         """Return the provenance ``node`` holds (compare with :meth:`merge`'s)."""
-        return cls(node.sources, node.sources_capped, node.dirs or frozenset(), node.dirs_capped)
+        return cls(
+            node.sources,
+            node.sources_capped,
+            node.dirs or frozenset(),
+            node.dirs_capped,
+            node.access,
+        )
 
     def set_on(self, node: Node) -> None:
         """Give ``node`` this provenance."""
         node.sources, node.sources_capped = self.sources, self.sources_capped
         node.dirs, node.dirs_capped = self.dirs, self.dirs_capped
+        node.access = self.access
 
 
 def _union(sets: list[tuple[frozenset[str], bool]], limit: int) -> tuple[frozenset[str], bool]:
@@ -138,6 +148,9 @@ class Node:
     #: A summary's children's tokens gained, lost or rewritten since its text was written
     #: (inf: it may hold a removed node's text); see ``ingestor.tree.tolerance``.
     drift: float = 0.0
+    #: The access classes of the files under the node (a leaf: its file's class; a summary: the
+    #: union of its children's, :class:`Provenance`); empty in a state made before them.
+    access: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if self.dirs is None:
@@ -182,6 +195,7 @@ class Node:
             # 17-digit time.time() came back changed and every reconcile re-stored the node.
             updated_at=round(self.updated_at, 6),
             stale=self.stale,
+            access=tuple(sorted(self.access)),
         )
 
 
@@ -195,6 +209,8 @@ class SourceEntry:
     node_ids: list[str]
     mtime_ns: int = 0  # 0: unknown (older state); then the file is read to compare its hash
     inode: int = 0
+    #: The file's access class (``ingestor.read.permissions``); "" in a state made before them.
+    access: str = ""
 
     def unchanged(self, st: os.stat_result) -> bool:
         """Return True if ``st`` shows the file as it was indexed (size, mtime_ns, inode)."""

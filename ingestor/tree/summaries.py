@@ -266,6 +266,7 @@ class SummaryWriter:
                 sources_capped=prov.sources_capped,
                 dirs=prov.dirs,
                 dirs_capped=prov.dirs_capped,
+                access=prov.access,
                 children=list(members),
                 parents=list(old.parents) if old is not None else [],
                 summarizer=self.summarizer.id,

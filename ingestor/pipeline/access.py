@@ -1,0 +1,87 @@
+"""Access classes in the pipeline: each file's class on its leaves and its source entry, and a
+permission change applied as an edit of the points' payloads (no embedding, no summary).
+
+A leaf carries its file's class; a summary the union of its children's
+(:class:`~ingestor.tree.state.Provenance`), so a summary is served only to who may read every file
+it was written from (:mod:`ingestor.read.permissions`). The clustering does not look at classes:
+a folder of one owner builds the tree it always built.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+
+from ingestor.read.permissions import AccessFile, AccessReader, ClassRegistry
+from ingestor.tree.state import Node, TreeState
+
+__all__ = ["TreeAccess"]
+
+log = logging.getLogger(__name__)
+
+
+class TreeAccess:
+    """Reads files' access classes under a tree's root and records them in the registry.
+
+    Args:
+        registry: the classes the tree's points name (the state dir's file; queries judge them).
+        access_file: folder prefixes mapped to readers, for mounts without permissions.
+    """
+
+    def __init__(
+        self, registry: ClassRegistry | None = None, access_file: AccessFile | None = None
+    ) -> None:
+        self.registry = registry or ClassRegistry(None)
+        self.access_file = access_file or AccessFile()
+        self._reader: AccessReader | None = None
+        #: Files per access class at the last full reading (:meth:`changed` of every source).
+        self.counts: dict[str, int] = {}
+
+    def reader(self, root: str | Path) -> AccessReader:
+        root = Path(root)
+        if self._reader is None or self._reader.root != root:
+            self._reader = AccessReader(root, self.access_file)
+        return self._reader
+
+    def begin(self, root: str | Path) -> None:
+        """A pass over the folder starts: folders' permissions are read again."""
+        self.reader(root).forget()
+
+    def class_of(self, root: str | Path, source: str) -> str:
+        """Return the id of ``source``'s access class, registered before any point names it."""
+        cls = self.reader(root).class_of(source)
+        self.registry.add(cls)
+        return cls.id
+
+    def changed(self, state: TreeState, sources: Iterable[str] | None = None) -> dict[str, str]:
+        """Return ``{source: new class}`` for the indexed files whose class is not the one their
+        leaves carry (every source, or ``sources``); reads permissions only, never content."""
+        self.begin(state.root)
+        out = {}
+        if sources is None:
+            pairs = state.sources.items()
+        else:
+            pairs = [(s, e) for s in sources if (e := state.sources.get(s)) is not None]
+        counts: dict[str, int] = {}
+        for source, entry in pairs:
+            new = self.class_of(state.root, source)
+            counts[new] = counts.get(new, 0) + 1
+            if new != entry.access:
+                out[source] = new
+        if sources is None:
+            self.counts = counts
+        return out
+
+
+def set_leaf_access(state: TreeState, leaf_ids: Iterable[str], access: str) -> list[str]:
+    """Give the leaves ``leaf_ids`` the class ``access``; return the ids that changed."""
+    out = []
+    want = frozenset({access})
+    for node_id in leaf_ids:
+        node: Node | None = state.nodes.peek(node_id)
+        if node is not None and node.access != want:
+            node.access = want
+            state.nodes[node_id] = node
+            out.append(node_id)
+    return out

@@ -1,0 +1,103 @@
+"""Who may read what: access classes on every point, summaries included, and permission changes
+applied without reading, embedding or summarising anything (issue 53)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ingestor.answer.service import QueryService
+from ingestor.read.permissions import ANONYMOUS, UNRESTRICTED, Identity
+from ingestor.tree.invariants import violations
+from retriever import SearchFilter
+from tests.unit.service.test_watcher import CountingEmbedder, make_pipeline, write_corpus
+
+SECRET = "zanzibarquokka"
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to other users needs root")
+ALICE = Identity("alice", 51001, frozenset({51001}))
+HR = Identity("hr member", 51002, frozenset({51002, 52000}))
+
+
+def _secret_doc(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"The salary review of {SECRET} is confidential. Pay bands rise by seven percent. "
+        f"Only {SECRET} and the board know the bonus pool.\n"
+    )
+
+
+def _texts(p, who: Identity) -> list[str]:  # type: ignore[no-untyped-def]
+    service = QueryService(p.store, p.embedder, "t", classes=p.context.access.registry)
+    flt = service.reader_filter(SearchFilter(tree="t"), who)
+    nodes, _ = p.store.scroll(flt, 10_000)
+    return [n.text for n in nodes]
+
+
+@pytest.fixture
+def share(tmp_path: Path) -> Path:
+    root = tmp_path / "share"
+    write_corpus(root, 12)
+    _secret_doc(root / "hr" / "pay.txt")
+    os.chown(root / "hr", 51001, 52000)
+    os.chmod(root / "hr", 0o750)  # alice and group hr may pass, nobody else
+    os.chown(root / "hr" / "pay.txt", 51001, 52000)
+    os.chmod(root / "hr" / "pay.txt", 0o644)  # its own mode says "everyone": the folder decides
+    return root
+
+
+@root_only
+def test_a_file_under_a_folder_others_cannot_traverse_reaches_none_of_them(
+    share: Path, tmp_path: Path
+) -> None:
+    p = make_pipeline(tmp_path)
+    p.build(share)
+    state = p.require_state()
+    assert violations(state) == []
+    owner, anonymous = _texts(p, UNRESTRICTED), _texts(p, ANONYMOUS)
+    assert any(SECRET in t for t in owner)
+    assert not any(SECRET in t for t in anonymous), "a leaf or a summary leaked the secret"
+    assert any(SECRET in t for t in _texts(p, ALICE)), "the owner of the folder reads it"
+    assert any(SECRET in t for t in _texts(p, HR)), "a member of the folder's group reads it"
+    # Summaries over the secret and public files are the readers-of-both's alone.
+    blended = [n for n in state.nodes.values() if n.layer > 0 and len(n.access) > 1]
+    assert blended, "the fixture should blend the secret into a summary with public files"
+    p.store.close()
+
+
+@root_only
+def test_a_chmod_changes_who_reads_without_embedding_again(share: Path, tmp_path: Path) -> None:
+    p = make_pipeline(tmp_path)
+    p.build(share)
+    embedder = p.embedder
+    assert isinstance(embedder, CountingEmbedder)
+    before = len(embedder.texts)
+    os.chmod(share / "hr", 0o755)
+    report = p.update_access(p.require_state())
+    assert report.files_reclassed == 1
+    assert len(embedder.texts) == before, "a permission change embedded text again"
+    assert violations(p.require_state()) == []
+    assert any(SECRET in t for t in _texts(p, ANONYMOUS))
+    os.chmod(share / "hr" / "pay.txt", 0o600)  # back to its owner alone
+    assert p.update_access(p.require_state()).files_reclassed == 1
+    assert not any(SECRET in t for t in _texts(p, ANONYMOUS))
+    assert not any(SECRET in t for t in _texts(p, HR))
+    assert any(SECRET in t for t in _texts(p, ALICE))
+    # Nothing changed: nothing rewritten.
+    assert p.update_access(p.require_state()).files_reclassed == 0
+    p.store.close()
+
+
+def test_a_single_owner_folder_builds_the_tree_it_always_built(tmp_path: Path) -> None:
+    """Access classes never steer the clustering: one class, the same nodes."""
+    root = tmp_path / "docs"
+    write_corpus(root, 10)
+    a = make_pipeline(tmp_path / "a")
+    a.build(root)
+    os.chmod(root / "d0.txt", 0o600)  # another class: the same tree, other payloads
+    b = make_pipeline(tmp_path / "b")
+    b.build(root)
+    assert set(a.require_state().nodes.keys()) == set(b.require_state().nodes.keys())
+    a.store.close()
+    b.store.close()
