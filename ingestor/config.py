@@ -129,6 +129,13 @@ class ReadSettings(_Section):
     ocr: bool = False
     #: More suffixes read as plain text, e.g. [".sql", ".cfg"] (docs/formats.md lists the rest).
     text_suffixes: StrList = Field(default_factory=list)
+    #: Each file is read and chunked in a reader process, under a budget (docs/formats.md,
+    #: "Limits"): the memory it may take beyond the reader's own, the seconds it may take, and
+    #: the files a reader reads before a fresh one replaces it. Past a limit the file is skipped
+    #: until it changes, with the reason.
+    worker_memory_bytes: int = Field(default=1 << 30, ge=16 << 20)
+    worker_seconds: float = Field(default=60.0, gt=0)
+    worker_files: int = Field(default=1000, ge=1)
 
 
 class ChunkSettings(_Section):
@@ -296,6 +303,22 @@ class WatchSettings(_Section):
     #: the groups' models); past it they are dropped and read again when an update needs them,
     #: so its memory does not grow toward the whole state over a long life.
     max_held_rows: int = Field(default=MAX_HELD_ROWS, ge=0)
+    #: Serve ``adrap`` commands on the Unix socket ``<state dir>/daemon.sock``, where the kernel
+    #: says who connects (SO_PEERCRED): each local user gets what they may read.
+    socket: bool = True
+
+
+class AccessSettings(_Section):
+    """Who may read what (docs/security.md): permissions re-read, and a trusted proxy's header."""
+
+    #: Seconds between two readings of every indexed file's permissions by the daemon (a chmod,
+    #: chown or setfacl reaches the points within it; 10,000 files: ~60 ms a reading); 0: never.
+    check_seconds: float = Field(default=2.0, ge=0)
+    #: A header naming the user, set by an authenticating reverse proxy (e.g. X-Forwarded-User);
+    #: trusted only from ``proxy_addresses``. Unset: no header is trusted.
+    proxy_header: str | None = None
+    #: The proxy's addresses or networks (e.g. 127.0.0.1, 10.0.0.0/8; a,b or a JSON list).
+    proxy_addresses: StrList = Field(default_factory=list)
 
 
 class Settings(BaseSettings):
@@ -326,6 +349,7 @@ class Settings(BaseSettings):
     postqfrap: PostqfrapSettings = Field(default_factory=PostqfrapSettings)
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
+    access: AccessSettings = Field(default_factory=AccessSettings)
 
     @classmethod
     def settings_customise_sources(

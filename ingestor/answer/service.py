@@ -200,7 +200,7 @@ class QueryService:
         self.lock: contextlib.AbstractContextManager[Any] = lock or contextlib.nullcontext()
         self.random_state = random_state
         self.min_score = min_score
-        self.classes = classes or ClassRegistry(None)
+        self.classes = classes if classes is not None else ClassRegistry(None)
 
     def parse(self, params: Mapping[str, object], caller: Identity = UNRESTRICTED) -> QueryRequest:
         """Validate ``params`` with this service's tree and defaults (ValueError: bad value);

@@ -11,6 +11,7 @@ from ingestor.cli import (  # noqa: F401  (registers the commands)
     inspect,
     mcp,
     query,
+    tokens,
     watch,
 )
 from ingestor.cli.app import main

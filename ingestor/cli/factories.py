@@ -124,7 +124,51 @@ def make_summarizer(settings: Settings) -> Any:
     return ExtractiveSummarizer()
 
 
-def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
+def make_access(settings: Settings) -> Any:
+    """Return the tree's access classes: the registry in the state dir, and the access file
+    (``access.toml``) of mounts without permissions (:mod:`ingestor.read.permissions`).
+
+    Raises:
+        ConfigError: the access file is malformed or names an unknown user or group.
+    """
+    from ingestor.errors import ConfigError
+    from ingestor.pipeline.access import TreeAccess
+    from ingestor.read.permissions import ACCESS_FILE, CLASSES_FILE, AccessFile, ClassRegistry
+
+    try:
+        return TreeAccess(
+            ClassRegistry(settings.state_dir / CLASSES_FILE),
+            AccessFile.load(settings.state_dir / ACCESS_FILE),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def make_callers(settings: Settings, owner_token: str | None) -> Any:
+    """Return who the daemon's requests are (:class:`~ingestor.service.identity.Callers`): the
+    owner's token, the named tokens of the state dir, the trusted proxy's header.
+
+    Raises:
+        ConfigError: a proxy header without the proxy's addresses.
+    """
+    from ingestor.errors import ConfigError
+    from ingestor.service.identity import TOKENS_FILE, Callers, TokenBook
+
+    a = settings.access
+    try:
+        return Callers(
+            owner_token,
+            TokenBook(settings.state_dir / TOKENS_FILE),
+            proxy_header=a.proxy_header,
+            proxy_addresses=a.proxy_addresses,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def make_query_service(
+    settings: Settings, store: NodeStore, embedder: Embedder, classes: Any = None
+) -> Any:
     """Return the QueryService of ``adrap query``/``ask`` and the daemon (one code path).
 
     postQFRAP summarises with the summary backend (``openai``: [A] Table 5's prompt; otherwise
@@ -153,6 +197,7 @@ def make_query_service(settings: Settings, store: NodeStore, embedder: Embedder)
         llm=llm,
         random_state=settings.cluster.random_state,
         min_score=min_score(settings, embedder.model_id),
+        classes=classes,
     )
 
 
@@ -166,15 +211,19 @@ def min_score(settings: Settings, model_id: str) -> float | None:
     return NO_MATCH_SCORE if model_id == PACKAGED_MODEL else None
 
 
-def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> Any:
+def make_pipeline(
+    settings: Settings, store: NodeStore, embedder: Embedder, access: Any = None
+) -> Any:
     from ingestor.cluster.parallel import worker_count
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
+    from ingestor.pipeline.budget import ReadBudget
     from ingestor.pipeline.unread import UNREAD_FILE, Unread
     from ingestor.tree.build import TreeBuilder, TreeParams
     from models_store import ModelStore
 
     c = settings.cluster
+    r = settings.read
     summary = settings.summary
     limit = summary.openai.max_input_tokens if summary.backend == "openai" else None
     workers = worker_count(settings.build.workers)
@@ -223,6 +272,8 @@ def make_pipeline(settings: Settings, store: NodeStore, embedder: Embedder) -> A
         drift_threshold=settings.adrap.drift_threshold,
         ocr=settings.read.ocr,
         text_suffixes=settings.read.text_suffixes,
+        access=access if access is not None else make_access(settings),
+        read_budget=ReadBudget(r.worker_memory_bytes, r.worker_seconds, r.worker_files),
     )
     pipeline.unread = Unread(settings.state_dir / UNREAD_FILE)
     return pipeline
@@ -274,7 +325,14 @@ def require_built(settings: Settings) -> None:
 
 
 def _has_store(path: Path) -> bool:
-    return path.is_dir() and any(path.iterdir())
+    try:
+        return path.is_dir() and any(path.iterdir())
+    except PermissionError as exc:
+        raise TreeError(
+            f"the tree's store in {path.parent} is private to the account that keeps it; ask its "
+            "daemon instead (it answers over its socket with what you may read: start `adrap "
+            "watch` as that account)"
+        ) from exc
 
 
 def where(s: Settings) -> str:

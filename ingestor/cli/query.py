@@ -204,55 +204,45 @@ def _answer_locally(
 def _query_daemon(s: Settings, params: dict[str, Any], route: str) -> dict[str, Any] | None:
     """Ask the running ``adrap watch`` for the answer when it owns the embedded store, else None.
 
-    A daemon that is still starting is waited for (one line says so), up to
-    ``ADRAP_QUERY__DAEMON_WAIT_SECONDS``.
+    Its Unix socket first (the daemon answers with what this user may read); a daemon that is
+    still starting is waited for (one line says so), up to ``ADRAP_QUERY__DAEMON_WAIT_SECONDS``.
     """
-    import urllib.error
-    import urllib.parse
-    import urllib.request
-
+    from ingestor.cli.daemon_client import DaemonClient, DaemonError
     from ingestor.service.locking import read_holder
 
     if s.store_mode != "embedded":
         return None
-    holder = _wait_for_daemon(s, read_holder)
-    if holder is None:
+    try:
+        holder = _wait_for_daemon(s, read_holder)
+    except PermissionError:
+        holder = None  # another account's tree: only its daemon's socket answers
+    client = DaemonClient.find(s, holder)
+    if client is None:
+        if holder is not None:
+            who = f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
+            raise click.ClickException(
+                f"the embedded store in {where(s)} is in use by {who}; query when it has finished"
+            )
         return None
-    who = f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
-    address = holder.get("http")
-    if holder.get("command") != "watch" or not address:
-        raise click.ClickException(
-            f"the embedded store in {where(s)} is in use by {who}; query when it has finished"
-        )
-    query = urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
     # /ask is POST only (it spends LLM tokens); /query is a GET
     method = "POST" if route == "ask" else "GET"
-    request = urllib.request.Request(
-        f"http://{address}/{route}?{query}", method=method, data=b"" if method == "POST" else None
-    )
-    if s.watch.http_token is not None:  # the daemon's routes need it (as `adrap status` sends)
-        request.add_header("Authorization", f"Bearer {s.watch.http_token.get_secret_value()}")
     deadline = time.monotonic() + s.query.daemon_wait_seconds
     while True:
         try:
-            with urllib.request.urlopen(request, timeout=600) as resp:
-                out: dict[str, Any] = json.loads(resp.read())
+            out = client.request(method, f"/{route}", params)
             break
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode("utf-8", "replace")
-            if exc.code == 503 and "reconciling" in detail and time.monotonic() < deadline:
-                _say_waiting(who, s)  # the daemon is starting: wait for it
+        except DaemonError as exc:
+            if exc.status == 503 and "reconciling" in exc.detail and time.monotonic() < deadline:
+                _say_waiting(client.who, s)  # the daemon is starting: wait for it
                 time.sleep(0.5)
                 continue
-            raise click.ClickException(
-                f"{who} answered {exc.code} at http://{address}/{route}: {detail}"
-            ) from exc
+            raise click.ClickException(str(exc)) from exc
         except (OSError, ValueError) as exc:
             raise click.ClickException(
-                f"the embedded store is owned by {who}, whose HTTP endpoint http://{address} "
-                f"does not answer ({exc}); check `curl http://{address}/healthz`"
+                f"the embedded store is owned by {client.who}, whose endpoint {client.url} "
+                f"does not answer ({exc}); check that it runs (`adrap status`)"
             ) from exc
-    log.debug("answered by %s at %s", who, address)
+    log.debug("answered by %s at %s", client.who, client.url)
     out["answered_by"] = "adrap watch"
     return out
 
@@ -266,7 +256,12 @@ def _wait_for_daemon(s: Settings, read_holder: Any) -> dict[str, Any] | None:
     deadline = time.monotonic() + s.query.daemon_wait_seconds
     while True:
         holder: dict[str, Any] | None = read_holder(s.state_dir)
-        if holder is None or holder.get("command") != "watch" or holder.get("http"):
+        if (
+            holder is None
+            or holder.get("command") != "watch"
+            or holder.get("http")
+            or holder.get("socket")
+        ):
             return holder
         who = f"adrap watch (pid {holder.get('pid', '?')})"
         if time.monotonic() >= deadline:

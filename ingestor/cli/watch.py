@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import logging
+import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from ingestor.cli.app import Ctx, main, make_progress_printer, run, tree_options
 from ingestor.cli.factories import (
+    make_access,
+    make_callers,
     make_embedder,
     make_pipeline,
+    make_query_embedder,
     make_query_service,
     opened_store,
     writer_lock,
@@ -94,8 +99,15 @@ def watch(
         # process can open the embedded store, and queries wait for this daemon instead.
         with writer_lock(s, "watch") as lock, opened_store(s) as store:
             embedder = make_embedder(s)
+            # Queries embed with an embedder of their own (the writer's is busy during updates),
+            # made like any other: a copy of a remote embedder's client cannot be made.
+            query_embedder = make_query_embedder(s)
+            access = make_access(s)
+            # The owner's token: the setting, else one made now for this run, shown as a link
+            # for the owner's browser (other callers without a token are anonymous).
+            owner_token = token or secrets.token_urlsafe(24)
             daemon = Daemon(
-                make_pipeline(s, store, embedder),
+                make_pipeline(s, store, embedder, access),
                 root,
                 polling=w.polling if polling is None else polling,
                 poll_interval=w.poll_interval,
@@ -122,7 +134,12 @@ def watch(
                 max_delete_fraction=w.max_delete_fraction,
                 root_check_interval=w.root_check_interval,
                 confirm_deletions=confirm_deletions,
-                queries=make_query_service(s, store, embedder),
+                query_embedder=query_embedder,
+                queries=make_query_service(s, store, query_embedder, access.registry),
+                callers=make_callers(s, owner_token),
+                socket=w.socket,
+                access_check_interval=s.access.check_seconds,
+                owner_link=None if token else _show_owner_link(owner_token),
                 collection=s.qdrant.collection,
                 summaries=SummarySchedule(
                     window=s.summary.refresh_seconds,
@@ -133,3 +150,20 @@ def watch(
             daemon.run(stop, show)
 
     run(ctx, body)
+
+
+def _show_owner_link(token: str) -> Callable[[str], None]:
+    """Return what prints the owner's dashboard link once HTTP serves (as Jupyter does): on the
+    terminal only, never in a log (it is the owner's key)."""
+
+    def show(address: str) -> None:
+        link = f"http://{address}/dashboard#token={token}"
+        if sys.stderr.isatty():
+            click.echo(f"Dashboard for you (the tree's owner): {link}", err=True)
+        else:
+            log.info(
+                "the owner's dashboard link is printed on a terminal only; set "
+                "ADRAP_WATCH__HTTP_TOKEN to choose the owner's token"
+            )
+
+    return show

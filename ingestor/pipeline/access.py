@@ -32,7 +32,7 @@ class TreeAccess:
     def __init__(
         self, registry: ClassRegistry | None = None, access_file: AccessFile | None = None
     ) -> None:
-        self.registry = registry or ClassRegistry(None)
+        self.registry = registry if registry is not None else ClassRegistry(None)
         self.access_file = access_file or AccessFile()
         self._reader: AccessReader | None = None
         #: Files per access class at the last full reading (:meth:`changed` of every source).

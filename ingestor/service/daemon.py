@@ -19,6 +19,7 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,7 @@ class Daemon:
             who connects (``adrap`` commands use it).
         access_check_interval: seconds between two readings of every indexed file's permissions
             (a chmod, chown or setfacl reaches the points within it; 0: never).
+        owner_link: told the HTTP address once it serves (the CLI prints the owner's link).
     """
 
     def __init__(
@@ -126,6 +128,7 @@ class Daemon:
         callers: Callers | None = None,
         socket: bool = False,
         access_check_interval: float = 2.0,
+        owner_link: Callable[[str], None] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.root = root.resolve()
@@ -176,6 +179,7 @@ class Daemon:
         self.callers = callers or Callers(owner_token=http_token)
         self.socket = socket
         self.access_check_interval = access_check_interval
+        self.owner_link = owner_link
         self._access_checked = 0.0
         self.unix_server: UnixHttpServer | None = None
         self.queries.store = self.store
@@ -342,9 +346,14 @@ class Daemon:
                 embedded=self.embedded,
                 collection=self.collection,
             )
+            if self.owner_link is not None:
+                host, port = self.server.address
+                self.owner_link(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
         if self.socket:
             self.unix_server = UnixHttpServer(self.app(), socket_path(self.state_dir), self.limits)
             self.unix_server.start()
+            if self.state_lock is not None:
+                self.state_lock.describe(socket=str(self.unix_server.path))
             log.info("serving adrap commands on %s (callers known by the kernel)", self.state_dir)
 
     def app(self) -> Starlette:

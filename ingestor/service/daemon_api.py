@@ -118,9 +118,12 @@ class DaemonApi:
         out["unread"] = unread_status(self.unread(), offset=offset, limit=limit)
         return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
 
-    def dashboard_updates(self) -> dict[str, Any]:
-        """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates."""
-        return self.status() | {"updates": self.metrics.recent()}
+    def dashboard_updates(self, caller: Identity = UNRESTRICTED) -> dict[str, Any]:
+        """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates, as
+        ``caller`` may see them (anyone but the owner: no file names, so no updates)."""
+        return self.status(caller=caller) | {
+            "updates": self.metrics.recent() if caller.unrestricted else []
+        }
 
     def gauges(self) -> dict[str, Any]:
         """The ``/metrics`` gauges the metrics do not hold themselves."""
