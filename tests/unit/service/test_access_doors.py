@@ -1,0 +1,263 @@
+"""Who may read what, at every door of a running daemon, with real users of this machine (issue 53).
+
+Users are made for the test (``useradd``), a secret sits in a file only its owner and a group
+may reach, and each door is asked as each of them: the Unix socket (the kernel says who connects:
+the client is a forked process that switched to the user), ``/query`` in every mode and ``/ask``
+over HTTP with no token, a named token, a trusted proxy's header; ``/status``; a permission
+changed while the daemon runs (chmod, setfacl). Needs root (to make users and switch to them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestor.cli.daemon_client import DaemonClient
+from ingestor.service.daemon import Daemon
+from ingestor.service.identity import TOKENS_FILE, Callers, TokenBook, socket_path
+from tests.conftest import wait_until
+from tests.unit.service.test_watcher import make_pipeline, write_corpus
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="needs root and useradd to make the users the doors are asked as",
+)
+
+SECRET = "zanzibarquokka"
+OWNER = "own-token"
+GROUP = "adrap-t-hr"
+USERS = {"alice": (), "carol": (GROUP,), "bob": ()}  # test user -> its extra groups
+
+
+def _user(name: str) -> str:
+    return f"adrap-t-{name}"
+
+
+@pytest.fixture(scope="module")
+def users() -> dict[str, int]:
+    """The test's users (made once, kept: useradd is idempotent by name here)."""
+    subprocess.run(["groupadd", "-f", GROUP], check=True)
+    out = {}
+    for name, groups in USERS.items():
+        login = _user(name)
+        try:
+            pwd.getpwnam(login)
+        except KeyError:
+            extra = ["-G", ",".join(groups)] if groups else []
+            subprocess.run(
+                ["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", *extra, login], check=True
+            )
+        out[name] = pwd.getpwnam(login).pw_uid
+    return out
+
+
+def _write_secret(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f"The salary review of {SECRET} is confidential. Pay bands rise by seven percent. "
+        f"Only {SECRET} and the board know the bonus pool of the garden project.\n"
+    )
+
+
+@pytest.fixture
+def daemon(users: dict[str, int]) -> Iterator[Daemon]:
+    # A folder every user may pass through (pytest's tmp dirs are 0700): the socket is in it.
+    base = Path(tempfile.mkdtemp(prefix="adrap-doors-"))
+    os.chmod(base, 0o755)
+    root = base / "share"
+    write_corpus(root, 12)
+    hr = root / "hr"
+    _write_secret(hr / "pay.txt")
+    os.chown(hr, users["alice"], -1)
+    shutil.chown(hr, group=GROUP)
+    os.chmod(hr, 0o750)
+    os.chown(hr / "pay.txt", users["alice"], -1)
+    shutil.chown(hr / "pay.txt", group=GROUP)
+    os.chmod(hr / "pay.txt", 0o640)
+    p = make_pipeline(base)
+    state = base / "state"
+    p.build(root)
+    os.chmod(state, 0o711)
+    callers = Callers(
+        OWNER, TokenBook(state / TOKENS_FILE), proxy_header="X-Forwarded-User",
+        proxy_addresses=["127.0.0.1"],
+    )  # fmt: skip
+    d = Daemon(
+        p, root, http_port=0, state_dir=state, socket=True, callers=callers,
+        access_check_interval=0.1, debounce=0.05,
+    )  # fmt: skip
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        wait_until(lambda: d.metrics.ready and d.address is not None, timeout=60)
+        yield d
+    finally:
+        stop.set()
+        t.join(60)
+        p.store.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _as_user(uid: int, d: Daemon, route: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Ask the daemon's Unix socket from a process that is ``uid`` (a fork that switched)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(r)
+            pw = pwd.getpwuid(uid)
+            os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
+            os.setgid(pw.pw_gid)
+            os.setuid(uid)
+            client = DaemonClient(str(socket_path(d.state_dir)), True)
+            out = client.request("POST" if route == "/ask" else "GET", route, params, timeout=60)
+            os.write(w, json.dumps(out).encode())
+        except BaseException as exc:
+            os.write(w, json.dumps({"error": repr(exc)}).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    out: dict[str, Any] = json.loads(data)
+    assert "error" not in out, out
+    return out
+
+
+def _http(d: Daemon, route: str, params: dict[str, Any], headers: dict[str, str] | None = None,
+          method: str = "GET") -> tuple[int, str]:  # fmt: skip
+    host, port = d.address or ("", 0)
+    url = f"http://{host}:{port}{route}?{urllib.parse.urlencode(params)}"
+    req = urllib.request.Request(url, method=method, headers=headers or {},
+                                 data=b"" if method == "POST" else None)  # fmt: skip
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _leaks(body: dict[str, Any] | str) -> bool:
+    """Whether an answer holds the secret or its file's name (the question it echoes aside)."""
+    out = json.loads(body) if isinstance(body, str) else dict(body)
+    out.pop("question", None)
+    text = json.dumps(out)
+    return SECRET in text or "hr/pay.txt" in text
+
+
+def _reads(body: dict[str, Any] | str) -> bool:
+    """Whether an answer holds the secret in what it retrieved."""
+    out = json.loads(body) if isinstance(body, str) else dict(body)
+    out.pop("question", None)
+    return SECRET in json.dumps(out)
+
+
+MODES = [
+    {"mode": "collapsed"},
+    {"mode": "traversal"},
+    {"mode": "postqfrap"},
+    {"mode": "collapsed", "max_layer": "0"},
+    {"mode": "collapsed", "min_layer": "1"},
+]
+
+
+@pytest.mark.parametrize("mode", MODES, ids=lambda m: "-".join(m.values()))
+def test_no_token_reads_only_what_everyone_may_read_in_every_mode(
+    daemon: Daemon, mode: dict[str, str]
+) -> None:
+    q = {"q": f"salary review {SECRET} bonus pool", "max_tokens": "4000", **mode}
+    code, body = _http(daemon, "/query", q)
+    assert code == 200, body
+    assert not _leaks(body)
+    code, body = _http(daemon, "/query", q, {"Authorization": f"Bearer {OWNER}"})
+    assert code == 200 and (_reads(body) or mode.get("min_layer") == "1"), body
+    code, body = _http(daemon, "/ask", q, method="POST")
+    assert code == 200 and not _leaks(body), body
+
+
+def test_the_unix_socket_answers_each_user_with_what_the_kernel_lets_them_read(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    q = {"q": f"salary review {SECRET}", "max_tokens": "4000"}
+    assert _reads(_as_user(users["alice"], daemon, "/query", q)), "the owner"
+    assert _reads(_as_user(users["carol"], daemon, "/query", q)), "group hr"
+    assert not _leaks(_as_user(users["bob"], daemon, "/query", q)), "bob is in no group"
+    assert not _leaks(_as_user(65534, daemon, "/query", q)), "nobody"
+    assert _reads(_as_user(0, daemon, "/query", q)), "root: the owner of the tree"
+
+
+def test_named_tokens_and_the_pinned_proxy_header_stand_for_their_principals(
+    daemon: Daemon,
+) -> None:
+    book = daemon.callers.tokens
+    assert book is not None
+    hr, bob = book.add("hr-bot", f"group:{GROUP}"), book.add("bob", f"user:{_user('bob')}")
+    q = {"q": f"salary review {SECRET}", "max_tokens": "4000"}
+    assert _reads(_http(daemon, "/query", q, {"Authorization": f"Bearer {hr}"})[1])
+    assert not _leaks(_http(daemon, "/query", q, {"api-key": bob})[1])
+    assert book.revoke("hr-bot")
+    assert _http(daemon, "/query", q, {"Authorization": f"Bearer {hr}"})[0] == 401
+    assert _http(daemon, "/query", q, {"Authorization": "Bearer guessed"})[0] == 401
+    # At rest only digests: the token itself is nowhere in the file.
+    assert hr not in (daemon.state_dir / TOKENS_FILE).read_text()
+    carol = {"X-Forwarded-User": _user("carol")}
+    assert _reads(_http(daemon, "/query", q, carol)[1]), "the proxy (127.0.0.1) names carol"
+    daemon.callers.proxy_networks = ()  # the same header from an address not pinned: ignored
+    assert not _leaks(_http(daemon, "/query", q, carol)[1])
+
+
+def test_status_tells_who_asks_and_names_no_file_to_a_stranger(daemon: Daemon) -> None:
+    code, body = _http(daemon, "/status", {})
+    assert code == 200
+    status = json.loads(body)
+    assert status["caller"]["name"] == "anonymous"
+    assert status["access"]["classes"] >= 2
+    assert not _leaks(body) and "d0.txt" not in body
+
+    def owner() -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {OWNER}"}
+        out: dict[str, Any] = json.loads(_http(daemon, "/status", {}, headers)[1])
+        return out
+
+    assert owner()["caller"]["unrestricted"] is True
+    # the secret's class (one file) and the public one, once permissions were read
+    wait_until(lambda: sorted(c["files"] for c in owner()["access"]["by_class"]) == [1, 12])
+    assert _http(daemon, "/retry", {}, method="POST")[0] == 403, "the owner's action"
+
+
+def test_a_chmod_and_a_setfacl_while_the_daemon_runs_change_who_reads(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    q = {"q": f"salary review {SECRET}", "max_tokens": "4000"}
+    hr = daemon.root / "hr"
+    if shutil.which("setfacl"):
+        bob = _user("bob")
+        subprocess.run(["setfacl", "-m", f"u:{bob}:rx", str(hr)], check=True)
+        subprocess.run(["setfacl", "-m", f"u:{bob}:r", str(hr / "pay.txt")], check=True)
+        wait_until(lambda: _reads(_as_user(users["bob"], daemon, "/query", q)))
+        subprocess.run(["setfacl", "-b", str(hr), str(hr / "pay.txt")], check=True)
+        wait_until(lambda: not _leaks(_as_user(users["bob"], daemon, "/query", q)))
+    os.chmod(hr, 0o755)
+    os.chmod(hr / "pay.txt", 0o644)
+    wait_until(lambda: _reads(_http(daemon, "/query", q)[1]), what="public after chmod")
+    os.chmod(hr / "pay.txt", 0o600)
+    wait_until(lambda: not _leaks(_http(daemon, "/query", q)[1]), what="private again")
+    assert not _leaks(_as_user(users["carol"], daemon, "/query", q)), "600: the owner alone"
+    assert _reads(_as_user(users["alice"], daemon, "/query", q))
