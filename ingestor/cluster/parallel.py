@@ -48,6 +48,7 @@ __all__ = [
     "MIN_PARALLEL_ROWS",
     "WorkerPool",
     "available_cores",
+    "init_worker",
     "restore_index",
     "shared_pools",
     "transform_in_blocks",
@@ -233,7 +234,7 @@ class WorkerPool:
             self._executor = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=get_context("spawn"),
-                initializer=_init_worker,
+                initializer=init_worker,
                 initargs=(os.getpid(),),
             )
         return self._executor
@@ -270,7 +271,9 @@ class WorkerPool:
                 raise
 
 
-def _init_worker(parent: int) -> None:
+def init_worker(parent: int) -> None:
+    """Set up a spawned worker of ``parent``: one BLAS/OpenMP/numba thread, Ctrl-C ignored (the
+    parent stops it), and an exit as soon as the parent is gone (the reader processes too)."""
     limit_heap_arenas()
     for name in _THREAD_VARIABLES:  # for the libraries this worker has not loaded yet
         os.environ[name] = "1"

@@ -7,7 +7,7 @@ this and :mod:`ingestor.read`, ~0.4 s, not the whole pipeline.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from ingestor.read.chunking import chunk_text
 from ingestor.read.documents import Document
@@ -15,7 +15,7 @@ from ingestor.read.structure import Outline
 from ingestor.read.tokens import Tokenizer
 from ingestor.tree.state import Node, folders_of, leaf_id, sha256_text
 
-__all__ = ["Chunker"]
+__all__ = ["ChunkedDocument", "Chunker"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,23 @@ class Chunker:
                 )
             )
         return out
+
+
+@dataclass(frozen=True)
+class ChunkedDocument(Document):
+    """A document with its leaves, chunked where it was read (a reader process, see
+    :mod:`ingestor.pipeline.readers`), so the daemon never runs the chunker on a file's text.
+
+    Attributes:
+        leaves: ``chunker(document)``.
+        chunker: what chunked it; the apply stage uses ``leaves`` only while it chunks alike.
+    """
+
+    leaves: tuple[Node, ...] = ()
+    chunker: Chunker | None = None
+
+    @classmethod
+    def of(cls, doc: Document, leaves: list[Node], chunker: Chunker) -> ChunkedDocument:
+        """``doc`` with the leaves ``chunker`` made of it."""
+        kept = {f.name: getattr(doc, f.name) for f in fields(Document)}
+        return cls(**kept, leaves=tuple(leaves), chunker=chunker)

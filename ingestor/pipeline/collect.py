@@ -20,6 +20,9 @@ from typing import Any, Literal, TypeVar, cast
 
 from ingestor.cluster.parallel import WorkerPool
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
+from ingestor.pipeline.budget import ReadBudgetError, refused_before
+from ingestor.pipeline.chunker import Chunker
+from ingestor.pipeline.readers import ReadWorkers, read_file
 from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread, content_stale_reason
 from ingestor.read.documents import (
@@ -95,6 +98,8 @@ class Collector:
             ``ignore`` None: the default patterns.
         unread: the ledger of files skipped or stale, and why (the CLI and the daemon give it a
             file in the state dir).
+        readers: processes that read and chunk each file under a budget of memory and time
+            (:mod:`ingestor.pipeline.readers`); None: here. ``chunker``: what ``collect``'s chunk.
     """
 
     def __init__(
@@ -104,12 +109,15 @@ class Collector:
         ignore: list[str] | None = None,
         ocr: bool = False,
         text_suffixes: Sequence[str] = (),
+        readers: ReadWorkers | None = None,
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.ignore = ignore
         self.ocr = ocr
         self.text_suffixes = tuple(text_suffixes)
         self.unread = Unread()
+        self.readers = readers
+        self.chunker: Chunker | None = None
 
     @property
     def options(self) -> ReadOptions:
@@ -134,15 +142,22 @@ class Collector:
         With ``pool``, once reading here has taken :data:`PARALLEL_READ_SECONDS`, the rest of
         the files are read and given to ``then`` (chunked) by its worker processes, a few ahead
         of the consumer; ``then`` must then be picklable (a module-level function or an object
-        of one).
+        of one). With ``readers``, they read every file instead (as many as ``pool`` has
+        workers), and a file refused for its budget before is not read again until it changes.
         """
         read = 0
         options = self.options
+        readers = self.readers
+
+        def refused(path: Path) -> SourceError | None:  # by its budget, and unchanged since
+            return None if readers is None else refused_before(self.unread, path, root)
+
         tasks: Iterator[ReadTask[T]] = (
-            (path, root, error, options, then)
+            (path, root, error or refused(path), options, then)
             for path, error in list_documents(root, **self._ignore())
         )
-        results = _read_all(tasks, pool)
+        workers = pool.workers if pool is not None else 1
+        results = _read_all(tasks, pool) if readers is None else readers.map(tasks, workers=workers)
         for path, item, extra in results:
             if isinstance(item, SourceError):
                 source = _relative(path, root)
@@ -156,6 +171,8 @@ class Collector:
                 if self.unread.note(source, kind, str(item), _stat_or_none(path), kept=False):
                     log.warning("%s %s: %s", kind, path, item)
                 report.skipped.append((source, str(item)))
+                if isinstance(item, ReadBudgetError):
+                    self.unread.flush()  # now: a restart must not read it again
                 continue
             self.unread.clear(item.source)
             read += 1
@@ -278,7 +295,11 @@ class Collector:
         if self.unread.known(source, st) is not None:
             return  # recorded and logged for this version already
         try:
-            doc = self.options.read(path, root)
+            doc = (
+                self.options.read(path, root)
+                if self.readers is None
+                else read_file(self.readers, path, root, self.options, self.chunker)
+            )
         except SourceGoneError as exc:
             # vanished mid-read: a later event (or rescan) decides whether it is gone
             self._unavailable(state, source, str(exc), report)
@@ -287,11 +308,13 @@ class Collector:
         except SourceError as exc:
             if source not in state.sources:
                 self._skip(source, str(exc), st, report)
-                return
-            reason = content_stale_reason(str(exc))
-            if self.unread.note(source, "stale", reason, st, kept=True):
-                log.warning("stale %s: %s", source, exc)
-                report.stale.append((source, reason))
+            else:
+                reason = content_stale_reason(str(exc))
+                if self.unread.note(source, "stale", reason, st, kept=True):
+                    log.warning("stale %s: %s", source, exc)
+                    report.stale.append((source, reason))
+            if isinstance(exc, ReadBudgetError):
+                self.unread.flush()  # now: a restart must not read it again
         else:
             docs.append(doc)
             self.unread.clear(doc.source)

@@ -61,6 +61,8 @@ class UnreadFile:
         mtime_ns: modification time of that version (-1: unknown).
         attempts: failed reads so far.
         next_try: when a stale file is read again, seconds since the epoch; 0: only once it changes.
+        inode: the inode of that version (-1: unknown): a file replaced by another of the same
+            size and mtime (a copy, a rename over it) is another version.
     """
 
     kind: Kind
@@ -71,17 +73,15 @@ class UnreadFile:
     mtime_ns: int = -1
     attempts: int = 1
     next_try: float = 0.0
+    inode: int = -1
 
     def same_version(self, st: os.stat_result | None) -> bool:
-        """True if ``st`` is the version that failed (a known size and mtime)."""
+        """True if ``st`` is the version that failed (a known size, mtime and inode)."""
         return (
             st is not None
             and self.size >= 0
-            and (self.size, self.mtime_ns)
-            == (
-                st.st_size,
-                st.st_mtime_ns,
-            )
+            and (self.size, self.mtime_ns) == (st.st_size, st.st_mtime_ns)
+            and self.inode in (-1, st.st_ino)
         )
 
 
@@ -140,7 +140,7 @@ class Unread:
         it changes. News is a new source, another kind or reason, or another version of the file.
         """
         now = self.clock()
-        size, mtime_ns = (st.st_size, st.st_mtime_ns) if st is not None else (-1, -1)
+        size, mtime_ns, inode = (st.st_size, st.st_mtime_ns, st.st_ino) if st else (-1, -1, -1)
         with self._lock:
             old = self._items.get(source)
             retry = kind == "stale" and not _content_problem(reason)
@@ -154,13 +154,14 @@ class Unread:
                     mtime_ns=mtime_ns,
                     attempts=attempts,
                     next_try=now + wait if retry else 0.0,
+                    inode=inode,
                 )
-                news = (old.size, old.mtime_ns) != (size, mtime_ns) and not retry
+                news = (old.size, old.mtime_ns, old.inode) != (size, mtime_ns, inode) and not retry
             else:
                 since = old.since if old is not None else now
                 entry = UnreadFile(
                     kind, reason[:500], since, kept, size, mtime_ns, 1,
-                    now + FIRST_RETRY if retry else 0.0,
+                    now + FIRST_RETRY if retry else 0.0, inode,
                 )  # fmt: skip
                 news = True
             self._items[source] = entry

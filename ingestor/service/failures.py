@@ -1,7 +1,7 @@
 """What the daemon does with a failed batch: classify the failure, quarantine what cannot succeed.
 
-- **transient** (connection, timeout, 429, 5xx, store or state dir unavailable, a refused key):
-  the batch is retried with backoff; nothing is lost.
+- **transient** (connection, timeout, 429, 5xx, store or state dir unavailable, a refused key,
+  a read cut short by a stop): the batch is retried with backoff; nothing is lost.
 - **permanent** (the LLM rejects the input: 400 "context too long", 413, 422, a content filter):
   retrying the same input fails again. A batch of several paths is split to find the path; a single
   path is *quarantined*.
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from ingestor.errors import SummarizationError, TreeError
+from ingestor.pipeline.budget import ReadStopped
 from ingestor.pipeline.unread import write_json_atomic
 from models_store import ModelStoreError
 from retriever import EmbeddingError, StoreError
@@ -35,7 +36,16 @@ Kind = Literal["transient", "permanent", "unexpected"]
 
 #: HTTP statuses of an LLM endpoint that reject this input for good (retrying cannot help).
 PERMANENT_STATUS = frozenset({400, 413, 422})
-_TRANSIENT = (StoreError, EmbeddingError, TreeError, ModelStoreError, OSError, TimeoutError)
+#: ReadStopped: the daemon stopping cut a read short; the file is read at the next start.
+_TRANSIENT = (
+    StoreError,
+    EmbeddingError,
+    TreeError,
+    ModelStoreError,
+    OSError,
+    TimeoutError,
+    ReadStopped,
+)
 
 
 def classify(exc: BaseException) -> Kind:
