@@ -112,7 +112,11 @@ def bench(size: int, n: int, rng: np.random.Generator) -> list[tuple[str, list[f
             metrics=SimpleNamespace(ready=True), query=service.query, ask=service.ask
         )
         routes = daemon_routes(fake_daemon, limits) + qdrant_routes(  # type: ignore[arg-type]
-            EdgeRestReader(store, "adrap"), root=Path(tmp), limits=limits, ready=lambda: True
+            EdgeRestReader(store, "adrap"),
+            root=Path(tmp),
+            limits=limits,
+            ready=lambda: True,
+            readable=lambda _: None,  # as the owner: the bench measures the facade, not access
         )
         server = HttpServer(build_app(routes, None), "127.0.0.1", 0, limits)
         server.start()

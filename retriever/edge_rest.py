@@ -17,6 +17,15 @@ but slices (:mod:`retriever.edge_rest_filter`). ``using`` may be omitted: the de
 searches are (:mod:`retriever.plan`), so the same filter gives the same hits as ``adrap query``.
 Anything else (recommend, documents for inference, order_by, shard keys) raises ValueError
 naming the part, which the facade answers with 400.
+
+Who may read what (issue 53): every method takes ``readable``, the access classes the caller may
+read (None: an unrestricted caller). The reader filter (:func:`~retriever.edge_rest_filter.
+access_filter`) is ANDed with whatever filter the client sent, the top-level one and every
+prefetch's, the client's kept whole as one ``must`` condition (:func:`~retriever.edge_rest_filter.
+restrict`), so no ``should``/``must_not``/``min_should`` of its own loosens it. A point the caller
+may not read is not found: left out of a retrieve, a 404 when it is the query's point (a query by
+id). The reserved meta point names no access class and stays readable to every caller. The
+collection's info counts the points the caller may read.
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ from typing import Any, Final, Protocol, TypeVar
 import qdrant_edge as qe
 from qdrant_client.http import models
 
-from retriever.edge_rest_filter import edge_filter, point_id
+from retriever.edge_rest_filter import access_filter, edge_filter, point_id, restrict
 from retriever.edge_rest_io import (
     NamedVectorIn,
     out_id,
@@ -81,14 +90,25 @@ class EdgeRestReader:
         except StoreError:
             return False
 
-    def info(self) -> models.CollectionInfo:
-        """Return the collection's statistics and configuration as Qdrant describes its own."""
-        shard_info = self.store.read_shard("read the store's info", lambda s: s.info())
+    def info(self, readable: tuple[str, ...] | None = None) -> models.CollectionInfo:
+        """Return the collection's statistics and configuration as Qdrant describes its own;
+        for a restricted caller (``readable``), the counts are of the points it may read."""
+        access = access_filter(readable)
+
+        def read(s: qe.EdgeShard) -> tuple[Any, int | None]:
+            seen = None if access is None else s.count(qe.CountRequest(exact=True, filter=access))
+            return s.info(), seen
+
+        shard_info, seen = self.store.read_shard("read the store's info", read)
         hnsw, dim = self.store.hnsw, self.store.dim or 0
+
+        def capped(n: int) -> int:
+            return n if seen is None else min(n, seen)
+
         schema = {
             key: models.PayloadIndexInfo(
                 data_type=models.PayloadSchemaType(str(index.data_type).rsplit(".", 1)[-1].lower()),
-                points=index.points,
+                points=capped(index.points),
             )
             for key, index in shard_info.payload_schema.items()
         }
@@ -114,27 +134,32 @@ class EdgeRestReader:
         return models.CollectionInfo(
             status=models.CollectionStatus.GREEN,
             optimizer_status=models.OptimizersStatusOneOf.OK,
-            indexed_vectors_count=shard_info.indexed_vectors_count,
-            points_count=shard_info.points_count,
+            indexed_vectors_count=capped(shard_info.indexed_vectors_count),
+            points_count=capped(shard_info.points_count),
             segments_count=shard_info.segments_count,
             config=config,
             payload_schema=schema,
         )
 
-    def query(self, req: models.QueryRequest) -> models.QueryResponse:
-        """Run a Query API request (``POST /collections/{name}/points/query``).
+    def query(
+        self, req: models.QueryRequest, readable: tuple[str, ...] | None = None
+    ) -> models.QueryResponse:
+        """Run a Query API request (``POST /collections/{name}/points/query``) as a caller who
+        may read ``readable`` (None: everything).
 
         Raises:
             ValueError: an unsupported or invalid part of the request (named).
+            LookupError: the query's point (a query by id) is not one the caller may read.
         """
         _refuse(req.lookup_from, "lookup_from")
         _refuse(req.shard_key, "shard_key")
         limit, offset = _bounded(req.limit, req.offset)
-        flt = edge_filter(req.filter)
+        access = access_filter(readable)
+        flt = restrict(edge_filter(req.filter), access)
         payload, vector = with_payload(req.with_payload, False), with_vector(req.with_vector)
         query = req.query
         if req.prefetch is not None or _composite(query):
-            return models.QueryResponse(points=[scored(p) for p in self._composite(req)])
+            return models.QueryResponse(points=[scored(p) for p in self._composite(req, access)])
         if isinstance(query, models.NearestQuery):
             query = query.nearest
         if query is None:  # no scoring: points in id order, as Qdrant does
@@ -150,7 +175,7 @@ class EdgeRestReader:
             return models.QueryResponse(points=[scored(p) for p in hits])
         if isinstance(query, int | str | uuid.UUID):
             by_id = point_id(query)
-            dense = self._vector_of(by_id)
+            dense = self._vector_of(by_id, access)
             excluded = qe.Filter(must_not=[qe.HasIdCondition({by_id})])
             flt = excluded if flt is None else qe.Filter(must=[flt, excluded])
             query = dense
@@ -167,8 +192,11 @@ class EdgeRestReader:
         )
         return models.QueryResponse(points=[scored(p) for p in hits])
 
-    def search(self, req: RestSearchRequest) -> list[models.ScoredPoint]:
-        """Run a legacy search (``POST /collections/{name}/points/search``).
+    def search(
+        self, req: RestSearchRequest, readable: tuple[str, ...] | None = None
+    ) -> list[models.ScoredPoint]:
+        """Run a legacy search (``POST /collections/{name}/points/search``) as a caller who may
+        read ``readable``.
 
         Raises:
             ValueError: an unsupported or invalid part of the request (named).
@@ -183,7 +211,7 @@ class EdgeRestReader:
         hits = self._nearest(
             vec,
             using,
-            edge_filter(req.filter),
+            restrict(edge_filter(req.filter), access_filter(readable)),
             limit,
             offset,
             req.params,
@@ -193,8 +221,11 @@ class EdgeRestReader:
         )
         return [scored(p) for p in hits]
 
-    def scroll(self, req: models.ScrollRequest) -> models.ScrollResult:
-        """Return one page of points in id order (``POST /collections/{name}/points/scroll``).
+    def scroll(
+        self, req: models.ScrollRequest, readable: tuple[str, ...] | None = None
+    ) -> models.ScrollResult:
+        """Return one page of the points a caller who may read ``readable`` may read, in id
+        order (``POST /collections/{name}/points/scroll``).
 
         Raises:
             ValueError: an unsupported or invalid part of the request (named).
@@ -205,7 +236,7 @@ class EdgeRestReader:
         request = qe.ScrollRequest(
             offset=None if req.offset is None else point_id(req.offset),
             limit=limit,
-            filter=edge_filter(req.filter),
+            filter=restrict(edge_filter(req.filter), access_filter(readable)),
             with_payload=with_payload(req.with_payload, True),
             with_vector=with_vector(req.with_vector),
         )
@@ -215,8 +246,12 @@ class EdgeRestReader:
             next_page_offset=None if after is None else out_id(after),
         )
 
-    def retrieve(self, req: models.PointRequest) -> list[models.Record]:
-        """Return the points with these ids that exist (``POST /collections/{name}/points``).
+    def retrieve(
+        self, req: models.PointRequest, readable: tuple[str, ...] | None = None
+    ) -> list[models.Record]:
+        """Return the points with these ids that exist and that a caller who may read
+        ``readable`` may read (``POST /collections/{name}/points``); the others are left out,
+        as missing ones are.
 
         Raises:
             ValueError: an id is neither an unsigned integer nor a UUID, or too many ids.
@@ -226,21 +261,35 @@ class EdgeRestReader:
             raise ValueError(f"{len(req.ids)} ids is over the {MAX_POINTS} a request may ask for")
         ids = list(dict.fromkeys(point_id(i) for i in req.ids))
         payload, vector = with_payload(req.with_payload, True), with_vector(req.with_vector)
-        records = self.store.read_shard(
-            f"retrieve {len(ids)} points", lambda s: s.retrieve(ids, payload, vector)
-        )
+        access = access_filter(readable)
+
+        def read(s: qe.EdgeShard) -> list[qe.Record]:
+            records = s.retrieve(ids, payload, vector)
+            if access is None or not records:
+                return records
+            allowed = visible(s, [r.id for r in records], access)
+            return [r for r in records if r.id in allowed]
+
+        records = self.store.read_shard(f"retrieve {len(ids)} points", read)
         return [record(r) for r in records]
 
-    def count(self, req: models.CountRequest) -> models.CountResult:
-        """Count the points matching the filter (``POST /collections/{name}/points/count``)."""
+    def count(
+        self, req: models.CountRequest, readable: tuple[str, ...] | None = None
+    ) -> models.CountResult:
+        """Count the points matching the filter that a caller who may read ``readable`` may
+        read (``POST /collections/{name}/points/count``)."""
         _refuse(req.shard_key, "shard_key")
-        request = qe.CountRequest(exact=req.exact is not False, filter=edge_filter(req.filter))
+        flt = restrict(edge_filter(req.filter), access_filter(readable))
+        request = qe.CountRequest(exact=req.exact is not False, filter=flt)
         return models.CountResult(count=self.store.read_shard("count", lambda s: s.count(request)))
 
-    def _composite(self, req: models.QueryRequest) -> list[qe.ScoredPoint]:
-        """A query with prefetches, fusion, a sparse vector or MMR: translated as a whole."""
+    def _composite(
+        self, req: models.QueryRequest, access: qe.Filter | None
+    ) -> list[qe.ScoredPoint]:
+        """A query with prefetches, fusion, a sparse vector or MMR: translated as a whole, the
+        reader filter ``access`` on the query and on every prefetch."""
         limit, offset = _bounded(req.limit, req.offset)
-        flt = edge_filter(req.filter)
+        flt = restrict(edge_filter(req.filter), access)
 
         bad: list[Exception] = []  # the request's own faults: 400/404, not a store failure
 
@@ -255,7 +304,9 @@ class EdgeRestReader:
             def params(given: Any, where: qe.Filter | None, n: int, dense: bool) -> Any:
                 return self._params(shard, given, where, n) if dense else None
 
-            translate = QueryTranslator(partial(stored_vector, shard), params, self._using)
+            translate = QueryTranslator(
+                partial(stored_vector, shard, access=access), params, self._using, access=access
+            )
             scoring, dense = translate.scoring(req.query, req.using, limit + offset)
             prefetches = translate.prefetches(req.prefetch, flt)
             request = qe.QueryRequest(
@@ -293,10 +344,13 @@ class EdgeRestReader:
         dense = self._dense_names()
         return (*dense, SPARSE_VECTOR) if self.store.index.sparse else dense
 
-    def _vector_of(self, point: qe.PointId) -> list[float]:
-        records = self.store.read_shard(
-            "retrieve the query point", lambda s: s.retrieve([point], False, [VECTOR_NAME])
-        )
+    def _vector_of(self, point: qe.PointId, access: qe.Filter | None) -> list[float]:
+        def read(s: qe.EdgeShard) -> list[qe.Record]:
+            if access is not None and not visible(s, [point], access):
+                return []  # a point the caller may not read is not found
+            return s.retrieve([point], False, [VECTOR_NAME])
+
+        records = self.store.read_shard("retrieve the query point", read)
         vectors = records[0].vector if records else None
         if not isinstance(vectors, dict):
             raise LookupError(f"Not found: No point with id {point} found")
@@ -354,6 +408,18 @@ class EdgeRestReader:
         total = shard.info().points_count
         matches = total if flt is None else shard.count(qe.CountRequest(exact=False, filter=flt))
         return edge_search_params(self.store.planner.plan(matches, total, limit, self.store.index))
+
+
+def visible(shard: qe.EdgeShard, ids: list[qe.PointId], access: qe.Filter) -> set[qe.PointId]:
+    """Return which of ``ids`` pass the reader filter ``access`` (one filtered scroll)."""
+    request = qe.ScrollRequest(
+        limit=len(ids),
+        filter=qe.Filter(must=[qe.HasIdCondition(set(ids)), access]),
+        with_payload=False,
+        with_vector=False,
+    )
+    records, _ = shard.scroll(request)
+    return {r.id for r in records}
 
 
 _SPARSE: Final = (models.SparseVector, models.Document)

@@ -2,7 +2,8 @@
 
 Part of :mod:`retriever.edge_rest`: every condition Qdrant's REST API has (field match, range,
 datetime range, geo, values count, is_empty, is_null, has_id, has_vector, nested, sub-filters,
-min_should) except slices, which the engine lacks.
+min_should) except slices, which the engine lacks; and the reader filter every request gets
+(:func:`access_filter`, :func:`restrict`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Any
 
 import qdrant_edge as qe
 from qdrant_client.http import models
+
+from retriever.schema import META_POINT_ID, META_TREE, F
 
 
 def point_id(value: int | str | uuid.UUID) -> qe.PointId:
@@ -44,6 +47,45 @@ def edge_filter(flt: models.Filter | None) -> qe.Filter | None:
         must_not=_conditions(flt.must_not),
         min_should=min_should,
     )
+
+
+def access_filter(readable: tuple[str, ...] | None) -> qe.Filter | None:
+    """Return the engine filter of the points a caller who may read ``readable`` may read.
+
+    ``None``: an unrestricted caller, no filter. Otherwise a node whose every listed access class
+    is readable (at least one listed: ``must: access any``, ``must_not: access except``, as
+    :func:`retriever.edge_translate.edge_filter` says), or the reserved meta point, which names
+    no class and is every client's to read (it says which model embeds the queries).
+    """
+    if readable is None:
+        return None
+    meta = qe.Filter(
+        must=[
+            qe.HasIdCondition({META_POINT_ID}),
+            qe.FieldCondition(key=F.TREE, match=qe.MatchValue(META_TREE)),
+        ]
+    )
+    if not readable:
+        return qe.Filter(should=[meta])
+    classes = list(readable)
+    nodes = qe.Filter(
+        must=[qe.FieldCondition(key=F.ACCESS, match=qe.MatchAny(classes))],
+        must_not=[qe.FieldCondition(key=F.ACCESS, match=qe.MatchExcept(classes))],
+    )
+    return qe.Filter(should=[nodes, meta])
+
+
+def restrict(given: qe.Filter | None, access: qe.Filter | None) -> qe.Filter | None:
+    """Return the client's filter ``given`` ANDed with the reader filter ``access``.
+
+    The client's filter is kept whole as one condition of ``must``, never merged into its lists,
+    so no ``should``, ``must_not`` or ``min_should`` of its own can loosen the reader filter.
+    """
+    if access is None:
+        return given
+    if given is None:
+        return access
+    return qe.Filter(must=[given, access])
 
 
 def _conditions(given: Any) -> list[Any] | None:

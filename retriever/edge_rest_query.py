@@ -7,6 +7,9 @@ a document ``{"text": ..., "model": "qdrant/bm25"}`` on ``bm25`` (what a server'
 ``1 - diversity``, the candidates default to the limit), ``{"fusion": "rrf" | "dbsf"}`` and
 ``{"rrf": {"k", "weights"}}`` over ``prefetch`` (nested prefetches too), each prefetch with its
 own filter, params, limit and score threshold. Anything else raises ValueError naming it.
+
+The reader filter (``access``) is ANDed with every prefetch's filter, nested ones too, and a
+query by the id of a point the caller may not read finds no point (LookupError, as a missing id).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any, Final
 import qdrant_edge as qe
 from qdrant_client.http import models
 
-from retriever.edge_rest_filter import edge_filter, point_id
+from retriever.edge_rest_filter import edge_filter, point_id, restrict
 from retriever.schema import SPARSE_VECTOR
 from retriever.sparse import bm25_query
 
@@ -39,6 +42,7 @@ class QueryTranslator:
             (adrap's plan for a dense query that sent none).
         check_using: raises ValueError for a vector name the collection lacks; returns it
             (``None``: the dense vector).
+        access: the reader filter, ANDed with every prefetch's (None: an unrestricted caller).
     """
 
     def __init__(
@@ -46,10 +50,13 @@ class QueryTranslator:
         vector_of: Callable[[qe.PointId, str], Any],
         params: Callable[[models.SearchParams | None, qe.Filter | None, int, bool], Any],
         check_using: Callable[[str | None], str],
+        *,
+        access: qe.Filter | None = None,
     ) -> None:
         self.vector_of = vector_of
         self.params = params
         self.check_using = check_using
+        self.access = access
 
     def prefetches(self, given: Any, outer: qe.Filter | None) -> list[qe.Prefetch] | None:
         """Translate ``prefetch`` (one or a list); ``None`` stays ``None``."""
@@ -61,7 +68,7 @@ class QueryTranslator:
         if p.lookup_from is not None:
             raise ValueError("'prefetch.lookup_from' is not supported by adrap's facade; drop it")
         limit = 10 if p.limit is None else p.limit
-        flt = edge_filter(p.filter)
+        flt = restrict(edge_filter(p.filter), self.access)
         query, dense = self.scoring(p.query, p.using, limit)
         return qe.Prefetch(
             limit=limit,
@@ -110,12 +117,21 @@ class QueryTranslator:
         )
 
 
-def stored_vector(shard: qe.EdgeShard, point: qe.PointId, name: str) -> Any:
-    """Return the vector ``name`` of a stored point (a query by point id).
+def stored_vector(
+    shard: qe.EdgeShard, point: qe.PointId, name: str, *, access: qe.Filter | None = None
+) -> Any:
+    """Return the vector ``name`` of a stored point (a query by point id) that passes the
+    reader filter ``access`` (None: any point).
 
     Raises:
-        LookupError: no such point, or it has no such vector.
+        LookupError: no such point (or not one the caller may read), or it has no such vector.
     """
+    if access is not None:
+        found = qe.CountRequest(
+            exact=True, filter=qe.Filter(must=[qe.HasIdCondition({point}), access])
+        )
+        if not shard.count(found):
+            raise LookupError(f"Not found: No point with id {point} found")
     records = shard.retrieve([point], False, [name])
     vectors = records[0].vector if records else None
     if not isinstance(vectors, dict) or name not in vectors:

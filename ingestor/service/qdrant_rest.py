@@ -25,7 +25,16 @@ Replies use Qdrant's envelope ``{"result": ..., "status": "ok", "time": seconds}
 point, 503 while the daemon reconciles (as ``/query``), 504 after ``query_timeout``.
 
 Auth: the daemon's bearer token, which :class:`~ingestor.service.http.GuardMiddleware` also takes
-as ``api-key: <token>`` (what Qdrant clients send for ``api_key=``/``apiKey``).
+as ``api-key: <token>`` (what Qdrant clients send for ``api_key=``/``apiKey``); a named token's
+api-key is its principal.
+
+Who may read what (issue 53): every read runs as the request's caller (``caller_of``): the
+reader filter of the classes it may read (``readable``) is ANDed with whatever filter the client
+sent, in search, query (prefetches and a query by point id too), scroll, count and retrieve; a
+point it may not read is not found (404 for ``GET {c}/points/{id}``, left out of ``POST
+{c}/points``); the collection's counts are of what it may read. The meta point stays readable
+to everyone (its model name is how a client embeds queries). Facet, recommend and discover are
+not served (501), so they need no filter.
 
 Concurrency: like ``/query``, each request runs in a worker thread under ``query_timeout`` (past
 it, the request takes no further store lock), and each engine call holds only the store's short
@@ -47,13 +56,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ingestor.service.http import HttpLimits, run_bounded
+from ingestor.service.http import HttpLimits, caller_of, run_bounded
+from ingestor.service.readable import Readable, owner_only
 from retriever import EdgeRestReader, RestSearchRequest, RetrieverError
 
 log = logging.getLogger(__name__)
 
 #: Qdrant's title for ``GET /``; clients and dashboards look for it.
 TITLE: Final = "qdrant - vector search engine"
+#: The access classes a request's caller may read (None: every one).
+Classes = tuple[str, ...] | None
+
 #: Methods that change something; refused with 403.
 WRITES: Final = ["PUT", "POST", "PATCH", "DELETE"]
 #: Qdrant's read-only ``POST`` endpoints this facade does not serve (501, not 403).
@@ -103,7 +116,12 @@ def prefers_html(accept: str) -> bool:
 
 
 def qdrant_routes(
-    reader: EdgeRestReader, *, root: Path, limits: HttpLimits, ready: Callable[[], bool]
+    reader: EdgeRestReader,
+    *,
+    root: Path,
+    limits: HttpLimits,
+    ready: Callable[[], bool],
+    readable: Readable = owner_only,
 ) -> list[BaseRoute]:
     """Return the facade's routes, to mount beside the daemon's (``build_app``).
 
@@ -112,6 +130,8 @@ def qdrant_routes(
         root: the watched folder (named in the 403 of a write).
         limits: ``query_timeout`` bounds every request.
         ready: False while the daemon reconciles (503, as ``/query``).
+        readable: the access classes a caller may read (the daemon's class registry); by
+            default the owner reads everything and anyone else nothing.
     """
     name = reader.collection
     version = api_version()
@@ -126,7 +146,10 @@ def qdrant_routes(
         return LookupError(f"Not found: Collection `{name}` doesn't exist!")
 
     def answer(
-        fn: Callable[[Any], Any], body: type[BaseModel] | None = None, *, collection: bool = True
+        fn: Callable[[Any, Classes], Any],
+        body: type[BaseModel] | None = None,
+        *,
+        collection: bool = True,
     ) -> Callable[[Request], Any]:
         async def route(request: Request) -> Response:
             t0 = time.perf_counter()
@@ -145,10 +168,12 @@ def qdrant_routes(
                 if huge is not None:
                     return _error(400, f"Format error in JSON body: {huge}", t0)
 
+            caller = caller_of(request.scope)
+
             def run() -> Any:
                 if collection and not reader.exists():
                     raise missing()  # nothing built yet
-                return fn(arg)
+                return fn(arg, readable(caller))  # the classes as of now (a chmod applies)
 
             try:
                 out = await run_bounded(run, limits.query_timeout)
@@ -174,28 +199,28 @@ def qdrant_routes(
             models.VersionInfo(title=TITLE, version=version).model_dump(mode="json")
         )
 
-    def collections(_: Any) -> models.CollectionsResponse:
+    def collections(_: Any, __: Classes) -> models.CollectionsResponse:
         listed = [models.CollectionDescription(name=name)] if reader.exists() else []
         return models.CollectionsResponse(collections=listed)
 
-    def exists(params: dict[str, str]) -> models.CollectionExistence:
+    def exists(params: dict[str, str], _: Classes) -> models.CollectionExistence:
         return models.CollectionExistence(exists=params["collection"] == name and reader.exists())
 
-    def point(params: dict[str, str]) -> models.Record:
+    def point(params: dict[str, str], classes: Classes) -> models.Record:
         raw = params["id"]
         pid: int | str = int(raw) if raw.isdigit() else raw
         if isinstance(pid, int) and pid > MAX_INT:
             raise ValueError(f"Unable to parse point id {raw!r}: an id is at most {MAX_INT}")
-        found = reader.retrieve(models.PointRequest(ids=[pid], with_vector=True))
-        if not found:
+        found = reader.retrieve(models.PointRequest(ids=[pid], with_vector=True), classes)
+        if not found:  # missing, or not the caller's to read: the same answer
             raise LookupError(f"Not found: No point with id {raw} found")
         return found[0]
 
-    def query_batch(req: models.QueryRequestBatch) -> list[models.QueryResponse]:
-        return [reader.query(q) for q in req.searches]
+    def query_batch(req: models.QueryRequestBatch, classes: Classes) -> list[models.QueryResponse]:
+        return [reader.query(q, classes) for q in req.searches]
 
-    def search_batch(req: SearchBatch) -> list[list[models.ScoredPoint]]:
-        return [reader.search(q) for q in req.searches]
+    def search_batch(req: SearchBatch, classes: Classes) -> list[list[models.ScoredPoint]]:
+        return [reader.search(q, classes) for q in req.searches]
 
     async def refuse(_: Request) -> Response:
         return _error(403, owned, time.perf_counter())
@@ -209,7 +234,7 @@ def qdrant_routes(
             time.perf_counter(),
         )
 
-    def no_aliases(_: Any) -> models.CollectionsAliasesResponse:
+    def no_aliases(_: Any, __: Classes) -> models.CollectionsAliasesResponse:
         return models.CollectionsAliasesResponse(aliases=[])
 
     c = "/collections/{collection}"
@@ -217,7 +242,7 @@ def qdrant_routes(
         Route("/", root_info, methods=["GET"]),
         Route("/collections", answer(collections, collection=False), methods=["GET"]),
         Route("/aliases", answer(no_aliases, collection=False), methods=["GET"]),
-        Route(c, answer(lambda _: reader.info()), methods=["GET"]),
+        Route(c, answer(lambda _, classes: reader.info(classes)), methods=["GET"]),
         Route(c + "/exists", answer(exists, collection=False), methods=["GET"]),
         Route(c + "/aliases", answer(no_aliases), methods=["GET"]),
         Route(c + "/points/query", answer(reader.query, models.QueryRequest), methods=["POST"]),
