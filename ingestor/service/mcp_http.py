@@ -4,6 +4,14 @@ Mounted by :func:`ingestor.service.http.daemon_routes`, so the daemon's door (Ho
 cross-site checks) and bearer token guard it like every other route. Stateless (a fresh
 transport per POST, JSON replies): nothing is kept between requests, so a client never needs a
 sticky session, and no session table can grow.
+
+Who may read what (issue 53): the server is built once, for every caller; each request's caller
+(``caller_of``, as the door identified it) is set in :data:`MCP_CALLER` around the SDK's
+handling of the request, and a tool reads it in its own task. That task inherits the request's
+context: the SDK starts a stateless request's server task from the request's task (anyio's
+``TaskGroup.start`` creates it in the current context) and each tool call from there;
+tests/unit/service/test_reader_doors.py checks that two callers interleaved each get their own.
+Outside a request the variable says anonymous, never the owner.
 """
 
 from __future__ import annotations
@@ -11,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
 
 from ingestor.answer.service import LIMITS, QueryService
+from ingestor.read.permissions import ANONYMOUS, Identity
 from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
 
 if TYPE_CHECKING:
@@ -24,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Where the daemon serves MCP's streamable HTTP transport.
 MCP_PATH: Final = "/mcp"
+#: The caller of the request being handled (set by :class:`McpEndpoint` for each request).
+MCP_CALLER: ContextVar[Identity] = ContextVar("adrap_mcp_caller", default=ANONYMOUS)
 
 
 class McpEndpoint:
@@ -55,7 +67,13 @@ class McpEndpoint:
 
             await JSONResponse({"error": self._failed}, status_code=503)(scope, receive, send)
             return
-        await self._handle(scope, receive, send)
+        from ingestor.service.http import caller_of
+
+        token = MCP_CALLER.set(caller_of(scope))
+        try:
+            await self._handle(scope, receive, send)
+        finally:
+            MCP_CALLER.reset(token)
 
     async def _serve(self, started: asyncio.Event) -> None:
         from mcp.server.transport_security import TransportSecuritySettings
@@ -105,7 +123,9 @@ def mcp_endpoint(
     def make() -> MCPServer:
         service = queries()
         tools = TreeTools(service)
-        runner = LocalRunner(lambda fn: fn(tools), timeout=timeout, ready=ready)
+        runner = LocalRunner(
+            lambda fn: fn(tools), timeout=timeout, ready=ready, caller=MCP_CALLER.get
+        )
         return build_server(
             runner,
             with_ask=service.llm is not None,

@@ -14,6 +14,12 @@ so an agent can cite it):
   walk the tree up to the summaries or down to the leaves.
 - ``ask``: an answer with numbered citations; only listed when an LLM is configured (the
   server's instructions say how to configure one otherwise).
+
+Who may read what (issue 53): every tool runs as a caller (:class:`LocalRunner`'s ``caller``):
+at ``/mcp`` the request's (:mod:`ingestor.service.mcp_http`), over stdio with a local store the
+account that could open the state dir. ``search`` and ``ask`` filter as ``/query`` does;
+``read_node`` finds only a node the caller may read, and lists only the parents and children it
+may read (a hidden neighbour is left out, as if it were not there).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from pydantic import Field
 from ingestor.answer.modes import MODES
 from ingestor.answer.service import LIMITS, QueryService
 from ingestor.errors import IngestError
+from ingestor.read.permissions import UNRESTRICTED, Identity
 from retriever import F, NodePayload, RetrieverError, ScoredNode, SearchFilter
 
 if TYPE_CHECKING:
@@ -69,7 +76,8 @@ def _request(args: Mapping[str, object], question: str) -> dict[str, object]:
 
 
 class TreeTools:
-    """The tools' work on one tree, blocking (callers run it in a worker thread).
+    """The tools' work on one tree, blocking (callers run it in a worker thread), each call as
+    ``caller`` (default: the tree's owner, for a store opened locally).
 
     Args:
         queries: the query service of the tree (its store, embedder, lock and LLM).
@@ -78,14 +86,14 @@ class TreeTools:
     def __init__(self, queries: QueryService) -> None:
         self.queries = queries
 
-    def search(self, args: Mapping[str, object]) -> dict[str, Any]:
+    def search(self, args: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Return the hits of a ``search`` call (``args``: the tool's arguments).
 
         Raises:
             ValueError: a bad parameter.
             RetrieverError, SummarizationError: the store / postQFRAP's summariser failed.
         """
-        req = self.queries.parse(_request(args, "query"))
+        req = self.queries.parse(_request(args, "query"), caller)
         ctx = self.queries.context(req)
         out: dict[str, Any] = {
             "question": req.question,
@@ -99,36 +107,50 @@ class TreeTools:
             out["parts"] = [p.to_json() for p in ctx.qf.parts]
         return out
 
-    def ask(self, args: Mapping[str, object]) -> dict[str, Any]:
+    def ask(self, args: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Return the answer of an ``ask`` call: text, citations ``[n]`` -> files and spans.
 
         Raises:
             ValueError, RetrieverError, SummarizationError: as :meth:`QueryService.ask`.
         """
-        out = self.queries.ask(_request(args, "question"))
+        out = self.queries.ask(_request(args, "question"), caller)
         keep = ("question", "mode", "answered", "answer", "reason", "citations", "parts", "model")
         return {k: out[k] for k in keep if k in out}
 
-    def read_node(self, node_id: str) -> dict[str, Any]:
-        """Return a node of this tree with its parents and children (previews).
+    def read_node(self, node_id: str, caller: Identity = UNRESTRICTED) -> dict[str, Any]:
+        """Return a node of this tree with its parents and children (previews), those that
+        ``caller`` may read.
 
         Raises:
-            ValueError: ``node_id`` is not a node id, or no node of this tree has it.
+            ValueError: ``node_id`` is not a node id, or no node of this tree that the caller may
+                read has it (the same message: a hidden node is not found).
         """
-        store, tree = self.queries.store, self.queries.tree
-        found, _ = store.scroll(SearchFilter(tree=tree, ids=(node_id,)), 1)
+        tree = self.queries.tree
+        found = self._readable([node_id], caller)
         if not found:  # the tree filter also keeps the reserved meta point out
             raise ValueError(
                 f"no node {node_id!r} in tree {tree!r}; use a node_id from a search hit"
             )
         node = found[0]
-        parents = store.retrieve(list(node.parents)) if node.parents else []
-        children = store.retrieve(list(node.children)) if node.children else []
+        parents = self._readable(list(node.parents), caller)
+        children = self._readable(list(node.children), caller)
         return {
             "node": node_json(node),
             "parents": [_preview(p) for p in parents],
             "children": [_preview(c) for c in children],
         }
+
+    def _readable(self, ids: list[str], caller: Identity) -> list[NodePayload]:
+        """Return the nodes of ``ids`` in this tree that ``caller`` may read, in ``ids``' order
+        (one scroll under the reader filter, the same as every door's)."""
+        if not ids:
+            return []
+        flt = self.queries.reader_filter(
+            SearchFilter(tree=self.queries.tree, ids=tuple(ids)), caller
+        )
+        nodes, _ = self.queries.store.scroll(flt, len(ids))
+        by_id = {n.node_id: n for n in nodes}
+        return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
 
 
 class ToolRunner(Protocol):
@@ -151,6 +173,9 @@ class LocalRunner:
             the call on them: ``tools(fn)`` -> ``fn(TreeTools)``.
         timeout: seconds a call may take (its work stops then too; see ``run_bounded``).
         ready: False while the daemon reconciles (calls are refused, to retry shortly).
+        caller: who makes the call, read in the call's own task before its work starts (at
+            ``/mcp``: the request's caller, from a context variable); default the tree's owner,
+            for a store the OS let this account open.
     """
 
     def __init__(
@@ -159,10 +184,12 @@ class LocalRunner:
         *,
         timeout: float,
         ready: Callable[[], bool] = lambda: True,
+        caller: Callable[[], Identity] = lambda: UNRESTRICTED,
     ) -> None:
         self.tools = tools
         self.timeout = timeout
         self.ready = ready
+        self.caller = caller
 
     async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         from mcp.server.mcpserver.exceptions import ToolError
@@ -171,11 +198,12 @@ class LocalRunner:
 
         if not self.ready():
             raise ToolError("adrap is reconciling the tree with its folder; retry shortly")
+        who = self.caller()  # here, in the call's task: its context holds the request's caller
 
         def work(t: TreeTools) -> dict[str, Any]:
             if tool == "read_node":
-                return t.read_node(str(args[F.NODE_ID]))
-            return t.ask(args) if tool == "ask" else t.search(args)
+                return t.read_node(str(args[F.NODE_ID]), who)
+            return t.ask(args, who) if tool == "ask" else t.search(args, who)
 
         try:
             return await run_bounded(lambda: self.tools(work), self.timeout)
