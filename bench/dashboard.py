@@ -283,7 +283,10 @@ def main() -> None:
         del layers
         filled_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         view = TreeView(LockedStore(store), TREE)
-        app = build_app(dashboard_routes(view, lambda: {"tree": TREE, "updates": []}), None)
+        routes = dashboard_routes(
+            view, lambda *_: {"tree": TREE, "updates": []}, readable=lambda _: None
+        )  # the bench reads as the owner (anonymous would read nothing without a registry)
+        app = build_app(routes, None)
         server = HttpServer(app, "127.0.0.1", 0, HttpLimits())
         server.start()
         try:

@@ -109,9 +109,10 @@ class Layout:
         raise ValueError(f"tree has no layer {layer}; its layers are {have}")
 
 
-def read_nodes(store: NodeStore, tree: str) -> list[Link]:
-    """Return the links of every node of ``tree`` in ``store`` (pages of :data:`SCROLL_PAGE`)."""
-    flt = SearchFilter(tree=tree)
+def read_nodes(store: NodeStore, tree: str, readable: tuple[str, ...] | None = None) -> list[Link]:
+    """Return the links of every node of ``tree`` in ``store`` (pages of :data:`SCROLL_PAGE`)
+    that a caller who may read ``readable`` may read (None: every node)."""
+    flt = SearchFilter(tree=tree, readable=readable)
     out: list[Link] = []
     offset: str | None = None
     while True:

@@ -16,6 +16,10 @@ layer with one scale for both axes, so shapes are not stretched)::
 
 ``start``/``count`` are the layer's place in the picture's order, so map point ``k`` is picture
 node ``start + k``.
+
+Who may read what (issue 53): a caller's picture and maps are of the nodes it may read
+(``readable``), laid out as if the others were not there; each set of readable classes has its own,
+cached alike (the last :data:`KEPT` of them).
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ PCA_SAMPLE: Final = 4096
 VECTOR_BATCH: Final = 2048
 #: Largest value of a map coordinate.
 GRID: Final = 65535
+#: Pictures kept, one per set of readable classes (callers who read the same share one).
+KEPT: Final = 8
 
 
 def project(vectors: NDArray[np.float32], seed: int = 0) -> tuple[NDArray[np.uint16], list[float]]:
@@ -151,7 +157,8 @@ class _Version:
 
 
 class Pictures:
-    """The picture and maps of tree ``tree`` in ``store``, computed once per tree version.
+    """The picture and maps of tree ``tree`` in ``store``, computed once per tree version and
+    set of readable classes.
 
     One lock: a second request for the same version waits for the first instead of reading the
     tree again. The version is the caller's (the daemon: its last update); a picture computed
@@ -162,16 +169,20 @@ class Pictures:
         self.store = store
         self.tree = tree
         self._lock = threading.Lock()
-        self._current: _Version | None = None
+        self._kept: dict[tuple[str, ...] | None, _Version] = {}
 
-    def _at(self, version: str, touched: Touched) -> _Version:
-        cur = self._current
+    def _at(self, version: str, touched: Touched, readable: tuple[str, ...] | None) -> _Version:
+        cur = self._kept.get(readable)
         if cur is None or cur.version != version:
             t0 = time.perf_counter()
-            layout = lay_out(read_nodes(self.store, self.tree))
+            layout = lay_out(read_nodes(self.store, self.tree, readable))
             out = picture_json(layout, self.tree, version, touched)
             out["map_layer"] = default_map_layer(layout)
-            cur = self._current = _Version(version, layout, Encoded.of(out))
+            cur = _Version(version, layout, Encoded.of(out))
+            self._kept.pop(readable, None)
+            self._kept[readable] = cur  # the newest last
+            while len(self._kept) > KEPT:
+                del self._kept[next(iter(self._kept))]
             log.info(
                 "dashboard picture of tree %r: %d nodes in %.1f s (%d kB)",
                 self.tree,
@@ -181,19 +192,29 @@ class Pictures:
             )
         return cur
 
-    def picture(self, version: str, touched: Touched) -> Encoded:
-        """Return the picture's JSON at ``version`` (computed if the cached one is older)."""
+    def picture(
+        self, version: str, touched: Touched, readable: tuple[str, ...] | None = None
+    ) -> Encoded:
+        """Return the picture's JSON at ``version`` (computed if the cached one is older) of
+        the nodes a caller who may read ``readable`` may read (None: every node)."""
         with self._lock:
-            return self._at(version, touched).picture
+            return self._at(version, touched, readable).picture
 
-    def map(self, version: str, touched: Touched, layer: int) -> Encoded:
-        """Return the map of ``layer`` at ``version``.
+    def map(
+        self,
+        version: str,
+        touched: Touched,
+        layer: int,
+        readable: tuple[str, ...] | None = None,
+    ) -> Encoded:
+        """Return the map of ``layer`` at ``version``, of the nodes a caller who may read
+        ``readable`` may read.
 
         Raises:
             ValueError: the tree has no such layer.
         """
         with self._lock:
-            cur = self._at(version, touched)
+            cur = self._at(version, touched, readable)
             if layer not in cur.maps:
                 cur.maps[layer] = Encoded.of(map_json(self.store, cur.layout, layer, version))
             return cur.maps[layer]

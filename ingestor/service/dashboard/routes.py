@@ -17,6 +17,12 @@
 Searching uses the daemon's own ``/query`` (the JSON of ``adrap query --json``), so the page
 highlights exactly what a query returns. ``limit`` is at most ``view.MAX_PAGE`` (400 beyond);
 unknown or malformed node ids are 404; every endpoint but the page needs the bearer token.
+
+Who may read what (issue 53): every endpoint answers as the request's caller (``caller_of``):
+layers, pages, nodes, children, the picture and its maps hold only nodes the caller may read
+(``readable``: the daemon's class registry), counts are of those, and a node it may not read is
+404 like an unknown one. ``updates`` is the ``/status`` document as that caller gets it: for
+anyone but the tree's owner, counts without file names, and no list of updates (they name files).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from ingestor.service.dashboard.page import render_page
 from ingestor.service.dashboard.picture import Touched
 from ingestor.service.dashboard.pictures import Encoded, Pictures
 from ingestor.service.dashboard.view import TreeView, index_offset, page_limit
+from ingestor.service.http import caller_of
+from ingestor.service.readable import Readable, owner_only
 from retriever import F, RetrieverError
 
 #: The page's path (served without the token, like /healthz: it carries no data).
@@ -56,6 +64,15 @@ def _encoded(request: Request, out: Encoded) -> Response:
         headers["Content-Encoding"] = "gzip"
         return Response(out.gz, media_type="application/json", headers=headers)
     return Response(out.raw, media_type="application/json", headers=headers)
+
+
+def _public(out: dict[str, Any]) -> dict[str, Any]:
+    """The updates document for a caller who is not the owner: ``/status``'s public keys (counts,
+    no file names; ``DaemonApi.status`` already keeps only those for such a caller) and no
+    updates (each lists the files it changed)."""
+    from ingestor.service.daemon_api import PUBLIC_STATUS
+
+    return {k: out[k] for k in PUBLIC_STATUS if k in out} | {"updates": []}
 
 
 def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:
@@ -81,15 +98,21 @@ def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:
 
 def dashboard_routes(
     view: TreeView,
-    updates: Callable[[], dict[str, Any]],
+    updates: Callable[..., dict[str, Any]],
     ready: Callable[[], bool] = lambda: True,
+    *,
+    readable: Readable = owner_only,
 ) -> list[BaseRoute]:
     """Return the dashboard's routes over ``view``.
 
     Args:
         view: the tree's paged views (over the daemon's locked store).
-        updates: returns the ``/dashboard/api/updates`` document.
+        updates: ``updates(caller)`` returns the ``/dashboard/api/updates`` document as
+            ``caller`` may see it (``DaemonApi.dashboard_updates``); ``updates()``, the owner's
+            (the picture's version and the nodes the last update wrote).
         ready: False while the daemon reconciles (the API answers 503 meanwhile).
+        readable: the access classes a caller may read (the daemon's class registry); by
+            default the owner reads everything and anyone else nothing.
     """
 
     pictures = Pictures(view.store, view.tree)
@@ -114,8 +137,12 @@ def dashboard_routes(
     async def page(_: Request) -> Response:
         return HTMLResponse(render_page(), headers={"Cache-Control": "no-cache"})
 
-    async def layers(_: Request) -> Response:
-        return await call(lambda: {F.TREE: view.tree, "layers": view.layers()})
+    def classes(request: Request) -> tuple[str, ...] | None:
+        return readable(caller_of(request.scope))
+
+    async def layers(request: Request) -> Response:
+        seen = classes(request)
+        return await call(lambda: {F.TREE: view.tree, "layers": view.layers(seen)})
 
     async def layer(request: Request) -> Response:
         q = request.query_params
@@ -124,11 +151,12 @@ def dashboard_routes(
         except ValueError as exc:
             return _error(400, str(exc))
         n: int = request.path_params["n"]
-        return await call(partial(view.layer_page, n, limit, q.get("offset") or None))
+        offset = q.get("offset") or None
+        return await call(partial(view.layer_page, n, limit, offset, classes(request)))
 
     async def node(request: Request) -> Response:
         node_id: str = request.path_params["id"]
-        return await call(partial(view.node, node_id), node_id)
+        return await call(partial(view.node, node_id, classes(request)), node_id)
 
     async def children(request: Request) -> Response:
         q = request.query_params
@@ -137,24 +165,26 @@ def dashboard_routes(
         except ValueError as exc:
             return _error(400, str(exc))
         node_id: str = request.path_params["id"]
-        return await call(partial(view.children, node_id, offset, limit), node_id)
+        seen = classes(request)
+        return await call(partial(view.children, node_id, offset, limit, seen), node_id)
 
-    async def recent(_: Request) -> Response:
-        out = await anyio.to_thread.run_sync(updates)
-        return _json(out)
+    async def recent(request: Request) -> Response:
+        caller = caller_of(request.scope)
+        out = await anyio.to_thread.run_sync(partial(updates, caller))
+        return _json(out if caller.unrestricted else _public(out))
 
-    def picture() -> Encoded:
-        return pictures.picture(*last_update(updates()))
+    def picture(seen: tuple[str, ...] | None) -> Encoded:
+        return pictures.picture(*last_update(updates()), seen)
 
-    def layer_map(layer: int) -> Encoded:
-        return pictures.map(*last_update(updates()), layer)
+    def layer_map(layer: int, seen: tuple[str, ...] | None) -> Encoded:
+        return pictures.map(*last_update(updates()), layer, seen)
 
     async def picture_route(request: Request) -> Response:
-        return await call(picture, request=request)
+        return await call(partial(picture, classes(request)), request=request)
 
     async def map_route(request: Request) -> Response:
         n: int = request.path_params["n"]
-        return await call(partial(layer_map, n), request=request)
+        return await call(partial(layer_map, n, classes(request)), request=request)
 
     return [
         Route(PAGE_PATH, page),

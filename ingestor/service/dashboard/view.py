@@ -13,6 +13,13 @@ Shapes (keys of nodes are the payload's, from :class:`retriever.F`):
   ``n_sources`` and ``preview`` (the first :data:`PREVIEW_CHARS` characters of the text);
 - a *node*: the whole payload plus ``parents_preview`` (previews of its parents) and
   ``n_children``.
+
+Who may read what (issue 53): every view takes ``readable``, the access classes the caller may
+read (None: everything, the tree's owner), and shows only nodes the caller may read, through the
+store's one reader filter (``SearchFilter.readable``): layer counts and pages, a node (hidden:
+not found), its parents (a hidden parent is left out of ``parents`` and ``parents_preview``) and
+its children (a child of a node the caller may read is readable too: a summary lists the classes
+of every file under it; any other is left out).
 """
 
 from __future__ import annotations
@@ -33,6 +40,9 @@ MAX_PAGE: Final = 200
 MAX_SOURCES: Final = 50
 #: Layers probed at most when counting them (Algorithm 1 stops far below).
 MAX_LAYERS: Final = 64
+
+#: The access classes a caller may read (None: every one, the tree's owner).
+Classes = tuple[str, ...] | None
 
 
 def preview(node: NodePayload) -> dict[str, Any]:
@@ -113,18 +123,23 @@ class TreeView:
         self.store = store
         self.tree = tree
 
-    def layers(self) -> list[dict[str, int]]:
-        """Return ``[{"layer": k, "count": n}, ...]``, top layer first (one count per layer)."""
+    def layers(self, readable: Classes = None) -> list[dict[str, int]]:
+        """Return ``[{"layer": k, "count": n}, ...]``, top layer first (one count per layer),
+        counting the nodes a caller who may read ``readable`` may read."""
         out = []
         for layer in range(MAX_LAYERS):
-            n = self.store.count(SearchFilter(tree=self.tree, min_layer=layer, max_layer=layer))
-            if n == 0:
+            flt = SearchFilter(tree=self.tree, min_layer=layer, max_layer=layer, readable=readable)
+            n = self.store.count(flt)
+            if n == 0:  # a caller who reads a summary reads the nodes under it: none above
                 break
             out.append({F.LAYER: layer, "count": n})
         return out[::-1]
 
-    def layer_page(self, layer: int, limit: int, offset: str | None = None) -> dict[str, Any]:
-        """Return one page of ``layer`` in id order: ``{"layer", "nodes", "next"}``.
+    def layer_page(
+        self, layer: int, limit: int, offset: str | None = None, readable: Classes = None
+    ) -> dict[str, Any]:
+        """Return one page of ``layer`` in id order: ``{"layer", "nodes", "next"}``, of the
+        nodes a caller who may read ``readable`` may read.
 
         ``offset`` is the ``next`` of the previous page (a node id; None for the first page).
 
@@ -135,7 +150,7 @@ class TreeView:
             raise ValueError(f"layer must be >= 0, not {layer}")
         if not 1 <= limit <= MAX_PAGE:
             raise ValueError(f"limit must be between 1 and {MAX_PAGE}, not {limit}")
-        flt = SearchFilter(tree=self.tree, min_layer=layer, max_layer=layer)
+        flt = SearchFilter(tree=self.tree, min_layer=layer, max_layer=layer, readable=readable)
         try:
             nodes, after = self.store.scroll(flt, limit, offset)
         except ValueError as exc:
@@ -144,28 +159,49 @@ class TreeView:
             ) from exc
         return {F.LAYER: layer, "nodes": [preview(n) for n in nodes], "next": after}
 
-    def get(self, node_id: str) -> NodePayload | None:
-        """Return the node ``node_id`` of this tree, or None (unknown, malformed, other tree)."""
-        try:
-            found = self.store.retrieve([node_id])
-        except ValueError:  # not a uuid: no such node
-            return None
-        if not found or found[0].tree != self.tree:
-            return None
-        return found[0]
+    def get(self, node_id: str, readable: Classes = None) -> NodePayload | None:
+        """Return the node ``node_id`` of this tree, or None (unknown, malformed, other tree, or
+        not one a caller who may read ``readable`` may read)."""
+        found = self.readable_nodes([node_id], readable)
+        return found[0] if found else None
 
-    def node(self, node_id: str) -> dict[str, Any] | None:
-        """Return the whole view of a node (see :func:`full`), or None if there is none."""
-        node = self.get(node_id)
+    def readable_nodes(self, ids: list[str], readable: Classes = None) -> list[NodePayload]:
+        """Return the nodes of ``ids`` in this tree that a caller who may read ``readable`` may
+        read, in ``ids``' order (malformed ids are none)."""
+        if not ids:
+            return []
+        flt = SearchFilter(tree=self.tree, ids=tuple(dict.fromkeys(ids)), readable=readable)
+        try:
+            nodes, _ = self.store.scroll(flt, len(flt.ids or ()))
+        except ValueError:  # not a uuid: no such node
+            return []
+        by_id = {n.node_id: n for n in nodes}
+        return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
+    def node(self, node_id: str, readable: Classes = None) -> dict[str, Any] | None:
+        """Return the whole view of a node (see :func:`full`), or None if there is none (or
+        the caller may not read it); a parent the caller may not read is left out."""
+        node = self.get(node_id, readable)
         if node is None:
             return None
-        return full(node, self.store.retrieve(list(node.parents)) if node.parents else [])
+        parents = self.readable_nodes(list(node.parents), readable)
+        out = full(node, parents)
+        if readable is not None:  # no id of a node the caller may not read
+            out[F.PARENTS] = [p.node_id for p in parents]
+            out[F.CHILDREN] = [
+                c.node_id for c in self.readable_nodes(list(node.children), readable)
+            ]
+            out["n_children"] = len(out[F.CHILDREN])
+        return out
 
-    def children(self, node_id: str, offset: int, limit: int) -> dict[str, Any] | None:
+    def children(
+        self, node_id: str, offset: int, limit: int, readable: Classes = None
+    ) -> dict[str, Any] | None:
         """Return previews of ``limit`` children of a node from position ``offset``, or None.
 
         ``{"node_id", "total", "offset", "nodes", "next"}``; ``next`` is the next page's offset
-        or None.
+        or None. Positions are in the node's list of children; for a caller who may read
+        ``readable``, a child it may not read is left out of its page.
 
         Raises:
             ValueError: ``offset < 0`` or ``limit`` outside 1..MAX_PAGE.
@@ -174,7 +210,7 @@ class TreeView:
             raise ValueError(
                 f"children pages need offset >= 0 and limit 1..{MAX_PAGE}, not {offset}, {limit}"
             )
-        node = self.get(node_id)
+        node = self.get(node_id, readable)
         if node is None:
             return None
         ids = list(node.children[offset : offset + limit])
@@ -183,6 +219,6 @@ class TreeView:
             F.NODE_ID: node.node_id,
             "total": len(node.children),
             "offset": offset,
-            "nodes": [preview(c) for c in self.store.retrieve(ids)] if ids else [],
+            "nodes": [preview(c) for c in self.readable_nodes(ids, readable)],
             "next": end if end < len(node.children) else None,
         }

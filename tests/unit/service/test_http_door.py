@@ -77,13 +77,13 @@ class FakeDaemon:
     def share_problem(self) -> str | None:
         return None
 
-    def status(self, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:
+    def status(self, *, offset: int = 0, limit: int = 100, caller: Any = None) -> dict[str, Any]:
         return {"files": 1}
 
-    def query(self, params: dict[str, str]) -> dict[str, Any]:
+    def query(self, params: dict[str, str], caller: Any = None) -> dict[str, Any]:
         return self._query(params)
 
-    def ask(self, params: dict[str, str]) -> dict[str, Any]:
+    def ask(self, params: dict[str, str], caller: Any = None) -> dict[str, Any]:
         self.changed.append("ask")
         return {"answer": "paid for"}
 
@@ -110,32 +110,32 @@ class FakeReader:
     def exists(self) -> bool:
         return True
 
-    def info(self) -> dict[str, Any]:
+    def info(self, *_: Any) -> dict[str, Any]:
         return {"points_count": 0}
 
-    def query(self, req: Any) -> Any:
+    def query(self, req: Any, *_: Any) -> Any:
         return self._query(req)
 
-    def search(self, req: Any) -> list[Any]:
+    def search(self, req: Any, *_: Any) -> list[Any]:
         return []
 
-    def scroll(self, req: Any) -> models.ScrollResult:
+    def scroll(self, req: Any, *_: Any) -> models.ScrollResult:
         return models.ScrollResult(points=[], next_page_offset=None)
 
-    def count(self, req: Any) -> models.CountResult:
+    def count(self, req: Any, *_: Any) -> models.CountResult:
         return models.CountResult(count=0)
 
-    def retrieve(self, req: Any) -> list[Any]:
+    def retrieve(self, req: Any, *_: Any) -> list[Any]:
         return []
 
 
 def fake_view() -> Any:
     return SimpleNamespace(
         tree="t",
-        layers=lambda: [{"layer": 0, "count": 1}],
-        layer_page=lambda n, limit, offset: {"nodes": []},
-        node=lambda node_id: {"node_id": node_id},
-        children=lambda node_id, offset, limit: {"children": []},
+        layers=lambda *_: [{"layer": 0, "count": 1}],
+        layer_page=lambda n, limit, offset, *_: {"nodes": []},
+        node=lambda node_id, *_: {"node_id": node_id},
+        children=lambda node_id, offset, limit, *_: {"children": []},
         store=SimpleNamespace(scroll=lambda flt, limit, offset: ([], None)),  # the picture's
     )
 
@@ -152,7 +152,7 @@ def make_app(
     limits = HttpLimits(query_timeout=timeout)
     routes = [
         *daemon_routes(daemon or FakeDaemon(), limits),  # type: ignore[arg-type]
-        *dashboard_routes(fake_view(), lambda: {"updates": []}),
+        *dashboard_routes(fake_view(), lambda *_: {"updates": []}),
         *qdrant_routes(
             reader or FakeReader(),  # type: ignore[arg-type]
             root=Path("/docs"),

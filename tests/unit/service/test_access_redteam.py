@@ -1,0 +1,130 @@
+"""A soak of random permission changes, checked against the kernel after every step (issue 53).
+
+Each step changes a share the way its users do (chmod and chown of files and folders, an ACL set
+and cleared, a file moved between folders, an edit) and brings the tree up to date; then, for each
+user made for the test, the **kernel** says which files they may read (a forked process that
+switched to the user asks ``os.access``), and the tree must agree: every node the user's filter
+lets through lies only over files they may read (no leak, through leaves or summaries), and every
+leaf of a file they may read is let through (nothing withheld). The tree's invariants hold too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ingestor.answer.service import QueryService
+from ingestor.read.permissions import ANONYMOUS, Identity
+from ingestor.tree.invariants import violations
+from retriever import SearchFilter
+from tests.unit.service.test_access_doors import GROUP, _user, users  # noqa: F401 (fixture)
+from tests.unit.service.test_watcher import doc_text, make_pipeline
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("useradd") is None,
+    reason="needs root and useradd to make the users the kernel is asked about",
+)
+NOBODY = 65534  # in no group of the share: the kernel's answer for an anonymous caller
+STEPS = 24
+
+
+def _kernel_readable(uid: int, root: Path, sources: list[str]) -> set[str]:
+    """Return the sources ``uid`` may read, as the kernel says (a fork that became ``uid``)."""
+    import pwd
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.close(r)
+            try:
+                pw = pwd.getpwuid(uid)
+                os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
+                os.setgid(pw.pw_gid)
+            except KeyError:
+                os.setgroups([])
+                os.setgid(uid)
+            os.setuid(uid)
+            ok = [s for s in sources if os.access(root / s, os.R_OK)]
+            os.write(w, json.dumps(ok).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 1 << 16):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return set(json.loads(data))
+
+
+def _step(rng: random.Random, root: Path, uids: list[int]) -> str:
+    files = sorted(p for p in root.rglob("*.txt"))
+    dirs = sorted(p for p in root.iterdir() if p.is_dir())
+    op = rng.choice(["chmod-file", "chmod-dir", "chown", "acl", "acl-clear", "move", "edit"])
+    f, d = rng.choice(files), rng.choice(dirs)
+    if op == "chmod-file":
+        os.chmod(f, rng.choice([0o600, 0o640, 0o644, 0o604]))
+    elif op == "chmod-dir":
+        os.chmod(d, rng.choice([0o700, 0o750, 0o755, 0o711, 0o701]))
+    elif op == "chown":
+        target = rng.choice([f, d])
+        os.chown(target, rng.choice(uids), -1)
+        shutil.chown(target, group=rng.choice([GROUP, "root"]))
+    elif op == "acl" and shutil.which("setfacl"):
+        bob = _user("bob")
+        subprocess.run(["setfacl", "-m", f"u:{bob}:rx", str(d)], check=True)
+        subprocess.run(["setfacl", "-m", f"u:{bob}:r", str(f)], check=True)
+    elif op == "acl-clear" and shutil.which("setfacl"):
+        subprocess.run(["setfacl", "-b", str(f), str(d)], check=True)
+    elif op == "move":
+        other = rng.choice(dirs)
+        f.rename(other / f"m{rng.randrange(10**6)}.txt")  # public to private, and back
+    else:
+        f.write_text(doc_text(rng, rng.randint(2, 5)))
+    return f"{op} {f.relative_to(root)} {d.relative_to(root)}"
+
+
+def test_random_permission_changes_never_leak_and_never_withhold(
+    users: dict[str, int],  # noqa: F811
+) -> None:
+    rng = random.Random(53)
+    # The kernel is asked through the path above the root too: a place every user may pass
+    # (pytest's tmp dirs are 0700); adrap itself checks from the root down.
+    base = Path(tempfile.mkdtemp(prefix="adrap-redteam-"))
+    os.chmod(base, 0o755)
+    root = base / "share"
+    for j, name in enumerate(["pub", "hr", "mgmt"]):
+        for i in range(7):
+            (root / name).mkdir(parents=True, exist_ok=True)
+            (root / name / f"d{j}{i}.txt").write_text(doc_text(rng, rng.randint(3, 6)))
+    p = make_pipeline(base)
+    p.build(root)
+    service = QueryService(p.store, p.embedder, "t", classes=p.context.access.registry)
+    uids = list(users.values())
+    who = {uid: Identity.of_uid(uid) for uid in uids} | {NOBODY: ANONYMOUS}
+    try:
+        for step in range(STEPS):
+            did = _step(rng, root, uids)
+            p.reconcile(root)
+            state = p.require_state()
+            assert violations(state) == [], f"step {step} ({did})"
+            sources = sorted(state.sources.keys())
+            for uid, identity in who.items():
+                allowed = _kernel_readable(uid, root, sources)
+                flt = service.reader_filter(SearchFilter(tree="t"), identity)
+                seen, _ = p.store.scroll(flt, 100_000)
+                leaked = {s for n in seen for s in n.sources} - allowed
+                assert not leaked, f"step {step} ({did}): {identity.name} got {sorted(leaked)}"
+                shown = {n.source for n in seen if n.layer == 0}
+                assert shown == allowed, f"step {step} ({did}): {identity.name} withheld"
+    finally:
+        p.store.close()
+        shutil.rmtree(base, ignore_errors=True)
