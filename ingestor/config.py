@@ -129,10 +129,8 @@ class ReadSettings(_Section):
     ocr: bool = False
     #: More suffixes read as plain text, e.g. [".sql", ".cfg"] (docs/formats.md lists the rest).
     text_suffixes: StrList = Field(default_factory=list)
-    #: Each file is read and chunked in a reader process, under a budget (docs/formats.md,
-    #: "Limits"): the memory it may take beyond the reader's own, the seconds it may take, and
-    #: the files a reader reads before a fresh one replaces it. Past a limit the file is skipped
-    #: until it changes, with the reason.
+    #: A file's budget in its reader process (docs/formats.md, "Limits"): memory beyond the
+    #: reader's own, seconds, and files read before a fresh reader; past one it is skipped.
     worker_memory_bytes: int = Field(default=1 << 30, ge=16 << 20)
     worker_seconds: float = Field(default=60.0, gt=0)
     worker_files: int = Field(default=1000, ge=1)
@@ -293,7 +291,9 @@ class WatchSettings(_Section):
     http_max_tokens: int = Field(default=32_000, ge=1)  # largest max_tokens a query may ask
     http_max_top_k: int = Field(default=100, ge=1)
     http_query_timeout: float = Field(default=30.0, gt=0)  # seconds, then 504
-    http_concurrency: int = Field(default=32, ge=1)  # connections at once, then 503
+    http_concurrency: int = Field(default=32, ge=1)  # requests at once, then 503 (not probes)
+    http_head_timeout: float = Field(default=5.0, gt=0)  # seconds to send a request head
+    http_per_client: int = Field(default=16, ge=1)  # connections one client address may hold
     #: A scan removing more than this share of the documents waits for confirmation.
     max_delete_fraction: float = Field(default=0.5, gt=0, le=1)
     #: Seconds between checks that the watched folder is there (a share moved away or unmounted

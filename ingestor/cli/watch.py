@@ -124,6 +124,8 @@ def watch(
                     max_top_k=w.http_max_top_k,
                     query_timeout=w.http_query_timeout,
                     concurrency=w.http_concurrency,
+                    head_timeout=w.http_head_timeout,
+                    per_client=w.http_per_client,
                     allowed_hosts=tuple(w.allowed_hosts),
                 ),
                 ignore=s.read.ignore,

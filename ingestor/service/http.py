@@ -27,8 +27,10 @@ Auth: with a token set, every route but /healthz and /readyz needs it, as
 
 Limits: request bodies over ``MAX_BODY`` bytes are refused (413); ``max_tokens`` and ``top_k`` are
 bounded by settings (400 beyond); a query gets ``query_timeout`` seconds (504 after), and its work
-stops then too (:mod:`ingestor.service.deadline`: it takes no further lock); uvicorn caps
-concurrent connections (``limit_concurrency``, 503 beyond) and idle keep-alive connections.
+stops then too (:mod:`ingestor.service.deadline`: it takes no further lock); requests in progress
+are capped (``concurrency``, 503 beyond, /healthz and /readyz always answered), a connection
+without a complete request head is closed after ``head_timeout`` s, and one client address holds
+at most ``per_client`` connections (:mod:`ingestor.service.http_connections`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from ingestor.errors import ConfigError
 from ingestor.read.permissions import ANONYMOUS, Identity
 from ingestor.service.deadline import Deadline
 from ingestor.service.door import Door
+from ingestor.service.http_connections import PROBE_SPARE, ConnectionGuard
 from ingestor.service.identity import CALLER_KEY, PEER_KEY, Callers, bindable
 
 log = logging.getLogger(__name__)
@@ -82,6 +85,10 @@ class HttpLimits:
     query_timeout: float = 30.0
     concurrency: int = 32
     keep_alive: int = 5
+    #: Seconds a connection may take to send a complete request head, then it is closed.
+    head_timeout: float = 5.0
+    #: Connections one client address may hold (its oldest idle one is closed past it).
+    per_client: int = 16
     #: ``Host`` names accepted besides loopback and the bound host (``ADRAP_WATCH__ALLOWED_HOSTS``).
     allowed_hosts: tuple[str, ...] = ()
 
@@ -258,11 +265,13 @@ class HttpServer:
             ) from exc
         name = self.sock.getsockname()
         self.address: tuple[str, int] = (str(name[0]), int(name[1]))
+        guard = ConnectionGuard(limits.concurrency, limits.head_timeout, limits.per_client)
         config = uvicorn.Config(
             app,
+            http=guard.protocol(),  # idle connections timed out, capped per client
             log_config=None,  # our logging, configured by the CLI
             access_log=False,
-            limit_concurrency=limits.concurrency,
+            limit_concurrency=None,  # requests in progress, not connections: the guard's
             timeout_keep_alive=limits.keep_alive,
             timeout_graceful_shutdown=5,
             lifespan="off",
@@ -337,12 +346,14 @@ class UnixHttpServer:
         finally:
             if dir_fd is not None:
                 os.close(dir_fd)
+        local = limits.concurrency + PROBE_SPARE  # one address: every local caller
+        guard = ConnectionGuard(limits.concurrency, limits.head_timeout, local)
         config = uvicorn.Config(
             app,
-            http=_peer_protocol(),
+            http=guard.protocol(_peer_protocol()),
             log_config=None,
             access_log=False,
-            limit_concurrency=limits.concurrency,
+            limit_concurrency=None,
             timeout_keep_alive=limits.keep_alive,
             timeout_graceful_shutdown=5,
             lifespan="off",
