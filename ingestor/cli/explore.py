@@ -1,8 +1,17 @@
-"""``adrap explore``: the dashboard page of a tree that is not being watched, as one HTML file."""
+"""``adrap explore``: the dashboard page of a tree that is not being watched, as one HTML file.
+
+Who may read what (issue 53): the command opens the tree's store itself, which only an account
+the OS lets open the state dir can do (the state dir is 0711 and its files private to the
+daemon's account); that permission is what makes it read every node as the tree's owner
+(unrestricted), the same as the daemon's own account. It serves nothing over the network: it
+writes one file, readable by its writer alone (0600), since it holds text of files other users
+of the share may not be allowed to read.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,6 +57,9 @@ def explore(ctx: Ctx, output: Path, max_nodes: int | None) -> None:
     children. Search is off in the file (it needs the embedding
     model); a watched tree is explored live at http://HOST:PORT/dashboard instead.
 
+    It shows every node: whoever can open the tree's state dir reads it all, as its owner. The
+    file holds text of every indexed file, so it is written readable by you alone (0600).
+
     \b
     Example:
       adrap explore -o tree.html --max-nodes 2000 && xdg-open tree.html
@@ -64,7 +76,7 @@ def explore(ctx: Ctx, output: Path, max_nodes: int | None) -> None:
             with reading_store(s) as store:
                 updates, touched = _snapshot(s)
                 data = export_data(
-                    TreeView(store, s.tree),
+                    TreeView(store, s.tree),  # unrestricted: the OS let us open the state
                     max_nodes=max_nodes or DEFAULT_MAX_NODES,
                     updates=updates,
                 )
@@ -78,7 +90,7 @@ def explore(ctx: Ctx, output: Path, max_nodes: int | None) -> None:
                 "or name another tree with --tree"
             )
         html = render_page(data)
-        output.write_text(html, encoding="utf-8")
+        _write_private(output, html)
         click.echo(
             f"wrote {output} ({len(html.encode()) / 1e6:.1f} MB, {len(data['nodes'])} nodes"
             f"{', truncated by --max-nodes' if data['truncated'] else ''}) in "
@@ -87,6 +99,15 @@ def explore(ctx: Ctx, output: Path, max_nodes: int | None) -> None:
         )
 
     run(ctx, body)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path``, readable by its owner alone (0600; an existing file too, e.g.
+    one an earlier version wrote 0644: whoever wants to share it chmods it afterwards)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        os.fchmod(f.fileno(), 0o600)  # before the text is in it
+        f.write(text)
 
 
 def _in_use(s: Settings, holder: dict[str, Any]) -> str:
