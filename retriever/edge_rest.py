@@ -19,13 +19,13 @@ Anything else (recommend, documents for inference, order_by, shard keys) raises 
 naming the part, which the facade answers with 400.
 
 Who may read what (issue 53): every method takes ``readable``, the access classes the caller may
-read (None: an unrestricted caller). The reader filter (:func:`~retriever.edge_rest_filter.
-access_filter`) is ANDed with whatever filter the client sent, the top-level one and every
-prefetch's, the client's kept whole as one ``must`` condition (:func:`~retriever.edge_rest_filter.
-restrict`), so no ``should``/``must_not``/``min_should`` of its own loosens it. A point the caller
-may not read is not found: left out of a retrieve, a 404 when it is the query's point (a query by
-id). The reserved meta point names no access class and stays readable to every caller. The
-collection's info counts the points the caller may read.
+read (None: an unrestricted caller). The reader filter
+(:func:`~retriever.edge_rest_filter.access_filter`) is ANDed with whatever filter the client
+sent, the top-level one and every prefetch's, the client's kept whole as one ``must`` condition
+(:func:`~retriever.edge_rest_filter.restrict`), so no ``should``/``must_not``/``min_should`` of
+its own loosens it. A point the caller may not read is not found: left out of a retrieve, a 404
+when it is the query's point (a query by id). The reserved meta point names no access class and
+stays readable to every caller. The collection's info counts the points the caller may read.
 """
 
 from __future__ import annotations
