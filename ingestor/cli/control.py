@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,30 +15,27 @@ if TYPE_CHECKING:
 
 
 def post_daemon(s: Settings, route: str) -> dict[str, Any] | None:
-    """POST ``route`` to the running ``adrap watch`` of this state dir; None if none runs.
+    """POST ``route`` to the running ``adrap watch`` of this state dir (its socket first: the
+    owner's account is known by the kernel); None if none runs.
 
     Raises:
-        IngestError: a daemon holds the state dir but does not answer.
+        IngestError: a daemon holds the state dir but does not answer, or refuses.
     """
-    from ingestor.service.locking import read_holder
+    from ingestor.cli.daemon_client import DaemonClient, DaemonError
 
-    holder = read_holder(s.state_dir)
-    if holder is None or holder.get("command") != "watch" or not holder.get("http"):
+    client = DaemonClient.find(s)
+    if client is None:
         return None
-    url = f"http://{holder['http']}{route}"
-    req = urllib.request.Request(url, method="POST", data=b"")
-    w = s.watch
-    if w.http_token is not None:
-        req.add_header("Authorization", f"Bearer {w.http_token.get_secret_value()}")
+    path, _, query = route.partition("?")
     try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            out: dict[str, Any] = json.loads(resp.read())
+        return client.request("POST", path, dict(urllib.parse.parse_qsl(query)), timeout=30)
+    except DaemonError as exc:
+        raise IngestError(str(exc)) from exc
     except (OSError, ValueError) as exc:
         raise IngestError(
-            f"adrap watch (pid {holder.get('pid', '?')}) did not answer {url} ({exc}); check its "
-            "log and ADRAP_WATCH__HTTP_TOKEN"
+            f"{client.who} did not answer {client.url}{path} ({exc}); check its log and "
+            "ADRAP_WATCH__HTTP_TOKEN"
         ) from exc
-    return out
 
 
 @main.command()

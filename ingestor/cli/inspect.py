@@ -146,27 +146,24 @@ def _layer_graph(has: bool, walks: str, instead: str) -> str:
 def _service_status(s: Any) -> dict[str, Any]:
     """Quarantined files and the running daemon's state (read-only; nothing is created)."""
     from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
-    from ingestor.service.locking import read_holder
 
     out: dict[str, Any] = {
         "quarantined": {
             k: v.reason for k, v in read_quarantine(s.state_dir / QUARANTINE_FILE).items()
         }
     }
-    holder = read_holder(s.state_dir) if s.state_dir.is_dir() else None
-    if holder and holder.get("command") == "watch" and holder.get("http"):
-        import urllib.request
+    from ingestor.cli.daemon_client import DaemonClient, DaemonError
 
-        req = urllib.request.Request(f"http://{holder['http']}/status")
-        if s.watch.http_token is not None:
-            req.add_header("Authorization", f"Bearer {s.watch.http_token.get_secret_value()}")
+    client = DaemonClient.find(s) if s.state_dir.is_dir() else None
+    if client is not None:
         try:
-            with urllib.request.urlopen(req, timeout=10) as resp:
-                live = json.loads(resp.read())
-        except (OSError, ValueError) as exc:
-            out["daemon"] = f"pid {holder.get('pid')} does not answer ({exc})"
+            live = client.request("GET", "/status", timeout=10)
+        except (OSError, ValueError, DaemonError) as exc:
+            out["daemon"] = f"{client.who} does not answer at {client.url} ({exc})"
         else:
-            out["daemon"] = f"pid {holder.get('pid')} at http://{holder['http']}"
+            out["daemon"] = f"{client.who} at {client.url}"
+            out["caller"] = live.get("caller")
+            out["access"] = live.get("access")
             for key in (
                 "pending_events",
                 "deletions_paused",

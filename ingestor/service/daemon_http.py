@@ -10,6 +10,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from ingestor.read.permissions import Identity
 from ingestor.service.daemon_routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
@@ -40,18 +41,28 @@ def daemon_app(
     limits: HttpLimits,
     token: str | None,
     host: str,
-    updates: Callable[[], dict[str, Any]],
+    updates: Callable[..., dict[str, Any]],
     callers: Callers | None = None,
 ) -> Starlette:
-    """Return the ASGI app over ``served`` (the daemon) and its locked ``store``."""
-    pages = dashboard_routes(TreeView(store, tree), updates, lambda: served.ready)
+    """Return the ASGI app over ``served`` (the daemon) and its locked ``store``; every route
+    reads as its caller (``readable``: the classes the caller may read, asked per request so a
+    permission change applies at once)."""
+
+    def readable(who: Identity) -> tuple[str, ...] | None:
+        return served.queries.classes.readable(who)
+
+    pages = dashboard_routes(
+        TreeView(store, tree), updates, lambda: served.ready, readable=readable
+    )
     routes = [*daemon_routes(served, limits), *pages]
     if is_embedded(store):
         from ingestor.service.qdrant_rest import qdrant_routes
         from retriever import EdgeRestReader
 
         reader = EdgeRestReader(store, collection)  # each engine call: the store's lock
-        routes += qdrant_routes(reader, root=root, limits=limits, ready=lambda: served.ready)
+        routes += qdrant_routes(
+            reader, root=root, limits=limits, ready=lambda: served.ready, readable=readable
+        )
     return build_app(routes, token, host=host, allowed_hosts=limits.allowed_hosts, callers=callers)
 
 

@@ -24,7 +24,6 @@ import httpx
 import pytest
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import UnexpectedResponse
-from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from ingestor.pipeline import Pipeline
@@ -137,36 +136,6 @@ def share(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Share]:
 @pytest.fixture
 def no_thread_leaks() -> None:
     """The module's server outlives each test by design (overrides the autouse guard)."""
-
-
-def wired_app(d: Daemon) -> Starlette:
-    """The daemon's app with the facade and the dashboard given the daemon's class registry,
-    as ``daemon_http.daemon_app`` wires them (a caller reads what its classes allow)."""
-    from ingestor.service.daemon_routes import daemon_routes
-    from ingestor.service.dashboard.routes import dashboard_routes
-    from ingestor.service.dashboard.view import TreeView
-    from ingestor.service.http import build_app
-    from ingestor.service.qdrant_rest import qdrant_routes
-    from retriever import EdgeRestReader
-
-    classes = d.queries.classes
-    routes = [
-        *daemon_routes(d.api, d.limits),
-        *dashboard_routes(
-            TreeView(d.store, TREE),
-            d.api.dashboard_updates,
-            lambda: True,
-            readable=classes.readable,
-        ),
-        *qdrant_routes(
-            EdgeRestReader(d.store, "adrap"),
-            root=d.root,
-            limits=d.limits,
-            ready=lambda: True,
-            readable=classes.readable,
-        ),
-    ]
-    return build_app(routes, None, callers=d.callers)
 
 
 def leaks(share: Share, points: list[Any]) -> list[str]:
@@ -320,7 +289,7 @@ def test_the_owners_token_still_reads_every_point(share: Share) -> None:
 def test_a_caller_reads_through_the_facade_what_its_classes_allow(share: Share) -> None:
     """Wired to the registry: the anonymous caller reads the public nodes (not nothing), the
     folder's group reads the secret, and a hostile filter still gets it no further."""
-    with TestClient(wired_app(share.daemon), base_url=BASE) as c:
+    with TestClient(share.daemon.app(), base_url=BASE) as c:
 
         def scroll(headers: dict[str, str], flt: dict[str, Any] | None = None) -> set[str]:
             body = {"limit": 10_000, "with_payload": True, "filter": flt}
@@ -489,7 +458,7 @@ def test_the_dashboard_shows_the_anonymous_caller_no_hidden_node(share: Share) -
 
 
 def test_the_dashboard_shows_a_caller_what_its_classes_allow(share: Share) -> None:
-    with TestClient(wired_app(share.daemon), base_url=BASE) as c:
+    with TestClient(share.daemon.app(), base_url=BASE) as c:
         seen, text = dashboard_ids(c)
         assert seen == share.visible, "the anonymous caller sees every public node, no other"
         assert SECRET not in text
