@@ -34,7 +34,7 @@ from ingestor.read.documents import (
     read_then,
     read_then_many,
 )
-from ingestor.read.listing import Listings, confirmed_gone, iter_files
+from ingestor.read.listing import Listings, confirmed_gone, iter_files, listed_path
 from ingestor.tree.params import Progress
 from ingestor.tree.state import SourceEntry, TreeState
 
@@ -214,6 +214,11 @@ class Collector:
                         "under it or build another tree (ADRAP_TREE=...)"
                     ) from None
             prefix = "" if rel == "." else rel + "/"
+            if not listed_path(root, path):
+                # under a symlinked folder, which the listing never enters: not a file of the
+                # tree (the link itself is judged where its folder is listed)
+                log.debug("%s is under a symlinked folder; not read", rel)
+                continue
             try:
                 is_dir = stat.S_ISDIR(os.stat(path).st_mode)
             except (FileNotFoundError, NotADirectoryError):
@@ -224,7 +229,13 @@ class Collector:
                     self._unavailable(state, rel, "its folder cannot be listed now", report)
                 continue
             except OSError as exc:
-                self._unavailable(state, rel, f"cannot be reached now ({exc.strerror})", report)
+                self._unavailable(
+                    state,
+                    rel,
+                    f"{rel!r} cannot be reached now ({exc.strerror}); what was read is kept and "
+                    "it is tried again; grant access to the folders on its path",
+                    report,
+                )
                 continue
             if not is_dir:
                 self._read_file(state, root, path, _stat_or_none(path), docs, report)
@@ -256,7 +267,7 @@ class Collector:
         seen: set[str] = set()
         kept: list[str] = []
         unchanged = 0
-        for p, error in iter_files(folder, **self._ignore()):
+        for p, error in iter_files(root, under=folder, **self._ignore()):
             source = _source_of(p, root)
             if error is not None:  # a folder: unreadable now (kept), or a link that is refused
                 if isinstance(error, SourceUnavailableError):
@@ -264,6 +275,7 @@ class Collector:
                     self._unavailable(state, source + "/", str(error), report)
                 else:
                     self._skip(source, str(error), None, report)
+                    seen.add(source)  # listed (as refused): its ledger entry stays
                 continue
             seen.add(source)
             if held is not None and held(source, p):

@@ -1,4 +1,9 @@
-"""List the watched folder: walk it (ignore patterns, links that stay inside), read nothing.
+"""List the watched folder: walk it (ignore patterns; symlinked folders never entered), read nothing.
+
+One walk for everything that lists: a build, a rescan of any folder by the daemon
+(``iter_files(root, under=folder)``), and the check of an event's path (:func:`listed_path`), so
+a symlink to a parent folder, to a folder outside, or to another folder of the share is judged
+the same everywhere and a folder is never indexed twice, nor inside itself.
 
 Also the other half of telling what is gone: a file is gone only when its name is absent from a
 successful listing of its folder (:func:`confirmed_gone`); a folder that cannot be listed now
@@ -10,12 +15,20 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ingestor.errors import SourceError, SourceUnavailableError
 
-__all__ = ["DEFAULT_IGNORE", "Listings", "confirmed_gone", "iter_files", "source_name"]
+__all__ = [
+    "DEFAULT_IGNORE",
+    "Listings",
+    "confirmed_gone",
+    "iter_files",
+    "listed_path",
+    "source_name",
+]
 
 DEFAULT_IGNORE: tuple[str, ...] = (
     # hidden files and folders (.git, .DS_Store, LibreOffice's .~lock.*#), Office lock files,
@@ -29,35 +42,103 @@ Listings = dict[Path, frozenset[str] | OSError]
 
 
 def iter_files(
-    root: Path, *, ignore: Sequence[str] = DEFAULT_IGNORE
+    root: Path, *, ignore: Sequence[str] = DEFAULT_IGNORE, under: Path | None = None
 ) -> Iterator[tuple[Path, SourceError | None]]:
     """Walk the folder ``root`` in sorted order, reading nothing: ``(path, None)`` per file.
 
     ``ignore`` holds glob patterns matched against each file and directory name (``.*`` also
-    skips ``.git/``). Symlinked directories are followed only while they stay inside ``root`` and
-    do not loop back to a directory being walked. Folders that cannot be listed or are unsafe
-    links yield ``(path, SourceError)``.
+    skips ``.git/``). A symlink to a file is listed (the reader follows it only while it stays
+    inside ``root``); a symlink to a folder is never walked: one out of ``root`` would leak, one
+    back to a folder being walked loops, and one to another folder of ``root`` would index that
+    folder twice (it is indexed under its own name). Such links, folders that cannot be listed
+    and a folder that is its own ancestor (a bind mount) yield ``(path, SourceError)``.
+
+    ``under`` (a folder under ``root``) walks only that part of the tree, by the same rules as
+    the whole walk: a path through a symlinked folder is not listed (its link yields the error),
+    so a rescan of any folder lists what a build would list there, never more.
 
     Raises:
         SourceError: ``root`` itself does not exist or cannot be listed.
     """
     try:
         real_root = root.resolve(strict=True)
+        top = os.stat(real_root)
     except (OSError, RuntimeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise SourceUnavailableError(
             f"folder {str(root)!r} cannot be opened ({reason}); check the path"
         ) from exc
-    if not real_root.is_dir():
+    if not stat.S_ISDIR(top.st_mode):
         raise SourceError(f"{str(root)!r} is not a folder or a regular file; check the path")
-    yield from _walk(root, root, real_root, [real_root], tuple(ignore))
+    chain = [(top.st_dev, top.st_ino)]
+    start = root
+    if under is not None:
+        found = _descend(root, real_root, under, chain)
+        if found is None:
+            return
+        if isinstance(found, tuple):
+            yield found
+            return
+        start = found
+    yield from _walk(start, root, real_root, chain, tuple(ignore))
+
+
+def listed_path(root: Path, path: Path) -> bool:
+    """Return False if :func:`iter_files` of ``root`` could never list ``path``: a folder on its
+    way is a symlink, which the walk never enters. Only the folders above ``path`` are looked
+    at (``lstat``); one that cannot be looked at now does not decide (True)."""
+    rel = _lexical(path, root)
+    if rel is None:
+        return False
+    cur = Path(os.path.abspath(root))
+    for part in rel.parts[:-1]:
+        cur = cur / part
+        try:
+            if stat.S_ISLNK(os.lstat(cur).st_mode):
+                return False
+        except OSError:
+            return True
+    return True
+
+
+def _descend(
+    root: Path,
+    real_root: Path,
+    under: Path,
+    chain: list[tuple[int, int]],
+) -> Path | tuple[Path, SourceError] | None:
+    """Walk from ``root`` to the folder ``under`` as the full walk would reach it: the folder to
+    list, ``(path, error)`` for a link or unlistable folder on the way, or None (not listed)."""
+    rel = _lexical(under, root)
+    if rel is None:
+        raise SourceError(
+            f"{str(under)!r} is outside the folder {str(root)!r}; list a folder under it"
+        )
+    cur = Path(os.path.abspath(root))
+    for part in rel.parts:
+        cur = cur / part
+        try:
+            st = os.lstat(cur)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return cur, _unlistable(cur, root, exc)
+        if stat.S_ISLNK(st.st_mode):
+            error = _folder_link_error(cur, root, real_root, chain)
+            return (cur, error) if error is not None else None
+        if not stat.S_ISDIR(st.st_mode):
+            return None
+        if (st.st_dev, st.st_ino) in chain:
+            return cur, _loop(cur, root)
+        chain.append((st.st_dev, st.st_ino))
+    return cur
 
 
 def _walk(
     folder: Path,
     root: Path,
     real_root: Path,
-    ancestors: list[Path],
+    chain: list[tuple[int, int]],
     ignore: tuple[str, ...],
 ) -> Iterator[tuple[Path, SourceError | None]]:
     try:
@@ -66,59 +147,97 @@ def _walk(
     except OSError as exc:
         # Never "everything under it is gone": the folder was in its parent's listing (or is the
         # root, which the share guard watches), so what was read under it is kept.
-        yield (
-            folder,
-            SourceUnavailableError(
-                f"folder {_rel(folder, root)!r} cannot be listed now ({exc.strerror or exc}); "
-                "what was read under it is kept and it is tried again; grant read access or add "
-                "it to ADRAP_READ__IGNORE"
-            ),
-        )
+        yield folder, _unlistable(folder, root, exc)
         return
     for entry in entries:
-        if any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in ignore):
+        if _ignored(entry.name, ignore):
             continue
         path = Path(entry.path)
         try:
-            is_dir = entry.is_dir()  # follows symlinks: a link to a folder is walked if safe
-        except OSError:
-            is_dir = False
+            link = entry.is_symlink()
+            is_dir = entry.is_dir()  # a link: its target's type
+        except OSError:  # cannot be looked at now: the reader says why
+            yield path, None
+            continue
+        if link:
+            error = _folder_link_error(path, root, real_root, chain) if is_dir else None
+            if error is not None or not is_dir:
+                yield path, error  # a link to a file: the reader follows it if it stays inside
+            continue
         if not is_dir:
             yield path, None
             continue
         try:
-            real = path.resolve(strict=True)
-        except RuntimeError as exc:  # Python 3.11 reports a symlink loop that way
-            yield path, SourceError(f"folder {_rel(path, root)!r} cannot be resolved ({exc})")
-            continue
+            st = entry.stat(follow_symlinks=False)
         except OSError as exc:
-            yield (
-                path,
-                SourceUnavailableError(
-                    f"folder {_rel(path, root)!r} cannot be resolved now ({exc.strerror or exc}); "
-                    "what was read under it is kept and it is tried again"
-                ),
-            )
+            yield path, _unlistable(path, root, exc)
             continue
-        if not real.is_relative_to(real_root):
-            yield (
-                path,
-                SourceError(
-                    f"folder {_rel(path, root)!r} is a symlink to {str(real)!r}, outside the root; "
-                    "links never leave the watched folder: copy the files in instead"
-                ),
-            )
+        key = (st.st_dev, st.st_ino)
+        if key in chain:
+            yield path, _loop(path, root)
             continue
-        if real in ancestors:
-            yield (
-                path,
-                SourceError(
-                    f"folder {_rel(path, root)!r} is a symlink loop back to {str(real)!r}; "
-                    "remove the link"
-                ),
-            )
-            continue
-        yield from _walk(path, root, real_root, [*ancestors, real], ignore)
+        yield from _walk(path, root, real_root, [*chain, key], ignore)
+
+
+def _folder_link_error(
+    path: Path, root: Path, real_root: Path, chain: list[tuple[int, int]]
+) -> SourceError | None:
+    """Why the symlink ``path`` to a folder is not walked (None: it no longer is one)."""
+    rel = _rel(path, root)
+    try:
+        real = path.resolve(strict=True)
+        st = os.stat(real)
+    except RuntimeError as exc:  # Python 3.11 reports a symlink loop that way
+        return SourceError(f"folder {rel!r} cannot be resolved ({exc}); remove the link")
+    except OSError as exc:
+        return SourceUnavailableError(
+            f"folder {rel!r} cannot be resolved now ({exc.strerror or exc}); "
+            "what was read under it is kept and it is tried again"
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        return None
+    if not real.is_relative_to(real_root):
+        return SourceError(
+            f"folder {rel!r} is a symlink to {str(real)!r}, outside the root; "
+            "links never leave the watched folder: copy the files in instead"
+        )
+    if (st.st_dev, st.st_ino) in chain:
+        return SourceError(
+            f"folder {rel!r} is a symlink loop back to {str(real)!r}; remove the link"
+        )
+    target = real.relative_to(real_root).as_posix()
+    return SourceError(
+        f"folder {rel!r} is a symlink to {target!r}, a folder of the share that is indexed "
+        "under its own name; a folder is indexed once: remove the link"
+    )
+
+
+def _unlistable(folder: Path, root: Path, exc: OSError) -> SourceError:
+    return SourceUnavailableError(
+        f"folder {_rel(folder, root)!r} cannot be listed now ({exc.strerror or exc}); "
+        "what was read under it is kept and it is tried again; grant read access or add "
+        "it to ADRAP_READ__IGNORE"
+    )
+
+
+def _loop(folder: Path, root: Path) -> SourceError:
+    return SourceError(
+        f"folder {_rel(folder, root)!r} is the same folder as one above it (a bind mount "
+        "loop); remove the mount or add it to ADRAP_READ__IGNORE"
+    )
+
+
+def _ignored(name: str, ignore: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in ignore)
+
+
+def _lexical(path: Path, root: Path) -> Path | None:
+    """``path`` relative to ``root`` (as given, or resolved), without resolving ``path``."""
+    abs_path = Path(os.path.abspath(path))
+    for base in (Path(os.path.abspath(root)), root.resolve()):
+        if abs_path.is_relative_to(base):
+            return abs_path.relative_to(base)
+    return None
 
 
 def confirmed_gone(path: Path, root: Path, listed: Listings | None = None) -> bool:

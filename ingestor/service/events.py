@@ -12,6 +12,7 @@ import fnmatch
 import logging
 import os
 import queue
+import stat
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -27,7 +28,7 @@ from watchdog.events import (
 )
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
-from watchdog.observers.polling import PollingObserver
+from watchdog.observers.polling import PollingObserverVFS
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,29 @@ _CHANGES = frozenset(
 
 
 def make_observer(*, polling: bool = False, interval: float = 2.0) -> BaseObserver:
-    """Return watchdog's native observer, or its polling one (NFS/SMB, Docker bind mounts)."""
+    """Return watchdog's native observer, or its polling one (NFS/SMB, Docker bind mounts).
+
+    Neither enters a symlinked folder, as the listing never does
+    (:func:`~ingestor.read.listing.iter_files`): the native one watches no link (watchdog's
+    default), and the polling one looks at a link to a folder as the link itself
+    (:func:`poll_stat`), so a link to a parent folder is not walked until the path is too long.
+    """
     if polling:
-        return PollingObserver(timeout=interval)
+        return PollingObserverVFS(poll_stat, os.scandir, polling_interval=interval)
     return Observer()
+
+
+def poll_stat(path: str) -> os.stat_result:
+    """The polling observer's ``stat``: a link's target's, except for a link to a folder,
+    which is its own (``lstat``) so that the snapshot does not descend into it."""
+    st = os.lstat(path)
+    if not stat.S_ISLNK(st.st_mode):
+        return st
+    try:
+        target = os.stat(path)
+    except OSError:  # a broken link, or one that cannot be followed now: the link itself
+        return st
+    return st if stat.S_ISDIR(target.st_mode) else target
 
 
 class Change(NamedTuple):
@@ -108,7 +128,11 @@ class PathFilter:
         path = Path(os.path.abspath(path))
         if not self.named(path):
             return False
-        if path.is_symlink():
+        try:
+            link = stat.S_ISLNK(os.lstat(path).st_mode)
+        except OSError:  # gone, or under a folder that cannot be traversed now: collect judges
+            link = False
+        if link:
             try:
                 target = path.resolve(strict=False)
             except (OSError, RuntimeError) as exc:

@@ -13,12 +13,13 @@ good until they change. Time is read from the worker's :class:`~ingestor.service
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import stat
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ingestor.read.listing import iter_files
 from ingestor.service.clock import Clock
-from ingestor.service.events import Change
+from ingestor.service.events import Change, PathFilter
 from ingestor.service.failures import Quarantine
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,7 @@ class Settling:
                 self.unsettled.pop(path, None)
                 out.append(path)  # gone: a deletion needs no settling
                 continue
-            if not path.is_file():
+            if not stat.S_ISREG(st.st_mode):
                 out.append(path)
                 continue
             now = (st.st_size, st.st_mtime_ns)
@@ -142,10 +143,11 @@ class Redo:
     def __len__(self) -> int:
         return len(self.retry) + sum(len(part) for part in self.parts)
 
-    def after(
-        self, paths: list[Path], kind: str, exc: Exception, ignore: Sequence[str]
-    ) -> Path | None:
+    def after(self, paths: list[Path], kind: str, exc: Exception, names: PathFilter) -> Path | None:
         """Plan a failed batch again by the failure's ``kind`` (``classify``'s transient, ...).
+
+        ``names``: the watched root and its ignore patterns (a folder is split into the files
+        the one listing gives under it).
 
         Returns:
             The path to quarantine: a lone file whose failure is not transient; else None.
@@ -167,9 +169,10 @@ class Redo:
                 len(paths),
                 what,
             )
-        elif paths[0].is_dir():
+        elif _is_dir(paths[0]):
             # never quarantine a folder (a rescan of the root is one): split it into its files
-            files = [p for p, error in iter_files(paths[0], ignore=ignore) if not error]
+            listing = iter_files(names.root, ignore=names.ignore, under=paths[0])
+            files = [p for p, error in listing if not error]
             if files:
                 mid = (len(files) + 1) // 2
                 self.first([files[:mid], files[mid:]] if len(files) > 1 else [files])
@@ -214,6 +217,14 @@ class Redo:
         out = set(self.retry).union(*self.parts)
         self.retry, self.parts = set(), []
         return out
+
+
+def _is_dir(path: Path) -> bool:
+    """``path.is_dir()`` that says False where the path cannot be looked at now (EACCES)."""
+    try:
+        return stat.S_ISDIR(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def not_quarantined(paths: list[Path], root: Path, quarantine: Quarantine) -> list[Path]:

@@ -393,7 +393,7 @@ class Watcher:
                 len(paths),
                 exc_info=(type(exc), exc, exc.__traceback__),
             )
-        path = self.redo.after(paths, kind, exc, self.filter.ignore)
+        path = self.redo.after(paths, kind, exc, self.filter)
         if path is not None:  # a lone file that failed for good
             try:
                 source = path.relative_to(self.root).as_posix()
