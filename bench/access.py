@@ -2,7 +2,8 @@
 the build of a many-class folder, and leaks through the doors.
 
     python bench/access.py [--nodes 100000] [--classes 100] [--files 10000] [--queries 200]
-                           [--skip filter,change,leaks]
+                           [--articles 12] [--recall-questions 600]
+                           [--skip filter,change,recall,leaks]
 
 - **filter**: the synthetic tree of bench/query.py (tree-shaped 384-d vectors) with each leaf in
   one of ``--classes`` access classes (by folder) and each summary listing its children's union;
@@ -15,6 +16,11 @@ the build of a many-class folder, and leaks through the doors.
   rewritten), embedding calls counted. Target: <= 2 s at 10,000 files, 0 embedding calls. Also
   the build of the folder as ``--classes`` classes against the same files as one class.
   Target: <= 1.3x.
+- **recall**: SQuAD articles, half of them private to another account. Collapsed-tree (hybrid)
+  answer recall at 2,000 tokens for the owner on this tree against the same files as one class
+  (target: within 1 point; the clustering ignores classes, so the trees are equal), and for an
+  anonymous caller on this tree against a tree built from the public articles alone, on the
+  public articles' questions (target: within 1 point).
 - **leaks**: a red-team share (owners, a group, an ACL, a folder without ``x`` for others, a file
   moved from public to private, a chmod while the daemon runs), a unique secret per restricted
   file, users made for the run; every door asked as every principal (the Unix socket as each
@@ -191,6 +197,79 @@ def bench_change(n_files: int, n_classes: int, folder: Path) -> None:
         p.store.close()
 
 
+# -- recall ---------------------------------------------------------------------------------
+
+
+def bench_recall(n_articles: int, n_questions: int, folder: Path) -> None:
+    from datasets import sample, squad_folder, squad_titles
+
+    from ingestor.answer.service import QueryService
+    from ingestor.cli.factories import make_embedder, make_pipeline
+    from ingestor.config import Settings
+    from ingestor.read.permissions import ANONYMOUS, UNRESTRICTED
+    from retriever import SearchFilter, collapsed_tree
+
+    titles = squad_titles()[:n_articles]
+    mixed, questions = squad_folder(folder / "mixed", titles)
+    private = {p.name for p in mixed[1::2]}
+    public_dir = folder / "public"
+    public_dir.mkdir()
+    for p in mixed:
+        if p.name in private:
+            os.chown(p, 60001, 60001)
+            os.chmod(p, 0o600)
+        else:
+            shutil.copy(p, public_dir / p.name)
+    one_class = folder / "one"
+    shutil.copytree(folder / "mixed", one_class)
+    for p in one_class.iterdir():
+        os.chmod(p, 0o644)
+    qs = sample(questions, n_questions)
+    public_qs = [q for q in qs if q.gold_sources[0] not in private]
+
+    def build(root: Path):  # type: ignore[no-untyped-def]
+        s = Settings(_env_file=None, state_dir=folder / f"state-{root.name}")  # type: ignore[call-arg]
+        embedder = make_embedder(s)
+        store = EdgeNodeStore(s.state_dir / "qdrant")
+        p = make_pipeline(s, store, embedder)
+        p.build(root)
+        return p, QueryService(store, embedder, s.tree, classes=p.context.access.registry)
+
+    def recall(service: QueryService, who, questions) -> float:  # type: ignore[no-untyped-def]
+        flt = service.reader_filter(SearchFilter(tree=service.tree), who)
+        hit = 0
+        for q in questions:
+            v = service.embedder.embed_query(q.text)
+            ctx = collapsed_tree(service.store, v, flt, max_tokens=MAX_TOKENS, text=q.text)
+            text = " ".join(h.node.text for h in ctx).lower()
+            hit += any(a.lower() in text for a in q.answers)
+        return hit / max(1, len(questions))
+
+    trees = {name: build(folder / name) for name in ("mixed", "one", "public")}
+    same = set(trees["mixed"][0].require_state().nodes.keys()) == set(
+        trees["one"][0].require_state().nodes.keys()
+    )
+    owner_mixed = recall(trees["mixed"][1], UNRESTRICTED, qs)
+    owner_one = recall(trees["one"][1], UNRESTRICTED, qs)
+    anon_mixed = recall(trees["mixed"][1], ANONYMOUS, public_qs)
+    anon_public = recall(trees["public"][1], UNRESTRICTED, public_qs)
+    print(
+        f"recall: {n_articles} SQuAD articles ({len(private)} private), {len(qs)} questions, "
+        f"collapsed +bm25 at {MAX_TOKENS} tokens"
+    )
+    print(
+        f"  owner: {owner_mixed:.1%} on the 2-class tree, {owner_one:.1%} on one class "
+        f"(same nodes: {same}; target within 1 point)"
+    )
+    print(
+        f"  anonymous, {len(public_qs)} questions on public articles: {anon_mixed:.1%} on the "
+        f"2-class tree, {anon_public:.1%} on a tree of the public articles alone "
+        f"({(anon_mixed - anon_public) * 100:+.1f} points; target within 1 point)"
+    )
+    for _, service in trees.values():
+        service.store.close()
+
+
 # -- leaks -----------------------------------------------------------------------------------
 
 
@@ -216,6 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--classes", type=int, default=100)
     ap.add_argument("--files", type=int, default=10_000)
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--articles", type=int, default=12, help="SQuAD articles of the recall part")
+    ap.add_argument("--recall-questions", type=int, default=600)
     ap.add_argument("--skip", default="")
     a = ap.parse_args(argv)
     skip = set(a.skip.split(","))
@@ -225,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             bench_filter(a.nodes, a.classes, a.queries, folder)
         if "change" not in skip:
             bench_change(a.files, a.classes, folder)
+        if "recall" not in skip:
+            bench_recall(a.articles, a.recall_questions, folder)
     if "leaks" not in skip:
         bench_leaks()
     print(f"peak RSS {peak_mb():,.0f} MB")

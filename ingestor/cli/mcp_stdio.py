@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingestor.cli.factories import make_embedder, make_query_service, reading_store
 from ingestor.config import Settings
 from ingestor.service.mcp_http import MCP_PATH
 from ingestor.service.mcp_server import LocalRunner, TreeTools
 from retriever import Embedder
+
+if TYPE_CHECKING:
+    from ingestor.cli.daemon_client import DaemonClient
 
 log = logging.getLogger(__name__)
 
@@ -50,57 +53,67 @@ class StdioRunner:
 
         from ingestor.service.locking import WriterActiveError
 
-        address = self._daemon()
-        if address is None:
+        daemon = self._daemon()
+        if daemon is None:
             try:
                 return await self.local.call(tool, args)
             except ToolError as exc:
                 if not isinstance(exc.__cause__, WriterActiveError):
                     raise
-                address = self._daemon()  # a daemon started meanwhile: ask it
-                if address is None:
+                daemon = self._daemon()  # a daemon started meanwhile: ask it
+                if daemon is None:
                     raise
-        return await self._forward(address, tool, args)
+        return await self._forward(daemon, tool, args)
 
-    def _daemon(self) -> str | None:
-        """Return the HTTP address of the daemon that owns the embedded store, or None.
+    def _daemon(self) -> DaemonClient | None:
+        """Return the daemon that owns the embedded store (its socket first), or None.
 
         Raises:
-            ToolError: another writer (``adrap build``) holds it, or a daemon serves no HTTP.
+            ToolError: another writer (``adrap build``) holds it, or a daemon serves neither
+                its socket nor HTTP.
         """
         from mcp.server.mcpserver.exceptions import ToolError
 
+        from ingestor.cli.daemon_client import DaemonClient
         from ingestor.service.locking import read_holder
 
         s = self.settings
         if s.store_mode != "embedded":
             return None
-        holder = read_holder(s.state_dir)
-        if holder is None:
-            return None
-        address = holder.get("http")
-        if holder.get("command") != "watch" or not address:
+        try:
+            holder = read_holder(s.state_dir)
+        except PermissionError:
+            holder = None  # another account's tree: its daemon's socket, if any
+        client = DaemonClient.find(s, holder)
+        if client is None and holder is not None:
             raise ToolError(
                 f"the tree's store in {s.state_dir} is in use by adrap "
                 f"{holder.get('command', '?')} (pid {holder.get('pid', '?')}), which serves no "
-                "HTTP; retry when it has finished (or start `adrap watch` with HTTP on)"
+                "socket or HTTP; retry when it has finished (or start `adrap watch`)"
             )
-        return str(address)
+        return client
 
-    async def _forward(self, address: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        """Call ``tool`` on the daemon's ``/mcp`` and return its structured result."""
+    async def _forward(
+        self, daemon: DaemonClient, tool: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Call ``tool`` on the daemon's ``/mcp`` and return its structured result: over its
+        Unix socket the daemon knows this user (SO_PEERCRED), over HTTP by the token."""
         import httpx2
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.server.mcpserver.exceptions import ToolError
 
-        token = self.settings.watch.http_token
-        headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token else {}
-        url = f"http://{address}{MCP_PATH}"
+        headers = (
+            {}
+            if daemon.unix or daemon.token is None
+            else {"Authorization": f"Bearer {daemon.token}"}
+        )
+        transport = httpx2.AsyncHTTPTransport(uds=daemon.where) if daemon.unix else None
+        url = f"http://localhost{MCP_PATH}" if daemon.unix else f"http://{daemon.where}{MCP_PATH}"
         try:
             async with (
                 httpx2.AsyncClient(
-                    headers=headers, timeout=httpx2.Timeout(30.0, read=600.0)
+                    headers=headers, timeout=httpx2.Timeout(30.0, read=600.0), transport=transport
                 ) as http,
                 Client(streamable_http_client(url, http_client=http)) as client,
             ):
@@ -109,8 +122,8 @@ class StdioRunner:
             raise
         except Exception as exc:  # transport failures of every kind: one line, with the fix
             raise ToolError(
-                f"the tree is owned by adrap watch at http://{address}, whose {MCP_PATH} does not "
-                f"answer ({exc}); check `curl http://{address}/healthz` and its "
+                f"the tree is owned by {daemon.who} at {daemon.url}, whose {MCP_PATH} does not "
+                f"answer ({exc}); check that it runs (`adrap status`) and its "
                 "ADRAP_WATCH__HTTP_TOKEN"
             ) from exc
         if result.is_error:  # the daemon's message, without the SDK's prefix (ours adds it)

@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from ingestor.read.permissions import Identity
+from ingestor.read.permissions import ClassRegistry, Identity
 from ingestor.service.daemon_routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
@@ -49,7 +49,8 @@ def daemon_app(
     permission change applies at once)."""
 
     def readable(who: Identity) -> tuple[str, ...] | None:
-        return served.queries.classes.readable(who)
+        classes: ClassRegistry = served.queries.classes
+        return classes.readable(who)
 
     pages = dashboard_routes(
         TreeView(store, tree), updates, lambda: served.ready, readable=readable
