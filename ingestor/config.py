@@ -234,7 +234,7 @@ class AdrapSettings(_Section):
 class QuerySettings(_Section):
     """Retrieval defaults. ``max_tokens`` is the context budget (postQFRAP's tau)."""
 
-    max_tokens: int = Field(default=2000, ge=1, le=16_000)
+    max_tokens: int = Field(default=2000, ge=1, le=32_000)
     mode: Literal["collapsed", "traversal", "postqfrap"] = "collapsed"
     top_k: int = Field(default=5, ge=1, le=100)
     #: Collapsed tree, traversal and postQFRAP's base search BM25 and dense vectors in one fused

@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["LIMITS", "QueryDefaults", "QueryRequest", "QueryService", "parse_request"]
 
-#: Upper bounds of the parameters a request may set (a daemon must not be asked for 10^9 tokens).
-LIMITS = {"max_tokens": 16_000, "top_k": 100, "k0": 200, "answer_tokens": 4_000}
+#: Upper bounds of the parameters a request may set (a daemon must not be asked for 10^9 tokens);
+#: ``max_tokens`` and ``top_k`` are the settings' (``QueryDefaults``), these are their defaults.
+LIMITS = {"max_tokens": 32_000, "top_k": 100, "k0": 200, "answer_tokens": 4_000}
 NO_LLM = (
     "no LLM configured (ADRAP_SUMMARY__BACKEND is not openai): no answer, the best context "
     "follows; set ADRAP_SUMMARY__BACKEND=openai and ADRAP_SUMMARY__OPENAI__BASE_URL to get answers"
@@ -56,6 +57,10 @@ class QueryDefaults:
     summary_tokens: int = 500
     answer_tokens: int = 500
     hybrid: bool = True
+    #: The largest ``max_tokens`` and ``top_k`` a request may ask for
+    #: (``ADRAP_WATCH__HTTP_MAX_TOKENS``, ``ADRAP_WATCH__HTTP_MAX_TOP_K``).
+    max_tokens_limit: int = LIMITS["max_tokens"]
+    top_k_limit: int = LIMITS["top_k"]
 
 
 @dataclass(frozen=True)
@@ -85,10 +90,10 @@ def _int(params: Mapping[str, object], name: str, default: int | None) -> int | 
     return number
 
 
-def _bounded(params: Mapping[str, object], name: str, default: int) -> int:
+def _bounded(params: Mapping[str, object], name: str, default: int, high: int | None = None) -> int:
     value = _int(params, name, default)
     assert value is not None
-    high = LIMITS[name]
+    high = LIMITS[name] if high is None else high
     if not 1 <= value <= high:
         raise ValueError(f"{name} must be between 1 and {high}, got {value}")
     return value
@@ -134,8 +139,8 @@ def parse_request(
     return QueryRequest(
         question=question,
         mode=mode,
-        max_tokens=_bounded(params, "max_tokens", defaults.max_tokens),
-        top_k=_bounded(params, "top_k", defaults.top_k),
+        max_tokens=_bounded(params, "max_tokens", defaults.max_tokens, defaults.max_tokens_limit),
+        top_k=_bounded(params, "top_k", defaults.top_k, defaults.top_k_limit),
         k0=_bounded(params, "k0", defaults.k0),
         base=base,
         flt=flt,

@@ -187,6 +187,8 @@ def make_query_service(
         summary_tokens=p.summary_tokens,
         answer_tokens=settings.answer.max_tokens,
         hybrid=q.hybrid,
+        max_tokens_limit=settings.watch.http_max_tokens,
+        top_k_limit=settings.watch.http_max_top_k,
     )
     return QueryService(
         store,

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
 
-from ingestor.answer.service import LIMITS, QueryService
+from ingestor.answer.service import QueryService
 from ingestor.read.permissions import ANONYMOUS, Identity
 from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
 
@@ -129,8 +129,8 @@ def mcp_endpoint(
         return build_server(
             runner,
             with_ask=service.llm is not None,
-            max_tokens=min(max_tokens, LIMITS["max_tokens"]),
-            max_top_k=min(max_top_k, LIMITS["top_k"]),
+            max_tokens=max_tokens,
+            max_top_k=max_top_k,
         )
 
     return McpEndpoint(make)
