@@ -15,6 +15,7 @@ import click
 
 from ingestor.cli.factories import MODELS_DIR
 from ingestor.config import Settings
+from ingestor.read.names import source_text
 from models_store import ModelStore
 
 
@@ -76,7 +77,7 @@ def _under(root: Path, path: Path) -> list[str]:
     trailing = "/" if str(path).endswith(("/", os.sep)) else ""
     for base, p in ((root, Path(os.path.abspath(path))), (root.resolve(), path.resolve())):
         try:
-            rel = p.relative_to(base).as_posix()
+            rel = source_text(p.relative_to(base).as_posix())  # a name not UTF-8: escaped
         except ValueError:
             continue
         return ["" if rel == "." else rel + trailing]

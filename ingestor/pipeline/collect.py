@@ -34,7 +34,8 @@ from ingestor.read.documents import (
     read_then,
     read_then_many,
 )
-from ingestor.read.listing import Listings, confirmed_gone, iter_files, listed_path
+from ingestor.read.listing import Listings, confirmed_gone, iter_files, listed_path, source_name
+from ingestor.read.names import source_text
 from ingestor.tree.params import Progress
 from ingestor.tree.state import SourceEntry, TreeState
 
@@ -169,7 +170,7 @@ class Collector:
                 if path.is_dir() and kind == "stale":
                     source += "/"
                 if self.unread.note(source, kind, str(item), _stat_or_none(path), kept=False):
-                    log.warning("%s %s: %s", kind, path, item)
+                    log.warning("%s %s: %s", kind, source, item)
                 report.skipped.append((source, str(item)))
                 if isinstance(item, ReadBudgetError):
                     self.unread.flush()  # now: a restart must not read it again
@@ -203,21 +204,19 @@ class Collector:
         for path in paths:
             path = Path(os.path.abspath(path))
             try:
-                rel = path.relative_to(root).as_posix()
+                rel = source_text(path.relative_to(root).as_posix())
             except ValueError:
                 try:
-                    rel = path.resolve().relative_to(root).as_posix()
-                    path = root / rel
+                    path = root / path.resolve().relative_to(root)
+                    rel = source_text(path.relative_to(root).as_posix())
                 except ValueError:
                     raise TreeError(
-                        f"{str(path)!r} is outside the tree's root {state.root!r}; add files "
-                        "under it or build another tree (ADRAP_TREE=...)"
+                        f"{source_text(str(path))!r} is outside the tree's root {state.root!r}; "
+                        "add files under it or build another tree (ADRAP_TREE=...)"
                     ) from None
             prefix = "" if rel == "." else rel + "/"
-            if not listed_path(root, path):
-                # under a symlinked folder, which the listing never enters: not a file of the
-                # tree (the link itself is judged where its folder is listed)
-                log.debug("%s is under a symlinked folder; not read", rel)
+            if not listed_path(root, path):  # the link is judged where its folder is listed
+                log.debug("%s is under a symlinked folder, which is never entered", rel)
                 continue
             try:
                 is_dir = stat.S_ISDIR(os.stat(path).st_mode)
@@ -229,13 +228,9 @@ class Collector:
                     self._unavailable(state, rel, "its folder cannot be listed now", report)
                 continue
             except OSError as exc:
-                self._unavailable(
-                    state,
-                    rel,
-                    f"{rel!r} cannot be reached now ({exc.strerror}); what was read is kept and "
-                    "it is tried again; grant access to the folders on its path",
-                    report,
-                )
+                why = f"{rel!r} cannot be reached now ({exc.strerror}); what was read is kept and "
+                why += "it is tried again; grant access to the folders on its path"
+                self._unavailable(state, rel, why, report)
                 continue
             if not is_dir:
                 self._read_file(state, root, path, _stat_or_none(path), docs, report)
@@ -268,7 +263,7 @@ class Collector:
         kept: list[str] = []
         unchanged = 0
         for p, error in iter_files(root, under=folder, **self._ignore()):
-            source = _source_of(p, root)
+            source = source_name(p, root) or source_text(p.as_posix())
             if error is not None:  # a folder: unreadable now (kept), or a link that is refused
                 if isinstance(error, SourceUnavailableError):
                     kept.append(source + "/")
@@ -303,7 +298,7 @@ class Collector:
 
         Never a deletion here. A version the ledger already knows to fail is not read again.
         """
-        source = _source_of(path, root)
+        source = source_name(path, root) or source_text(path.as_posix())
         if self.unread.known(source, st) is not None:
             return  # recorded and logged for this version already
         try:
@@ -359,10 +354,10 @@ class Collector:
         out: list[str] = []
         for path in paths:
             try:
-                rel = path.resolve().relative_to(root).as_posix()
+                rel = source_text(path.resolve().relative_to(root).as_posix())
             except ValueError:
                 raise TreeError(
-                    f"{str(path)!r} is outside the tree's root {state.root!r}"
+                    f"{source_text(str(path))!r} is outside the tree's root {state.root!r}"
                 ) from None
             found = _sources_at(state, rel)
             if not found:
@@ -390,18 +385,8 @@ def _stat_or_none(path: Path) -> os.stat_result | None:
         return None
 
 
-def _source_of(path: Path, root: Path) -> str:
-    try:
-        return Path(os.path.abspath(path)).relative_to(root).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
-def _relative(path: Path, root: Path) -> str:
-    try:
-        return path.relative_to(root).as_posix()
-    except ValueError:
-        return path.name
+def _relative(path: Path, root: Path) -> str:  # a build of one file: its name
+    return source_name(path, root) or source_text(path.name)
 
 
 def source_entry(doc: Document, leaf_ids: list[str], access: str = "") -> SourceEntry:

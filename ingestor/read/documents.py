@@ -20,6 +20,7 @@ from typing import TypeVar
 from ingestor.errors import SourceError, SourceUnavailableError
 from ingestor.read import formats
 from ingestor.read.listing import DEFAULT_IGNORE, iter_files, source_name
+from ingestor.read.names import source_text
 from ingestor.read.opening import open_inside
 from ingestor.read.structure import join_normalised
 
@@ -123,7 +124,8 @@ def read_document(
     through its resolved path walked from ``root`` with no symlink at any component
     (:func:`~ingestor.read.opening.open_inside`): a symlink is followed only while its target
     stays inside ``root``, and a folder swapped for a link mid-read is never followed out. The
-    converters get the bytes, never the path.
+    converters get the bytes, never the path. ``Document.source`` is the path under ``root``
+    as text (:func:`~ingestor.read.names.source_text`: a name that is not UTF-8 is escaped).
 
     Args:
         path: the file, absolute or relative to the working directory.
@@ -140,7 +142,7 @@ def read_document(
     if max_bytes < 1:
         raise ValueError(f"max_bytes must be at least 1, got {max_bytes}")
     source = source_name(path, root)
-    name = source or str(path)
+    name = source or source_text(str(path))
     suffix = path.suffix.lower()
     extra = {x.lower() if x.startswith(".") else "." + x.lower() for x in text_suffixes}
     if suffix in formats.IMAGE_SUFFIXES and not ocr:
@@ -154,7 +156,9 @@ def read_document(
             "it or add a pattern to ADRAP_READ__IGNORE"
         )
     if source is None:
-        raise SourceError(f"{name!r} is not inside the root {str(root)!r}; move it into the folder")
+        raise SourceError(
+            f"{name!r} is not inside the root {source_text(str(root))!r}; move it into the folder"
+        )
     data, st = _read_bytes(path, root, name, max_bytes)
     extracted = formats.extract(data, name, suffix, ocr=ocr, text_suffixes=extra)
     text, regions = join_normalised(extracted.parts, normalise_text)
@@ -240,7 +244,7 @@ def read_then(task: ReadTask[T]) -> ReadThen[T]:
             return path, item, None
         return path, item, then(item)
     except Exception as exc:  # not a skip: a bug, which stops the build; say where
-        exc.add_note(f"while reading {str(path)!r}")
+        exc.add_note(f"while reading {source_text(str(path))!r}")
         raise
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from ingestor.errors import SourceError, SourceUnavailableError
+from ingestor.read.names import fs_name, source_text
 
 __all__ = [
     "DEFAULT_IGNORE",
@@ -28,6 +29,8 @@ __all__ = [
     "iter_files",
     "listed_path",
     "source_name",
+    "source_path",
+    "source_text",
 ]
 
 DEFAULT_IGNORE: tuple[str, ...] = (
@@ -66,10 +69,12 @@ def iter_files(
     except (OSError, RuntimeError) as exc:
         reason = getattr(exc, "strerror", None) or exc
         raise SourceUnavailableError(
-            f"folder {str(root)!r} cannot be opened ({reason}); check the path"
+            f"folder {source_text(str(root))!r} cannot be opened ({reason}); check the path"
         ) from exc
     if not stat.S_ISDIR(top.st_mode):
-        raise SourceError(f"{str(root)!r} is not a folder or a regular file; check the path")
+        raise SourceError(
+            f"{source_text(str(root))!r} is not a folder or a regular file; check the path"
+        )
     chain = [(top.st_dev, top.st_ino)]
     start = root
     if under is not None:
@@ -112,7 +117,8 @@ def _descend(
     rel = _lexical(under, root)
     if rel is None:
         raise SourceError(
-            f"{str(under)!r} is outside the folder {str(root)!r}; list a folder under it"
+            f"{source_text(str(under))!r} is outside the folder {source_text(str(root))!r}; "
+            "list a folder under it"
         )
     cur = Path(os.path.abspath(root))
     for part in rel.parts:
@@ -198,14 +204,14 @@ def _folder_link_error(
         return None
     if not real.is_relative_to(real_root):
         return SourceError(
-            f"folder {rel!r} is a symlink to {str(real)!r}, outside the root; "
+            f"folder {rel!r} is a symlink to {source_text(str(real))!r}, outside the root; "
             "links never leave the watched folder: copy the files in instead"
         )
     if (st.st_dev, st.st_ino) in chain:
         return SourceError(
-            f"folder {rel!r} is a symlink loop back to {str(real)!r}; remove the link"
+            f"folder {rel!r} is a symlink loop back to {source_text(str(real))!r}; remove the link"
         )
-    target = real.relative_to(real_root).as_posix()
+    target = source_text(real.relative_to(real_root).as_posix())
     return SourceError(
         f"folder {rel!r} is a symlink to {target!r}, a folder of the share that is indexed "
         "under its own name; a folder is indexed once: remove the link"
@@ -277,21 +283,28 @@ def _listing(folder: Path, listed: Listings | None) -> frozenset[str] | OSError:
 
 
 def _rel(path: Path, root: Path) -> str:
-    return source_name(path, root) or str(path)
+    return source_name(path, root) or source_text(str(path))
 
 
 def source_name(path: Path, root: Path) -> str | None:
     """Return ``path`` relative to ``root`` as POSIX text, or None if it is not under ``root``.
 
-    Lexical first, so a symlink keeps the name under which it appears in the folder.
+    Lexical first, so a symlink keeps the name under which it appears in the folder. The text
+    is a file's **source**: a name that is not valid UTF-8 is escaped (:func:`source_text`;
+    :func:`source_path` gives the path back).
     """
     abs_path = Path(os.path.abspath(path))
     for base in (Path(os.path.abspath(root)), root.resolve()):
         if abs_path.is_relative_to(base) and abs_path != base:
-            return abs_path.relative_to(base).as_posix()
+            return source_text(abs_path.relative_to(base).as_posix())
     # ``root`` given through a symlink (macOS /tmp → /private/tmp) and ``path`` already resolved
     parent = abs_path.parent.resolve()
     real_root = root.resolve()
     if parent.is_relative_to(real_root):
-        return (parent / abs_path.name).relative_to(real_root).as_posix()
+        return source_text((parent / abs_path.name).relative_to(real_root).as_posix())
     return None
+
+
+def source_path(root: Path, source: str) -> Path:
+    """Return the path of the file whose source (:func:`source_name`) is ``source``."""
+    return root / fs_name(source)

@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
+from ingestor.read.names import source_text
 
 __all__ = ["FILE_FLAGS", "open_inside"]
 
@@ -70,7 +71,7 @@ def open_inside(path: Path, root: Path, name: str) -> tuple[int, os.stat_result]
         real_root = root.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         raise SourceUnavailableError(
-            f"{name!r} cannot be read now: its root {str(root)!r} cannot be opened "
+            f"{name!r} cannot be read now: its root {source_text(str(root))!r} cannot be opened "
             f"({getattr(exc, 'strerror', None) or exc}); check that the share is mounted"
         ) from exc
     for _ in range(ATTEMPTS):
@@ -93,7 +94,7 @@ def _resolve_inside(path: Path, real_root: Path, name: str) -> tuple[str, ...]:
     except FileNotFoundError as exc:
         if path.is_symlink():
             raise SourceError(
-                f"{name!r} is a broken symlink to {os.readlink(path)!r}; fix or remove the link"
+                f"{name!r} is a broken symlink to {source_text(os.readlink(path))!r}; fix or remove the link"
             ) from exc
         raise SourceGoneError(
             f"{name!r} vanished before it could be read; nothing to do if it was deleted"
@@ -107,7 +108,7 @@ def _resolve_inside(path: Path, real_root: Path, name: str) -> tuple[str, ...]:
         raise SourceError(f"{name!r} cannot be resolved ({exc}); fix or remove the link") from exc
     if not real.is_relative_to(real_root):
         raise SourceError(
-            f"{name!r} is a symlink to {str(real)!r}, outside the root; links never leave the "
+            f"{name!r} is a symlink to {source_text(str(real))!r}, outside the root; links never leave the "
             "watched folder: copy the file in instead"
         )
     parts = real.relative_to(real_root).parts

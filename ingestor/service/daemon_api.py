@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingestor.pipeline import UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
+from ingestor.read.listing import source_path
 from ingestor.read.permissions import UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.service.failures import Quarantine
 from ingestor.service.metrics import Metrics
@@ -150,7 +151,7 @@ class DaemonApi:
         released = self.quarantine.release(path)
         w = self.watcher()
         if w is not None:
-            w.enqueue(self.root / s for s in released)
+            w.enqueue(source_path(self.root, s) for s in released)  # names not UTF-8: escaped
         if released:
             log.info("retrying %d quarantined files: %s", len(released), ", ".join(released[:10]))
         return released

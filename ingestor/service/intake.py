@@ -17,7 +17,7 @@ import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from ingestor.read.listing import iter_files
+from ingestor.read.listing import iter_files, source_text
 from ingestor.service.clock import Clock
 from ingestor.service.events import Change, PathFilter
 from ingestor.service.failures import Quarantine
@@ -232,7 +232,7 @@ def not_quarantined(paths: list[Path], root: Path, quarantine: Quarantine) -> li
     out = []
     for path in paths:
         try:
-            source = path.relative_to(root).as_posix()
+            source = source_text(path.relative_to(root).as_posix())
         except ValueError:
             out.append(path)
             continue

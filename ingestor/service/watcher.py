@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import Document
-from ingestor.read.listing import DEFAULT_IGNORE
+from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
 from ingestor.service.clock import Clock, SystemClock
 from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
@@ -205,7 +205,7 @@ class Watcher:
                 break
             due = self.pipeline.unread.due()
             if due:  # files that could not be read now: their backoff has elapsed
-                burst.join(self.root / source for source in due)
+                burst.join(source_path(self.root, source) for source in due)
                 break
             if self.settling.due(now):
                 burst.join(self.settling.unsettled)
@@ -309,7 +309,7 @@ class Watcher:
         finally:
             self._in_hand = 0
         self._recheck(docs)
-        names = [p.relative_to(self.root).as_posix() for p in paths[:10]]
+        names = [source_text(p.relative_to(self.root).as_posix()) for p in paths[:10]]
         more = f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""
         log.info("applied update: %s; paths: %s%s", report.summary(), ", ".join(names), more)
         return True
@@ -396,7 +396,7 @@ class Watcher:
         path = self.redo.after(paths, kind, exc, self.filter)
         if path is not None:  # a lone file that failed for good
             try:
-                source = path.relative_to(self.root).as_posix()
+                source = source_text(path.relative_to(self.root).as_posix())
             except ValueError:
                 source = str(path)
             self.quarantine.add(source, path, f"{kind}: {type(exc).__name__}: {exc}")
@@ -404,7 +404,7 @@ class Watcher:
     def _recheck(self, docs: Iterable[Document]) -> None:
         """Queue again the files that changed or vanished while they were being read."""
         for doc in docs:
-            path = self.real_root / doc.source
+            path = source_path(self.real_root, doc.source)
             try:
                 st = path.stat()
             except OSError:
