@@ -13,6 +13,7 @@ proves nothing, so what was read under it is kept. Reading a file is
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import stat
@@ -39,6 +40,13 @@ DEFAULT_IGNORE: tuple[str, ...] = (
     ".*", "~$*", "*.swp", "*.tmp", "*.part", ".#*", "*~", "Thumbs.db", "desktop.ini"
 )  # fmt: skip
 
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# a folder to list; a folder only passed through (O_PATH, Linux: search permission is enough)
+_LIST = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0) | _NOFOLLOW
+_PASS = (_LIST & ~os.O_RDONLY) | getattr(os, "O_PATH", os.O_RDONLY)
+# what opening a name with O_NOFOLLOW | O_DIRECTORY says when it is a link or no folder
+_NOT_A_FOLDER = {errno.ELOOP, errno.ENOTDIR, getattr(errno, "EMLINK", errno.ELOOP)}
 
 #: Folders' listings (their names, or why listing failed) kept for a batch of :func:`confirmed_gone`.
 Listings = dict[Path, frozenset[str] | OSError]
@@ -76,16 +84,22 @@ def iter_files(
             f"{source_text(str(root))!r} is not a folder or a regular file; check the path"
         )
     chain = [(top.st_dev, top.st_ino)]
+    try:
+        fd = os.open(real_root, _LIST)
+    except OSError as exc:
+        yield root, _unlistable(root, root, exc)
+        return
     start = root
     if under is not None:
-        found = _descend(root, real_root, under, chain)
+        found = _descend(root, real_root, under, chain, fd)
         if found is None:
             return
-        if isinstance(found, tuple):
-            yield found
+        start, opened = found
+        if isinstance(opened, SourceError):
+            yield start, opened
             return
-        start = found
-    yield from _walk(start, root, real_root, chain, tuple(ignore))
+        fd = opened
+    yield from _walk(start, fd, root, real_root, chain, tuple(ignore))
 
 
 def listed_path(root: Path, path: Path) -> bool:
@@ -107,48 +121,76 @@ def listed_path(root: Path, path: Path) -> bool:
 
 
 def _descend(
-    root: Path,
-    real_root: Path,
-    under: Path,
-    chain: list[tuple[int, int]],
-) -> Path | tuple[Path, SourceError] | None:
-    """Walk from ``root`` to the folder ``under`` as the full walk would reach it: the folder to
-    list, ``(path, error)`` for a link or unlistable folder on the way, or None (not listed)."""
+    root: Path, real_root: Path, under: Path, chain: list[tuple[int, int]], fd: int
+) -> tuple[Path, int | SourceError] | None:
+    """Walk from ``root`` (``fd``, closed here) to the folder ``under`` as the full walk would
+    reach it: ``(folder, its fd)``, ``(path, error)`` for a link or a folder that cannot be
+    opened on the way, or None (not a folder the walk lists)."""
     rel = _lexical(under, root)
-    if rel is None:
-        raise SourceError(
-            f"{source_text(str(under))!r} is outside the folder {source_text(str(root))!r}; "
-            "list a folder under it"
-        )
     cur = Path(os.path.abspath(root))
-    for part in rel.parts:
-        cur = cur / part
+    try:
+        if rel is None:
+            raise SourceError(
+                f"{source_text(str(under))!r} is outside the folder {source_text(str(root))!r}; "
+                "list a folder under it"
+            )
+        for part in rel.parts:
+            cur = cur / part
+            try:
+                sub = os.open(part, _PASS, dir_fd=fd)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno not in _NOT_A_FOLDER:
+                    return cur, _unlistable(cur, root, exc)
+                if not stat.S_ISLNK(os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode):
+                    return None  # a file
+                error = _folder_link_error(cur, root, real_root, chain)
+                return (cur, error) if error is not None else None
+            os.close(fd)
+            fd = sub
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) in chain:
+                return cur, _loop(cur, root)
+            chain.append((st.st_dev, st.st_ino))
         try:
-            st = os.lstat(cur)
-        except FileNotFoundError:
-            return None
+            return cur, os.open(".", _LIST, dir_fd=fd)
         except OSError as exc:
             return cur, _unlistable(cur, root, exc)
-        if stat.S_ISLNK(st.st_mode):
-            error = _folder_link_error(cur, root, real_root, chain)
-            return (cur, error) if error is not None else None
-        if not stat.S_ISDIR(st.st_mode):
-            return None
-        if (st.st_dev, st.st_ino) in chain:
-            return cur, _loop(cur, root)
-        chain.append((st.st_dev, st.st_ino))
-    return cur
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return cur, _unlistable(cur, root, exc)
+    finally:
+        os.close(fd)
 
 
 def _walk(
     folder: Path,
+    fd: int,
+    root: Path,
+    real_root: Path,
+    chain: list[tuple[int, int]],
+    ignore: tuple[str, ...],
+) -> Iterator[tuple[Path, SourceError | None]]:
+    """List ``folder`` through ``fd`` (closed here), each subfolder opened relative to it with
+    ``O_NOFOLLOW``: a folder swapped for a link mid-walk is never listed through the link."""
+    try:
+        yield from _walk_open(folder, fd, root, real_root, chain, ignore)
+    finally:
+        os.close(fd)
+
+
+def _walk_open(
+    folder: Path,
+    fd: int,
     root: Path,
     real_root: Path,
     chain: list[tuple[int, int]],
     ignore: tuple[str, ...],
 ) -> Iterator[tuple[Path, SourceError | None]]:
     try:
-        with os.scandir(folder) as it:
+        with os.scandir(fd) as it:
             entries = sorted(it, key=lambda e: e.name)
     except OSError as exc:
         # Never "everything under it is gone": the folder was in its parent's listing (or is the
@@ -158,7 +200,7 @@ def _walk(
     for entry in entries:
         if _ignored(entry.name, ignore):
             continue
-        path = Path(entry.path)
+        path = folder / entry.name
         try:
             link = entry.is_symlink()
             is_dir = entry.is_dir()  # a link: its target's type
@@ -174,15 +216,17 @@ def _walk(
             yield path, None
             continue
         try:
-            st = entry.stat(follow_symlinks=False)
-        except OSError as exc:
+            sub = os.open(entry.name, _LIST, dir_fd=fd)
+        except OSError as exc:  # EACCES; ELOOP/ENOTDIR: replaced since it was listed
             yield path, _unlistable(path, root, exc)
             continue
+        st = os.fstat(sub)
         key = (st.st_dev, st.st_ino)
         if key in chain:
+            os.close(sub)
             yield path, _loop(path, root)
             continue
-        yield from _walk(path, root, real_root, [*chain, key], ignore)
+        yield from _walk(path, sub, root, real_root, [*chain, key], ignore)
 
 
 def _folder_link_error(

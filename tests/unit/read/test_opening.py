@@ -19,6 +19,7 @@ from ingestor.errors import SourceError, SourceUnavailableError
 from ingestor.pipeline.collect import Collector
 from ingestor.pipeline.reports import BuildReport
 from ingestor.read.documents import Document, read_document
+from ingestor.read.listing import iter_files
 from ingestor.read.opening import open_inside
 
 MAX = 1_000_000
@@ -142,3 +143,16 @@ def test_a_component_that_keeps_turning_into_a_link_is_unavailable_not_followed(
     with pytest.raises(SourceUnavailableError, match="replaced by a link"):
         open_inside(racy_share / "d" / "app.txt", racy_share, "d/app.txt")
     assert len(walks) == 3
+
+
+def test_a_listing_during_the_swap_race_names_no_outside_file(racy_share: Path) -> None:
+    outside = (racy_share / "x").resolve()
+    for i in range(20):
+        (outside / f"secret{i}.txt").write_text("private\n")
+    listed: set[str] = set()
+    with Swapper(racy_share / "d", racy_share / "x") as swapper:
+        for _ in range(300):
+            listed.update(p.name for p, _error in iter_files(racy_share))
+    assert swapper.swaps > 0
+    assert "app.txt" in listed
+    assert not [name for name in listed if name.startswith("secret")]

@@ -68,8 +68,10 @@ def fail_listing(monkeypatch: pytest.MonkeyPatch, folders: dict[str, int]) -> No
     """Make ``os.scandir`` of the folders named in ``folders`` raise that errno."""
     real = os.scandir
 
-    def fake(path: str | os.PathLike[str]) -> object:
-        code = folders.get(Path(path).name)
+    def fake(path: int | str | os.PathLike[str]) -> object:
+        # the listing walks with descriptors: name the folder a descriptor is open on
+        where = os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else path
+        code = folders.get(Path(where).name)
         if code is not None:
             raise OSError(code, os.strerror(code), str(path))
         return real(path)

@@ -182,9 +182,10 @@ def test_eacces_under_a_folder_leaves_the_rest_of_the_batch_to_land(
         return real_lstat(path, *args, **kw)
 
     def fake_scandir(path: Any = ".") -> Any:
-        if isinstance(path, str | os.PathLike) and os.fspath(path) == sub:
+        where = os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else path
+        if os.fspath(where) == sub:
             raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), sub)
-        denied(path)
+        denied(where)
         return real_scandir(path)
 
     def fake_open(path: Any, flags: int, *args: Any, dir_fd: int | None = None, **kw: Any) -> int:
