@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Files sent to a reader ahead of its results: enough to keep it reading while the consumer
-#: embeds the leaves of those before, few enough that a killed reader's rest is cheap to resend.
-PER_READER: Final = 8
+#: embeds the leaves of those before (the build's workers read 64 ahead), few enough that a
+#: killed reader's rest is cheap to resend.
+PER_READER: Final = 32
 #: Reading time (summed over files) after which a map starts its other readers: a reader's
 #: start costs ~1 s of CPU, more than reading a few thousand text files.
 PARALLEL_READ_SECONDS: Final = 3.0
@@ -58,6 +59,9 @@ SLICE: Final = 0.2
 STOP_GRACE: Final = 2.0
 #: Seconds a retiring reader is given to exit by itself before it is killed.
 EXIT_WAIT: Final = 2.0
+#: Seconds of watching the readers, after the consumer held this thread, before a reader is
+#: judged over its time: one blocked sending an answer while nobody read gets to send it first.
+SETTLE: Final = 1.0
 
 
 def read_file(
@@ -207,6 +211,8 @@ class _Run:
         self.drawn = 0
         self.exhausted = False
         self.busy = 0.0  # seconds spent reading, summed over files
+        self.last_wait = 0.0  # when the last wait ended (the consumer has run since)
+        self.watching = 0.0  # since when the readers have been watched without a break
 
     def results(self) -> Iterator[ReadThen[Any]]:
         ready = 0
@@ -241,14 +247,17 @@ class _Run:
             index, task = self.todo.popleft()
             try:
                 reader.send(index, task)
-            except OSError:  # it died: _wait sees its sentinel
+            except OSError:  # it died (between files, or killed from outside): replace it
                 self.todo.appendleft((index, task))
-                break
+                reader.process.join(EXIT_WAIT)
+                self._died(reader)
         for reader in list(self.owner.readers):  # spent: replaced once it has answered all
             if reader.files >= self.budget.files and not reader.sent:
                 self.owner.drop(reader, kill=False)
 
     def _wait(self) -> None:
+        if time.monotonic() - self.last_wait > 2 * SLICE:
+            self.watching = time.monotonic()
         busy = [r for r in self.owner.readers if r.sent]
         wait([r.conn for r in busy] + [r.process.sentinel for r in busy], timeout=SLICE)
         for reader in busy:  # Ctrl-C is raised in the wait above within SLICE s
@@ -257,9 +266,10 @@ class _Run:
             if reader in self.owner.readers and not reader.process.is_alive():
                 self._receive(reader)  # what it said before it went
                 self._died(reader)
-        now = time.monotonic()
+        now = self.last_wait = time.monotonic()
+        settled = now - self.watching >= SETTLE
         for reader in [r for r in self.owner.readers if r.sent and r.started is not None]:
-            if now - (reader.started or now) > self.budget.seconds:
+            if settled and now - (reader.started or now) > self.budget.seconds:
                 index, task = reader.sent.popleft()
                 self.done[index] = _refused(task, self.budget.time_reason)
                 self._replace(reader)

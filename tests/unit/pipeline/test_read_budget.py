@@ -23,10 +23,10 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.errors import SourceError
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.budget import ReadBudget, ReadBudgetError, ReadStopped
-from ingestor.pipeline.chunker import Chunker
+from ingestor.pipeline.chunker import ChunkedDocument, Chunker
 from ingestor.pipeline.collect import Collector
 from ingestor.pipeline.readers import ReadWorkers
-from ingestor.pipeline.reports import BuildReport
+from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
 from ingestor.read.documents import Document, ReadOptions
 from ingestor.read.tokens import default_tokenizer
@@ -187,6 +187,9 @@ def test_a_build_and_an_update_read_in_readers_make_the_leaves_of_a_build_read_h
     updated.build(one)
     for name in ("c.txt", "d.txt"):
         (one / name).write_text(TEXT[name] * 3)
+    docs, _ = updated.collect(updated.require_state(), [one / "c.txt"], UpdateReport())
+    assert isinstance(docs[0], ChunkedDocument)  # chunked in the reader
+    assert docs[0].leaves
     updated.update([one / "c.txt", one / "d.txt"])
     try:
         assert leaves(built) == leaves(here)
@@ -211,6 +214,20 @@ def test_a_reader_is_replaced_after_its_files_not_after_each(tmp_path: Path) -> 
     assert len(set(pids)) == 3
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4]
     assert os.getpid() not in pids
+
+
+def test_a_reader_killed_between_files_is_replaced(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text(TEXT["a.txt"])
+    workers = ReadWorkers(BUDGET)
+    task = (tmp_path / "a.txt", tmp_path, None, OPTIONS, reader_pid)
+    try:
+        first = workers.read(task)[2]
+        os.kill(first, signal.SIGKILL)  # the OOM killer, or an operator
+        workers.readers[0].process.join(HANG_GUARD)
+        second = workers.read(task)[2]
+    finally:
+        workers.close()
+    assert second != first
 
 
 def test_a_stop_kills_a_reader_busy_with_a_file(tmp_path: Path, calls: Path) -> None:
