@@ -55,8 +55,10 @@ PER_READER: Final = 32
 PARALLEL_READ_SECONDS: Final = 3.0
 #: How often a wait for readers wakes to check the time limits, the stop event and Ctrl-C.
 SLICE: Final = 0.2
-#: Seconds reading may go on once the daemon is asked to stop; then the readers are killed.
-STOP_GRACE: Final = 2.0
+#: Seconds reading may go on once the daemon is asked to stop; then the readers are killed. Long
+#: enough for the batch in hand to be read by a started reader (the daemon starts one ahead,
+#: :meth:`ReadWorkers.warm`), short enough for SIGTERM to end the daemon within seconds.
+STOP_GRACE: Final = 3.0
 #: Seconds a retiring reader is given to exit by itself before it is killed.
 EXIT_WAIT: Final = 2.0
 #: Seconds of watching the readers, after the consumer held this thread, before a reader is
@@ -185,6 +187,12 @@ class ReadWorkers:
         if self._stop_seen is None:
             self._stop_seen = now
         return now - self._stop_seen > STOP_GRACE
+
+    def warm(self) -> None:
+        """Start a reader now if none runs, so the next read does not wait for one to start
+        (a spawned Python's imports: seconds on a busy machine, e.g. in a stop's grace)."""
+        if not self.readers:
+            self.start()
 
     def start(self) -> Reader:
         reader = Reader(self.budget)

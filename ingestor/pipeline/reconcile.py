@@ -152,6 +152,11 @@ class Pipeline:
         if self.collector.readers is not None:
             self.collector.readers.stop_when(stop)
 
+    def warm_readers(self) -> None:
+        """Start a reader process ahead of the first read (:meth:`ReadWorkers.warm`)."""
+        if self.collector.readers is not None:
+            self.collector.readers.warm()
+
     def refresh(self, state: TreeState | None = None) -> UpdateReport:
         """Regenerate every stale summary once (see :meth:`ApplyStage.refresh`)."""
         return self.apply_stage.refresh(state or self.require_state(recover=True))

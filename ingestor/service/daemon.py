@@ -226,6 +226,9 @@ class Daemon:
         """
         self._stop = stop
         self.pipeline.stop_reading_when(stop)  # a reader process busy with a file is killed
+        # A reader ready before the first batch: the batch in hand at a SIGTERM is read within
+        # the stop's grace instead of waiting for a reader to start.
+        self.pipeline.warm_readers()
         limit_heap_arenas()  # before its threads (HTTP, watcher, writer) each take a heap
         self.start_http()
         try:
