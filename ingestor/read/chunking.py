@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import accumulate
 
-from ingestor.read.sentences import SOFT_BREAK, split_units
+from ingestor.read.sentences import soft_breaks, split_units
 from ingestor.read.tokens import Tokenizer, default_tokenizer
 
 __all__ = ["Chunk", "chunk_text"]
@@ -117,7 +117,7 @@ def _split_long(
     """Split an over-long sentence at punctuation; hard-split pieces that still do not fit."""
     out: list[tuple[int, int, int]] = []
     long_chars = max_tokens * _CHARS_PER_TOKEN_BOUND
-    cuts = [m.end() for m in SOFT_BREAK.finditer(text, start, end)]
+    cuts = soft_breaks(text, start, end)
     piece_start = start
     for cut in [*cuts, end]:
         s, e = _strip(text, piece_start, cut)

@@ -9,7 +9,6 @@ about 0.2 s for each file against a few milliseconds here (bench/formats.py).
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 import zipfile
@@ -18,7 +17,8 @@ from dataclasses import dataclass
 from xml.etree.ElementTree import Element
 
 from ingestor.errors import SourceError
-from ingestor.read.parts import Extracted, Part, table_row
+from ingestor.read.archive import open_archive, read_member
+from ingestor.read.parts import Extracted, Part, table_row, unreadable
 
 __all__ = ["read_docx"]
 
@@ -29,7 +29,8 @@ _P, _TBL, _TR, _TC, _SDT = f"{_W}p", f"{_W}tbl", f"{_W}tr", f"{_W}tc", f"{_W}sdt
 _T, _TAB, _BR, _CR = f"{_W}t", f"{_W}tab", f"{_W}br", f"{_W}cr"
 _VAL = f"{_W}val"
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-_MAX_XML_BYTES = 256 * 2**20
+_KIND = "Word document"
+_READ = ("word/document.xml", "word/styles.xml")  # the members read; media never are
 _HEADING = re.compile(r"heading\s*([1-9])")
 
 
@@ -51,36 +52,31 @@ def read_docx(data: bytes, name: str) -> Extracted:
     from defusedxml.ElementTree import ParseError, fromstring
 
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with open_archive(data, name, _KIND, only=_READ) as archive:
             document = fromstring(_member(archive, "word/document.xml", name))
             styles_xml = _member(archive, "word/styles.xml", name, optional=True)
             styles = _styles(fromstring(styles_xml)) if styles_xml else {}
-    except (zipfile.BadZipFile, ParseError, DefusedXmlException, ValueError, OSError) as exc:
-        message = " ".join(str(exc).split())[:160]
+        body = document.find(f"{_W}body")
+        blocks = list(_blocks(body, styles)) if body is not None else []
+    except (ParseError, DefusedXmlException, ValueError, OSError) as exc:
+        raise unreadable(name, _KIND, exc) from exc
+    except RecursionError as exc:  # tables in tables in ...: _blocks recurses per level
         raise SourceError(
-            f"{name!r} is not a readable Word document ({type(exc).__name__}: {message}); "
-            "re-save it or remove it"
+            f"{name!r} nests its content too deeply to be read; re-save it or remove it"
         ) from exc
-    body = document.find(f"{_W}body")
-    blocks = list(_blocks(body, styles)) if body is not None else []
     text = "\n\n".join(_merge_lists(blocks))
     return Extracted((Part(text),) if text.strip() else ())
 
 
 def _member(archive: zipfile.ZipFile, member: str, name: str, *, optional: bool = False) -> bytes:
     try:
-        info = archive.getinfo(member)
+        return read_member(archive, member, name, _KIND)
     except KeyError:
         if optional:
             return b""
         raise SourceError(
             f"{name!r} is not a readable Word document (no {member}); re-save it or remove it"
         ) from None
-    if info.file_size > _MAX_XML_BYTES:
-        raise SourceError(
-            f"{name!r} inflates to {info.file_size:,} bytes of XML (a zip bomb?); remove it"
-        )
-    return archive.read(info)
 
 
 def _styles(root: Element) -> dict[str, _Style]:

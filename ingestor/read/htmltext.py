@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-__all__ = ["html_to_text"]
+__all__ = ["defuse_html", "html_to_text"]
 
 _SKIP = frozenset({"script", "style", "head", "title", "noscript", "template", "svg", "math"})
 _BLOCK = frozenset(
@@ -17,7 +17,9 @@ _BLOCK = frozenset(
     }
 )  # fmt: skip
 _WS = re.compile(r"\s+")
-_SPACES_AROUND_NEWLINE = re.compile(r" *\n *")
+# Spaces, a newline, spaces. A match starts at the first space of a run (or at the newline): one
+# starting inside a run of spaces that no newline ends would rescan it (quadratic).
+_SPACES_AROUND_NEWLINE = re.compile(r"(?<! ) ++\n *+|\n *+")
 
 
 class _TextExtractor(HTMLParser):
@@ -84,9 +86,78 @@ def html_to_text(html: str) -> str:
 
     Contents of ``script``, ``style``, ``head`` (with ``title``), ``noscript`` and ``template`` are
     dropped, entities are unescaped, whitespace collapses as a browser would except inside
-    ``<pre>``. ``<br>`` ends a line (two of them end a paragraph).
+    ``<pre>``. ``<br>`` ends a line (two of them end a paragraph). Linear in the length of the
+    document (see :func:`defuse_html`).
     """
     parser = _TextExtractor()
-    parser.feed(html)
+    parser.feed(defuse_html(html))
     parser.close()
     return "\n\n".join(parser.blocks)
+
+
+# Python's HTMLParser (before 3.11.13, CVE-2025-6069) rescans the rest of the document from every
+# markup opener that nothing closes, then reads it as text: "<a" repeated 40,000 times took 13 s
+# (1 MB: an hour). And "<![" with an unknown keyword raised AssertionError out of the reader.
+_MARKUP = re.compile(r"<(?:(?P<comment>!--)|!\[(?P<section>[a-zA-Z][-_.a-zA-Z0-9]*+\s*+)?)?")
+_COMMENT_CLOSE = re.compile(r"--\s*+>")
+_SECTION_CLOSE = re.compile(r"\]\s*+\]\s*+>")
+_MS_SECTION_CLOSE = re.compile(r"\]\s*+>")
+_SECTIONS = frozenset({"temp", "cdata", "ignore", "include", "rcdata"})
+_MS_SECTIONS = frozenset({"if", "else", "endif"})
+# Every "<" but that of "</script" or "</style": an opener inside a script is its text, and
+# escaping the end tag would hide the rest of the page in the script.
+_RAW_TEXT_END = re.compile(r"<(?!/(?i:script|style))")
+
+
+def defuse_html(html: str) -> str:
+    """Return ``html`` with the ``<`` of every opener that nothing closes written ``&lt;``.
+
+    The parser reads such an opener, up to the next ``>``, as text after a rescan to the end:
+    ``&lt;`` reads as the same text at once. The openers are every ``<`` after the last ``>``, a
+    ``<!--`` after the last ``-->``, and a ``<![`` marked section after the last ``]]>`` (``]>``
+    for ``<![if``). A ``<![`` of unknown kind becomes a bogus comment (``<!-[``), as HTML5 reads
+    it: the parser raised AssertionError on it.
+    """
+    last_gt = html.rfind(">")
+    last = {
+        "comment": _last_start(_COMMENT_CLOSE, html),
+        "section": _last_start(_SECTION_CLOSE, html),
+        "ms": _last_start(_MS_SECTION_CLOSE, html),
+    }
+    pieces: list[str] = []
+    done = 0  # html[:done] is in pieces
+    for m in _MARKUP.finditer(html):
+        i = m.start()
+        if i < done:
+            continue  # already written as text
+        if i > last_gt:
+            pieces += [html[done:i], html[i:].replace("<", "&lt;")]
+            done = len(html)
+            break
+        if m.group("comment") is not None:
+            closable = last["comment"] >= i + 4
+        elif html.startswith("<![", i):
+            name = (m.group("section") or "").strip().lower()
+            if name in _SECTIONS:
+                closable = last["section"] >= i + 3
+            elif name in _MS_SECTIONS:
+                closable = last["ms"] >= i + 3
+            else:
+                pieces += [html[done:i], "<!-["]
+                done = i + 3
+                continue
+        else:
+            continue
+        if not closable:  # read as text up to the next ">": written so, in one go
+            end = html.find(">", i + 1) + 1
+            pieces += [html[done:i], _RAW_TEXT_END.sub("&lt;", html[i:end])]
+            done = end
+    pieces.append(html[done:])
+    return "".join(pieces)
+
+
+def _last_start(pattern: re.Pattern[str], text: str) -> int:
+    start = -1
+    for m in pattern.finditer(text):
+        start = m.start()
+    return start

@@ -4,19 +4,24 @@ Text documents give headings as ``#`` lines (by outline level), paragraphs, list
 bullets and tables as ``| a | b |`` rows, in one part. Spreadsheets give one part per sheet and
 per non-empty row, located like Excel (``Budget!A5:D5``). Presentations give one part per slide
 (``slide N``), the title as a ``#`` line, speaker notes kept.
+
+A repeated cell or row (``table:number-columns-repeated``, ``table:number-rows-repeated``, up to
+a billion in a 714-byte file) is counted, never expanded while empty: trailing empty cells and
+rows give nothing, and a repeated non-empty one is written out within the limits of
+:class:`~ingestor.read.spreadsheet.CellBudget` (refused past them).
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import zipfile
 from collections.abc import Iterator
 from xml.etree.ElementTree import Element
 
 from ingestor.errors import SourceError
-from ingestor.read.parts import Extracted, Part, table_row
-from ingestor.read.spreadsheet import sheet_parts
+from ingestor.read.archive import open_archive, read_member
+from ingestor.read.parts import Extracted, Part, sheet_ref, table_row, unreadable
+from ingestor.read.spreadsheet import CellBudget, sheet_parts
 
 __all__ = ["read_odf"]
 
@@ -30,10 +35,10 @@ _NS = {
     "presentation": "urn:oasis:names:tc:opendocument:xmlns:presentation:1.0",
 }
 _KIND = {".odt": "OpenDocument text", ".ods": "OpenDocument spreadsheet", ".odp": "presentation"}
-# content.xml inflated beyond this is refused: a zip bomb, not a document.
-_MAX_XML_BYTES = 256 * 2**20
-# A sheet's trailing empty rows/columns are stored as one element repeated up to 1,048,576 times.
-_MAX_REPEAT = 1000
+# <text:s text:c="N"/> is N spaces: more than this many in a row are written as this many.
+_MAX_SPACES = 100
+_MAX_COUNT = 2**31
+_READ = ("META-INF/manifest.xml", "content.xml")  # the members read; pictures never are
 
 
 def _q(tag: str) -> str:
@@ -60,14 +65,22 @@ def read_odf(data: bytes, name: str, suffix: str) -> Extracted:
     body = root.find("office:body", _NS)
     if body is None:
         raise SourceError(f"{name!r} is not a readable {kind} (no body); re-save it or remove it")
-    if suffix == ".ods":
-        parts: list[Part] = []
-        for sheet in body.iter(_TABLE):
-            parts += sheet_parts(sheet.get(_q("table:name"), "Sheet"), _sheet_rows(sheet))
-        return Extracted(tuple(parts))
-    if suffix == ".odp":
-        return Extracted(tuple(_slides(body)))
-    text = "\n\n".join(_blocks(body))
+    budget = CellBudget(name)
+    try:
+        if suffix == ".ods":
+            parts: list[Part] = []
+            for sheet in body.iter(_TABLE):
+                title = sheet.get(_q("table:name"), "Sheet")
+                rows = _sheet_rows(sheet, sheet_ref(title), budget)
+                parts += sheet_parts(title, rows, budget)
+            return Extracted(tuple(parts))
+        if suffix == ".odp":
+            return Extracted(tuple(_slides(body, budget)))
+        text = "\n\n".join(_blocks(body, budget))
+    except RecursionError as exc:  # frames in frames, spans in spans: each level recurses
+        raise SourceError(
+            f"{name!r} nests its content too deeply to be read; re-save it or remove it"
+        ) from exc
     return Extracted((Part(text),) if text.strip() else ())
 
 
@@ -76,33 +89,33 @@ def _content(data: bytes, name: str, kind: str) -> Element:
     from defusedxml.ElementTree import ParseError, fromstring
 
     try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        with open_archive(data, name, kind, only=_READ) as archive:
             if b"encryption-data" in _member(archive, "META-INF/manifest.xml", name, kind):
                 raise SourceError(f"{name!r} is password-protected; save an unprotected copy")
             root: Element = fromstring(_member(archive, "content.xml", name, kind))
             return root
-    except (zipfile.BadZipFile, ParseError, DefusedXmlException, ValueError, OSError) as exc:
-        message = " ".join(str(exc).split())[:160]
-        raise SourceError(
-            f"{name!r} is not a readable {kind} ({type(exc).__name__}: {message}); "
-            "re-save it or remove it"
-        ) from exc
+    except (ParseError, DefusedXmlException, ValueError, OSError) as exc:
+        raise unreadable(name, kind, exc) from exc
 
 
 def _member(archive: zipfile.ZipFile, member: str, name: str, kind: str) -> bytes:
     try:
-        info = archive.getinfo(member)
+        return read_member(archive, member, name, kind)
     except KeyError:
         if member.startswith("META-INF"):
             return b""  # optional in flat packages written by hand
         raise SourceError(
             f"{name!r} is not a readable {kind} (no {member}); re-save it or remove it"
         ) from None
-    if info.file_size > _MAX_XML_BYTES:
-        raise SourceError(
-            f"{name!r} inflates to {info.file_size:,} bytes of XML (a zip bomb?); remove it"
-        )
-    return archive.read(info)
+
+
+def _count(value: str | None) -> int:
+    """A count attribute (repeats, spaces, a level): a positive integer; a damaged one is 1,
+    and one past 2**31 is taken as 2**31 (row numbers a thousand digits long serve no one)."""
+    try:
+        return min(max(1, int(value or 1)), _MAX_COUNT)
+    except ValueError:  # not a number, or more digits than int() takes
+        return 1
 
 
 def _inline(element: Element) -> str:
@@ -110,7 +123,7 @@ def _inline(element: Element) -> str:
     pieces = [element.text or ""]
     for child in element:
         if child.tag == _S:
-            pieces.append(" " * int(child.get(_q("text:c"), "1")))
+            pieces.append(" " * min(_count(child.get(_q("text:c"))), _MAX_SPACES))
         elif child.tag == _TAB:
             pieces.append("\t")
         elif child.tag == _BR:
@@ -121,11 +134,11 @@ def _inline(element: Element) -> str:
     return "".join(pieces)
 
 
-def _blocks(element: Element, bullet: str = "") -> Iterator[str]:
+def _blocks(element: Element, budget: CellBudget, bullet: str = "") -> Iterator[str]:
     """Yield the Markdown blocks under ``element`` in document order."""
     for child in element:
         if child.tag == _H:
-            level = max(1, min(6, int(child.get(_q("text:outline-level"), "1") or 1)))
+            level = min(6, _count(child.get(_q("text:outline-level"))))
             text = _inline(child).strip()
             if text:
                 yield "#" * level + " " + text
@@ -137,49 +150,75 @@ def _blocks(element: Element, bullet: str = "") -> Iterator[str]:
             items = [
                 line
                 for item in child.iter(_ITEM)
-                for line in _blocks(item, bullet="- ")
+                for line in _blocks(item, budget, bullet="- ")
                 if line.strip()
             ]
             if items:
                 yield "\n".join(dict.fromkeys(items))  # nested lists: iter() visits them twice
         elif child.tag == _TABLE:
-            rows = [table_row(cells) for _, cells in _sheet_rows(child) if any(cells)]
+            rows = []
+            for number, first, cells in _sheet_rows(child, "a table", budget):
+                # a text document's table keeps its leading empty cells
+                budget.take(first - 1 + len(cells), f"a table's row {number:,}")
+                rows.append(table_row([None] * (first - 1) + cells))
             if rows:
                 yield "\n".join(rows)
         elif child.tag not in _SKIPPED:
-            yield from _blocks(child, bullet)
+            yield from _blocks(child, budget, bullet)
 
 
-def _sheet_rows(table: Element) -> Iterator[tuple[int, list[object]]]:
-    """Yield ``(row number, cells)`` of a table, expanding repeated rows and cells (capped)."""
+def _sheet_rows(
+    table: Element, where: str, budget: CellBudget
+) -> Iterator[tuple[int, int, list[object]]]:
+    """Yield ``(row number, first column, cells)`` of a table's non-empty rows, expanding the
+    repeats of non-empty rows and cells only (within ``budget``); an empty repeat is counted.
+    ``where`` names the table in messages."""
     number = 0
     for row in table.iter(_ROW):
-        repeat = int(row.get(_q("table:number-rows-repeated"), "1"))
-        cells: list[object] = []
-        for cell in row:
-            if cell.tag not in (_CELL, _COVERED):
-                continue
-            times = int(cell.get(_q("table:number-columns-repeated"), "1"))
-            text = "\n".join(_inline(p) for p in cell.iter(_P)).strip()
-            cells += [text or None] * (min(times, _MAX_REPEAT) if text else times)
-        while cells and cells[-1] is None:
-            cells.pop()
+        repeat = _count(row.get(_q("table:number-rows-repeated")))
+        first, cells = _row_cells(row, f"{where} row {number + 1:,}", budget)
         if cells:
-            for offset in range(min(repeat, _MAX_REPEAT)):
-                yield number + offset + 1, cells
+            # the row is written out `repeat` times: refuse before, not after, a billion copies
+            budget.need(
+                len(cells) * repeat,
+                f"{where} row {number + 1:,} (table:number-rows-repeated={repeat:,})",
+            )
+            for offset in range(repeat):
+                yield number + offset + 1, first, cells
         number += repeat
 
 
-def _slides(body: Element) -> Iterator[Part]:
+def _row_cells(row: Element, where: str, budget: CellBudget) -> tuple[int, list[object]]:
+    """Return the column of a row's first non-empty cell and its cells from there to its last
+    non-empty one (None: empty); empty repeats only move the column on."""
+    column = 1  # of the next cell
+    first = 0
+    cells: list[object] = []
+    for cell in row:
+        if cell.tag not in (_CELL, _COVERED):
+            continue
+        times = _count(cell.get(_q("table:number-columns-repeated")))
+        text = "\n".join(_inline(p) for p in cell.iter(_P)).strip()
+        if text:
+            budget.column(column + times - 1, f"{where} (table:number-columns-repeated={times:,})")
+            if not cells:
+                first = column
+            cells += [None] * (column - first - len(cells))  # the empty cells in between
+            cells += [text] * times
+        column += times
+    return first, cells
+
+
+def _slides(body: Element, budget: CellBudget) -> Iterator[Part]:
     for number, page in enumerate(body.iter(_q("draw:page")), 1):
         lines: list[str] = []
         for frame in _frames(page):
-            text = "\n".join(_blocks(frame)).strip()
+            text = "\n".join(_blocks(frame, budget)).strip()
             if text:
                 title = frame.get(_q("presentation:class")) == "title"
                 lines.append("# " + text if title else text)
         notes = page.find("presentation:notes", _NS)
-        note_text = "\n\n".join(_blocks(notes)) if notes is not None else ""
+        note_text = "\n\n".join(_blocks(notes, budget)) if notes is not None else ""
         if note_text.strip():
             lines.append("### Notes:\n" + note_text)
         if lines:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import io
 import logging
 import re
-import zipfile
+from typing import Any, BinaryIO
 
 from ingestor.errors import SourceError
+from ingestor.read.archive import INFLATE_ERRORS, check_archive
+from ingestor.read.htmltext import defuse_html
 from ingestor.read.parts import Extracted, Part
 
 __all__ = ["OFFICE_SUFFIXES", "clean_markdown", "read_office"]
@@ -33,13 +35,18 @@ OFFICE_SUFFIXES = frozenset(_CONVERTERS)
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _ZIP_SUFFIXES = frozenset({".pptx", ".epub"})
 _SLIDE = re.compile(r"^<!-- Slide number: (\d+) -->$", re.M)
-_COMMENT = re.compile(r"<!--.*?-->", re.S)
-_IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
-_TABLE_SEPARATOR = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
-_EMPTY_ROW = re.compile(r"^\|(\s*\|)+\s*$")
-_BULLET = re.compile(r"^(\s*)[*+] ", re.M)
+# The three patterns below always match from their opening mark, to its close when there is one
+# (group ``closed``/1) else as far as no later mark could close either: each character is looked
+# at a bounded number of times. Searching ``<!--.*?-->`` from every ``<!--`` of a text without
+# ``-->`` was quadratic, as were the image and bold patterns on runs of their opening marks.
+_COMMENT = re.compile(r"<!--(?:(?P<closed>.*?-->)|.*)", re.S)
+_IMAGE = re.compile(r"!\[[^\]]*+(?:\](?:\([^)]*+(?P<closed>\))?)?)?")
+_BOLD = re.compile(r"\*\*(?:(\S(?:.*?\S)?)\*\*|\S.*)")
+_TABLE_SEPARATOR = re.compile(r"^\|?+\s*+:?+-{3,}+:?+\s*+(?:\|\s*+:?+-{3,}+:?+\s*+)*+\|?+\s*+$")
+_EMPTY_ROW = re.compile(r"^\|(?:\s*+\|)++\s*+$")
+# [^\S\n]: a marker's indent is on its own line (\s* crossed blank lines, quadratic on many).
+_BULLET = re.compile(r"^([^\S\n]*+)[*+] ", re.M)
 _ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!<>])")
-_BOLD = re.compile(r"\*\*(\S(?:.*?\S)?)\*\*")
 _BLANKS = re.compile(r"\n{3,}")
 
 
@@ -52,8 +59,12 @@ def read_office(data: bytes, name: str, suffix: str) -> Extracted:
         SourceError: the file is password-protected, damaged, or markitdown is not installed.
     """
     class_name, kind = _CONVERTERS[suffix]
-    if suffix in _ZIP_SUFFIXES and data.startswith(_OLE_MAGIC):
-        raise SourceError(f"{name!r} is password-protected; save an unprotected copy")
+    if suffix in _ZIP_SUFFIXES:
+        if data.startswith(_OLE_MAGIC):
+            raise SourceError(f"{name!r} is password-protected; save an unprotected copy")
+        # python-pptx loads every part, media included, and the EPUB converter every chapter:
+        # what the zip declares is checked before either inflates a byte.
+        check_archive(data, name, kind)
     markdown = _convert(data, name, suffix, class_name, kind)
     if suffix == ".pptx":
         return Extracted(_slides(markdown))
@@ -72,17 +83,13 @@ def _convert(data: bytes, name: str, suffix: str, class_name: str, kind: str) ->
             f"{name!r} needs markitdown, which is not installed; pip install adrap again"
         ) from exc
     converter = getattr(converters, class_name)()
-    try:
-        result = converter.convert(io.BytesIO(data), StreamInfo(extension=suffix))
-    except MissingDependencyException as exc:
-        raise SourceError(
-            f"{name!r} needs a markitdown extra that is not installed; pip install adrap again"
-        ) from exc
+    if suffix == ".epub":
+        converter._html_converter = _defused_html_converter()
     # The converters' libraries (python-pptx, olefile, lxml, bs4, json) raise their own
     # and the built-in errors for damaged files; all of them mean "cannot be read" here.
-    except (
+    damaged: tuple[type[BaseException], ...] = (
         MarkItDownException,
-        zipfile.BadZipFile,
+        *INFLATE_ERRORS,
         ValueError,
         KeyError,
         TypeError,
@@ -94,13 +101,34 @@ def _convert(data: bytes, name: str, suffix: str, class_name: str, kind: str) ->
         RecursionError,
         OSError,
         _library_error(),
-    ) as exc:
+    )
+    try:
+        result = converter.convert(io.BytesIO(data), StreamInfo(extension=suffix))
+    except MissingDependencyException as exc:
+        raise SourceError(
+            f"{name!r} needs a markitdown extra that is not installed; pip install adrap again"
+        ) from exc
+    except damaged as exc:
         message = " ".join(str(exc).split())[:160]
         raise SourceError(
             f"{name!r} is not a readable {kind} ({type(exc).__name__}: {message}); "
             "re-save it or remove it"
         ) from exc
     return str(result.markdown or "")
+
+
+def _defused_html_converter() -> object:
+    """markitdown's HTML converter, fed each chapter through :func:`defuse_html` first: it parses
+    with Python's HTMLParser, which a chapter of unclosed ``<a`` holds for hours."""
+    from markitdown.converters import HtmlConverter
+
+    class DefusedHtmlConverter(HtmlConverter):
+        def convert(self, file_stream: BinaryIO, stream_info: Any, **kwargs: Any) -> Any:
+            html = file_stream.read().decode(stream_info.charset or "utf-8", errors="replace")
+            defused = io.BytesIO(defuse_html(html).encode("utf-8"))
+            return super().convert(defused, stream_info.copy_and_update(charset="utf-8"), **kwargs)
+
+    return DefusedHtmlConverter()
 
 
 def _library_error() -> type[Exception]:
@@ -114,15 +142,26 @@ def _library_error() -> type[Exception]:
 
 def clean_markdown(markdown: str) -> str:
     """Return converter Markdown without noise, bullets as ``- `` and blank lines collapsed."""
-    text = _COMMENT.sub("", _IMAGE.sub("", markdown))
+    text = _COMMENT.sub(_drop_closed, _IMAGE.sub(_drop_closed, markdown))
     lines = [
         line.rstrip()
         for line in text.splitlines()
         if not _TABLE_SEPARATOR.match(line) and not _EMPTY_ROW.match(line)
     ]
-    text = _BULLET.sub(r"\1- ", _BOLD.sub(r"\1", "\n".join(lines)))
+    text = _BULLET.sub(r"\1- ", _BOLD.sub(_unbold, "\n".join(lines)))
     text = _ESCAPE.sub(r"\1", text)
     return _BLANKS.sub("\n\n", text).strip()
+
+
+def _drop_closed(match: re.Match[str]) -> str:
+    """A comment or image that is closed goes; an unclosed opening mark stays as written."""
+    return "" if match.group("closed") is not None else match.group()
+
+
+def _unbold(match: re.Match[str]) -> str:
+    """``**word**`` gives ``word``; ``**`` without a closing pair on its line stays."""
+    inner = match.group(1)
+    return match.group() if inner is None else inner
 
 
 def _slides(markdown: str) -> tuple[Part, ...]:

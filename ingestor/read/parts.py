@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ingestor.errors import SourceError
+
 __all__ = [
     "Extracted",
     "Part",
@@ -19,6 +21,7 @@ __all__ = [
     "join_parts",
     "sheet_ref",
     "table_row",
+    "unreadable",
 ]
 
 
@@ -117,3 +120,12 @@ def cell_range(sheet: str, row: int, first_col: int, last_col: int) -> str:
     if last_col == first_col:
         return f"{sheet}!{first}"
     return f"{sheet}!{first}:{column_letter(last_col)}{row}"
+
+
+def unreadable(name: str, kind: str, exc: BaseException) -> SourceError:
+    """The one-line error for a file a library could not read, in the library's own words."""
+    message = " ".join(str(exc).split())[:160]
+    return SourceError(
+        f"{name!r} is not a readable {kind} ({type(exc).__name__}: {message}); "
+        "re-save it or remove it"
+    )

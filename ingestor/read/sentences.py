@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["BULLET", "HEADING", "SOFT_BREAK", "split_sentences", "split_units"]
+__all__ = ["BULLET", "HEADING", "soft_breaks", "split_sentences", "split_units"]
 
 # Sentences ---------------------------------------------------------------------------------------
 
@@ -20,10 +20,13 @@ _CLOSERS = "\"')]}\u201d\u2019\u00bb\u300d\u300f\u3011\u300b"  # right quotes, Â
 _OPENERS = "\"'([{\u201c\u2018\u00ab"  # left quotes, Â«
 _CJK_TERMINATORS = "\u3002\uff01\uff1f"  # ideographic full stop, fullwidth ! and ?
 _DASHES = "\u2014\u2013"  # em and en dash
-# A paragraph break, or terminal punctuation plus any closing quotes/brackets.
+# A paragraph break, or terminal punctuation plus any closing quotes/brackets. Every pattern of
+# this package runs on untrusted text in linear time: adjacent repeats match disjoint characters,
+# and possessive quantifiers (*+ ++) say so to the engine, so a failed match never backtracks
+# (tests/unit/read/test_linear.py feeds each one the classic worst cases).
 _BOUNDARY = re.compile(
-    r"(?P<para>\n[^\S\n]*\n\s*)"
-    rf"|(?P<term>(?:[.!?\u2026]+|[{_CJK_TERMINATORS}]+)[{re.escape(_CLOSERS)}]*)"
+    r"(?P<para>\n[^\S\n]*+\n\s*+)"
+    rf"|(?P<term>(?:[.!?\u2026]++|[{_CJK_TERMINATORS}]++)[{re.escape(_CLOSERS)}]*+)"
 )
 _NON_SPACE = re.compile(r"\S")
 _WORD_BEFORE = re.compile(r"\S{1,30}$")
@@ -121,8 +124,10 @@ def _is_roman_numeral(word: str) -> bool:
 
 # Units -------------------------------------------------------------------------------------------
 
-#: A Markdown heading line (``## Budget``); converters write document headings this way.
-HEADING = re.compile(r"^(#{1,6})[ \t]+(\S.*?)[ \t#]*$", re.M)
+#: A Markdown heading line (``## Budget``); converters write document headings this way. Group 2
+#: is the title without its trailing spaces and closing ``#``s: the lazy ``(\S.*?)[ \t#]*$`` it
+#: replaces retried the tail at every character (quadratic on a long line of spaces).
+HEADING = re.compile(r"^(#{1,6}+)[ \t]++(\S(?:[ \t#]*+[^ \t#\n])*+)[ \t#]*+$", re.M)
 #: A table row: one line from ``|`` to ``|`` (converters write each row as one such line).
 _ROW = re.compile(r"^\|.*\|$")
 #: A list item's marker: ``- ``, ``* ``, ``1. ``, ``a) `` and bullet glyphs.
@@ -163,7 +168,27 @@ def split_units(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
-#: Split points inside an over-long sentence: after clause punctuation, around dashes, at newlines.
-SOFT_BREAK = re.compile(
-    rf"[,;:)\]]+[{re.escape(_CLOSERS)}]*(?=\s)|[{_DASHES}](?=\S)|(?<=\S)\s+(?:--|[{_DASHES}])\s+|\n"
+# Split points inside an over-long sentence: after clause punctuation, around dashes, at newlines.
+# The first branch takes a whole run of ``, ; : ) ]`` possessively (with its closers when space
+# follows: group ``closed``), so a run that may not be cut is passed over once; the pattern it
+# replaces split such a run between two overlapping classes at every start (cubic: 1,500 ``)``
+# took 10 s, and the daemon froze).
+_SOFT_BREAK = re.compile(
+    rf"(?P<clause>[,;:)\]]++)(?P<closed>[{re.escape(_CLOSERS)}]*+(?=\s))?"
+    rf"|[{_DASHES}](?=\S)|(?<=\S)\s++(?:--|[{_DASHES}])\s+|\n"
 )
+
+
+def soft_breaks(text: str, start: int = 0, end: int | None = None) -> list[int]:
+    """Return the offsets in ``text[start:end]`` after which an over-long sentence may be cut.
+
+    A cut follows clause punctuation (``, ; : ) ]`` and any closing quotes or brackets) that
+    whitespace follows, an em or en dash that a word follows, a spaced dash (``a -- b``), or a
+    newline. Linear in the length of the text.
+    """
+    stop = len(text) if end is None else end
+    return [
+        m.end()
+        for m in _SOFT_BREAK.finditer(text, start, stop)
+        if m.group("clause") is None or m.group("closed") is not None
+    ]

@@ -2,7 +2,9 @@
 
 Each sheet is a ``# Sheet`` part, then one ``| a | b |`` part per non-empty row, located by the
 row's used cell range (``Budget!A5:D5``) and continuing the previous row. Cached values are read,
-not formulas (a workbook saved by Excel carries them).
+not formulas (a workbook saved by Excel carries them). Only the cells a file holds are read: a
+declared dimension (``A1:XFD1048576``) is never trusted, and a file's tables write out at most
+``MAX_CELLS`` cells, none past column ``MAX_COLUMNS`` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -10,35 +12,97 @@ from __future__ import annotations
 import datetime as dt
 import io
 import logging
-import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 from ingestor.errors import SourceError
-from ingestor.read.parts import Extracted, Part, cell_range, sheet_ref, table_row
+from ingestor.read.archive import INFLATE_ERRORS, check_archive
+from ingestor.read.parts import (
+    Extracted,
+    Part,
+    cell_range,
+    column_letter,
+    sheet_ref,
+    table_row,
+    unreadable,
+)
 
-__all__ = ["SheetRows", "read_xls", "read_xlsx", "sheet_parts"]
+__all__ = [
+    "MAX_CELLS",
+    "MAX_COLUMNS",
+    "CellBudget",
+    "SheetRows",
+    "read_xls",
+    "read_xlsx",
+    "sheet_parts",
+]
 
 log = logging.getLogger(__name__)
 
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-# A sheet's rows: (1-based row number, the row's cells from column A); None is an empty cell.
-SheetRows = Iterable[tuple[int, Sequence[object]]]
+#: The most columns a sheet has in Excel and LibreOffice (XFD): a cell past it is refused.
+MAX_COLUMNS = 16_384
+#: The most cells a file's tables write out, empty cells between used ones included (a sheet of
+#: 100,000 rows by 20 columns); past it the file is refused rather than expanded.
+MAX_CELLS = 2_000_000
+# A sheet's rows: (1-based row number, the column of the first cell given, the cells from there);
+# None is an empty cell. Empty rows and the empty cells before a row's first may be left out.
+SheetRows = Iterable[tuple[int, int, Sequence[object]]]
 
 
-def sheet_parts(sheet: str, rows: SheetRows) -> list[Part]:
+class CellBudget:
+    """The cells one file's tables may still write out; refuses the file past its limits."""
+
+    def __init__(self, name: str, cells: int = MAX_CELLS) -> None:
+        self.name = name
+        self.limit = cells
+        self.left = cells
+
+    def need(self, cells: int, where: str) -> None:
+        """Refuse the file unless ``cells`` more cells fit (nothing is taken)."""
+        if cells > self.left:
+            raise SourceError(
+                f"{self.name!r} is refused: its tables would write out more than "
+                f"{self.limit:,} cells ({where}: {cells:,} cells, {self.left:,} left); split "
+                "it or remove it"
+            )
+
+    def take(self, cells: int, where: str) -> None:
+        """Count ``cells`` written out, refusing the file past the limit."""
+        self.need(cells, where)
+        self.left -= cells
+
+    def column(self, column: int, where: str) -> None:
+        """Refuse the file if a non-empty cell lands past ``MAX_COLUMNS``."""
+        if column > MAX_COLUMNS:
+            raise SourceError(
+                f"{self.name!r} is refused: {where} puts a cell in column {column:,}, past the "
+                f"{MAX_COLUMNS:,} ({column_letter(MAX_COLUMNS)}) a sheet can have; re-save it "
+                "or remove it"
+            )
+
+
+def sheet_parts(sheet: str, rows: SheetRows, budget: CellBudget) -> list[Part]:
     """Return a sheet's heading part (located by the sheet's name) and one part per non-empty row.
 
-    A sheet without any non-empty cell gives no parts.
+    A sheet without any non-empty cell gives no parts. Each row's cells from its first to its
+    last non-empty one are taken from ``budget``.
+
+    Raises:
+        SourceError: a cell past ``MAX_COLUMNS``, or more cells than ``budget`` holds.
     """
-    parts = [Part(f"# {sheet}", sheet_ref(sheet))]
-    for number, cells in rows:
-        used = [i for i, cell in enumerate(cells, 1) if _text(cell)]
+    ref = sheet_ref(sheet)
+    parts = [Part(f"# {sheet}", ref)]
+    for number, first, cells in rows:
+        used = [i for i, cell in enumerate(cells) if _text(cell)]
         if not used:
             continue
-        row = table_row(_text(cell) for cell in cells[used[0] - 1 : used[-1]])
-        parts.append(
-            Part(row, cell_range(sheet, number, used[0], used[-1]), continues=len(parts) > 1)
-        )
+        low, high = first + used[0], first + used[-1]
+        where = f"{ref} row {number:,}"
+        budget.column(high, where)
+        budget.take(high - low + 1, where)
+        row = table_row(_text(cell) for cell in cells[used[0] : used[-1] + 1])
+        parts.append(Part(row, cell_range(sheet, number, low, high), continues=len(parts) > 1))
     return parts if len(parts) > 1 else []
 
 
@@ -58,27 +122,21 @@ def read_xlsx(data: bytes, name: str) -> Extracted:
     """Return an .xlsx/.xlsm workbook's sheets as heading and row parts.
 
     Raises:
-        SourceError: the workbook is password-protected or damaged.
+        SourceError: the workbook is password-protected, damaged, or refused by a limit
+            (``ingestor.read.archive``, ``MAX_CELLS``, ``MAX_COLUMNS``).
     """
     if data.startswith(_OLE_MAGIC):
         raise SourceError(f"{name!r} is password-protected; save an unprotected copy")
     from openpyxl import load_workbook
+    from openpyxl.utils.exceptions import CellCoordinatesException, InvalidFileException
 
-    parts: list[Part] = []
-    try:
-        book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-        try:
-            for sheet in book.worksheets:
-                rows = (
-                    (number, row) for number, row in enumerate(sheet.iter_rows(values_only=True), 1)
-                )
-                parts += sheet_parts(sheet.title, rows)
-        finally:
-            book.close()
-    # openpyxl raises zipfile, XML and built-in errors for damaged files (InvalidFileException
-    # is an OSError); all of them mean "cannot be read" here.
-    except (
-        zipfile.BadZipFile,
+    check_archive(data, name, "Excel workbook")
+    # openpyxl raises zipfile, XML and built-in errors for damaged files; all of them mean
+    # "cannot be read" here.
+    damaged: tuple[type[Exception], ...] = (
+        *INFLATE_ERRORS,
+        CellCoordinatesException,
+        InvalidFileException,
         OSError,
         ValueError,
         KeyError,
@@ -86,9 +144,47 @@ def read_xlsx(data: bytes, name: str) -> Extracted:
         AttributeError,
         IndexError,
         SyntaxError,
-    ) as exc:
-        raise _unreadable(name, "Excel workbook", exc) from exc
+    )
+    budget = CellBudget(name)
+    parts: list[Part] = []
+    try:
+        book = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        try:
+            for sheet in book.worksheets:
+                parts += sheet_parts(sheet.title, _xlsx_rows(book, sheet), budget)
+        finally:
+            book.close()
+    except damaged as exc:
+        raise unreadable(name, "Excel workbook", exc) from exc
     return Extracted(tuple(parts))
+
+
+def _xlsx_rows(book: Any, sheet: Any) -> Iterator[tuple[int, int, list[object]]]:
+    """The rows a worksheet's XML holds, with only the cells it holds.
+
+    openpyxl's ``iter_rows`` pads every row to the declared dimension and yields each missing
+    row: a 1.7 KB file declaring ``A1:XFD1048576`` stalled for half an hour. Its own parser,
+    driven as ``iter_rows`` drives it, yields only the rows and cells present.
+    """
+    from openpyxl.worksheet._reader import WorkSheetParser
+
+    with sheet._get_source() as source:
+        parser = WorkSheetParser(
+            source,
+            sheet._shared_strings,
+            data_only=True,
+            epoch=book.epoch,
+            date_formats=book._date_formats,
+            timedelta_formats=book._timedelta_formats,
+        )
+        for number, cells in parser.parse():
+            values: dict[int, object] = {}
+            for cell in cells:
+                values[cell["column"]] = cell["value"]  # a repeated address: the last one wins
+            used = [column for column, value in values.items() if _text(value)]
+            if used:
+                first, last = min(used), max(used)
+                yield number, first, [values.get(c) for c in range(first, last + 1)]
 
 
 def read_xls(data: bytes, name: str) -> Extracted:
@@ -100,22 +196,26 @@ def read_xls(data: bytes, name: str) -> Extracted:
     import xlrd
 
     parts: list[Part] = []
+    budget = CellBudget(name)
     try:
-        book = xlrd.open_workbook(file_contents=data, on_demand=True)
+        # ragged_rows: a row is as long as its last cell, not padded to the widest row (one cell
+        # in column IV padded 65,536 rows); each sheet is unloaded once read.
+        book = xlrd.open_workbook(file_contents=data, on_demand=True, ragged_rows=True)
         try:
             for index in range(book.nsheets):
                 sheet = book.sheet_by_index(index)
                 rows = (
-                    (number + 1, [_xls_value(c, book.datemode) for c in sheet.row(number)])
+                    (number + 1, 1, [_xls_value(c, book.datemode) for c in sheet.row(number)])
                     for number in range(sheet.nrows)
                 )
-                parts += sheet_parts(sheet.name, rows)
+                parts += sheet_parts(sheet.name, rows, budget)
+                book.unload_sheet(index)
         finally:
             book.release_resources()
     except xlrd.XLRDError as exc:
         if "encrypt" in str(exc).lower():
             raise SourceError(f"{name!r} is password-protected; save an unprotected copy") from exc
-        raise _unreadable(name, "Excel 97-2003 workbook", exc) from exc
+        raise unreadable(name, "Excel 97-2003 workbook", exc) from exc
     except (
         xlrd.compdoc.CompDocError,
         OSError,
@@ -127,7 +227,7 @@ def read_xls(data: bytes, name: str) -> Extracted:
         AssertionError,
         EOFError,
     ) as exc:
-        raise _unreadable(name, "Excel 97-2003 workbook", exc) from exc
+        raise unreadable(name, "Excel 97-2003 workbook", exc) from exc
     return Extracted(tuple(parts))
 
 
@@ -146,11 +246,3 @@ def _xls_value(cell: object, datemode: int) -> object:
     if ctype in (xlrd.XL_CELL_ERROR, xlrd.XL_CELL_EMPTY, xlrd.XL_CELL_BLANK):
         return None
     return value
-
-
-def _unreadable(name: str, kind: str, exc: BaseException) -> SourceError:
-    message = " ".join(str(exc).split())[:160]
-    return SourceError(
-        f"{name!r} is not a readable {kind} ({type(exc).__name__}: {message}); "
-        "re-save it or remove it"
-    )

@@ -114,7 +114,8 @@ def merge_locators(first: str, last: str) -> str:
     if c and d and c["sheet"] == d["sheet"]:
         cells = [_CELL.match(x) for x in (c["a"], c["b"] or c["a"], d["a"], d["b"] or d["a"])]
         if all(cells):
+            # rows compared as text, shorter first, as columns are: int() refuses 4,300 digits
             cols = sorted((m[1] for m in cells if m), key=lambda s: (len(s), s))
-            rows = sorted(int(m[2]) for m in cells if m)
+            rows = sorted((m[2].lstrip("0") or "0" for m in cells if m), key=lambda s: (len(s), s))
             return f"{c['sheet']}{cols[0]}{rows[0]}:{cols[-1]}{rows[-1]}"
     return f"{first} \u2013 {last}"

@@ -2,7 +2,10 @@
 
 Plain text is one part. CSV/TSV is a table, one part per row (locator ``row N``). JSON is
 pretty-printed (a top-level array: one part per item, ``item N``); JSON Lines is one part per
-record (``line N``). Invalid JSON is read as plain text.
+record (``line N``). Invalid JSON is read as plain text. Bounds (docs/formats.md): a CSV field
+holds at most 128 KiB (the csv module's limit: past it the file is refused); JSON nested deeper
+than the parser's recursion limit is read as plain text, and a value nested deeper than
+``MAX_PRETTY_DEPTH`` is written on one line instead of indented.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ import logging
 import re
 
 from ingestor.errors import SourceError
+from ingestor.read.delimiter import sniff_delimiter
 from ingestor.read.parts import Extracted, Part, table_row
 
-__all__ = ["decode", "read_csv", "read_json", "read_jsonl", "read_plain"]
+__all__ = ["MAX_PRETTY_DEPTH", "decode", "read_csv", "read_json", "read_jsonl", "read_plain"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +33,8 @@ _BOMS = (
     (codecs.BOM_UTF16_BE, "utf-16", "utf-16"),
 )
 # The HTML spec's encoding prescan looks at the first 1024 bytes for a declared charset.
-_HTML_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
+# Searched in those 1024 bytes only; possessive: the spaces around an optional quote split one way.
+_HTML_CHARSET = re.compile(rb"""<meta[^>]+charset\s*+=\s*+["']?+\s*+([A-Za-z0-9._:-]+)""", re.I)
 # Without a BOM these are guesses charset-normalizer makes for short Latin texts ("café" came back
 # as UTF-16-BE); text in them has NUL bytes, which are refused before detection anyway.
 _NEVER_GUESSED = ["utf_16", "utf_16_be", "utf_16_le", "utf_32", "utf_32_be", "utf_32_le", "utf_7"]
@@ -37,6 +42,9 @@ _NEVER_GUESSED = ["utf_16", "utf_16_be", "utf_16_le", "utf_32", "utf_32_be", "ut
 # binary if more than 1 in 100 characters.
 _CONTROL = re.compile(r"[\x01-\x08\x0e-\x1a\x1c-\x1f\x7f]")
 _DETECT_BYTES = 256 * 1024
+#: JSON nested deeper than this is written compact: indenting a value d levels deep writes 2*d
+#: spaces on each of its lines, so ``[[[...]]]`` 990 deep (2 KB) grew to 2 MB of spaces.
+MAX_PRETTY_DEPTH = 10
 
 
 def decode(data: bytes, name: str, *, html: bool = False) -> tuple[str, str]:
@@ -141,10 +149,8 @@ def read_csv(data: bytes, name: str, *, delimiter: str | None = None) -> Extract
     """
     text, encoding = decode(data, name)
     if delimiter is None:
-        try:
-            delimiter = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
-        except csv.Error:
-            delimiter = ","
+        # csv.Sniffer's own choice, without its backtracking patterns (ingestor.read.delimiter)
+        delimiter = sniff_delimiter(text[:8192], ",;\t|") or ","
     parts: list[Part] = []
     try:
         for number, row in enumerate(csv.reader(text.splitlines(), delimiter=delimiter), 1):
@@ -189,4 +195,19 @@ def read_jsonl(data: bytes, name: str) -> Extracted:
 def _pretty(value: object) -> str:
     if isinstance(value, str):
         return value
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    indent = 2 if _depth_at_most(value, MAX_PRETTY_DEPTH) else None
+    return json.dumps(value, indent=indent, ensure_ascii=False)
+
+
+def _depth_at_most(value: object, limit: int) -> bool:
+    """Whether ``value`` nests at most ``limit`` arrays/objects deep (iterative: no recursion)."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        if isinstance(item, list):
+            if depth >= limit:
+                return False
+            stack.extend((child, depth + 1) for child in item)
+    return True
