@@ -26,7 +26,7 @@ payloads only for the hits the token fill can use.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import numpy as np
@@ -38,7 +38,14 @@ from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, graph_filter
 from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
-from retriever.schema import META_POINT_ID, VECTOR_NAME, NodePayload, ScoredNode, SearchFilter
+from retriever.schema import (
+    META_POINT_ID,
+    VECTOR_NAME,
+    F,
+    NodePayload,
+    ScoredNode,
+    SearchFilter,
+)
 from retriever.sparse import bm25_query
 from retriever.validation import (
     check_ids,
@@ -121,6 +128,18 @@ class EdgeNodeStore(EdgeShardLifecycle):
             for start in range(0, len(ids), SCROLL_PAGE):
                 page: list[qe.PointId] = list(ids[start : start + SCROLL_PAGE])
                 shard.update(qe.UpdateOperation.delete_points(page))
+
+    def set_access(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
+        """Set the ``access`` field of existing points (see ``NodeStore.set_access``)."""
+        shard = self.require()
+        self.estimates.clear()
+        with self.engine(f"set the access of {sum(map(len, groups.values()))} points"):
+            for classes, node_ids in groups.items():
+                ids = check_ids(node_ids)
+                for start in range(0, len(ids), SCROLL_PAGE):
+                    page: list[qe.PointId] = list(ids[start : start + SCROLL_PAGE])
+                    op = qe.UpdateOperation.set_payload(page, {F.ACCESS: list(classes)})
+                    shard.update(op)
 
     # -- reads -----------------------------------------------------------------------------------
 

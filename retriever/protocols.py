@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -43,6 +43,11 @@ class NodeStore(Protocol):
 
     def delete(self, node_ids: Sequence[str]) -> None:
         """Delete points by node id; unknown ids are ignored."""
+        ...
+
+    def set_access(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
+        """Set the ``access`` field of existing points, ``{classes: node ids}``: a permission
+        change rewrites this field alone (no vector, no BM25 encoding of the text again)."""
         ...
 
     def search(

@@ -12,7 +12,7 @@ path runs there. Local mode ignores payload indexes (with a warning) and is not 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -100,6 +100,21 @@ class QdrantNodeStore(QdrantCollection):
                 self.client.delete(
                     self.collection, points_selector=models.PointIdsList(points=page), wait=True
                 )
+
+    def set_access(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
+        """Set the ``access`` field of existing points (see ``NodeStore.set_access``)."""
+        self.require_open()
+        self.estimates.clear()
+        with self.call(f"set the access of {sum(map(len, groups.values()))} points"):
+            for classes, node_ids in groups.items():
+                ids: list[models.ExtendedPointId] = list(check_ids(node_ids))
+                for start in range(0, len(ids), SCROLL_PAGE):
+                    self.client.set_payload(
+                        self.collection,
+                        payload={F.ACCESS: list(classes)},
+                        points=ids[start : start + SCROLL_PAGE],
+                        wait=True,
+                    )
 
     # -- reads -----------------------------------------------------------------------------------
 

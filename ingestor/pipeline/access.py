@@ -35,13 +35,14 @@ class TreeAccess:
         self.registry = registry if registry is not None else ClassRegistry(None)
         self.access_file = access_file or AccessFile()
         self._reader: AccessReader | None = None
+        self._root = ""
         #: Files per access class at the last full reading (:meth:`changed` of every source).
         self.counts: dict[str, int] = {}
 
     def reader(self, root: str | Path) -> AccessReader:
-        root = Path(root)
-        if self._reader is None or self._reader.root != root:
-            self._reader = AccessReader(root, self.access_file)
+        if self._reader is None or self._root != str(root):
+            self._root = str(root)
+            self._reader = AccessReader(Path(root), self.access_file)
         return self._reader
 
     def begin(self, root: str | Path) -> None:

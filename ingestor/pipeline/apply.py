@@ -262,7 +262,7 @@ class ApplyStage:
         report.stats = UpdateStats()
         report.stats.upserted.update(changes.touched)
         TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
-        self.context.store_changes(state, report.stats.upserted, report.stats.deleted)
+        self.context.store_access(state, report.stats.upserted)  # payloads only: no re-encoding
         report.state_bytes = state.last_commit_bytes
 
     @staticmethod

@@ -270,6 +270,17 @@ class TreeContext:
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
 
+    def store_access(self, state: TreeState, changed: set[str]) -> None:
+        """Write the ``access`` field of the nodes ``changed`` (their classes alone changed), then
+        commit: the intent is recorded first, so a crash between the two is repaired by
+        :meth:`recover` re-storing those points as the committed state has them."""
+        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        ids = sorted(i for i in changed if i in state.nodes)
+        self.record_intent(state, ids, [])
+        self.store.set_access(_by_access(state, ids))
+        self.commit(state)
+        self.drop_intent(state)
+
     def store_changes(self, state: TreeState, upserted: set[str], deleted: set[str]) -> None:
         """Upsert changed nodes, commit the state, then delete the points of removed nodes.
 
@@ -294,6 +305,14 @@ class TreeContext:
         log.debug("update: deleted; dropping the intent")
         self.drop_intent(state)
         log.debug("update: done")
+
+
+def _by_access(state: TreeState, ids: list[str]) -> dict[tuple[str, ...], list[str]]:
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for node_id in ids:
+        node = state.nodes[node_id]
+        groups.setdefault(tuple(sorted(node.access)), []).append(node_id)
+    return groups
 
 
 def bulk_writes(store: NodeStore) -> AbstractContextManager[None]:

@@ -394,6 +394,7 @@ class AccessReader:
         self.root = root
         self.access_file = access_file or AccessFile()
         self._dirs: dict[str, Step | None] = {}
+        self._classes: dict[tuple[Step | Rule, ...], AccessClass] = {}  # steps -> class, kept
 
     def forget(self) -> None:
         """Drop the cached folders (a pass starts: their permissions may have changed)."""
@@ -420,7 +421,11 @@ class AccessReader:
         if last is None:
             return UNKNOWN
         steps.append(last)
-        return AccessClass.of(steps)
+        key = tuple(steps)
+        found = self._classes.get(key)
+        if found is None:
+            found = self._classes[key] = AccessClass.of(key)
+        return found
 
     def _step(self, rel: str, need: int) -> Step | None:
         path = os.path.join(self.root, rel)
