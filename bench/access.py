@@ -206,7 +206,7 @@ def bench_recall(n_articles: int, n_questions: int, folder: Path) -> None:
     from ingestor.answer.service import QueryService
     from ingestor.cli.factories import make_embedder, make_pipeline
     from ingestor.config import Settings
-    from ingestor.read.permissions import ANONYMOUS, UNRESTRICTED
+    from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED
     from retriever import SearchFilter, collapsed_tree
 
     titles = squad_titles()[:n_articles]

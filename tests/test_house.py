@@ -1,4 +1,5 @@
-"""House rules checked on every run (issue 36): no module over 400 lines, and no private name used
+"""House rules checked on every run (issue 36): no module over 600 lines (~400 is a hint to look for
+a seam, never a reason to split what is one concept, issue 54), and no private name used
 across modules (``from m import _x``, or ``obj._x`` where ``_x`` is defined in another module of
 ours). Import cycles between the modules of a package are import-linter's (``acyclic_siblings``)."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("ingestor", "retriever", "models_store")
-MAX_LINES = 400
+MAX_LINES = 600
 
 
 def modules() -> list[Path]:
@@ -21,7 +22,7 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__")
 
 
-def test_no_module_is_over_400_lines() -> None:
+def test_no_module_is_over_600_lines() -> None:
     long = {
         str(p.relative_to(ROOT)): n
         for p in modules()

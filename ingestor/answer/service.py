@@ -24,7 +24,7 @@ from ingestor.answer.modes import BASES, MODES
 from ingestor.answer.no_match import SIMILARITY_HITS, best_similarity, match_fields
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.protocols import Summarizer
-from ingestor.read.permissions import UNRESTRICTED, ClassRegistry, Identity
+from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 

@@ -133,7 +133,8 @@ def make_access(settings: Settings) -> Any:
     """
     from ingestor.errors import ConfigError
     from ingestor.pipeline.access import TreeAccess
-    from ingestor.read.permissions import ACCESS_FILE, CLASSES_FILE, AccessFile, ClassRegistry
+    from ingestor.read.access_classes import CLASSES_FILE, ClassRegistry
+    from ingestor.read.permissions import ACCESS_FILE, AccessFile
 
     try:
         return TreeAccess(

@@ -13,7 +13,8 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from ingestor.read.permissions import AccessFile, AccessReader, ClassRegistry
+from ingestor.read.access_classes import ClassRegistry
+from ingestor.read.permissions import AccessFile, AccessReader
 from ingestor.tree.state import Node, TreeState
 
 __all__ = ["TreeAccess"]

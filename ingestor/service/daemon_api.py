@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from ingestor.pipeline import UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
+from ingestor.read.access_classes import UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.read.listing import source_path
-from ingestor.read.permissions import UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.service.failures import Quarantine
 from ingestor.service.metrics import Metrics
 from ingestor.service.share import RootMonitor, ShareGuard

@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from ingestor.read.permissions import ClassRegistry, Identity
+from ingestor.read.access_classes import ClassRegistry, Identity
 from ingestor.service.daemon_routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView

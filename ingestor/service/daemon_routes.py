@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from ingestor.errors import SummarizationError
-from ingestor.read.permissions import UNRESTRICTED, Identity
+from ingestor.read.access_classes import UNRESTRICTED, Identity
 from ingestor.service.http import HttpLimits, caller_of, error_response, run_bounded
 from ingestor.service.mcp_http import MCP_PATH, mcp_endpoint
 from retriever import RetrieverError

@@ -58,7 +58,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ingestor.errors import ConfigError
-from ingestor.read.permissions import ANONYMOUS, Identity
+from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.service.deadline import Deadline
 from ingestor.service.door import Door
 from ingestor.service.http_connections import PROBE_SPARE, ConnectionGuard

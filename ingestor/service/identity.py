@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from ingestor.read.permissions import ANONYMOUS, UNRESTRICTED, Identity
+from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED, Identity
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
 
 from ingestor.answer.service import QueryService
-from ingestor.read.permissions import ANONYMOUS, Identity
+from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ from pydantic import Field
 from ingestor.answer.modes import MODES
 from ingestor.answer.service import LIMITS, QueryService
 from ingestor.errors import IngestError
-from ingestor.read.permissions import UNRESTRICTED, Identity
+from ingestor.read.access_classes import UNRESTRICTED, Identity
 from retriever import F, NodePayload, RetrieverError, ScoredNode, SearchFilter
 
 if TYPE_CHECKING:

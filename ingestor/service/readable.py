@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ingestor.read.permissions import Identity
+from ingestor.read.access_classes import Identity
 
 __all__ = ["Readable", "owner_only"]
 

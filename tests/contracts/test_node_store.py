@@ -181,6 +181,32 @@ def test_delete_removes_points_and_ignores_unknown_ids(store: Any) -> None:
     assert ids_of(store.retrieve(ids_of(nodes))) == ids_of([nodes[1], nodes[2], nodes[4]])
 
 
+def test_a_reader_filter_keeps_nodes_whose_every_class_is_readable(store: Any) -> None:
+    """A node is readable only if every access class it lists is (a summary over a private
+    file and a public one is the readers-of-both's), and a node listing none is the owner's."""
+    classes = [("pub",), ("hr",), ("hr", "pub"), ()]
+    nodes = [
+        make_node(f"n{i}", layer=int(bool(i % 2))).model_copy(update={"access": c})
+        for i, c in enumerate(classes)
+    ]
+    store.upsert(nodes, unit_vectors(4))
+
+    def seen(readable: tuple[str, ...] | None) -> set[str]:
+        flt = SearchFilter(tree="t1", readable=readable)
+        hits = store.search(unit_vectors(1, seed=9)[0], flt, limit=10)
+        assert store.count(flt) == len(hits)
+        return {h.node.node_id for h in hits}
+
+    assert seen(None) == set(ids_of(nodes))
+    assert seen(("pub",)) == {nodes[0].node_id}
+    assert seen(("pub", "hr")) == set(ids_of(nodes[:3]))
+    assert seen(()) == set()
+    # A permission change: the field alone is rewritten, the rest of the point kept.
+    store.set_access({("pub",): [nodes[1].node_id, nodes[2].node_id]})
+    assert seen(("pub",)) == set(ids_of(nodes[:3]))
+    assert store.retrieve([nodes[1].node_id])[0] == nodes[1].model_copy(update={"access": ("pub",)})
+
+
 def test_search_budget_equals_the_fill_of_a_full_search(store: Any) -> None:
     """The two-step search_budget returns exactly fill_budget(search(...)) with fewer payloads."""
     rng = np.random.default_rng(7)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.answer.service import QueryService
-from ingestor.read.permissions import ANONYMOUS, UNRESTRICTED, Identity
+from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
 from tests.unit.service.test_watcher import CountingEmbedder, make_pipeline, write_corpus

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.answer.service import QueryService
-from ingestor.read.permissions import ANONYMOUS, Identity
+from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
 from tests.unit.service.test_access_doors import GROUP, _user, users  # noqa: F401 (fixture)

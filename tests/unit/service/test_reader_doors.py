@@ -27,7 +27,7 @@ from qdrant_client.http.exceptions import UnexpectedResponse
 from starlette.testclient import TestClient
 
 from ingestor.pipeline import Pipeline
-from ingestor.read.permissions import ANONYMOUS
+from ingestor.read.access_classes import ANONYMOUS
 from ingestor.service.daemon import Daemon
 from ingestor.service.http import HttpServer
 from ingestor.service.identity import Callers, TokenBook

@@ -1,0 +1,328 @@
+"""Access classes and who asks: the model every door judges a caller by.
+
+An access class is a chain of permission checks (:class:`Step`: search on each folder below the
+root, read on the file; or one access-file :class:`Rule`), its id a digest of the chain.
+:meth:`AccessClass.allows` decides whether an :class:`Identity` may read its files with the
+kernel's rules (acl(5)), documented in :mod:`ingestor.read.permissions`, which reads the chains
+from the share. :class:`ClassRegistry` keeps every class the tree's points name.
+"""
+
+from __future__ import annotations
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "ANONYMOUS",
+    "CLASSES_FILE",
+    "READ",
+    "SEARCH",
+    "UNKNOWN",
+    "UNKNOWN_CLASS",
+    "UNRESTRICTED",
+    "AccessClass",
+    "AclEntry",
+    "ClassRegistry",
+    "Identity",
+    "Rule",
+    "Step",
+]
+
+#: The class of a file whose permissions could not be read: readable by nobody (but the tree's
+#: owner) until they can be read.
+UNKNOWN_CLASS: Final = "unknown"
+
+#: What a step asks for: read (the file), search (each folder on the way).
+READ, SEARCH = 4, 1
+# posix_acl_xattr.h tags
+_USER_OBJ, _USER, _GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who asks: a user (uid and every group it is in), a group alone, or nobody in particular.
+
+    ``unrestricted``: the tree's owner (the daemon's own account, root, the owner's token), who
+    may read every file the daemon reads.
+    """
+
+    name: str
+    uid: int | None = None
+    gids: frozenset[int] = frozenset()
+    unrestricted: bool = False
+
+    @classmethod
+    def of_uid(cls, uid: int, gid: int | None = None) -> Identity:
+        """The user ``uid`` with every group the system says it is in (``getgrouplist``).
+
+        A uid unknown to the system (no passwd entry) keeps only ``gid``, the group the kernel
+        gave the caller (``SO_PEERCRED``).
+        """
+        try:
+            pw = pwd.getpwuid(uid)
+        except KeyError:
+            return cls(f"uid {uid}", uid, frozenset(() if gid is None else (gid,)))
+        groups = set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+        if gid is not None:
+            groups.add(gid)
+        return cls(pw.pw_name, uid, frozenset(groups), unrestricted=uid == 0)
+
+    @classmethod
+    def of_user(cls, name: str) -> Identity:
+        """The user called ``name`` (or a numeric uid).
+
+        Raises:
+            KeyError: no such user; the message says where names come from.
+        """
+        try:
+            pw = pwd.getpwnam(name) if not name.isdigit() else pwd.getpwuid(int(name))
+        except KeyError:
+            raise KeyError(
+                f"no user {name!r} on this machine (names come from the system's user database, "
+                "getent passwd); give a known user name or uid"
+            ) from None
+        return cls.of_uid(pw.pw_uid)
+
+    @classmethod
+    def of_group(cls, name: str) -> Identity:
+        """A member of group ``name`` (or a numeric gid) and of no other group.
+
+        Raises:
+            KeyError: no such group.
+        """
+        try:
+            gr = grp.getgrnam(name) if not name.isdigit() else grp.getgrgid(int(name))
+        except KeyError:
+            raise KeyError(
+                f"no group {name!r} on this machine (getent group); give a known group or gid"
+            ) from None
+        return cls(f"group {gr.gr_name}", None, frozenset({gr.gr_gid}))
+
+    def to_json(self) -> dict[str, object]:
+        """Return who this is, for ``/status`` and ``adrap status``."""
+        return {
+            "name": self.name,
+            "uid": self.uid,
+            "gids": sorted(self.gids),
+            "unrestricted": self.unrestricted,
+        }
+
+
+#: A caller with no principal: may read what any user of the machine may read.
+ANONYMOUS: Final = Identity("anonymous")
+#: The tree's owner.
+UNRESTRICTED: Final = Identity("owner", unrestricted=True)
+
+
+AclEntry = tuple[int, int, int]  # (tag, id, perm)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One folder (search) or the file (read) on the way: what the kernel checks there."""
+
+    uid: int
+    gid: int
+    mode: int  # permission bits (0o777)
+    need: int  # 1: search (x), 4: read (r)
+    acl: tuple[AclEntry, ...] = ()
+
+    def allows(self, who: Identity) -> bool:
+        """Whether ``who`` gets ``need`` here (acl(5)'s access check algorithm)."""
+        need = self.need
+        if who.uid is not None and who.uid == self.uid:
+            return bool((self.mode >> 6) & need)
+        if not self.acl:
+            if self.gid in who.gids:
+                return bool((self.mode >> 3) & need)
+            return bool(self.mode & need)
+        mask = next((p for t, _, p in self.acl if t == _MASK), 7)
+        if who.uid is not None:
+            for tag, uid, perm in self.acl:
+                if tag == _USER and uid == who.uid:
+                    return bool(perm & mask & need)
+        matched = False
+        for tag, gid, perm in self.acl:
+            if (tag == _GROUP_OBJ and self.gid in who.gids) or (tag == _GROUP and gid in who.gids):
+                matched = True
+                if perm & mask & need:
+                    return True
+        if matched:
+            return False
+        return any(tag == _OTHER and perm & need for tag, _, perm in self.acl)
+
+    def key(self) -> list[object]:
+        return [self.uid, self.gid, self.mode, self.need, [list(e) for e in self.acl]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A folder prefix of the access file: its users and groups (and whether anyone may read)."""
+
+    prefix: str
+    uids: frozenset[int] = frozenset()
+    gids: frozenset[int] = frozenset()
+    anyone: bool = False
+
+    def allows(self, who: Identity) -> bool:
+        return (
+            self.anyone
+            or (who.uid is not None and who.uid in self.uids)
+            or bool(self.gids & who.gids)
+        )
+
+    def key(self) -> list[object]:
+        return ["rule", self.prefix, sorted(self.uids), sorted(self.gids), self.anyone]
+
+
+@dataclass(frozen=True)
+class AccessClass:
+    """The files whose chains of permission checks are the same: who may read one may read all.
+
+    ``steps``: the folders below the root, then the file; or one access-file :class:`Rule`.
+    """
+
+    id: str
+    steps: tuple[Step | Rule, ...] = ()
+
+    @classmethod
+    def of(cls, steps: Iterable[Step | Rule]) -> AccessClass:
+        steps = tuple(steps)
+        digest = hashlib.sha256(json.dumps([s.key() for s in steps]).encode()).hexdigest()
+        return cls("a" + digest[:20], steps)
+
+    def allows(self, who: Identity) -> bool:
+        """Whether ``who`` may read the files of this class."""
+        if who.unrestricted:
+            return True
+        if self.id == UNKNOWN_CLASS:
+            return False
+        return all(s.allows(who) for s in self.steps)
+
+    def to_json(self) -> dict[str, object]:
+        return {"id": self.id, "steps": [s.key() for s in self.steps]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> AccessClass:
+        steps: list[Step | Rule] = []
+        for k in data.get("steps", []):  # type: ignore[attr-defined]
+            if k and k[0] == "rule":
+                steps.append(Rule(k[1], frozenset(k[2]), frozenset(k[3]), bool(k[4])))
+            else:
+                uid, gid, mode, need, acl = k
+                steps.append(Step(uid, gid, mode, need, tuple(tuple(e) for e in acl)))
+        return cls(str(data["id"]), tuple(steps))
+
+    def principals(self) -> list[str]:
+        """Return a short description of who may read: ``world``, ``user:NAME``, ``group:NAME``
+        (the last step's; the folders above narrow it further)."""
+        if self.id == UNKNOWN_CLASS:
+            return []
+        last = self.steps[-1] if self.steps else None
+        if last is None:
+            return ["world"]
+        if isinstance(last, Rule):
+            out = ["world"] if last.anyone else []
+            return (
+                out
+                + [f"user:{_user(u)}" for u in sorted(last.uids)]
+                + [f"group:{_group(g)}" for g in sorted(last.gids)]
+            )
+        if all(s.allows(ANONYMOUS) for s in self.steps):
+            return ["world"]
+        out = [f"user:{_user(last.uid)}"]
+        if (last.mode >> 3) & last.need:
+            out.append(f"group:{_group(last.gid)}")
+        for tag, ident, perm in last.acl:
+            if tag == _USER and perm & last.need:
+                out.append(f"user:{_user(ident)}")
+            elif tag == _GROUP and perm & last.need:
+                out.append(f"group:{_group(ident)}")
+        return out
+
+
+UNKNOWN: Final = AccessClass(UNKNOWN_CLASS)
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+#: The registry's file in the tree's state dir.
+CLASSES_FILE: Final = "access-classes.json"
+
+
+class ClassRegistry:
+    """Every access class the tree's points name, kept in the state dir; thread-safe.
+
+    The writer adds (:meth:`add`) a file's class before any point naming it is stored, so a reader
+    never meets a class it cannot judge; one it does not know (a file written by a crashed
+    writer, a store written elsewhere) is refused to every restricted caller.
+    """
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._classes: dict[str, AccessClass] = {}
+        self._readable: dict[Identity, tuple[str, ...]] = {}
+        if path is not None:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                data = []
+            except (OSError, ValueError) as exc:
+                raise ValueError(
+                    f"cannot read the access classes {path}: {exc}; remove it and restart the "
+                    "daemon (the next pass reads every file's permissions again)"
+                ) from exc
+            self._classes = {c.id: c for c in map(AccessClass.from_json, data)}
+
+    def __len__(self) -> int:
+        return len(self._classes)
+
+    def get(self, class_id: str) -> AccessClass | None:
+        return self._classes.get(class_id)
+
+    def add(self, cls: AccessClass) -> None:
+        """Remember ``cls`` (written to the state dir at once when new)."""
+        if cls.id in self._classes or cls.id == UNKNOWN_CLASS:
+            return
+        with self._lock:
+            classes = {**self._classes, cls.id: cls}
+            if self.path is not None:
+                tmp = self.path.with_suffix(".tmp")
+                tmp.write_text(json.dumps([c.to_json() for c in classes.values()]))
+                os.replace(tmp, self.path)
+            self._classes = classes
+            self._readable = {}
+
+    def readable(self, who: Identity) -> tuple[str, ...] | None:
+        """Return the classes ``who`` may read (None: every one, ``who`` is unrestricted)."""
+        if who.unrestricted:
+            return None
+        cached = self._readable.get(who)
+        if cached is not None:
+            return cached
+        classes = self._classes
+        out = tuple(sorted(c.id for c in classes.values() if c.allows(who)))
+        if classes is self._classes:
+            self._readable[who] = out
+        return out
