@@ -50,6 +50,7 @@ from ingestor.read.access_classes import (
     Rule,
     Step,
 )
+from ingestor.read.names import fs_name
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,7 @@ class AccessReader:
         return found
 
     def _step(self, rel: str, need: int) -> Step | None:
-        path = os.path.join(self.root, rel)
+        path = os.path.join(self.root, fs_name(rel))  # a source escapes undecodable bytes
         try:  # through a link inside the share, the target's permissions are what a reader meets
             st = os.stat(path)
             acl = read_acl(path)

@@ -101,3 +101,22 @@ def test_a_single_owner_folder_builds_the_tree_it_always_built(tmp_path: Path) -
     assert set(a.require_state().nodes.keys()) == set(b.require_state().nodes.keys())
     a.store.close()
     b.store.close()
+
+
+def test_a_name_that_is_not_utf8_gets_its_file_s_class_not_unknown(tmp_path: Path) -> None:
+    """Sources escape undecodable bytes (``caf\\xe9.txt``); the permissions are read from the
+    file the escape names, not from a path that does not exist (which would be "unknown")."""
+    root = tmp_path / "docs"
+    write_corpus(root, 4)
+    raw = os.fsencode(root) + b"/caf\xe9.txt"
+    with open(raw, "wb") as f:
+        f.write(b"Notes about the canal, the lock keeper and the barges.\n")
+    os.chmod(raw, 0o600)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    entry = p.require_state().sources["caf\\xe9.txt"]
+    assert entry.access not in ("", "unknown")
+    cls = p.context.access.registry.get(entry.access)
+    assert cls is not None
+    assert not cls.allows(ANONYMOUS)
+    p.store.close()
