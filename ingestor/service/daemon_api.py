@@ -46,6 +46,8 @@ PUBLIC_STATUS = (
     "summary_refreshes",
     "stale_summaries",
     "summaries",
+    "last_update",
+    "errors",
     "caller",
     "access",
 )

@@ -170,7 +170,7 @@ def test_every_sentence_of_the_context_occurs_in_a_retrieved_node(
         ({"q": "x", "base": "bm25"}, "base must be one of leaves, collapsed, traversal"),
         ({"q": "x", "k0": "201"}, "k0 must be between 1 and 200, got 201"),
         ({"q": "x", "k0": "0"}, "k0 must be between 1 and 200, got 0"),
-        ({"q": "x", "max_tokens": "16001"}, "max_tokens must be between 1 and 16000"),
+        ({"q": "x", "max_tokens": "32001"}, "max_tokens must be between 1 and 32000"),
         ({"q": "x", "top_k": "ten"}, "top_k must be an integer, got 'ten'"),
     ],
 )

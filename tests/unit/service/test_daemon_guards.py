@@ -277,9 +277,9 @@ def test_restart_reads_no_unchanged_file(tree: Tree, monkeypatch: pytest.MonkeyP
     read: list[str] = []
     real = documents._read_bytes
 
-    def counting(real_path: Path, name: str, max_bytes: int) -> Any:
+    def counting(real_path: Path, root: Path, name: str, max_bytes: int) -> Any:
         read.append(name)
-        return real(real_path, name, max_bytes)
+        return real(real_path, root, name, max_bytes)
 
     monkeypatch.setattr(documents, "_read_bytes", counting)
     # the build read files written within the 2 s mtime granularity: those are read once more

@@ -15,7 +15,9 @@ Tree = tuple[Pipeline, Path]
 
 def _client(tree: Tree, tmp_path: Path, min_score: float | None) -> tuple[Daemon, TestClient]:
     p, root = tree
-    queries = QueryService(p.store, p.embedder, p.tree, min_score=min_score)
+    queries = QueryService(
+        p.store, p.embedder, p.tree, min_score=min_score, classes=p.context.access.registry
+    )
     d = Daemon(p, root, state_dir=tmp_path / "state", queries=queries)
     d.metrics.ready = True
     return d, TestClient(d.app(), base_url="http://127.0.0.1:8765")

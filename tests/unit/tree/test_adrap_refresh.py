@@ -1,5 +1,5 @@
 """A summary regenerated with the same text stays where it is above, and its ancestors' sources
-still follow the documents under it (TreeUpdater._refresh_sources)."""
+still follow the documents under it (TreeUpdater.refresh_provenance)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_sources_are_brought_up_to_date_above_a_refreshed_summary(tmp_path: Path
     above = ancestors(state, node.node_id)
     assert above
     stats = UpdateStats()
-    TreeUpdater._refresh_sources(state, {node.node_id}, stats)
+    TreeUpdater.refresh_provenance(state, {node.node_id}, stats)
     assert stats.upserted == above
     for a in above:
         assert "new/doc.txt" in state.nodes[a].sources
