@@ -246,8 +246,6 @@ class HttpServer:
     """uvicorn serving ``app`` in a thread; the socket is bound at construction (port 0 works)."""
 
     def __init__(self, app: ASGIApp, host: str, port: int, limits: HttpLimits) -> None:
-        import uvicorn
-
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         # IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only on sockets whose proto says TCP
         # (accepted ones inherit it); with proto 0, Nagle + delayed ACK stall every response on a
@@ -266,20 +264,39 @@ class HttpServer:
         name = self.sock.getsockname()
         self.address: tuple[str, int] = (str(name[0]), int(name[1]))
         guard = ConnectionGuard(limits.concurrency, limits.head_timeout, limits.per_client)
+        self._served = _Served(app, self.sock, guard.protocol(), limits.keep_alive, "adrap-http")
+        self.server = self._served.server  # uvicorn's: its state (connections) for the tests
+
+    def start(self) -> None:
+        self._served.start()
+
+    def stop(self) -> None:
+        self._served.stop()
+
+
+class _Served:
+    """uvicorn serving ``app`` on a bound, listening ``sock`` in a thread of its own."""
+
+    def __init__(
+        self, app: ASGIApp, sock: socket.socket, protocol: type, keep_alive: int, name: str
+    ) -> None:
+        import uvicorn
+
+        self.sock = sock
         config = uvicorn.Config(
             app,
-            http=guard.protocol(),  # idle connections timed out, capped per client
+            http=protocol,  # idle connections timed out, capped per client (ConnectionGuard)
             log_config=None,  # our logging, configured by the CLI
             access_log=False,
             limit_concurrency=None,  # requests in progress, not connections: the guard's
-            timeout_keep_alive=limits.keep_alive,
+            timeout_keep_alive=keep_alive,
             timeout_graceful_shutdown=5,
             lifespan="off",
             server_header=False,
             h11_max_incomplete_event_size=16 * 1024,  # request line + headers
         )
         self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._serve, name="adrap-http", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
 
     def _serve(self) -> None:
         asyncio.run(self.server.serve(sockets=[self.sock]))
@@ -325,8 +342,6 @@ class UnixHttpServer:
     """
 
     def __init__(self, app: ASGIApp, path: Path, limits: HttpLimits) -> None:
-        import uvicorn
-
         self.path = path
         with contextlib.suppress(FileNotFoundError):
             if stat.S_ISSOCK(path.lstat().st_mode):
@@ -348,30 +363,13 @@ class UnixHttpServer:
                 os.close(dir_fd)
         local = limits.concurrency + PROBE_SPARE  # one address: every local caller
         guard = ConnectionGuard(limits.concurrency, limits.head_timeout, local)
-        config = uvicorn.Config(
-            app,
-            http=guard.protocol(_peer_protocol()),
-            log_config=None,
-            access_log=False,
-            limit_concurrency=None,
-            timeout_keep_alive=limits.keep_alive,
-            timeout_graceful_shutdown=5,
-            lifespan="off",
-            server_header=False,
-            h11_max_incomplete_event_size=16 * 1024,
-        )
-        self.server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._serve, name="adrap-unix", daemon=True)
-
-    def _serve(self) -> None:
-        asyncio.run(self.server.serve(sockets=[self.sock]))
+        protocol = guard.protocol(_peer_protocol())
+        self._served = _Served(app, self.sock, protocol, limits.keep_alive, "adrap-unix")
 
     def start(self) -> None:
-        self._thread.start()
+        self._served.start()
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self._thread.join(15)
-        self.sock.close()
+        self._served.stop()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
