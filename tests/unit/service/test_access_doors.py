@@ -19,7 +19,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,20 +112,23 @@ def daemon(users: dict[str, int]) -> Iterator[Daemon]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _as_user(uid: int, d: Daemon, route: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Ask the daemon's Unix socket from a process that is ``uid`` (a fork that switched)."""
+def as_user(uid: int, fn: Callable[[], Any]) -> Any:
+    """Return ``fn()`` (JSON-able) run in a fork that became ``uid``: its groups as the system
+    lists them (none for a uid without a passwd entry). An error in it fails the caller."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
             os.close(r)
-            pw = pwd.getpwuid(uid)
-            os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
-            os.setgid(pw.pw_gid)
+            try:
+                pw = pwd.getpwuid(uid)
+                os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
+                os.setgid(pw.pw_gid)
+            except KeyError:
+                os.setgroups([])
+                os.setgid(uid)
             os.setuid(uid)
-            client = DaemonClient(str(socket_path(d.state_dir)), True)
-            out = client.request("POST" if route == "/ask" else "GET", route, params, timeout=60)
-            os.write(w, json.dumps(out).encode())
+            os.write(w, json.dumps({"out": fn()}).encode())
         except BaseException as exc:
             os.write(w, json.dumps({"error": repr(exc)}).encode())
         finally:
@@ -136,8 +139,19 @@ def _as_user(uid: int, d: Daemon, route: str, params: dict[str, Any]) -> dict[st
         data += chunk
     os.close(r)
     os.waitpid(pid, 0)
-    out: dict[str, Any] = json.loads(data)
-    assert "error" not in out, out
+    got: dict[str, Any] = json.loads(data)
+    assert "error" not in got, got
+    return got["out"]
+
+
+def _as_user(uid: int, d: Daemon, route: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Ask the daemon's Unix socket from a process that is ``uid``."""
+
+    def ask() -> dict[str, Any]:
+        client = DaemonClient(str(socket_path(d.state_dir)), True)
+        return client.request("POST" if route == "/ask" else "GET", route, params, timeout=60)
+
+    out: dict[str, Any] = as_user(uid, ask)
     return out
 
 

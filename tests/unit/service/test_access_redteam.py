@@ -10,7 +10,6 @@ leaf of a file they may read is let through (nothing withheld). The tree's invar
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -24,7 +23,12 @@ from ingestor.answer.service import QueryService
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
-from tests.unit.service.test_access_doors import GROUP, _user, users  # noqa: F401 (fixture)
+from tests.unit.service.test_access_doors import (  # noqa: F401 (users: a fixture)
+    GROUP,
+    _user,
+    as_user,
+    users,
+)
 from tests.unit.service.test_watcher import doc_text, make_pipeline
 
 pytestmark = pytest.mark.skipif(
@@ -37,32 +41,7 @@ STEPS = 24
 
 def _kernel_readable(uid: int, root: Path, sources: list[str]) -> set[str]:
     """Return the sources ``uid`` may read, as the kernel says (a fork that became ``uid``)."""
-    import pwd
-
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.close(r)
-            try:
-                pw = pwd.getpwuid(uid)
-                os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
-                os.setgid(pw.pw_gid)
-            except KeyError:
-                os.setgroups([])
-                os.setgid(uid)
-            os.setuid(uid)
-            ok = [s for s in sources if os.access(root / s, os.R_OK)]
-            os.write(w, json.dumps(ok).encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    data = b""
-    while chunk := os.read(r, 1 << 16):
-        data += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return set(json.loads(data))
+    return set(as_user(uid, lambda: [s for s in sources if os.access(root / s, os.R_OK)]))
 
 
 def _step(rng: random.Random, root: Path, uids: list[int]) -> str:
