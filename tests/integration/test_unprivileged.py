@@ -29,13 +29,15 @@ NOBODY = 65534
 
 
 def _nobody_runs_python() -> bool:
-    """Whether uid 65534 may run this Python (a venv whose interpreter lives under a private
-    home, e.g. pyenv's under /root, cannot be run by it)."""
+    """Whether uid 65534 may run this Python, and start it again as the daemon's reader processes
+    do (a venv whose interpreter lives under a private home, e.g. pyenv's under a 0700 /root,
+    is run once by setpriv but cannot be exec'd again by the process it became)."""
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         return False
+    again = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'pass'], check=True)"
     probe = subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-         sys.executable, "-c", "pass"],
+         sys.executable, "-c", again],
         capture_output=True,
     )  # fmt: skip
     return probe.returncode == 0
