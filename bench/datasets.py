@@ -96,3 +96,11 @@ def proc_status_mb(pid: int | str = "self") -> dict[str, float]:
         if value.endswith(" kB"):
             out[name] = int(value.split()[0]) / 1024
     return out
+
+
+def sample(questions: list[Question], n: int) -> list[Question]:
+    """Return n questions spread evenly over the list (all when n is 0 or too large)."""
+    if not n or n >= len(questions):
+        return questions
+    step = len(questions) / n
+    return [questions[int(i * step)] for i in range(n)]

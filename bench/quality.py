@@ -41,7 +41,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets import Question, hotpot_folder, peak_rss_mb, squad_folder, squad_titles
+from datasets import Question, hotpot_folder, peak_rss_mb, sample, squad_folder, squad_titles
 
 from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0
 from ingestor.answer.provenance import SpanResolver
@@ -247,14 +247,6 @@ def llm_cost(
             f"{llm.prompt_tokens / n:.0f} prompt + {llm.completion_tokens / n:.0f} completion "
             f"tokens/query; answer in ctx {hit / n:.0%} (a 135M model: not a quality figure)"
         )
-
-
-def sample(questions: list[Question], n: int) -> list[Question]:
-    """Return n questions spread evenly over the list (all when n is 0 or too large)."""
-    if not n or n >= len(questions):
-        return questions
-    step = len(questions) / n
-    return [questions[int(i * step)] for i in range(n)]
 
 
 def main() -> None:
