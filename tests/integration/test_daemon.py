@@ -109,9 +109,10 @@ class Watch:
         return self.proc.wait(120)
 
 
-def get(url: str) -> tuple[int, str]:
+def get(url: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
     try:
-        with urllib.request.urlopen(url, timeout=30) as resp:
+        request = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(request, timeout=30) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()

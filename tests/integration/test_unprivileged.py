@@ -16,8 +16,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -56,14 +54,7 @@ TOKEN = "owner-of-the-test"
 
 
 def owner_get(url: str) -> tuple[int, str]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError as exc:
-        return 0, str(exc)
+    return get(url, {"Authorization": f"Bearer {TOKEN}"})
 
 
 class NobodyWatch:
