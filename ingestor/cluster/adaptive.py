@@ -346,6 +346,9 @@ class AdaptiveLayer:
                         "pass vectors= so it can get a local model"
                     )
                 group_upkeep.refit(self, g, vectors, delta)
+                promoted = self.gmms[g]
+                if promoted is not None and group_upkeep.oversized(self, promoted.n):
+                    work.insert(0, g)  # promoted past max_group in one batch: cut it next
             elif vectors is not None and group_upkeep.oversized(self, gmm.n):
                 work[:0] = group_upkeep.split(self, g, vectors, delta)  # parts: checked as any
             elif (vectors is not None and gmm.n > 0 and group_upkeep.due(self, gmm, 0)) or (

@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
-from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit
+from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit, oversized
 from ingestor.cluster.incremental import REOFFER_GROWTH
 from ingestor.tree.state import Provenance, folders_of
 
@@ -144,6 +144,10 @@ def _layer(
             continue
         if set(gmm.point_ids) != {pid for (gg, pid) in al.node_at if gg == g}:
             bad.append(f"layer {i} group {g}: GMM points and nodes differ")
+        if oversized(al, gmm.n) and not al.greedy:
+            bad.append(
+                f"layer {i}: group {g} holds {gmm.n} points, past max_group, and was not cut"
+            )
         for cid, pids in gmm.members.items():
             clusters[cid] = len(pids)
             if gmm.offer_due(cid) and not al.greedy:

@@ -200,13 +200,28 @@ def test_cut_groups_are_committed_and_read_back(tmp_path: Path) -> None:
     p.build(root)
     sizes = [len(m.members) for m in p.require_state().layers[0].clusterer.local_models_]
     assert max(sizes) <= 25, "the build bounded its groups"
-    made = [root / f"n{i}.txt" for i in range(10)]
+    # Copies of a file with leaves in the largest group: their chunks embed as the original's, so
+    # they land in that group, which the update fills past max_group on any machine's numerics.
+    state = p.require_state()
+    al = state.layers[0]
+    in_group = Counter(g for g, _ in al.point_of.values())
+    g, size = in_group.most_common(1)[0]
+    of_file = Counter(
+        src for n, (h, _) in al.point_of.items() if h == g for src in state.nodes[n].sources
+    )
+    source, per_copy = of_file.most_common(1)[0]
+    text = (root / source).read_text()
+    made = [root / f"n{i}.txt" for i in range((26 - size) // per_copy + 2)]
     for f in made:
-        f.write_text(doc_text(rng, rng.randint(6, 10)))
+        f.write_text(text)
+    made.append(root / "other.txt")
+    made[-1].write_text(doc_text(rng, 8))
     p.update(made)
     check_invariants(p)
     al = p.require_state().layers[0]
     assert al.group_splits >= 1
+    # A group promoted from guarded past max_group in one batch is cut in that batch too.
+    assert max(Counter(g for g, _ in al.point_of.values()).values()) <= 25
     check_groups(al)
     copy = tmp_path / "copy"
     shutil.copytree(tmp_path / "models", copy)  # what is on disk, not the live state
