@@ -3,7 +3,7 @@ ratio of the build to its floor (raw embedding of the same chunks with the same 
 
     python bench/build.py [--articles N] [--summarizer extractive|openai] [--workers N]
 
-Target (DESIGN §7): build time ≤ 1.33 x raw embedding time.
+Target (docs/benchmarks.md, build): build time ≤ 1.33 x raw embedding time.
 """
 
 from __future__ import annotations

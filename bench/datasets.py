@@ -1,4 +1,5 @@
-"""Turn ../shared/data into folders of documents (written to a temp dir, never into the repo)."""
+"""Turn the evaluation data (SQuAD, HotpotQA) into folders of documents (in a temp dir, never
+the repo)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The evaluation data (../shared/data beside the repository, or ADRAP_BENCH_DATA).
+#: The evaluation data: the folder ADRAP_BENCH_DATA names, else shared/data beside the checkout.
 SHARED = Path(
     os.environ.get("ADRAP_BENCH_DATA")
     or Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -1,7 +1,7 @@
 """Calibrate the score below which `adrap query` says that nothing in the tree seems to answer.
 
-Data: the SQuAD part-A articles (../shared/data). The 24 articles are split in two corpora
-(alternate articles); each paragraph is a leaf. A question asked of its own corpus is
+Data: the SQuAD part-A articles (``bench.datasets.SQUAD``). The 24 articles are split in two
+corpora (alternate articles); each paragraph is a leaf. A question asked of its own corpus is
 *answerable*; the same question asked of the other corpus is *unanswerable* (its article is not
 there). The score of a question is its best cosine similarity over the corpus, as the best hit
 of a collapsed query (the packaged all-MiniLM-L6-v2, as a tree built with the defaults).
@@ -11,7 +11,7 @@ matches" (unanswerable) and the share of answerable questions it would flag, and
 chosen: the highest that flags at most 5 % of the answerable questions (a flag still shows the
 hits, but a warning on a good answer costs trust). ~2 min of CPU (2 cores).
 
-    python bench/no_match.py [--per-article 10] [--squad ../shared/data/squad/...json]
+    python bench/no_match.py [--per-article 10] [--squad PATH/squad/...json]
 """
 
 from __future__ import annotations

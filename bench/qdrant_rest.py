@@ -11,7 +11,7 @@ from the client (HTTP + JSON both ways), p50 / p95 in ms:
 - ``/query``: ``GET /query?q=...&max_tokens=2000`` (collapsed: one planned query, limit 100, then
   the payloads the fill keeps). Embedding the question is a dictionary look-up here, so the
   figure is retrieval + HTTP; the real model adds its own few ms to every path alike.
-- ``facade recipe``: the README's recipe: ``POST /collections/adrap/points/query`` with limit
+- ``facade recipe``: docs/clients.md's recipe: ``POST /collections/adrap/points/query`` with limit
   100 and full payloads, then the 2000-token fill in the client (httpx + ``json``).
 - ``facade 2-step``: the same query with ``with_payload: ["n_tokens"]``, the fill, then
   ``POST .../points`` for the payloads of the nodes taken.

@@ -3,7 +3,7 @@
     python bench/split.py [--leaves 8000] [--parts 4] [--keep DIR]
 
 A simulation of the design in docs/scale.md (the product builds no root tree today). The corpus:
-the 24 SQuAD articles of ../shared/data plus filler documents of SQuAD sentences
+the 24 SQuAD articles of the benchmark data plus filler documents of SQuAD sentences
 (``update.synthetic_docs``), about ``--leaves`` leaves in all, in ``--parts`` top-level folders
 (articles dealt round-robin, filler shared equally), as a share would be split by top-level folder.
 Hashed 384-d embeddings (``tests.fakes.HashEmbedder``: the real model embeds ~20 chunks/s on this

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,6 +29,11 @@ def test_readme_documents_every_payload_field() -> None:
     readme = (ROOT / "README.md").read_text()
     missing = [f for f in NodePayload.model_fields if f"`{f}`" not in readme]
     assert missing == []
+
+
+def test_readme_is_a_short_start() -> None:
+    """The README takes a newcomer from nothing to a queried folder; recipes live in docs/."""
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
 
 
 def test_readme_holds_the_two_setup_commands_and_ci_runs_the_test_one() -> None:
@@ -108,3 +116,35 @@ def test_every_module_named_in_the_architecture_page_exists() -> None:
     assert named
     missing = sorted(n for n in named if not (ROOT / n).exists())
     assert missing == []
+
+
+#: Documents that are not in the repository: a reference to them is one a reader cannot follow.
+#: Written split so that this file does not match itself.
+_OUTSIDE = ("DESIGN" + " §", "DESIGN" + ".md", "STYLE" + ".md", "../" + "shared")
+
+
+@pytest.mark.skipif(
+    shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout"
+)
+def test_no_tracked_file_cites_a_document_outside_the_repository() -> None:
+    """The repository stands alone: code and docs cite its own pages (docs/history/ is a record)."""
+    tracked = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.decode()
+    cited = []
+    for name in filter(None, tracked.split("\0")):
+        path = ROOT / name
+        if name.startswith("docs/history/") or not path.is_file():
+            continue
+        text = path.read_bytes().decode("utf-8", errors="ignore")
+        cited += [f"{name}: {s}" for s in _OUTSIDE if s in text]
+    assert cited == []
+
+
+def test_version_is_the_pyprojects_and_the_changelog_has_its_release() -> None:
+    """`adrap --version` reads the installed distribution, whose version is pyproject's."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"adrap {version}"
+    assert re.search(rf"^## \[{re.escape(version)}\]", (ROOT / "CHANGELOG.md").read_text(), re.M)

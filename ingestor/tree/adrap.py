@@ -345,9 +345,10 @@ class TreeUpdater:
 
         Such a summary stays where it is in the layer above and its parents are not regenerated
         for it, but a document added or removed under it changed its sources, and a summary's
-        sources are the union of its children's (DESIGN §4), capped past the tree's limit. Cost:
-        the ancestors whose sources change, each the union of its children's: bounded by the
-        limit, since an ancestor that is already capped stays capped and stops the walk.
+        sources are the union of its children's (docs/architecture.md, Invariants), capped past
+        the tree's limit. Cost: the ancestors whose sources change, each the union of its
+        children's: bounded by the limit, since an ancestor that is already capped stays capped
+        and stops the walk.
         """
         todo = sorted(start)
         while todo:

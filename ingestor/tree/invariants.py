@@ -1,8 +1,9 @@
-"""The tree's invariants (DESIGN §4), checked after every update in tests and soaks.
+"""The tree's invariants, checked after every update in tests and soaks.
 
-:func:`violations` reads the state through its public mappings only (``nodes``, ``sources``,
-``layers`` and ``matrix``), iterating them, so it works whether they are dicts or lazy views. It
-costs a pass over the whole tree: a check for tests and benchmarks, not for the update path.
+They are listed in docs/architecture.md (Invariants). :func:`violations` reads the state through
+its public mappings only (``nodes``, ``sources``, ``layers`` and ``matrix``), iterating them, so it
+works whether they are dicts or lazy views. It costs a pass over the whole tree: a check for tests
+and benchmarks, not for the update path.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ skipped without podman. scripts/build_image.sh makes the base image and the whee
 
 Everything is asked from the host through the published port, with the token the container reads
 from its secret file: ``/query``, the Qdrant REST API with the real ``QdrantClient(url=...,
-api_key=token)`` (the README's collapsed-tree recipe must return the nodes ``/query`` returns)
+api_key=token)`` (docs/clients.md's collapsed-tree recipe must return the nodes ``/query`` returns)
 and ``/dashboard``. Measurements are printed (``pytest -s``): image size, cold start to /readyz
 (first tree build of examples/sample included), a new file -> found by /query (p50 of three),
 memory of the running container, SIGTERM -> exit.
@@ -42,7 +42,7 @@ from tests.deploy.engine import (
     sigterm_to_exit,
     wait_ready,
 )
-from tests.integration.test_qdrant_rest import README_URL, readme_block
+from tests.integration.test_qdrant_rest import RECIPE_URL, recipe_block
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,7 +51,7 @@ pytestmark = [
 ROOT = DEPLOY.parent
 SAMPLE = ROOT / "examples" / "sample"
 IMAGE = os.environ.get("ADRAP_TEST_IMAGE", "localhost/adrap:test")
-BUDGET = 2000  # the README recipe's token budget
+BUDGET = 2000  # docs/clients.md's recipe's token budget
 #: Files dropped into the running container's folder, each with a question that finds it.
 NEW_DOCS = {
     "zebra-migration.md": (
@@ -101,7 +101,7 @@ def image(engine_env: dict[str, str]) -> str:
 
 
 def _query(url: str, headers: dict[str, str], q: str) -> list[dict[str, Any]]:
-    """The hits of ``GET /query`` (collapsed tree, the README's budget)."""
+    """The hits of ``GET /query`` (collapsed tree, the recipe's budget)."""
     r = httpx.get(
         f"{url}/query", params={"q": q, "max_tokens": BUDGET}, headers=headers, timeout=60
     )
@@ -114,12 +114,12 @@ def _sources(hits: list[dict[str, Any]]) -> list[str]:
     return [h["source"] for h in hits if h["source"]]
 
 
-def _readme_recipe_ids(url: str, token: str, question: str, vector: list[float]) -> list[str]:
-    """Run the README's Python collapsed-tree recipe with the real client against ``url``; only
+def _clients_recipe_ids(url: str, token: str, question: str, vector: list[float]) -> list[str]:
+    """Run docs/clients.md's Python collapsed-tree recipe with the real client against ``url``; only
     the client line changes (the published port, and the token as the client's API key)."""
-    line = f'QdrantClient(url="{README_URL}")'
-    code = readme_block("python")
-    assert line in code, "the README's client line changed: update this test"
+    line = f'QdrantClient(url="{RECIPE_URL}")'
+    code = recipe_block("python")
+    assert line in code, "docs/clients.md's client line changed: update this test"
     code = code.replace(line, f'QdrantClient(url="{url}", api_key="{token}")')
     scope: dict[str, Any] = {"vector": vector, "question": question}  # the recipe is hybrid
     with warnings.catch_warnings():  # plain http on loopback is the point here
@@ -139,7 +139,7 @@ def _check_clients(url: str, token: str, question: str, source: str) -> None:
     deadline = time.monotonic() + 120
     while True:
         hits = _query(url, headers, question)
-        recipe = _readme_recipe_ids(url, token, question, vector)
+        recipe = _clients_recipe_ids(url, token, question, vector)
         ids = [h["node_id"] for h in hits]
         if ids == [h["node_id"] for h in _query(url, headers, question)]:
             break

@@ -1,6 +1,6 @@
 """Real Qdrant clients read a running `adrap watch` (real model, real qdrant-edge) like a server.
 
-What is compared: the README's hybrid collapsed-tree recipe, run verbatim (its code block, with
+What is compared: docs/clients.md's hybrid collapsed-tree recipe, run verbatim (its code block, with
 only the URL pointed at the daemon, ``vector`` set to the question embedded with the tree's model
 and ``question`` to the question): one query, a dense and a BM25 prefetch of 100 each with the
 filter ``tree == "default"``, fused with DBSF, no search params (so the facade plans the dense
@@ -32,19 +32,19 @@ from tests.integration.test_daemon import SAMPLE, Watch, watching
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 JS_DIR = ROOT / "tests" / "js"
-README_URL = "http://127.0.0.1:8765"
+RECIPE_URL = "http://127.0.0.1:8765"
 QUESTIONS = ["What did Lincoln say about the nation?", "Which freedoms does the bill protect?"]
 BUDGET = 2000
 
 
-def readme_block(lang: str) -> str:
-    """The code block of ``lang`` in the README's "Any Qdrant client" section."""
-    text = (ROOT / "README.md").read_text()
+def recipe_block(lang: str) -> str:
+    """The code block of ``lang`` in docs/clients.md's "Any Qdrant client" section."""
+    text = (ROOT / "docs" / "clients.md").read_text()
     section = text.split("## Any Qdrant client, also on the embedded store", 1)[1].split("\n## ")[0]
     found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
-    assert found, f"no {lang} block in the README section"
+    assert found, f"no {lang} block in the docs/clients.md section"
     block = found.group(1)
-    assert README_URL in block
+    assert RECIPE_URL in block
     return block
 
 
@@ -90,11 +90,11 @@ def adrap_query(w: Watch, question: str, *flags: str) -> list[str]:
     return [h["node_id"] for h in json.loads(out.stdout)["hits"]]
 
 
-def test_the_readme_python_recipe_gives_the_nodes_of_adrap_query(
+def test_the_clients_page_python_recipe_gives_the_nodes_of_adrap_query(
     daemon: Watch, vectors: dict[str, list[float]]
 ) -> None:
-    assert candidate_limit(BUDGET) == 100  # the README's limit is adrap's own
-    code = readme_block("python").replace(README_URL, daemon.base)
+    assert candidate_limit(BUDGET) == 100  # the recipe's limit is adrap's own
+    code = recipe_block("python").replace(RECIPE_URL, daemon.base)
     for question, vector in vectors.items():
         scope: dict[str, Any] = {"vector": vector, "question": question}
         exec(code, scope)
@@ -134,15 +134,15 @@ def test_the_client_scrolls_counts_retrieves_and_cannot_write(daemon: Watch) -> 
     assert client.count("adrap").count == len(points)
 
 
-def test_the_readme_js_recipe_with_the_npm_client_gives_the_nodes_of_adrap_query(
+def test_the_clients_page_js_recipe_with_the_npm_client_gives_the_nodes_of_adrap_query(
     daemon: Watch, vectors: dict[str, list[float]]
 ) -> None:
-    """The real @qdrant/js-client-rest (``npm ci`` in tests/js) runs the README's JS block."""
+    """The real @qdrant/js-client-rest (``npm ci`` in tests/js) runs docs/clients.md's JS block."""
     node = shutil.which("node")
     if node is None or not (JS_DIR / "node_modules" / "@qdrant" / "js-client-rest").is_dir():
         pytest.skip("needs node and `npm ci` in tests/js (@qdrant/js-client-rest)")
-    imports, _, body = readme_block("js").replace(README_URL, daemon.base).partition("\n\n")
-    script = JS_DIR / f".readme-{uuid.uuid4().hex}.mjs"  # beside node_modules, to resolve it
+    imports, _, body = recipe_block("js").replace(RECIPE_URL, daemon.base).partition("\n\n")
+    script = JS_DIR / f".recipe-{uuid.uuid4().hex}.mjs"  # beside node_modules, to resolve it
     script.write_text(
         imports
         + "\n\nconst vector = JSON.parse(process.argv[2]);\nconst question = process.argv[3];\n"

@@ -108,7 +108,7 @@ def call(
 
 
 def fill_ids(hits: list[models.ScoredPoint], budget: int) -> list[Any]:
-    """The README recipe's fill: hits in score order while the token total fits ``budget``."""
+    """docs/clients.md's recipe's fill: hits in score order while the token total fits ``budget``."""
     ids, total = [], 0
     for hit in hits:
         assert hit.payload is not None
@@ -132,7 +132,7 @@ def tree_filter() -> models.Filter:
 def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daemons_query(
     served: Served, question: str
 ) -> None:
-    """The README's recipe (one filtered query, then the token fill) equals ``/query``."""
+    """docs/clients.md's recipe (one filtered query, then the token fill) equals ``/query``."""
     budget = 300
     vector = served.pipeline.embedder.embed_query(question).tolist()
     hits = (
@@ -532,7 +532,7 @@ def test_sparse_and_mmr_queries_answer_like_qdrant_client_local_mode(
 def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_query(
     served: Served,
 ) -> None:
-    """One Query API request (the README's hybrid recipe: dense and BM25 prefetch with the
+    """One Query API request (docs/clients.md's hybrid recipe: dense and BM25 prefetch with the
     tree filter, DBSF, ``candidate_limit`` hits each), then the token fill, equals the
     daemon's ``/query`` (hybrid by default)."""
     from retriever.sparse import bm25_query
@@ -602,7 +602,7 @@ def test_the_reported_version_keeps_the_js_client_a_minor_behind_quiet() -> None
 
 
 def test_a_qdrant_bm25_document_query_is_the_bm25_vector_of_its_text(served: Served) -> None:
-    """What the README's JS and curl recipes send: the facade embeds it as a server's
+    """What docs/clients.md's JS and curl recipes send: the facade embeds it as a server's
     ``qdrant/bm25`` inference would (the engine's encoder), any other model is refused."""
     from retriever.sparse import bm25_query
 

@@ -234,7 +234,7 @@ def make_client(handler: Handler, api_key: str = "test") -> openai.OpenAI:
         api_key=api_key,
         base_url="http://test/v1",
         max_retries=0,
-        # openai annotates httpx2.Client; the httpx client of STYLE.md works the same at runtime
+        # openai annotates httpx2.Client; the project's httpx client works the same at runtime
         http_client=httpx.Client(transport=httpx.MockTransport(handler)),  # type: ignore[arg-type]
     )
 
