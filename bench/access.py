@@ -142,7 +142,7 @@ def bench_filter(n: int, n_classes: int, k: int, folder: Path) -> None:
 def _share(root: Path, n_files: int, n_classes: int, spread: bool) -> None:
     import random
 
-    from tests.unit.service.test_watcher import doc_text
+    from testkit.corpus import doc_text
 
     rng = random.Random(0)
     for i in range(n_files):
@@ -157,7 +157,7 @@ def _share(root: Path, n_files: int, n_classes: int, spread: bool) -> None:
 
 
 def _pipeline(folder: Path):  # type: ignore[no-untyped-def]
-    from tests.unit.service.test_watcher import make_pipeline
+    from testkit.corpus import make_pipeline
 
     return make_pipeline(folder)
 

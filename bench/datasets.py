@@ -4,19 +4,30 @@ the repo)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import resource
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-#: The evaluation data: the folder ADRAP_BENCH_DATA names, else shared/data beside the checkout.
-SHARED = Path(
-    os.environ.get("ADRAP_BENCH_DATA")
-    or Path(__file__).resolve().parents[1].parent / "shared" / "data"
-)
-SQUAD = SHARED / "squad" / "squad-v1.1-dev-part-a.json"
-HOTPOT = SHARED / "hotpotqa" / "hotpot-dev-distractor-part-a.json"
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # for a script that put bench/ only
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Where the data lives, and a process's memory figures: testkit's (the tests' soak reads them).
+from testkit.data import HOTPOT, SHARED, SQUAD, proc_status_mb
+
+__all__ = [
+    "HOTPOT",
+    "SHARED",
+    "SQUAD",
+    "Question",
+    "hotpot_folder",
+    "peak_rss_mb",
+    "proc_status_mb",
+    "sample",
+    "squad_folder",
+    "squad_titles",
+]
 
 
 @dataclass(frozen=True)
@@ -81,22 +92,6 @@ def hotpot_folder(dest: Path) -> tuple[list[Path], list[Question]]:
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far (MiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def proc_status_mb(pid: int | str = "self") -> dict[str, float]:
-    """The memory figures of ``/proc/PID/status`` in MiB: ``VmRSS`` (resident now), ``VmHWM``
-    (its peak), ``RssAnon`` (anonymous: heap) and ``RssFile`` (mapped files, which the kernel
-    may drop), ...
-
-    Raises:
-        OSError: no such process (it may just have exited).
-    """
-    out: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if value.endswith(" kB"):
-            out[name] = int(value.split()[0]) / 1024
-    return out
 
 
 def sample(questions: list[Question], n: int) -> list[Question]:

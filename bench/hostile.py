@@ -40,16 +40,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.unit.read.test_bombs import (  # noqa: E402
-    GIB,
-    cell,
-    declare,
-    make_pptx,
-    make_xlsx,
-    ods,
-    rewrite_member,
-    row,
-)
+from testkit.bombs import GIB, cell, declare, make_xlsx, ods, rewrite_member, row  # noqa: E402
+from testkit.office import make_pptx  # noqa: E402
 
 TOKEN = "bench-owner"
 

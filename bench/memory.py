@@ -83,7 +83,7 @@ def one(size: int, workers: int = 1) -> dict[str, Any]:
     from update import pipeline, synthetic_docs
 
     from ingestor.summarize.extractive import ExtractiveSummarizer
-    from tests.fakes import HashEmbedder
+    from testkit.fakes import HashEmbedder
 
     update.WORKERS = workers
     with tempfile.TemporaryDirectory() as tmp:

@@ -219,7 +219,7 @@ def llm_cost(
     import openai
 
     from ingestor.summarize.openai_compat import OpenAISummarizer
-    from tests.integration.conftest import running_llm_server
+    from testkit.servers import running_llm_server
 
     with running_llm_server(n_ctx=8192, parallel=2) as server:
         client = openai.OpenAI(api_key="none", base_url=server.base_url, max_retries=0)

@@ -6,7 +6,7 @@ A simulation of the design in docs/scale.md (the product builds no root tree tod
 the 24 SQuAD articles of the benchmark data plus filler documents of SQuAD sentences
 (``update.synthetic_docs``), about ``--leaves`` leaves in all, in ``--parts`` top-level folders
 (articles dealt round-robin, filler shared equally), as a share would be split by top-level folder.
-Hashed 384-d embeddings (``tests.fakes.HashEmbedder``: the real model embeds ~20 chunks/s on this
+Hashed 384-d embeddings (``testkit.fakes.HashEmbedder``: the real model embeds ~20 chunks/s on this
 2-core machine, too slow at these sizes), extractive summaries, the clusterer of ``update.pipeline``.
 
 - A: one tree over the whole share (the product's build, ``Pipeline.build``).
@@ -107,7 +107,7 @@ def build_one(folder: Path, state_dir: Path, dump: Path) -> dict[str, object]:
     """Build one tree over ``folder`` (the product's build); dump its nodes; return its figures."""
     from update import CountingSummarizer, pipeline
 
-    from tests.fakes import HashEmbedder
+    from testkit.fakes import HashEmbedder
 
     _warm_numba()
     p = pipeline(state_dir, HashEmbedder(dim=DIM), CountingSummarizer())
@@ -138,7 +138,7 @@ def build_root(parts: list[Path], dump: Path) -> dict[str, object]:
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.tree.build import TreeBuilder, TreeParams
     from ingestor.tree.state import Node, TreeState, sha256_text
-    from tests.fakes import HashEmbedder
+    from testkit.fakes import HashEmbedder
 
     _warm_numba()
     emb = HashEmbedder(dim=DIM)
@@ -273,7 +273,7 @@ def main() -> None:
     if args.root:
         print(json.dumps(build_root(args.root[1:], args.root[0])))
         return
-    from tests.fakes import HashEmbedder
+    from testkit.fakes import HashEmbedder
 
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = args.keep or Path(tmp_s)

@@ -249,7 +249,7 @@ class TimedEmbedder:
     """Hashed embeddings, counting the CPU seconds spent embedding (excluded from update cost)."""
 
     def __init__(self, dim: int) -> None:
-        from tests.fakes import HashEmbedder
+        from testkit.fakes import HashEmbedder
 
         self.inner = HashEmbedder(dim=dim)
         self.model_id = self.inner.model_id

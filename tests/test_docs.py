@@ -111,7 +111,9 @@ def test_every_module_named_in_the_architecture_page_exists() -> None:
     """The data-path picture and the text name real files: a rename elsewhere updates the page."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     named = set(
-        re.findall(r"\b((?:ingestor|retriever|models_store|bench|tests)/[\w/]*\w(?:\.py)?/?)", text)
+        re.findall(
+            r"\b((?:ingestor|retriever|models_store|bench|tests|testkit)/[\w/]*\w(?:\.py)?/?)", text
+        )
     )
     assert named
     missing = sorted(n for n in named if not (ROOT / n).exists())

@@ -23,8 +23,8 @@ from ingestor.read.documents import read_document
 from ingestor.read.tokens import count_tokens
 from ingestor.summarize.openai_compat import OpenAISummarizer
 from retriever.edge_store import EdgeNodeStore
+from testkit.servers import LLMServer
 from tests.conftest import DATA
-from tests.integration.conftest import LLMServer
 from tests.integration.test_end_to_end import adrap
 
 pytestmark = pytest.mark.integration

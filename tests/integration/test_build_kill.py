@@ -32,7 +32,7 @@ from ingestor.tree.persist import checkpoint_path
 from ingestor.tree.state import TreeState
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
-from tests.integration.conftest import LLMServer
+from testkit.servers import LLMServer
 from tests.integration.test_daemon import SAMPLE, Watch, get, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.crash import TREE, CrashBench, inspect, summary
 from ingestor.tree.persist import load_state
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
+from testkit.crash import TREE, CrashBench, inspect, summary
 
 pytestmark = [
     pytest.mark.integration,

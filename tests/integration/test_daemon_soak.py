@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.soak import daemon_soak
+from testkit.soak import daemon_soak
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 from ingestor.errors import SummarizationError
 from ingestor.read.tokens import count_tokens
 from ingestor.summarize.openai_compat import OpenAISummarizer
-from tests.integration.conftest import LLMServer
+from testkit.servers import LLMServer
 
 pytestmark = pytest.mark.integration
 

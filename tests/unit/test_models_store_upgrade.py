@@ -15,7 +15,7 @@ import pytest
 from ingestor.tree.persist import load_state, state_path
 from models_store import IncompatibleModelError, ModelStore
 from models_store.manifest import PINNED_LIBRARIES
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import doc_text, make_pipeline
 
 

@@ -10,8 +10,8 @@ import pytest
 
 from ingestor.answer.service import QueryDefaults, QueryService, parse_request
 from retriever.schema import ScoredNode
+from testkit.fakes import HashEmbedder
 from tests.contracts.test_node_store import make_node
-from tests.fakes import HashEmbedder
 
 
 class RecordingStore:

@@ -26,7 +26,7 @@ from ingestor.summarize.openai_compat import QUERY_SUMMARY_PROMPT, OpenAISummari
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
-from tests.fakes import HashEmbedder
+from testkit.fakes import HashEmbedder
 
 TOPICS = {
     "rivers/rhine.txt": "The Rhine flows from the Swiss Alps to the North Sea. Barges carry coal "

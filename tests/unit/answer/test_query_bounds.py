@@ -10,7 +10,7 @@ import pytest
 
 from ingestor.cli.factories import make_query_service
 from ingestor.config import Settings
-from tests.fakes import HashEmbedder
+from testkit.fakes import HashEmbedder
 
 
 def _service(tmp_path: Path, **watch: int):  # type: ignore[no-untyped-def]

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from ingestor.cli import build as build_cli
 from ingestor.cli import main
 from ingestor.cli import query as query_cli
-from tests.fakes import HashEmbedder
+from testkit.fakes import HashEmbedder
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ingestor.cli import build as build_cli
 from ingestor.cli import factories, main
-from tests.fakes import HashEmbedder
+from testkit.fakes import HashEmbedder
 from tests.unit.tree.test_adrap import doc_text
 
 

@@ -19,7 +19,7 @@ from ingestor.cluster.em import fit_gmm
 from ingestor.cluster.global_split import bound_groups, split_component
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import load_state
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.cluster.test_two_step import sphere_blobs
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
@@ -240,7 +240,7 @@ def test_settings_reach_the_clusterer_and_the_online_gmms(tmp_path: Path) -> Non
     refit does not grow with the layer as the paper's max(100, sqrt(n)) does)."""
     from ingestor.cli.factories import make_pipeline as from_settings
     from ingestor.config import Settings
-    from tests.fakes import HashEmbedder
+    from testkit.fakes import HashEmbedder
 
     settings = Settings(_env_file=None, state_dir=tmp_path)  # type: ignore[call-arg]
     assert (settings.cluster.max_group, settings.adrap.tau_n) == (1000, 100)

@@ -181,7 +181,7 @@ def test_adrap_build_workers_sets_the_clusterers_workers(
     settings = Settings(_env_file=None)  # type: ignore[call-arg]
     assert worker_count(settings.build.workers) == 3
     from ingestor.cli.factories import make_pipeline
-    from tests.fakes import HashEmbedder
+    from testkit.fakes import HashEmbedder
 
     settings = settings.model_copy(update={"state_dir": tmp_path})
     pipeline = make_pipeline(settings, store=None, embedder=HashEmbedder())  # type: ignore[arg-type]

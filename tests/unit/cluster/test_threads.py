@@ -9,7 +9,7 @@ from pathlib import Path
 
 from threadpoolctl import threadpool_info, threadpool_limits
 
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
 

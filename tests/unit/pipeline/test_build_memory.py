@@ -20,7 +20,7 @@ from ingestor.read.documents import Document
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
-from tests.fakes import EchoSummarizer, HashEmbedder
+from testkit.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import write_corpus
 
 

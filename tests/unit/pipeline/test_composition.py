@@ -17,7 +17,7 @@ from ingestor.pipeline.vectors import ReusingEmbedder, reuse_removed
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
-from tests.fakes import EchoSummarizer, HashEmbedder
+from testkit.fakes import EchoSummarizer, HashEmbedder
 
 TEXTS = {
     "a.txt": "The orchard apples ripen in autumn. Farmers press cider from the harvest.",

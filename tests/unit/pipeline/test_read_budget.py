@@ -34,8 +34,8 @@ from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.params import no_progress
 from models_store import ModelStore
 from retriever.edge_store import EdgeNodeStore
+from testkit.fakes import EchoSummarizer, HashEmbedder
 from tests.conftest import wait_until
-from tests.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.pipeline.reader_tasks import reader_pid, source_of
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"

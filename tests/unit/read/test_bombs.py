@@ -11,7 +11,6 @@ taking the machine's memory or hanging the suite; neither limit is a speed or me
 from __future__ import annotations
 
 import io
-import struct
 import subprocess
 import sys
 import zipfile
@@ -22,10 +21,11 @@ import pytest
 from ingestor.errors import SourceError
 from ingestor.read.archive import ZipLimits, open_archive, read_member
 from ingestor.read.formats import extract
-from tests.unit.read.test_formats import make_docx, make_epub, make_odf, make_pptx
+from testkit.bombs import GIB, cell, declare, make_xlsx, ods, rewrite_member, row, with_member
+from testkit.office import make_odf, make_pptx
+from tests.unit.read.test_formats import make_docx, make_epub
 
 REPO = Path(__file__).resolve().parents[3]
-GIB = 2**30
 CHILD = """
 import resource, sys
 limit = int(sys.argv[1])
@@ -55,59 +55,6 @@ def read_bounded(data: bytes, name: str, *, memory: int = GIB, seconds: float = 
     )
     assert child.returncode == 0, child.stderr.decode(errors="replace")[-1500:]
     return child.stdout.decode().strip()
-
-
-def declare(
-    data: bytes, member: str, *, size: int | None = None, packed: int | None = None
-) -> bytes:
-    """Rewrite the zip directory entry of ``member`` to declare another uncompressed ``size`` or
-    compressed size ``packed``; its data is left as it is (a header that lies)."""
-    buffer = bytearray(data)
-    name = member.encode()
-    at = buffer.find(b"PK\x01\x02")
-    while at >= 0:
-        name_length = struct.unpack_from("<H", buffer, at + 28)[0]
-        if buffer[at + 46 : at + 46 + name_length] == name:
-            if packed is not None:
-                struct.pack_into("<I", buffer, at + 20, packed)
-            if size is not None:
-                struct.pack_into("<I", buffer, at + 24, size)
-            return bytes(buffer)
-        at = buffer.find(b"PK\x01\x02", at + 4)
-    raise AssertionError(f"no {member} in the zip")
-
-
-def with_member(data: bytes, member: str, payload: bytes) -> bytes:
-    """Return the zip ``data`` with one more member, deflated."""
-    buffer = io.BytesIO(data)
-    with zipfile.ZipFile(buffer, "a", zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr(member, payload)
-    return buffer.getvalue()
-
-
-def ods(table: str) -> bytes:
-    """A spreadsheet with one sheet ``S`` holding ``table``'s rows, deflated as LibreOffice does."""
-    plain = make_odf(
-        f'<office:spreadsheet><table:table table:name="S">{table}</table:table>'
-        "</office:spreadsheet>"
-    )
-    buffer = io.BytesIO()
-    with (
-        zipfile.ZipFile(io.BytesIO(plain)) as source,
-        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive,
-    ):
-        for info in source.infolist():
-            archive.writestr(info.filename, source.read(info))
-    return buffer.getvalue()
-
-
-def cell(text: str = "", repeat: int = 1) -> str:
-    body = f"<text:p>{text}</text:p>" if text else ""
-    return f'<table:table-cell table:number-columns-repeated="{repeat}">{body}</table:table-cell>'
-
-
-def row(cells: str, repeat: int = 1) -> str:
-    return f'<table:table-row table:number-rows-repeated="{repeat}">{cells}</table:table-row>'
 
 
 # OpenDocument spreadsheets: repeats counted, not expanded ---------------------------------------
@@ -182,34 +129,6 @@ def test_text_nested_too_deeply_to_walk_is_refused_not_a_crash() -> None:
 
 
 # Excel workbooks: the declared dimension is not trusted ------------------------------------------
-
-
-def make_xlsx(rows: dict[int, str]) -> bytes:
-    import openpyxl
-
-    book = openpyxl.Workbook()
-    for number, text in rows.items():
-        book.active.cell(row=number, column=1, value=text)
-    buffer = io.BytesIO()
-    book.save(buffer)
-    return buffer.getvalue()
-
-
-def rewrite_member(data: bytes, member: str, old: bytes, new: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with (
-        zipfile.ZipFile(io.BytesIO(data)) as source,
-        zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive,
-    ):
-        assert any(
-            old in source.read(info) for info in source.infolist() if info.filename == member
-        )
-        for info in source.infolist():
-            content = source.read(info)
-            archive.writestr(
-                info.filename, content.replace(old, new) if info.filename == member else content
-            )
-    return buffer.getvalue()
 
 
 def test_an_xlsx_declaring_a1_to_xfd1048576_reads_only_the_cells_it_holds() -> None:

@@ -12,8 +12,8 @@ from ingestor.read.chunking import Chunk, chunk_text
 from ingestor.read.documents import normalise_text
 from ingestor.read.sentences import split_sentences
 from ingestor.read.tokens import Tokenizer, default_tokenizer
+from testkit.fakes import ByteTokenizer
 from tests.conftest import DATA
-from tests.fakes import ByteTokenizer
 
 BYTES = ByteTokenizer()
 CINDERELLA = DATA / "cinderella" / "cinderella.txt"

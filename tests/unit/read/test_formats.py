@@ -21,8 +21,7 @@ from ingestor.read.formats import (
     extract_text,
 )
 from ingestor.read.parts import cell_range, join_parts, table_row
-
-FACT = "The heron nests by the canal in March"
+from testkit.office import FACT, make_odf, make_pptx
 
 
 def error(data: bytes, name: str, *, ocr: bool = False) -> str:
@@ -75,21 +74,6 @@ def test_docx_gives_headings_paragraphs_bullets_and_one_line_table_rows() -> Non
     assert "---" not in text
 
 
-def make_pptx() -> bytes:
-    import pptx
-
-    presentation = pptx.Presentation()
-    for title, body, notes in [("Intro", "hello", ""), ("Herons", FACT, "Say it slowly")]:
-        slide = presentation.slides.add_slide(presentation.slide_layouts[1])
-        slide.shapes.title.text = title
-        slide.placeholders[1].text = body
-        if notes:
-            slide.notes_slide.notes_text_frame.text = notes
-    buffer = io.BytesIO()
-    presentation.save(buffer)
-    return buffer.getvalue()
-
-
 def test_pptx_gives_one_part_per_slide_with_title_and_speaker_notes() -> None:
     parts = located(extract(make_pptx(), "talk.pptx", ".pptx"))
     assert list(parts) == ["slide 1", "slide 2"]
@@ -129,27 +113,6 @@ def test_xlsx_gives_a_heading_per_sheet_and_one_located_row_per_part() -> None:
 
 
 # OpenDocument (written by hand: a zip with content.xml, as LibreOffice lays it out) -------------
-
-_ODF_NS = (
-    'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
-    'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
-    'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
-    'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
-    'xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"'
-)
-
-
-def make_odf(body: str, *, manifest: str = "<manifest/>") -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("mimetype", "application/vnd.oasis.opendocument.text")
-        archive.writestr("META-INF/manifest.xml", manifest)
-        archive.writestr(
-            "content.xml",
-            f'<?xml version="1.0" encoding="UTF-8"?><office:document-content {_ODF_NS}>'
-            f"<office:body>{body}</office:body></office:document-content>",
-        )
-    return buffer.getvalue()
 
 
 def test_odt_gives_headings_by_level_lists_and_table_rows() -> None:

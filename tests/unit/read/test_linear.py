@@ -33,7 +33,7 @@ from ingestor.read.htmltext import html_to_text
 from ingestor.read.office import clean_markdown
 from ingestor.read.sentences import soft_breaks, split_sentences, split_units
 from ingestor.read.structure import Outline, merge_locators
-from tests.fakes import ByteTokenizer
+from testkit.fakes import ByteTokenizer
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs SIGALRM")
 

@@ -11,7 +11,7 @@ from ingestor.read.parts import Part
 from ingestor.read.sentences import split_units
 from ingestor.read.structure import Outline, join_normalised, merge_locators
 from ingestor.summarize.extractive import ExtractiveSummarizer
-from tests.fakes import ByteTokenizer
+from testkit.fakes import ByteTokenizer
 
 PROSE = "The committee met on Tuesday to review the annual figures in detail. " * 3
 

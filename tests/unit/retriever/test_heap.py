@@ -77,7 +77,7 @@ def test_a_tree_build_limits_the_heaps(monkeypatch: pytest.MonkeyPatch) -> None:
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.tree import build
     from ingestor.tree.state import TreeState
-    from tests.fakes import EchoSummarizer, HashEmbedder
+    from testkit.fakes import EchoSummarizer, HashEmbedder
 
     calls: list[str] = []
     monkeypatch.setattr(build, "limit_heap_arenas", lambda: calls.append("build") or True)

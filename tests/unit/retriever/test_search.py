@@ -10,7 +10,7 @@ from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
 from retriever import SearchFilter, collapsed_tree, fill_budget, tree_traversal
 from retriever.edge_store import EdgeNodeStore
-from tests.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
+from testkit.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_build import ConsecutiveClusterer
 
 TOPICS = [

@@ -2,7 +2,7 @@
 into place) ends after the close grace instead of the debounce; anything else keeps the debounce.
 And the update worker yields the CPU to queries (its nice value).
 
-The watcher runs on a :class:`~tests.fakes.FakeClock`: which quiet period ended a burst is read
+The watcher runs on a :class:`~testkit.fakes.FakeClock`: which quiet period ended a burst is read
 from the waits it asked for, never from the wall clock, so a busy machine cannot blur it. With the
 real observer, the test first waits (with a deadline) until inotify's events are queued.
 """
@@ -31,8 +31,8 @@ from ingestor.pipeline import Pipeline
 from ingestor.service.events import Change
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.state import TreeState
+from testkit.fakes import FakeClock
 from tests.conftest import wait_until
-from tests.fakes import FakeClock
 from tests.unit.service.test_watcher import make_pipeline
 from tests.unit.tree.test_adrap import doc_text
 

@@ -24,8 +24,8 @@ from ingestor.service.daemon import Daemon
 from ingestor.service.http import HttpLimits
 from ingestor.service.share import SHARE_FILE, ShareGuard
 from ingestor.service.watcher import Watcher
+from testkit.fakes import EchoSummarizer, FakeClock
 from tests.conftest import wait_until
-from tests.fakes import EchoSummarizer, FakeClock
 from tests.unit.service.test_watcher import make_pipeline, on_disk, write_corpus
 from tests.unit.tree.test_adrap import doc_text
 

@@ -12,7 +12,7 @@ from ingestor.errors import SummarizationError
 from ingestor.service.failures import Quarantine, classify
 from ingestor.tree.invariants import violations
 from retriever import StoreError
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.service.test_watcher import assert_agrees, retrying_watcher
 from tests.unit.tree.test_adrap import doc_text
 

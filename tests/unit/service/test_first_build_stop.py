@@ -18,8 +18,8 @@ import ingestor.tree.summaries as tree_summaries
 import ingestor.tree.summary_calls as tree_build
 from ingestor.pipeline import load_state
 from ingestor.service.daemon import Daemon
+from testkit.fakes import EchoSummarizer
 from tests.conftest import wait_until
-from tests.fakes import EchoSummarizer
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
 SECONDS_PER_SUMMARY = 0.1

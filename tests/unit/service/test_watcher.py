@@ -27,20 +27,16 @@ from watchdog.events import (
     FileOpenedEvent,
 )
 
-from ingestor.cluster.two_step import TreeClusterer
 from ingestor.errors import SummarizationError
 from ingestor.pipeline import Pipeline
 from ingestor.service.daemon import Daemon
 from ingestor.service.events import Change
 from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
-from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.invariants import violations
 from ingestor.tree.persist import held_rows
-from models_store import ModelStore
-from retriever.edge_store import EdgeNodeStore
+from testkit.corpus import doc_text, make_pipeline
+from testkit.fakes import CountingEmbedder, EchoSummarizer, FakeClock
 from tests.conftest import wait_until
-from tests.fakes import EchoSummarizer, FakeClock, HashEmbedder
-from tests.unit.tree.test_adrap import doc_text
 
 
 class FlakySummarizer(EchoSummarizer):
@@ -57,36 +53,6 @@ class FlakySummarizer(EchoSummarizer):
             self.failures -= 1
             raise SummarizationError("endpoint http://llm/v1 returned 503; check the server")
         return super().summarize_many(groups, max_tokens=max_tokens, query=query)
-
-
-class CountingEmbedder(HashEmbedder):
-    def __init__(self) -> None:
-        super().__init__(dim=48)
-        self.texts: list[str] = []
-
-    def embed_documents(self, texts: Sequence[str]) -> Any:
-        self.texts.extend(texts)
-        return super().embed_documents(texts)
-
-
-def make_pipeline(tmp: Path, summarizer: EchoSummarizer | None = None) -> Pipeline:
-    emb = CountingEmbedder()
-    builder = TreeBuilder(
-        emb,
-        summarizer or EchoSummarizer(),
-        lambda: TreeClusterer(random_state=0, n_epochs=50),
-        TreeParams(summary_max_tokens=40),
-    )
-    return Pipeline(
-        tree="t",
-        embedder=emb,
-        builder=builder,
-        store=EdgeNodeStore(tmp / "state" / "qdrant"),
-        models=ModelStore(tmp / "state" / "models"),
-        chunk_tokens=40,
-        chunk_overlap=8,
-        drift_threshold=100.0,
-    )
 
 
 def write_corpus(root: Path, n: int, seed: int = 0) -> None:

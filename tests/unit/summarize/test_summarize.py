@@ -26,7 +26,7 @@ from ingestor.summarize.openai_compat import (
     SYSTEM_PROMPT,
     OpenAISummarizer,
 )
-from tests.fakes import ByteTokenizer
+from testkit.fakes import ByteTokenizer
 
 CATS = [
     "Cats sleep most of the day. A cat purrs when it is content. Cats groom their fur often.",

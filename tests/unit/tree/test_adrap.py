@@ -16,25 +16,8 @@ from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
 from retriever import SearchFilter
 from retriever.edge_store import EdgeNodeStore
-from tests.fakes import EchoSummarizer, HashEmbedder
-
-TOPICS = [
-    "the orchard apples ripen in autumn and farmers press cider from the harvest",
-    "rockets burn liquid fuel to reach orbit and the launch window opens at dawn",
-    "the violin section tuned their strings before the concert in the old hall",
-    "glaciers carve valleys slowly as ice moves downhill under its own weight",
-    "the court heard arguments about the contract and the judge reserved judgment",
-]
-
-
-def doc_text(rng: random.Random, n_sentences: int) -> str:
-    topic = rng.choice(TOPICS)
-    words = topic.split()
-    out = []
-    for i in range(n_sentences):
-        rng.shuffle(words)
-        out.append(f"{' '.join(words).capitalize()} number {rng.randint(0, 10**6)} item {i}.")
-    return " ".join(out)
+from testkit.corpus import TOPICS, doc_text
+from testkit.fakes import EchoSummarizer, HashEmbedder
 
 
 def make_pipeline(tmp: Path, summarizer: EchoSummarizer, drift: float = 100.0) -> Pipeline:

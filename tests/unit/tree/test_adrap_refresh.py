@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
 

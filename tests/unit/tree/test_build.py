@@ -13,7 +13,7 @@ from ingestor.cluster.two_step import LocalModel
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
-from tests.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
+from testkit.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 
 
 class ConsecutiveClusterer:

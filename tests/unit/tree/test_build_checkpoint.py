@@ -19,7 +19,7 @@ import ingestor.tree.summary_calls as tree_build
 from ingestor.cli import main
 from ingestor.pipeline import Pipeline, load_state, state_exists
 from ingestor.tree.persist import checkpoint_path, state_path
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, make_pipeline, write_corpus
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from ingestor.pipeline import Pipeline, context
 from ingestor.tree.persist import checkpoint_path, fill_pending, state_path
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import doc_text, make_pipeline
 
 

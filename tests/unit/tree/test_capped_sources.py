@@ -13,7 +13,7 @@ from pathlib import Path
 from ingestor.pipeline import Pipeline
 from ingestor.tree.state import Node, Provenance, TreeState, folders_of
 from retriever import SearchFilter
-from tests.fakes import EchoSummarizer, HashEmbedder
+from testkit.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline
 
 LIMIT = 4

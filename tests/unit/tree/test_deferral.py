@@ -9,8 +9,8 @@ from ingestor.tree.adrap import TreeUpdater
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from ingestor.tree.summaries import cache_key
-from tests.fakes import EchoSummarizer
-from tests.unit.tree.test_adrap import TOPICS, doc_text
+from testkit.corpus import TOPICS, doc_text
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.trees import add_leaves, drop_sources, make_builder, new_state, real_clusterer
 
 

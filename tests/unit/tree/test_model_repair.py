@@ -21,7 +21,7 @@ from ingestor.tree.model_repair import repair_models
 from ingestor.tree.model_rows import ModelRows
 from ingestor.tree.persist import commit_state, load_state, state_path
 from models_store import IncompatibleModelError
-from tests.fakes import EchoSummarizer, HashEmbedder
+from testkit.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 from tests.unit.tree.test_persist_refit import clusters
 

@@ -20,7 +20,7 @@ from ingestor.tree import persist
 from ingestor.tree.persist import commit_state, pending_intent, state_path
 from models_store import Changes, IncompatibleModelError, ModelStore, ModelStoreError, RowStore
 from retriever import SearchFilter, StoreError
-from tests.fakes import EchoSummarizer, HashEmbedder
+from testkit.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.pipeline import load_state
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 
 

@@ -12,7 +12,7 @@ import pytest
 from ingestor.tree.row_containers import KeyedRowMap
 from ingestor.tree.rowmap import RowMap, dumps
 from models_store import Changes, RowStore
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, make_pipeline, write_corpus
 
 

@@ -15,7 +15,7 @@ from ingestor.tree.rowmap import RowMap
 from ingestor.tree.state import TreeState
 from ingestor.tree.vector_map import VectorMap
 from models_store import Changes, RowStore
-from tests.fakes import EchoSummarizer
+from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
 from tests.unit.tree.test_persist_refit import clusters
 

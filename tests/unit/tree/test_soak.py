@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from bench.soak import compare_with_rebuild
-from bench.soak_ops import Corpus, Soak, check, make_pipeline
-from tests.fakes import EchoSummarizer, HashEmbedder
+from testkit.fakes import EchoSummarizer, HashEmbedder
+from testkit.soak import compare_with_rebuild
+from testkit.soak_ops import Corpus, Soak, check, make_pipeline
 
 
 def test_a_short_soak_keeps_every_invariant_after_every_batch(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from ingestor.cluster.gmm import GaussianParams, to_sklearn
 from ingestor.cluster.two_step import LocalModel, TreeClusterer
 from ingestor.tree.build import Clusterer, TreeBuilder, TreeParams
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
-from tests.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
+from testkit.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 
 EMBEDDER = HashEmbedder(dim=48)
 

@@ -1,4 +1,5 @@
-"""Fast deterministic stand-ins for unit tests, used beside the real parts, never instead of them."""
+"""Fast deterministic stand-ins for the tests (and the benches that need a fast embedder), used
+beside the real parts, never instead of them."""
 
 from __future__ import annotations
 
@@ -52,10 +53,24 @@ class HashEmbedder:
             out[i] = self._proj[idx].sum(axis=0)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         norms[norms == 0] = 1.0
-        return out / norms
+        out /= norms
+        return out
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
-        return self.embed_documents([text])[0]
+        vector: NDArray[np.float32] = self.embed_documents([text])[0]
+        return vector
+
+
+class CountingEmbedder(HashEmbedder):
+    """A 48-d :class:`HashEmbedder` that keeps every text it embedded (``texts``)."""
+
+    def __init__(self) -> None:
+        super().__init__(dim=48)
+        self.texts: list[str] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        self.texts.extend(texts)
+        return super().embed_documents(texts)
 
 
 class EchoSummarizer:

@@ -1,6 +1,6 @@
 """The soak's moving parts: documents (SQuAD and generated), random folder operations, the
-pipeline under test and the after-every-batch check. Driven by bench/soak.py and
-tests/unit/tree/test_soak.py.
+pipeline under test and the after-every-batch check. Driven by bench/soak.py, bench/crash.py
+and tests/unit/tree/test_soak.py.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import random
 import re
 import resource
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -20,10 +19,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-from bench.datasets import SQUAD, proc_status_mb
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
@@ -31,6 +27,7 @@ from ingestor.tree.invariants import violations
 from models_store import ModelStore
 from retriever import Embedder
 from retriever.edge_store import EdgeNodeStore
+from testkit.data import SQUAD, proc_status_mb
 
 TREE = "soak"
 OPS = ("add", "edit", "remove", "rename", "add_dir", "remove_dir")
@@ -87,7 +84,7 @@ class Corpus:
 
     def __init__(self, rng: random.Random, generated_share: float = 0.3) -> None:
         self.rng = rng
-        # Without the SQuAD file (a CI checkout without ../shared/data) every document is generated.
+        # Without the SQuAD file (a CI checkout without the benchmark data) every document is generated.
         self.paragraphs = squad_paragraphs() if SQUAD.exists() else []
         self.generated_share = generated_share if self.paragraphs else 1.0
         self.sentences = [s for p in self.paragraphs for s in _SENTENCE.split(p.text) if s]
