@@ -213,9 +213,10 @@ def test_image_runs_read_only_as_non_root_and_serves_a_dropped_file_to_every_cli
         f"\nmemory (podman stats): {idle / 2**20:.0f} MiB ready, {after / 2**20:.0f} MiB after"
         f" {len(NEW_DOCS)} updates and the queries\nSIGTERM -> exit: {stopped:.2f} s"
     )
+    # It stopped on the signal by itself (sigterm_to_exit fails if it still runs after 60 s), and
+    # through adrap's handler: exit 0 and its log line (the default handler would exit 143).
     assert code == 0, logs[-3000:]
     assert "received SIGTERM" in logs
-    assert stopped < 60
 
 
 def test_compose_a_runs_with_podman_compose(

@@ -329,8 +329,9 @@ def kill_during_updates_then_restart(folder: Path, state: Path, rng: random.Rand
                 victims = sorted(folder.glob("k*.txt"))
                 if victims:
                     rng.choice(victims).unlink()
-            time.sleep(rng.uniform(0.0, 0.6))
-        time.sleep(rng.uniform(0.8, 3.0))  # inside the debounce, an update or a commit
+            time.sleep(rng.uniform(0.0, 0.6))  # random gaps: part of the test, not a wait
+        # random, as the gaps above: the kill lands inside the debounce, an update or a commit
+        time.sleep(rng.uniform(0.8, 3.0))
         w.proc.kill()
         w.proc.wait()
     with watching(folder, state) as w:

@@ -43,12 +43,21 @@ def _fail_after(seconds: float) -> None:
 
 _WAITER = textwrap.dedent(
     """
-    import signal, threading, time
+    import signal, sys, threading, time
     from concurrent.futures import ThreadPoolExecutor
     from ingestor.waiting import wait_interruptibly
 
+    def asleep_in_the_wait():  # the main thread blocked on a lock inside wait_interruptibly
+        frame = sys._current_frames().get(threading.main_thread().ident)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        return names[:1] == ["wait"] and "wait_interruptibly" in names
+
     def interrupt_from_this_thread():
-        time.sleep(0.5)  # the main thread is asleep on the future by now
+        while not asleep_in_the_wait():
+            time.sleep(0.01)
         signal.pthread_kill(threading.get_ident(), signal.SIGINT)
 
     executor = ThreadPoolExecutor(1)

@@ -4,6 +4,7 @@ heavy (a worker importing a test module would import its fixtures' libraries too
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 
 def fail_on_three(i: int) -> int:
@@ -56,20 +57,36 @@ def heap_arenas(i: int) -> int:
         return sum(line.startswith("Arena ") for line in out)
 
 
-def fail_or_nap(i: int) -> int:
-    """Task 0 fails after a moment; every other task naps for a minute."""
+def _wait_for(path: Path, limit: float) -> bool:
+    """Whether ``path`` appeared within ``limit`` seconds."""
     import time
 
-    if i == 0:
-        time.sleep(0.5)  # the other task is running by now
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def gated(job: tuple[str, str]) -> str:
+    """One of two tasks that meet through files in a folder (``job``: (role, folder)).
+
+    ``hold`` writes its process id to ``started``, then waits for a ``release`` file no test
+    writes: it writes ``finished`` only if its worker was left to wait a minute for it. ``fail``
+    and ``return`` wait until ``hold`` has started, then raise ``ValueError("task 0 refused")`` or
+    return: a pool that waits for the held task before it raises or returns shows as ``finished``.
+    """
+    role, where = job
+    folder = Path(where)
+    if role == "hold":
+        (folder / "started.tmp").write_text(str(os.getpid()))
+        (folder / "started.tmp").rename(folder / "started")  # whole, for a reader polling it
+        _wait_for(folder / "release", 60)
+        (folder / "finished").touch()
+        return role
+    if not _wait_for(folder / "started", 60):
+        raise RuntimeError("the held task never started")
+    if role == "fail":
         raise ValueError("task 0 refused")
-    time.sleep(60)
-    return i
-
-
-def nap(seconds: float) -> float:
-    """Return ``seconds`` after sleeping that long."""
-    import time
-
-    time.sleep(seconds)
-    return seconds
+    return role

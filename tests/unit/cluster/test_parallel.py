@@ -19,7 +19,8 @@ import pytest
 
 from ingestor.cluster.parallel import WorkerPool, shared_pools, worker_count, worker_pool
 from ingestor.config import Settings
-from tests.unit.cluster.pool_tasks import die, fail_on_three, fail_or_nap, nap, square_after
+from tests.conftest import wait_until
+from tests.unit.cluster.pool_tasks import die, fail_on_three, gated, square_after
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -39,32 +40,37 @@ def test_a_failed_task_is_named_and_the_pool_starts_again_after() -> None:
         pool.close()
 
 
-def test_a_failed_task_does_not_wait_for_the_others() -> None:
+def test_a_failed_task_does_not_wait_for_the_others(tmp_path: Path) -> None:
     pool = WorkerPool(2)
+    jobs = [("fail", str(tmp_path)), ("hold", str(tmp_path))]
     try:
-        t0 = time.monotonic()
         with pytest.raises(ValueError, match="task 0 refused"):
-            pool.map(fail_or_nap, range(2), count=2, rows=10**6, what=str)
-        assert time.monotonic() - t0 < 30  # not after the other task's 60 s nap
+            pool.map(gated, jobs, count=2, rows=10**6, what=str)
+        # raised while the other task still held (it is never released): its worker was killed
+        assert not (tmp_path / "finished").exists()
         assert not pool.started
+        assert _wait_gone([int((tmp_path / "started").read_text())]) == []
     finally:
         pool.close(kill=True)
 
 
 @pytest.mark.parametrize("scope", ["shared", "own"])
-def test_an_error_between_results_stops_the_workers_at_once(scope: str) -> None:
+def test_an_error_between_results_stops_the_workers_at_once(scope: str, tmp_path: Path) -> None:
     # Raised by the consumer of a stream (Ctrl-C while it places a group's fit), not in the wait
     # for a result: the block that owns the pool stops its workers, not after their tasks.
+    jobs = [("return", str(tmp_path)), ("hold", str(tmp_path))]
+
     def fail_at_the_first_result() -> None:
         shared = shared_pools() if scope == "shared" else contextlib.nullcontext()
         with shared, worker_pool(2) as pool:
-            for _ in pool.stream(nap, [0.5, 60], count=2, rows=10**6, what=str):
+            for _ in pool.stream(gated, jobs, count=2, rows=10**6, what=str):
                 raise RuntimeError("consumer failed")
 
-    t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="consumer failed"):
         fail_at_the_first_result()
-    assert time.monotonic() - t0 < 30  # not after the other task's 60 s nap
+    # the held task was never released: it ended with its killed worker, not by finishing
+    assert not (tmp_path / "finished").exists()
+    assert _wait_gone([int((tmp_path / "started").read_text())]) == []
 
 
 def test_small_work_stays_in_this_process() -> None:
@@ -75,10 +81,12 @@ def test_small_work_stays_in_this_process() -> None:
 
 _PARENT = textwrap.dedent(
     """
-    import multiprocessing, signal, sys, threading, time
+    import multiprocessing, os, signal, sys, threading, time
     from ingestor.cluster.parallel import WorkerPool
 
     def nap(seconds):
+        if seconds > 1:  # the long task: tell the test it has begun
+            open(os.path.join(os.environ["NAPPING"], str(os.getpid())), "w").close()
         time.sleep(seconds)
         return seconds
 
@@ -107,7 +115,8 @@ def _alive(pid: int) -> bool:
 def _workers_of_a_parent(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
     script = tmp_path / "parent.py"
     script.write_text(_PARENT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    (tmp_path / "napping").mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NAPPING": str(tmp_path / "napping")}
     parent = subprocess.Popen(
         [sys.executable, str(script)],
         stdin=subprocess.PIPE,
@@ -120,7 +129,12 @@ def _workers_of_a_parent(tmp_path: Path) -> tuple[subprocess.Popen[str], list[in
     with parent.stdout:
         pids = [int(p) for p in parent.stdout.readline().split()]
     assert len(pids) == 2, pids
-    time.sleep(0.3)  # both are in their 600 s task
+    napping = tmp_path / "napping"
+    wait_until(
+        lambda: {int(p.name) for p in napping.iterdir()} == set(pids),
+        timeout=60,
+        what="both workers in their 600 s task",
+    )
     return parent, pids
 
 

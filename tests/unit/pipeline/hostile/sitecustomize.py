@@ -29,7 +29,7 @@ def _install() -> None:
             while True:
                 held.append(b"x" * (16 << 20))  # touched: resident, as a real bomb's
         if name.endswith(".hang.txt"):
-            while True:
+            while True:  # a reader that hangs: what the test stops
                 time.sleep(1)
         return real(data, name, suffix, **kw)
 
