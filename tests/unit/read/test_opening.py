@@ -7,10 +7,8 @@ reader reads a file under that folder again and again.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -21,61 +19,26 @@ from ingestor.pipeline.reports import BuildReport
 from ingestor.read.documents import Document, read_document
 from ingestor.read.listing import iter_files
 from ingestor.read.opening import open_inside
+from testkit import race
+from testkit.race import SECRET
 
 MAX = 1_000_000
-RENAME_EXCHANGE = 2
-AT_FDCWD = -100
-SECRET = "OUTSIDE-ONLY-SECRET"
 
 
-def _renameat2() -> ctypes._CFuncPtr:  # type: ignore[name-defined]
-    libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        return libc.renameat2
-    except AttributeError:
-        pytest.skip("libc has no renameat2 (glibc < 2.28 or not Linux)")
-
-
-class Swapper:
-    """Swaps two names in a loop in a thread until stopped; counts the swaps done."""
+class Swapper(race.Swapper):
+    """The race's swapper; a system that cannot run the race skips the test."""
 
     def __init__(self, a: Path, b: Path) -> None:
-        self.a, self.b = os.fsencode(a), os.fsencode(b)
-        self.call = _renameat2()
-        self.swaps = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self.run, name="swapper")
-        if self.call(AT_FDCWD, self.a, AT_FDCWD, self.b, RENAME_EXCHANGE) != 0:
-            code = ctypes.get_errno()
-            if code in (errno.EINVAL, errno.ENOSYS):
-                pytest.skip(f"RENAME_EXCHANGE is not supported here ({os.strerror(code)})")
-            raise OSError(code, os.strerror(code))
-
-    def run(self) -> None:
-        while not self.stop.is_set():
-            if self.call(AT_FDCWD, self.a, AT_FDCWD, self.b, RENAME_EXCHANGE) == 0:
-                self.swaps += 1
-
-    def __enter__(self) -> Swapper:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        try:
+            super().__init__(a, b)
+        except race.RaceUnsupported as exc:
+            pytest.skip(str(exc))
 
 
 @pytest.fixture
 def racy_share(tmp_path: Path) -> Path:
     """``share/d/app.txt`` inside; ``share/x`` a link to ``outside/``, whose ``app.txt`` is secret."""
-    share = tmp_path / "share"
-    (share / "d").mkdir(parents=True)
-    (share / "d" / "app.txt").write_text("inside text of the share\n")
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (outside / "app.txt").write_text(f"{SECRET} from outside the share\n")
-    (share / "x").symlink_to(outside, target_is_directory=True)
-    return share
+    return race.racy_share(tmp_path)
 
 
 def test_a_folder_swapped_for_an_outward_link_mid_read_never_yields_outside_bytes(
