@@ -39,7 +39,7 @@ class Breakdown:
                 inner.release()
 
         object.__setattr__(d.store, "_lock", TimedLock())
-        emb = d.query_embedder
+        emb = d.queries.embedder
         real_embed = emb.embed_query
 
         def embed_query(text: str) -> Any:

@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datasets import peak_rss_mb
 from query_breakdown import Breakdown
 
-from ingestor.cli.factories import make_embedder, make_pipeline
+from ingestor.cli.factories import make_daemon_parts, make_embedder, make_pipeline
 from ingestor.config import Settings
 from ingestor.pipeline import Pipeline
 from ingestor.read.chunking import chunk_text
@@ -246,19 +246,23 @@ def main() -> None:
     folder.mkdir()
     for f in (ROOT / "examples" / "sample").iterdir():
         (folder / f.name).write_bytes(f.read_bytes())
-    settings = Settings(_env_file=None, state_dir=tmp / "state")  # type: ignore[call-arg]
-    embedder = make_embedder(settings)
-    store = EdgeNodeStore(settings.state_dir / "qdrant")
-    p = make_pipeline(settings, store, embedder)
-    d = Daemon(
-        p,
-        folder,
-        debounce=args.debounce,
-        close_grace=args.close_grace,
-        writer_nice=args.writer_nice,
-        http_port=0,
-        exclude=[settings.state_dir],
+    base = Settings(_env_file=None, state_dir=tmp / "state")  # type: ignore[call-arg]
+    watch = base.watch.model_copy(
+        update={
+            "debounce_seconds": args.debounce,
+            "close_grace_seconds": args.close_grace,
+            "writer_nice": args.writer_nice,
+            "http_port": 0,
+            "socket": False,
+            "polling": False,
+        }
     )
+    settings = base.model_copy(update={"watch": watch})
+    store = EdgeNodeStore(settings.state_dir / "qdrant")
+    embedder = make_embedder(settings)
+    parts = make_daemon_parts(settings, store, embedder, owner_token=None)
+    d = Daemon(parts, folder, settings)
+    p = d.pipeline
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     t0 = time.perf_counter()

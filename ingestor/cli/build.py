@@ -95,8 +95,7 @@ def _update(ctx: Ctx, paths: list[Path], *, remove: bool, defer: bool) -> None:
         command = "remove" if remove else "add"
         with writer_lock(settings, command), opened_store(settings) as store:
             embedder = make_embedder(settings)
-            pipeline = make_pipeline(settings, store, embedder)
-            pipeline.apply_stage.defer_summaries = lambda: defer
+            pipeline = make_pipeline(settings, store, embedder, defer_summaries=lambda: defer)
             report = pipeline.update(paths, remove=remove)
         click.echo(report.summary())
         _say_skipped(len(report.skipped) + len(report.stale))

@@ -1,4 +1,5 @@
-"""Adapters: the only place clients (embedder, store, summariser, pipeline) are constructed.
+"""The composition root: the only place clients (embedder, store, summariser, pipeline) and the
+daemon's parts (:func:`make_daemon_parts`) are constructed, each once, from the settings.
 
 Each library is imported by the function that needs it, so a command loads only what it uses.
 """
@@ -6,7 +7,8 @@ Each library is imported by the function that needs it, so a command loads only 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,7 +170,12 @@ def make_callers(settings: Settings, owner_token: str | None) -> Any:
 
 
 def make_query_service(
-    settings: Settings, store: NodeStore, embedder: Embedder, classes: Any = None
+    settings: Settings,
+    store: NodeStore,
+    embedder: Embedder,
+    classes: Any = None,
+    *,
+    lock: Any = None,
 ) -> Any:
     """Return the QueryService of ``adrap query``/``ask`` and the daemon (one code path).
 
@@ -201,6 +208,7 @@ def make_query_service(
         random_state=settings.cluster.random_state,
         min_score=min_score(settings, embedder.model_id),
         classes=classes,
+        lock=lock,
     )
 
 
@@ -215,8 +223,15 @@ def min_score(settings: Settings, model_id: str) -> float | None:
 
 
 def make_pipeline(
-    settings: Settings, store: NodeStore, embedder: Embedder, access: Any = None
+    settings: Settings,
+    store: NodeStore,
+    embedder: Embedder,
+    access: Any = None,
+    *,
+    defer_summaries: Callable[[], bool] | None = None,
 ) -> Any:
+    """Return the tree's pipeline over ``store`` (``defer_summaries``: asked at each update
+    whether its summaries wait for the daemon's schedule; None: they are paid at once)."""
     from ingestor.cluster.parallel import worker_count
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
@@ -277,9 +292,58 @@ def make_pipeline(
         text_suffixes=settings.read.text_suffixes,
         access=access if access is not None else make_access(settings),
         read_budget=ReadBudget(r.worker_memory_bytes, r.worker_seconds, r.worker_files),
+        unread=Unread(settings.state_dir / UNREAD_FILE),
+        defer_summaries=defer_summaries,
     )
-    pipeline.unread = Unread(settings.state_dir / UNREAD_FILE)
     return pipeline
+
+
+def make_summary_schedule(settings: Settings) -> Any:
+    """Return when the daemon regenerates stale summaries, and the LLM's token budget."""
+    from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
+
+    s = settings.summary
+    return SummarySchedule(
+        window=s.refresh_seconds,
+        idle=s.refresh_idle_seconds,
+        budget=TokenBudget(s.max_tokens_per_hour, s.max_tokens_per_day),
+    )
+
+
+def make_daemon_parts(
+    settings: Settings, store: NodeStore, embedder: Embedder, owner_token: str | None
+) -> Any:
+    """The composition root of ``adrap watch``: every part of the daemon built once, ready.
+
+    The store is put behind a lock per call first, and both the writer's pipeline and the
+    query service are built over that locked store; queries get an embedder of their own (the
+    writer's is busy during updates; a remote embedder's client cannot be copied); the
+    pipeline's updates ask the summary schedule whether to defer their summaries.
+    """
+    from ingestor.service.concurrency import LockedStore
+    from ingestor.service.daemon import DaemonParts
+    from ingestor.service.deadline import BoundedLock
+
+    if hasattr(store, "defer_optimize"):
+        store.defer_optimize()  # index builds in idle time, never inside an update
+    locked = LockedStore(store)
+    access = make_access(settings)
+    summaries = make_summary_schedule(settings)
+    queries = make_query_service(
+        settings,
+        locked,
+        make_query_embedder(settings),
+        access.registry,
+        lock=BoundedLock("the query embedder"),  # queries only; never the writer's
+    )
+    pipeline = make_pipeline(
+        settings,
+        locked,
+        embedder,
+        access,
+        defer_summaries=lambda: summaries.defer(time.monotonic()),
+    )
+    return DaemonParts(pipeline, locked, queries, summaries, make_callers(settings, owner_token))
 
 
 def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:

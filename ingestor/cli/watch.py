@@ -11,16 +11,7 @@ from pathlib import Path
 import click
 
 from ingestor.cli.app import Ctx, main, make_progress_printer, run, tree_options
-from ingestor.cli.factories import (
-    make_access,
-    make_callers,
-    make_embedder,
-    make_pipeline,
-    make_query_embedder,
-    make_query_service,
-    opened_store,
-    writer_lock,
-)
+from ingestor.cli.factories import make_daemon_parts, make_embedder, opened_store, writer_lock
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +64,7 @@ def watch(
     import threading
 
     from ingestor.service.daemon import Daemon
-    from ingestor.service.http import HttpLimits, require_token_off_loopback
-    from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
+    from ingestor.service.http import require_token_off_loopback
 
     def body() -> None:
         ctx.creating = True  # an unnamed tree is `default`, even beside other trees
@@ -95,59 +85,26 @@ def watch(
         port = w.http_port if http_port is None else http_port
         if port >= 0:
             require_token_off_loopback(w.http_host, token)  # before anything is opened
+        # The command's options override the watch settings; everything else is the settings'.
+        overrides: dict[str, object] = {"http_port": port}
+        if polling is not None:
+            overrides["polling"] = polling
+        if debounce is not None:
+            overrides["debounce_seconds"] = debounce
+        settings = s.model_copy(update={"watch": w.model_copy(update=overrides)})
         # Lock and open the store before anything slow (loading the model): from here on no other
         # process can open the embedded store, and queries wait for this daemon instead.
         with writer_lock(s, "watch") as lock, opened_store(s) as store:
-            embedder = make_embedder(s)
-            # Queries embed with an embedder of their own (the writer's is busy during updates),
-            # made like any other: a copy of a remote embedder's client cannot be made.
-            query_embedder = make_query_embedder(s)
-            access = make_access(s)
             # The owner's token: the setting, else one made now for this run, shown as a link
             # for the owner's browser (other callers without a token are anonymous).
             owner_token = token or secrets.token_urlsafe(24)
             daemon = Daemon(
-                make_pipeline(s, store, embedder, access),
+                make_daemon_parts(settings, store, make_embedder(s), owner_token),
                 root,
-                polling=w.polling if polling is None else polling,
-                poll_interval=w.poll_interval,
-                debounce=w.debounce_seconds if debounce is None else debounce,
-                close_grace=w.close_grace_seconds,
-                max_backoff=w.max_backoff_seconds,
-                writer_nice=w.writer_nice,
-                max_held_rows=w.max_held_rows,
-                http_host=w.http_host,
-                http_port=port,
-                http_token=token,
-                limits=HttpLimits(
-                    max_tokens=w.http_max_tokens,
-                    max_top_k=w.http_max_top_k,
-                    query_timeout=w.http_query_timeout,
-                    concurrency=w.http_concurrency,
-                    head_timeout=w.http_head_timeout,
-                    per_client=w.http_per_client,
-                    allowed_hosts=tuple(w.allowed_hosts),
-                ),
-                ignore=s.read.ignore,
-                exclude=[s.state_dir.resolve()],
+                settings,
                 state_lock=lock,
-                query_defaults=(s.query.mode, s.query.max_tokens, s.query.top_k),
-                state_dir=s.state_dir,
-                max_delete_fraction=w.max_delete_fraction,
-                root_check_interval=w.root_check_interval,
-                confirm_deletions=confirm_deletions,
-                query_embedder=query_embedder,
-                queries=make_query_service(s, store, query_embedder, access.registry),
-                callers=make_callers(s, owner_token),
-                socket=w.socket,
-                access_check_interval=s.access.check_seconds,
                 owner_link=None if token else _show_owner_link(owner_token),
-                collection=s.qdrant.collection,
-                summaries=SummarySchedule(
-                    window=s.summary.refresh_seconds,
-                    idle=s.summary.refresh_idle_seconds,
-                    budget=TokenBudget(s.summary.max_tokens_per_hour, s.summary.max_tokens_per_day),
-                ),
+                confirm_deletions=confirm_deletions,
             )
             daemon.run(stop, show)
 

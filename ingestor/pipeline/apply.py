@@ -15,6 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ingestor.pipeline.access import set_leaf_access
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector, source_entry
@@ -74,13 +77,14 @@ class ApplyStage:
         *,
         drift_threshold: float = 0.3,
         leaves_first: bool = True,
+        defer_summaries: Callable[[], bool] | None = None,
     ) -> None:
         self.context = context
         self.build = build
         self.collector = collector
         self.drift_threshold = drift_threshold
         self.leaves_first = leaves_first
-        self.defer_summaries: Callable[[], bool] = lambda: False
+        self.defer_summaries: Callable[[], bool] = defer_summaries or (lambda: False)
 
     def update(self, paths: list[Path], *, remove: bool = False) -> UpdateReport:
         """Bring the tree up to date with ``paths`` (``remove``: drop those sources) using adRAP."""
@@ -97,16 +101,22 @@ class ApplyStage:
         return report
 
     def apply_batch(
-        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+        self,
+        state: TreeState,
+        docs: list[Document],
+        gone: list[str],
+        report: UpdateReport,
+        known: dict[str, NDArray[np.float32]] | None = None,
     ) -> None:
         """``apply``, reusing the vectors of removed leaves whose text comes back in ``docs``.
 
         A renamed or moved file is a removed source plus a new one with the same content; leaf
         ids include the source path, so its leaves get new ids, but their vectors are taken from
         the removed leaves instead of being embedded again (summaries come from the summary cache).
-        The whole batch is one adRAP update and one commit.
+        ``known``: vectors of leaf texts embedded ahead (the daemon embeds a large document's
+        leaves outside the writer's lock). The whole batch is one adRAP update and one commit.
         """
-        embedder = reuse_removed(state, gone, self.context.embedder)
+        embedder = reuse_removed(state, gone, self.context.embedder, known)
         self.apply(state, docs, gone, report, embedder=embedder)
 
     def apply(

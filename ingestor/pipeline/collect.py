@@ -111,12 +111,13 @@ class Collector:
         ocr: bool = False,
         text_suffixes: Sequence[str] = (),
         readers: ReadWorkers | None = None,
+        unread: Unread | None = None,
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.ignore = ignore
         self.ocr = ocr
         self.text_suffixes = tuple(text_suffixes)
-        self.unread = Unread()
+        self.unread = unread if unread is not None else Unread()
         self.readers = readers
         self.chunker: Chunker | None = None
 

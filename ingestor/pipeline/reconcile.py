@@ -71,6 +71,8 @@ class Pipeline:
         text_suffixes: Sequence[str] = (),
         access: TreeAccess | None = None,
         read_budget: ReadBudget | None = None,
+        unread: Unread | None = None,
+        defer_summaries: Callable[[], bool] | None = None,
     ) -> None:
         self.context = TreeContext(
             tree=tree, embedder=embedder, builder=builder, store=store, models=models, access=access
@@ -81,6 +83,7 @@ class Pipeline:
             ocr=ocr,
             text_suffixes=text_suffixes,
             readers=ReadWorkers(read_budget) if read_budget is not None else None,
+            unread=unread,
         )
         self.build_stage = BuildStage(
             self.context,
@@ -91,7 +94,11 @@ class Pipeline:
         )
         self.collector.chunker = self.build_stage.chunker  # updates are chunked where read
         self.apply_stage = ApplyStage(
-            self.context, self.build_stage, self.collector, drift_threshold=drift_threshold
+            self.context,
+            self.build_stage,
+            self.collector,
+            drift_threshold=drift_threshold,
+            defer_summaries=defer_summaries,
         )
 
     # -- the parts' attributes callers use -----------------------------------------------------
@@ -198,10 +205,22 @@ class Pipeline:
         return self.collector.collect(state, paths, report, held)
 
     def apply_batch(
-        self, state: TreeState, docs: list[Document], gone: list[str], report: UpdateReport
+        self,
+        state: TreeState,
+        docs: list[Document],
+        gone: list[str],
+        report: UpdateReport,
+        known: dict[str, NDArray[np.float32]] | None = None,
     ) -> None:
-        """Apply one batch, reusing removed leaves' vectors (:meth:`ApplyStage.apply_batch`)."""
-        self.apply_stage.apply_batch(state, docs, gone, report)
+        """Apply one batch, reusing removed leaves' vectors and ``known`` ones (vectors of
+        texts embedded ahead; :meth:`ApplyStage.apply_batch`)."""
+        self.apply_stage.apply_batch(state, docs, gone, report, known)
+
+    def new_leaf_texts(self, state: TreeState, doc: Document) -> list[str]:
+        """Return the texts of ``doc``'s leaves that ``state`` does not hold yet: what applying
+        it would embed."""
+        leaves = self.build_stage.leaves_of(doc)
+        return [n.text for n in leaves if state.nodes.peek(n.node_id) is None]
 
     def update_access(self, state: TreeState, report: UpdateReport | None = None) -> UpdateReport:
         """Read every indexed file's permissions again and apply the changed ones as one update

@@ -131,10 +131,16 @@ def vectors_of(
         return state.matrix(ids)
 
 
-def reuse_removed(state: TreeState, gone: list[str], embedder: Embedder) -> Embedder:
+def reuse_removed(
+    state: TreeState,
+    gone: list[str],
+    embedder: Embedder,
+    known: dict[str, NDArray[np.float32]] | None = None,
+) -> Embedder:
     """Return an embedder for an update removing the sources ``gone``: it gives the vectors of
-    their leaves back for texts that come back (a renamed or moved file) and embeds the rest
-    with ``embedder``; ``embedder`` itself when those leaves have no vector to give.
+    their leaves back for texts that come back (a renamed or moved file), and those of
+    ``known`` (texts embedded ahead, outside the writer's lock), and embeds the rest with
+    ``embedder``; ``embedder`` itself when there is no vector to give.
 
     Leaf ids include the source path, so a moved file's leaves get new ids; their vectors need
     not be paid for again. Vectors the store lost (after a crash) are not reused: those texts
@@ -151,10 +157,10 @@ def reuse_removed(state: TreeState, gone: list[str], embedder: Embedder) -> Embe
     except StoreError as exc:  # points missing after a crash: embed those texts again
         log.info("cannot reuse the vectors of removed leaves (%s); embedding them", exc)
         vectors = np.zeros((0, embedder.dim), dtype=np.float32)
-    known: dict[str, NDArray[np.float32]] = {}
+    given: dict[str, NDArray[np.float32]] = dict(known or {})
     for node, vec in zip(old, vectors, strict=False):
-        known[node.text] = vec
-    return ReusingEmbedder(embedder, known) if known else embedder
+        given[node.text] = vec
+    return ReusingEmbedder(embedder, given) if given else embedder
 
 
 class ReusingEmbedder:

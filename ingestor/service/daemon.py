@@ -7,7 +7,8 @@ read-only Qdrant REST API (:mod:`ingestor.service.qdrant_rest`) are mounted besi
 Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a whole batch, including
 summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
 short lock of its own (:class:`~ingestor.service.concurrency.LockedStore`), and queries embed with
-their own copy of the model, so ``/query`` answers at its normal latency during an update.
+an embedder of their own, so ``/query`` answers at its normal latency during an update. Those
+parts come ready (:class:`DaemonParts`, built by ``cli/factories.py``).
 Queries and answers (``/query``, ``/ask``) run through
 :class:`~ingestor.answer.service.QueryService`, the CLI's code path, over the locked store and
 the query embedder, under a lock of their own (never the writer's).
@@ -15,24 +16,23 @@ the query embedder, under a lock of their own (never the writer's).
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 
-from ingestor.answer.service import QueryDefaults, QueryService
-from ingestor.config import MAX_HELD_ROWS
+from ingestor.answer.service import QueryService
+from ingestor.config import Settings
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.budget import ReadStopped
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.daemon_api import DaemonApi
 from ingestor.service.daemon_http import daemon_app, is_embedded, start_server
-from ingestor.service.deadline import BoundedLock
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
 from ingestor.service.http import HttpLimits, HttpServer, UnixHttpServer
 from ingestor.service.identity import Callers, socket_path
@@ -43,7 +43,6 @@ from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.params import Progress, no_progress
-from retriever import DEFAULT_COLLECTION, Embedder
 from retriever.heap import limit_heap_arenas
 
 log = logging.getLogger(__name__)
@@ -51,145 +50,105 @@ log = logging.getLogger(__name__)
 QUERY_MODES = ("collapsed", "traversal")
 
 
+@dataclass(frozen=True, slots=True)
+class DaemonParts:
+    """What the daemon serves, built once from the settings by the composition root
+    (:func:`ingestor.cli.factories.make_daemon_parts`) and used as given: nothing here is
+    replaced, rebound or patched by the daemon.
+
+    Attributes:
+        pipeline: the writer's pipeline, over ``store``; its apply stage asks ``summaries``
+            whether an update's summaries wait (``Pipeline(defer_summaries=...)``).
+        store: the node store behind a lock per call (:class:`LockedStore`), so ``/query``
+            answers during an update; the pipeline's store and the queries' store are it.
+        queries: answers ``/query`` and ``/ask`` over ``store``, with an embedder and a lock of
+            its own (never the writer's: the writer's embedder is busy during updates).
+        summaries: when stale summaries are regenerated, and the LLM budget.
+        callers: who each request is (:mod:`ingestor.service.identity`).
+    """
+
+    pipeline: Pipeline
+    store: LockedStore
+    queries: QueryService
+    summaries: SummarySchedule
+    callers: Callers
+
+    def __post_init__(self) -> None:
+        for name, store in (("pipeline", self.pipeline.store), ("queries", self.queries.store)):
+            if store is not self.store:
+                raise ValueError(
+                    f"DaemonParts: {name}.store is {type(store).__name__}, not the locked "
+                    "store; build both over `store` (cli.factories.make_daemon_parts does)"
+                )
+
+
 class Daemon:
     """Owns the pipeline while ``adrap watch`` runs: reconciliation, observer, worker and HTTP.
 
     Args:
-        pipeline: the pipeline (its store is wrapped so each call is serialised).
+        parts: the pipeline, locked store, query service, summary schedule and callers, ready.
         root: the watched folder.
-        polling: use watchdog's polling observer (network shares, bind mounts); None: poll only
-            on a network or FUSE filesystem (:mod:`ingestor.service.mounts`); files are then
-            taken only once their size and mtime are stable across two polls.
-        poll_interval: seconds between polls.
-        debounce: quiet seconds that end a burst of events.
-        close_grace: quiet seconds that end a burst whose files were all closed after writing or
-            moved into place (native observer; polling always waits ``debounce``).
-        max_backoff: cap of the retry delay after a failed batch.
-        writer_nice: nice increment of the update worker thread (Linux), so that ``/query``
-            keeps its CPU while the writer embeds and clusters; 0 keeps the normal priority.
-        max_held_rows: state rows the writer keeps in memory between updates (None: all).
-        http_host: the HTTP address; ``http_port`` 0 picks a free port, -1 disables HTTP.
-        http_port: see ``http_host``.
-        http_token: bearer token required by every route but /healthz and /readyz; required
-            when ``http_host`` is not a loopback address.
-        limits: bounds of the HTTP API.
-        ignore: glob patterns of ignored names.
-        exclude: folders never indexed (the state dir when it is inside ``root``).
+        settings: read for its ``watch`` section (observer, debounce, retries, HTTP; ``polling``
+            None: poll only on a network or FUSE filesystem, :mod:`ingestor.service.mounts`),
+            ``state_dir`` (the quarantine, the share record, the socket; never indexed),
+            ``read.ignore``, ``access.check_seconds`` and ``qdrant.collection``.
         state_lock: the held writer lock; the daemon writes its HTTP address into it.
-        query_defaults: ``(mode, max_tokens, top_k)`` used when ``/query`` omits them.
-        state_dir: where the quarantine and the share record are kept (default: the pipeline's).
-        max_delete_fraction: a scan removing more than this share of documents awaits confirmation.
-        root_check_interval: seconds between checks that the watched folder is there and is the
-            directory being watched (see :class:`~ingestor.service.share.RootMonitor`).
-        confirm_deletions: confirm such bulk deletions in advance.
-        query_embedder: the embedder of queries (default: a copy of the pipeline's).
-        queries: answers ``/query`` and ``/ask`` (default: one over the pipeline's store with
-            ``query_defaults`` and no LLM); it is rebound to the locked store and query embedder.
-        collection: the name Qdrant clients read the embedded store under (``/collections/...``).
-        summaries: when stale summaries are regenerated and the LLM budget (default: at once,
-            every update paying for its summaries, as before issue 34).
-        callers: who each request is (default: the owner by ``http_token``, anyone else
-            anonymous); see :mod:`ingestor.service.identity`.
-        socket: also serve on the Unix socket ``<state dir>/daemon.sock``, where the kernel says
-            who connects (``adrap`` commands use it).
-        access_check_interval: seconds between two readings of every indexed file's permissions
-            (a chmod, chown or setfacl reaches the points within it; 0: never).
         owner_link: told the HTTP address once it serves (the CLI prints the owner's link).
+        confirm_deletions: confirm a bulk deletion (past ``watch.max_delete_fraction``) in advance.
     """
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        parts: DaemonParts,
         root: Path,
+        settings: Settings,
         *,
-        polling: bool | None = False,
-        poll_interval: float = 1.0,
-        debounce: float = 1.0,
-        close_grace: float = 0.2,
-        max_backoff: float = 60.0,
-        writer_nice: int = 10,
-        max_held_rows: int | None = MAX_HELD_ROWS,
-        http_host: str = "127.0.0.1",
-        http_port: int = -1,
-        http_token: str | None = None,
-        limits: HttpLimits | None = None,
-        ignore: list[str] | None = None,
-        exclude: list[Path] | None = None,
         state_lock: StateLock | None = None,
-        query_defaults: tuple[str, int, int] = ("collapsed", 2000, 5),
-        state_dir: Path | None = None,
-        max_delete_fraction: float = 0.5,
-        confirm_deletions: bool = False,
-        root_check_interval: float = 2.0,
-        query_embedder: Embedder | None = None,
-        queries: QueryService | None = None,
-        collection: str = DEFAULT_COLLECTION,
-        summaries: SummarySchedule | None = None,
-        callers: Callers | None = None,
-        socket: bool = False,
-        access_check_interval: float = 2.0,
         owner_link: Callable[[str], None] | None = None,
+        confirm_deletions: bool = False,
     ) -> None:
-        self.pipeline = pipeline
+        w = settings.watch
+        self.pipeline = parts.pipeline
+        self.store = parts.store
+        self.queries = parts.queries
+        self.summaries = parts.summaries
+        self.callers = parts.callers
         self.root = root.resolve()
-        self.polling = polling if polling is not None else polls_by_default(self.root)
-        self.poll_interval = poll_interval
-        self.debounce = debounce
-        self.close_grace = close_grace
-        self.max_backoff = max_backoff
-        self.writer_nice = writer_nice
-        self.max_held_rows = max_held_rows
-        self.http_host = http_host
-        self.http_port = http_port
-        self.http_token = http_token
-        self.limits = limits or HttpLimits()
-        self.ignore = ignore
-        self.exclude = exclude or []
+        self.polling = w.polling if w.polling is not None else polls_by_default(self.root)
+        self.poll_interval = w.poll_interval
+        self.debounce = w.debounce_seconds
+        self.close_grace = w.close_grace_seconds
+        self.max_backoff = w.max_backoff_seconds
+        self.writer_nice = w.writer_nice
+        self.max_held_rows = w.max_held_rows
+        self.http_host = w.http_host
+        self.http_port = w.http_port
+        self.http_token = w.http_token.get_secret_value() if w.http_token else None
+        self.limits = HttpLimits.of(w)
+        self.socket = w.socket
+        self.ignore = settings.read.ignore
+        self.state_dir = settings.state_dir
+        self.exclude = [self.state_dir.resolve()]
+        self.collection = settings.qdrant.collection
+        self.access_check_interval = settings.access.check_seconds
         self.state_lock = state_lock
-        self.query_defaults = query_defaults
-        self.collection = collection
-        self.state_dir = state_dir or pipeline.models.root.parent
+        self.owner_link = owner_link
         self.lock = threading.Lock()  # the writer's: reconciliation and batches
-        if hasattr(pipeline.store, "defer_optimize"):
-            pipeline.store.defer_optimize()  # index builds in idle time, never inside an update
-        pipeline.store = LockedStore(pipeline.store)
-        self.store = pipeline.store
-        self.query_embedder = query_embedder or copy.deepcopy(pipeline.embedder)
-        self._embed_lock = BoundedLock("the query embedder")  # queries only; deadline.py
+        self._access_checked = 0.0
+        self.unix_server: UnixHttpServer | None = None
         self.quarantine = Quarantine(self.state_dir / QUARANTINE_FILE)
         self.guard = ShareGuard(
             self.root,
             self.state_dir,
-            max_delete_fraction=max_delete_fraction,
+            max_delete_fraction=w.max_delete_fraction,
             confirmed=confirm_deletions,
         )
         self.root_monitor = RootMonitor(
             self.guard,
             lambda: self.metrics.files,  # the writer's snapshot: the state is the writer's alone
-            interval=root_check_interval,
+            interval=w.root_check_interval,
         )
-        mode, budget, top_k = query_defaults
-        self.queries = queries or QueryService(
-            self.store,
-            self.query_embedder,
-            pipeline.tree,
-            defaults=QueryDefaults(mode=mode, max_tokens=budget, top_k=top_k),
-            classes=pipeline.context.access.registry,
-        )
-        self.callers = callers or Callers(owner_token=http_token)
-        self.socket = socket
-        self.access_check_interval = access_check_interval
-        self.owner_link = owner_link
-        self._access_checked = 0.0
-        self.unix_server: UnixHttpServer | None = None
-        self.queries.store = self.store
-        self.queries.embedder = self.query_embedder
-        self.queries.lock = (
-            self._embed_lock
-        )  # queries serialise among themselves, not on the writer
-        self.summaries = summaries or SummarySchedule(window=0, idle=0)
-        pipeline.apply_stage.defer_summaries = lambda: self.summaries.defer(time.monotonic())
-        self.metrics = Metrics(pipeline.tree)
+        self.metrics = Metrics(self.pipeline.tree)
         self.watcher: Watcher | None = None
         self.api = DaemonApi(
             self.metrics,
@@ -238,7 +197,6 @@ class Daemon:
                 log.info("stopped during the first build; nothing was committed")
                 return
             observer = make_observer(polling=self.polling, interval=self.poll_interval)
-            kwargs: dict[str, Any] = {} if self.ignore is None else {"ignore": self.ignore}
             self.watcher = Watcher(
                 self.pipeline,
                 state,
@@ -256,7 +214,7 @@ class Daemon:
                 on_idle=self._maintain,
                 nice=self.writer_nice,
                 max_held_rows=self.max_held_rows,
-                **kwargs,
+                ignore=self.ignore,
             )
             # Watch before the worker starts: events during start-up wait in the queue.
             observer.schedule(self.watcher.handler, str(self.root), recursive=True)

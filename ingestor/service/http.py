@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from starlette.applications import Starlette
@@ -57,6 +57,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ingestor.config import WatchSettings
 from ingestor.errors import ConfigError
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.service.deadline import Deadline
@@ -76,21 +77,40 @@ MAX_BODY = 64 * 1024
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/dashboard"})
 
 
+def _watch_default(name: str) -> Any:
+    return WatchSettings.model_fields[name].default
+
+
 @dataclass(frozen=True)
 class HttpLimits:
-    """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``) and the names it answers to."""
+    """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``) and the names it answers to;
+    :meth:`of` reads them from the settings; the defaults are the settings' own."""
 
-    max_tokens: int = 32_000
-    max_top_k: int = 100
-    query_timeout: float = 30.0
-    concurrency: int = 32
-    keep_alive: int = 5
+    max_tokens: int = _watch_default("http_max_tokens")
+    max_top_k: int = _watch_default("http_max_top_k")
+    query_timeout: float = _watch_default("http_query_timeout")
+    concurrency: int = _watch_default("http_concurrency")
     #: Seconds a connection may take to send a complete request head, then it is closed.
-    head_timeout: float = 5.0
+    head_timeout: float = _watch_default("http_head_timeout")
     #: Connections one client address may hold (its oldest idle one is closed past it).
-    per_client: int = 16
+    per_client: int = _watch_default("http_per_client")
     #: ``Host`` names accepted besides loopback and the bound host (``ADRAP_WATCH__ALLOWED_HOSTS``).
     allowed_hosts: tuple[str, ...] = ()
+    keep_alive: int = 5
+
+    @classmethod
+    def of(cls, watch: WatchSettings | None = None) -> HttpLimits:
+        """Return the limits of the ``watch`` settings (None: the defaults)."""
+        w = watch if watch is not None else WatchSettings()
+        return cls(
+            max_tokens=w.http_max_tokens,
+            max_top_k=w.http_max_top_k,
+            query_timeout=w.http_query_timeout,
+            concurrency=w.http_concurrency,
+            head_timeout=w.http_head_timeout,
+            per_client=w.http_per_client,
+            allowed_hosts=tuple(w.allowed_hosts),
+        )
 
 
 def is_loopback(host: str) -> bool:

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import Document
@@ -48,6 +48,12 @@ log = logging.getLogger(__name__)
 __all__ = ["EnqueueHandler", "Watcher", "make_observer"]
 
 _TICK = 0.25  # seconds between checks of the stop flag while idle
+#: A document with more leaves to embed than this is applied after the rest of its batch, its
+#: leaves embedded outside the writer's lock (a 200 KB file: ~400 leaves, about a minute here).
+LARGE_DOC_LEAVES = 32
+#: A large document's leaves are embedded this many at a time; between two slices, the changes
+#: that arrived meanwhile land (an ordinary file waits at most one slice, ~1 s here).
+EMBED_SLICE = 8
 
 
 class Watcher:
@@ -260,15 +266,20 @@ class Watcher:
 
     # -- applying --------------------------------------------------------------------------------
 
-    def _guarded(self, batch: set[Path]) -> None:
+    def _guarded(self, batch: set[Path], *, inline: bool = False) -> None:
         try:
-            self.apply(batch)
+            self.apply(batch, inline=inline)
         except Exception as exc:  # the worker must survive anything (the only broad except)
             log.exception("update of %d paths failed outside the batch", len(batch))
             self._failed(sorted(batch), exc)
 
-    def apply(self, batch: set[Path]) -> bool:
+    def apply(self, batch: set[Path], *, inline: bool = False) -> bool:
         """Apply one batch of paths as one adRAP update; return False if it did not land.
+
+        A document with more than :data:`LARGE_DOC_LEAVES` leaves to embed is set aside and
+        applied after the rest of the batch has landed (:meth:`_apply_large`), so a large file
+        never holds up the small ones beside it or after it; ``inline``: apply every document
+        in this batch (the batches served between a large document's slices).
 
         Must be called from one thread at a time (the worker, or a test instead of the worker).
         """
@@ -280,6 +291,7 @@ class Watcher:
         t0 = time.perf_counter()
         report = UpdateReport()
         docs: list[Document] = []
+        large: list[tuple[Document, list[str]]] = []
         try:
             with self.lock:
                 try:
@@ -290,29 +302,112 @@ class Watcher:
                     )
                     if self.guard is not None:
                         gone = self.guard.allow(self.state, gone)
+                    if not inline:
+                        docs, large = self._set_aside_large(docs)
                     self.pipeline.apply_batch(self.state, docs, gone, report)
                     if self.failures:  # an earlier failure may have left orphans after a commit
                         self.pipeline.reconcile_store(self.state)
                 except Exception as exc:
                     self._failed(paths, exc)
                     return False
-                report.seconds = time.perf_counter() - t0
-                self.failures = 0
-                self.redo.landed()
-                self._paid = {}
-                self.batches += 1
-                self.last_report = report
-                if self.on_applied:
-                    self.on_applied(report, self.state)
-                if self.max_held_rows is not None and shed_rows(self.state, self.max_held_rows):
-                    release_freed_heap()
+                self._landed(report, t0)
         finally:
             self._in_hand = 0
         self._recheck(docs)
         names = [source_text(p.relative_to(self.root).as_posix()) for p in paths[:10]]
         more = f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""
         log.info("applied update: %s; paths: %s%s", report.summary(), ", ".join(names), more)
+        for doc, texts in large:
+            self._apply_large(doc, texts)
         return True
+
+    def _landed(self, report: UpdateReport, t0: float) -> None:
+        """Book a batch that landed (under the writer's lock)."""
+        report.seconds = time.perf_counter() - t0
+        self.failures = 0
+        self.redo.landed()
+        self._paid = {}
+        self.batches += 1
+        self.last_report = report
+        if self.on_applied:
+            self.on_applied(report, self.state)
+        if self.max_held_rows is not None and shed_rows(self.state, self.max_held_rows):
+            release_freed_heap()
+
+    # -- large documents -------------------------------------------------------------------------
+
+    def _set_aside_large(
+        self, docs: list[Document]
+    ) -> tuple[list[Document], list[tuple[Document, list[str]]]]:
+        """Split ``docs`` into those applied now and the large ones, with the leaf texts each
+        would embed (an edit of a large file that changes a few chunks is not large)."""
+        now: list[Document] = []
+        large: list[tuple[Document, list[str]]] = []
+        for doc in docs:
+            texts = self.pipeline.new_leaf_texts(self.state, doc)
+            if len(texts) > LARGE_DOC_LEAVES:
+                large.append((doc, texts))
+            else:
+                now.append(doc)
+        return now, large
+
+    def _apply_large(self, doc: Document, texts: list[str]) -> None:
+        """Apply one large document after the batch it came in: its leaves are embedded
+        :data:`EMBED_SLICE` at a time outside the writer's lock, and between two slices the
+        batches that arrived meanwhile land first; then the document is applied with those
+        vectors, unless the file changed meanwhile (it is queued again) or the watcher stops
+        (nothing is recorded: the next start reads it again)."""
+        path = source_path(self.real_root, doc.source)
+        t0 = time.perf_counter()
+        known: dict[str, Any] = {}
+        for i in range(0, len(texts), EMBED_SLICE):
+            if self._stopping.is_set():
+                log.info("stopping: %s is left for the next start", doc.source)
+                return
+            self._in_hand = 1
+            part = texts[i : i + EMBED_SLICE]
+            try:
+                known.update(zip(part, self.pipeline.embedder.embed_documents(part), strict=True))
+            except Exception as exc:
+                self._failed([path], exc)
+                return
+            self._serve_arrivals()
+        report = UpdateReport()
+        try:
+            with self.lock:
+                if self._changed_since_read(doc, path):
+                    log.info(
+                        "%s changed while its leaves were embedded; it is read again", doc.source
+                    )
+                    self.paths.put(Change(path))
+                    return
+                try:
+                    if self._stale:
+                        self._reload()
+                    self.pipeline.apply_batch(self.state, [doc], [], report, known)
+                except Exception as exc:
+                    self._failed([path], exc)
+                    return
+                self._landed(report, t0)
+        finally:
+            self._in_hand = 0
+        log.info("applied large document %s: %s", doc.source, report.summary())
+
+    def _serve_arrivals(self) -> None:
+        """Apply the changes that arrived while a large document is embedded (once their burst
+        is quiet), each document in them in line."""
+        if self.paths.qsize() and not self._stopping.is_set():
+            batch = self.next_batch()
+            if batch:
+                self._guarded(batch, inline=True)
+
+    def _changed_since_read(self, doc: Document, path: Path) -> bool:
+        try:
+            st = path.stat()
+        except OSError:
+            return True
+        moved = bool(doc.inode) and st.st_ino != doc.inode
+        return moved or st.st_size != doc.size or st.st_mtime != doc.mtime
 
     def refresh(self, due: Callable[[TreeState], bool]) -> UpdateReport | None:
         """Regenerate the stale summaries when ``due(state)`` (the daemon's summary schedule),

@@ -94,7 +94,8 @@ def test_the_daemon_limits_its_heaps_before_it_starts_threads(
     import threading
 
     from ingestor.service import daemon
-    from tests.unit.service.test_watcher import make_pipeline
+    from testkit.corpus import make_pipeline
+    from testkit.daemons import make_daemon
 
     threads: list[int] = []
     monkeypatch.setattr(
@@ -104,5 +105,5 @@ def test_the_daemon_limits_its_heaps_before_it_starts_threads(
     root.mkdir()
     stop = threading.Event()
     stop.set()  # it stops as soon as it has started
-    daemon.Daemon(make_pipeline(tmp_path), root).run(stop)
+    make_daemon(make_pipeline(tmp_path), root).run(stop)
     assert threads == [threading.active_count()]  # called once, before any thread of its own

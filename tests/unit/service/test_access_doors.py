@@ -28,6 +28,7 @@ import pytest
 from ingestor.cli.daemon_client import DaemonClient
 from ingestor.service.daemon import Daemon
 from ingestor.service.identity import TOKENS_FILE, Callers, TokenBook, socket_path
+from testkit.daemons import make_daemon
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -95,7 +96,7 @@ def daemon(users: dict[str, int]) -> Iterator[Daemon]:
         OWNER, TokenBook(state / TOKENS_FILE), proxy_header="X-Forwarded-User",
         proxy_addresses=["127.0.0.1"],
     )  # fmt: skip
-    d = Daemon(
+    d = make_daemon(
         p, root, http_port=0, state_dir=state, socket=True, callers=callers,
         access_check_interval=0.1, debounce=0.05,
     )  # fmt: skip

@@ -20,10 +20,10 @@ from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEven
 
 from ingestor.errors import ConfigError
 from ingestor.pipeline import load_state
-from ingestor.service.daemon import Daemon
 from ingestor.service.http import HttpLimits
 from ingestor.service.share import SHARE_FILE, ShareGuard
 from ingestor.service.watcher import Watcher
+from testkit.daemons import make_daemon
 from testkit.fakes import EchoSummarizer, FakeClock
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, on_disk, write_corpus
@@ -114,10 +114,10 @@ def test_the_daemon_started_on_an_empty_mount_point_deletes_nothing(tmp_path: Pa
     write_corpus(root, 6)
     p = make_pipeline(tmp_path)
     p.build(root)
-    Daemon(p, root).guard.record()  # as the first daemon run does
+    make_daemon(p, root).guard.record()  # as the first daemon run does
     n_points = len(set(p.store.iter_ids("t")))
     _unmount(root, tmp_path / "aside")
-    d = Daemon(p, root, debounce=0.05)
+    d = make_daemon(p, root, debounce=0.05)
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()
@@ -144,7 +144,7 @@ def test_a_share_that_goes_away_is_reported_and_watched_again_when_it_returns(
     write_corpus(root, 6)
     p = make_pipeline(tmp_path)
     p.build(root)
-    d = Daemon(p, root, debounce=0.05, root_check_interval=0.1)
+    d = make_daemon(p, root, debounce=0.05, root_check_interval=0.1)
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     with caplog.at_level("WARNING"):
@@ -179,7 +179,7 @@ def test_the_root_check_never_reads_the_writers_state(tmp_path: Path) -> None:
     write_corpus(root, 3)
     p = make_pipeline(tmp_path)
     p.build(root)
-    d = Daemon(p, root)
+    d = make_daemon(p, root)
 
     class Untouchable:
         @property
@@ -329,7 +329,7 @@ def test_a_query_is_answered_while_the_writer_summarises(tmp_path: Path) -> None
     p = make_pipeline(tmp_path, llm)
     p.drift_threshold = 0.0  # the update is a rebuild: it summarises
     p.build(root)
-    d = Daemon(p, root, debounce=0.05)
+    d = make_daemon(p, root, debounce=0.05)
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()
@@ -364,7 +364,7 @@ def test_stop_during_the_first_build_stops_it_before_its_summaries_and_commits_n
     root = tmp_path / "docs"
     write_corpus(root, 30)
     p = make_pipeline(tmp_path)
-    d = Daemon(p, root)
+    d = make_daemon(p, root)
     stop = threading.Event()
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -397,8 +397,8 @@ def test_http_needs_a_token_off_loopback_checks_it_and_bounds_parameters(tmp_pat
     write_corpus(root, 8)
     p = make_pipeline(tmp_path)
     with pytest.raises(ConfigError, match="ADRAP_WATCH__HTTP_TOKEN"):
-        Daemon(p, root, http_host="0.0.0.0", http_port=0).start_http()
-    d = Daemon(
+        make_daemon(p, root, http_host="0.0.0.0", http_port=0).start_http()
+    d = make_daemon(
         p, root, http_port=0, http_token="s3cret", limits=HttpLimits(max_tokens=5000, max_top_k=20)
     )
     stop = threading.Event()

@@ -21,6 +21,7 @@ from ingestor.service.dashboard.page import embed_json, render_page
 from ingestor.service.dashboard.view import MAX_PAGE, TreeView
 from ingestor.service.failures import Quarantine
 from retriever import SearchFilter, point_id
+from testkit.daemons import make_daemon
 from tests.unit.tree.test_adrap import doc_text
 
 TOKEN = "s3cret-token"
@@ -31,7 +32,7 @@ Tree = tuple[Pipeline, Path]
 @pytest.fixture
 def daemon(tree: Tree, tmp_path: Path) -> Daemon:
     p, root = tree
-    d = Daemon(p, root, http_token=TOKEN, state_dir=tmp_path / "state")
+    d = make_daemon(p, root, http_token=TOKEN, state_dir=tmp_path / "state")
     d.metrics.ready = True
     return d
 

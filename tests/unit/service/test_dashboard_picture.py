@@ -32,6 +32,7 @@ from ingestor.service.dashboard.picture import (
     top_folders,
 )
 from ingestor.service.dashboard.pictures import GRID, project
+from testkit.daemons import make_daemon
 from tests.unit.service.test_watcher import make_pipeline
 from tests.unit.tree.test_adrap import doc_text
 
@@ -206,7 +207,7 @@ def test_the_map_separates_two_groups_and_fills_the_grid() -> None:
 @pytest.fixture
 def daemon(foldered: Built, tmp_path: Path) -> Daemon:
     p, root = foldered
-    d = Daemon(p, root, http_token=TOKEN, state_dir=tmp_path / "state")
+    d = make_daemon(p, root, http_token=TOKEN, state_dir=tmp_path / "state")
     d.metrics.ready = True
     return d
 

@@ -17,7 +17,7 @@ import pytest
 import ingestor.tree.summaries as tree_summaries
 import ingestor.tree.summary_calls as tree_build
 from ingestor.pipeline import load_state
-from ingestor.service.daemon import Daemon
+from testkit.daemons import make_daemon
 from testkit.fakes import EchoSummarizer
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
@@ -74,7 +74,7 @@ def test_sigterm_during_the_summaries_of_a_first_build_stops_it_within_a_batch_a
     clock = summary_clock(monkeypatch)
     first = SlowSummarizer(clock, stop, stop_at=2)
     p = make_pipeline(tmp_path, first)
-    Daemon(p, root).run(stop)
+    make_daemon(p, root).run(stop)
     assert stop.is_set()
     assert first.batch_sizes[1] > 1, "SIGTERM came in the middle of a batch"
     assert first.batches_after_stop == 0, f"went on after SIGTERM: batches {first.batch_sizes}"
@@ -82,7 +82,7 @@ def test_sigterm_during_the_summaries_of_a_first_build_stops_it_within_a_batch_a
 
     p.builder.summarizer = second = SlowSummarizer(clock)
     stop = threading.Event()
-    d = Daemon(p, root)
+    d = make_daemon(p, root)
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()
     try:

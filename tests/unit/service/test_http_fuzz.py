@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from ingestor.service.daemon import Daemon
 from ingestor.service.http import HttpLimits
+from testkit.daemons import make_daemon
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -125,7 +125,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     write_corpus(root, 8)
     p = make_pipeline(tmp)
     p.build(root)
-    d = Daemon(
+    d = make_daemon(
         p,
         root,
         http_port=0,

@@ -9,6 +9,7 @@ from starlette.testclient import TestClient
 from ingestor.answer.service import QueryService
 from ingestor.pipeline import Pipeline
 from ingestor.service.daemon import Daemon
+from testkit.daemons import make_daemon
 
 Tree = tuple[Pipeline, Path]
 
@@ -18,7 +19,7 @@ def _client(tree: Tree, tmp_path: Path, min_score: float | None) -> tuple[Daemon
     queries = QueryService(
         p.store, p.embedder, p.tree, min_score=min_score, classes=p.context.access.registry
     )
-    d = Daemon(p, root, state_dir=tmp_path / "state", queries=queries)
+    d = make_daemon(p, root, state_dir=tmp_path / "state", queries=queries)
     d.metrics.ready = True
     return d, TestClient(d.app(), base_url="http://127.0.0.1:8765")
 

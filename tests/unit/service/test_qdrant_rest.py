@@ -29,6 +29,7 @@ from ingestor.service.daemon import Daemon
 from retriever import F, SearchFilter
 from retriever.schema import META_POINT_ID
 from retriever.search import candidate_limit
+from testkit.daemons import make_daemon
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -61,7 +62,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     write_corpus(root, 8)
     p = make_pipeline(tmp)
     p.build(root)
-    d = Daemon(p, root, http_port=0, http_token=TOKEN)
+    d = make_daemon(p, root, http_port=0, http_token=TOKEN)
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,), name="test-daemon")
     t.start()
@@ -429,7 +430,7 @@ def test_reads_wait_for_reconciliation_like_query(tmp_path: Path) -> None:
     root = tmp_path / "docs"
     write_corpus(root, 8)
     p = make_pipeline(tmp_path)
-    d = Daemon(p, root, http_port=0)
+    d = make_daemon(p, root, http_port=0)
     d.start_http()  # serving, not yet reconciled
     try:
         assert d.address is not None

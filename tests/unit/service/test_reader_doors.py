@@ -34,6 +34,7 @@ from ingestor.service.identity import Callers, TokenBook
 from retriever import F, SearchFilter
 from retriever.schema import META_POINT_ID, META_TREE
 from retriever.sparse import bm25_query
+from testkit.daemons import make_daemon
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
 SECRET = "zanzibarquokka"
@@ -93,7 +94,7 @@ def share(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Share]:
     tokens = TokenBook(tmp / "tokens.json")
     group_token = tokens.add("hr", f"group:{group.gr_name}")
     # No http_token: a request without a token is the anonymous caller, not a 401.
-    d = Daemon(
+    d = make_daemon(
         p,
         root,
         http_port=0,

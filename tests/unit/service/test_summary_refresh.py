@@ -17,6 +17,7 @@ from ingestor.service.daemon import Daemon
 from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
 from ingestor.service.watcher import Watcher
 from ingestor.tree.invariants import violations
+from testkit.daemons import make_daemon
 from tests.unit.tree.test_adrap import doc_text
 
 TOKEN = "s3cret-token"
@@ -26,7 +27,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 @pytest.fixture
 def daemon(tree: tuple[Pipeline, Path], tmp_path: Path) -> Daemon:
     p, root = tree
-    d = Daemon(
+    d = make_daemon(
         p,
         root,
         http_token=TOKEN,

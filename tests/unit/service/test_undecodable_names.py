@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ingestor.service.daemon import Daemon
+from testkit.daemons import make_daemon
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -39,7 +39,7 @@ def test_the_daemon_starts_indexes_and_reports_undecodable_names(tmp_path: Path)
     write_raw(root, b"caf\xe9 notes.txt", "The heron waits by the reed bed at dawn.\n")
     write_raw(root, b"bad\xff.xyz", "an unsupported file\n")  # skipped: listed by its name
     p = make_pipeline(tmp_path)
-    d = Daemon(p, root, debounce=0.1, http_port=0, http_token="owner-token")
+    d = make_daemon(p, root, debounce=0.1, http_port=0, http_token="owner-token")
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()

@@ -29,12 +29,12 @@ from watchdog.events import (
 
 from ingestor.errors import SummarizationError
 from ingestor.pipeline import Pipeline
-from ingestor.service.daemon import Daemon
 from ingestor.service.events import Change
 from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
 from ingestor.tree.invariants import violations
 from ingestor.tree.persist import held_rows
 from testkit.corpus import doc_text, make_pipeline
+from testkit.daemons import make_daemon
 from testkit.fakes import CountingEmbedder, EchoSummarizer, FakeClock
 from tests.conftest import wait_until
 
@@ -458,7 +458,7 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
     root = tmp_path / "docs"
     write_corpus(root, 8)
     p = make_pipeline(tmp_path)
-    d = Daemon(p, root, debounce=0.1, http_port=0)
+    d = make_daemon(p, root, debounce=0.1, http_port=0)
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
     t.start()

@@ -1,0 +1,142 @@
+"""A daemon over a pipeline a test (or a benchmark) built by hand.
+
+The product builds a daemon's parts from the settings (``cli.factories.make_daemon_parts``); a test
+builds its pipeline itself (fake embedder, small trees) and hands it here with the watch options it
+needs, by their short names. This is the test's composition root: the pipeline's store is put behind
+the lock per call, the queries get their own embedder over that store, and the pipeline's updates
+ask the summary schedule, as ``make_daemon_parts`` wires them.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from ingestor.answer.service import QueryService
+from ingestor.config import Settings, WatchSettings
+from ingestor.pipeline import Pipeline
+from ingestor.service.concurrency import LockedStore
+from ingestor.service.daemon import Daemon, DaemonParts
+from ingestor.service.deadline import BoundedLock
+from ingestor.service.http import HttpLimits
+from ingestor.service.identity import Callers
+from ingestor.service.locking import StateLock
+from ingestor.service.summary_schedule import SummarySchedule
+from retriever import Embedder
+
+#: Short names tests use -> the watch settings' fields.
+_WATCH_NAMES = {
+    "debounce": "debounce_seconds",
+    "close_grace": "close_grace_seconds",
+    "max_backoff": "max_backoff_seconds",
+}
+#: HttpLimits' fields -> the watch settings' fields.
+_LIMIT_NAMES = {
+    "max_tokens": "http_max_tokens",
+    "max_top_k": "http_max_top_k",
+    "query_timeout": "http_query_timeout",
+    "concurrency": "http_concurrency",
+    "head_timeout": "http_head_timeout",
+    "per_client": "http_per_client",
+    "allowed_hosts": "allowed_hosts",
+}
+
+
+def daemon_parts(
+    pipeline: Pipeline,
+    *,
+    queries: QueryService | None = None,
+    query_embedder: Embedder | None = None,
+    summaries: SummarySchedule | None = None,
+    callers: Callers | None = None,
+    owner_token: str | None = None,
+) -> DaemonParts:
+    """Return the daemon's parts around a hand-built ``pipeline`` (its store is locked here)."""
+    store = pipeline.store
+    if hasattr(store, "defer_optimize"):
+        store.defer_optimize()
+    locked = LockedStore(store)
+    pipeline.store = locked
+    schedule = summaries or SummarySchedule(window=0, idle=0)
+    pipeline.apply_stage.defer_summaries = lambda: schedule.defer(time.monotonic())
+    lock = BoundedLock("the query embedder")
+    if queries is None:
+        queries = QueryService(
+            locked,
+            query_embedder or copy.deepcopy(pipeline.embedder),
+            pipeline.tree,
+            classes=pipeline.context.access.registry,
+            lock=lock,
+        )
+    else:
+        queries.store, queries.lock = locked, lock
+    return DaemonParts(
+        pipeline, locked, queries, schedule, callers or Callers(owner_token=owner_token)
+    )
+
+
+def make_daemon(
+    pipeline: Pipeline,
+    root: Path,
+    *,
+    state_dir: Path | None = None,
+    state_lock: StateLock | None = None,
+    owner_link: Callable[[str], None] | None = None,
+    confirm_deletions: bool = False,
+    limits: HttpLimits | None = None,
+    access_check_interval: float = 2.0,
+    queries: QueryService | None = None,
+    query_embedder: Embedder | None = None,
+    summaries: SummarySchedule | None = None,
+    callers: Callers | None = None,
+    **watch: Any,
+) -> Daemon:
+    """Return a daemon over ``pipeline`` watching ``root``: no HTTP (``http_port=-1``), no
+    socket and the native observer unless asked; ``watch``: the watch settings by their field
+    names or the short ones (``debounce``, ``close_grace``, ``max_backoff``)."""
+    fields: dict[str, Any] = {"http_port": -1, "socket": False, "polling": False}
+    for name, value in watch.items():
+        field = _WATCH_NAMES.get(name, name)
+        if field not in WatchSettings.model_fields:
+            raise TypeError(f"make_daemon: {name!r} is no watch setting")
+        fields[field] = value
+    if limits is not None:
+        fields.update({_LIMIT_NAMES[k]: getattr(limits, k) for k in _LIMIT_NAMES})
+        fields["allowed_hosts"] = list(limits.allowed_hosts)
+    token = fields.get("http_token")
+    if isinstance(token, str):
+        fields["http_token"] = SecretStr(token)
+    if fields.get("max_held_rows") is None:
+        fields.pop("max_held_rows", None)
+    base = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        tree=pipeline.tree,
+        state_dir=state_dir or pipeline.models.root.parent,
+    )
+    settings = base.model_copy(
+        update={
+            "watch": base.watch.model_copy(update=fields),
+            "access": base.access.model_copy(update={"check_seconds": access_check_interval}),
+        }
+    )
+    parts = daemon_parts(
+        pipeline,
+        queries=queries,
+        query_embedder=query_embedder,
+        summaries=summaries,
+        callers=callers,
+        owner_token=token if isinstance(token, str) else None,
+    )
+    return Daemon(
+        parts,
+        root,
+        settings,
+        state_lock=state_lock,
+        owner_link=owner_link,
+        confirm_deletions=confirm_deletions,
+    )
