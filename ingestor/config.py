@@ -308,6 +308,12 @@ class WatchSettings(_Section):
     socket: bool = True
 
 
+def watch_default(name: str) -> Any:
+    """The default of the watch setting ``name``: for the library's own records of those
+    settings (``HttpLimits``, the watcher's ``Timing``), so each default has one source."""
+    return WatchSettings.model_fields[name].default
+
+
 class AccessSettings(_Section):
     """Who may read what (docs/security.md): permissions re-read, and a trusted proxy's header."""
 

@@ -1,4 +1,4 @@
-"""A daemon over a pipeline a test (or a benchmark) built by hand.
+"""A daemon (and a watcher) over a pipeline a test (or a benchmark) built by hand.
 
 The product builds a daemon's parts from the settings (``cli.factories.make_daemon_parts``); a test
 builds its pipeline itself (fake embedder, small trees) and hands it here with the watch options it
@@ -10,8 +10,9 @@ ask the summary schedule, as ``make_daemon_parts`` wires them.
 from __future__ import annotations
 
 import copy
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,18 @@ from pydantic import SecretStr
 from ingestor.answer.service import QueryService
 from ingestor.config import Settings, WatchSettings
 from ingestor.pipeline import Pipeline
+from ingestor.read.listing import DEFAULT_IGNORE
 from ingestor.service.concurrency import LockedStore
 from ingestor.service.daemon import Daemon, DaemonParts
 from ingestor.service.deadline import BoundedLock
+from ingestor.service.events import PathFilter
+from ingestor.service.failures import Quarantine
 from ingestor.service.http import HttpLimits
 from ingestor.service.identity import Callers
 from ingestor.service.locking import StateLock
 from ingestor.service.summary_schedule import SummarySchedule
+from ingestor.service.watcher import Hooks, Timing, Watcher
+from ingestor.tree.state import TreeState
 from retriever import Embedder
 
 #: Short names tests use -> the watch settings' fields.
@@ -139,4 +145,38 @@ def make_daemon(
         state_lock=state_lock,
         owner_link=owner_link,
         confirm_deletions=confirm_deletions,
+    )
+
+
+#: The watcher's options tests pass by name -> where they go.
+_TIMING = {f for f in Timing.__dataclass_fields__}
+_HOOKS = {f for f in Hooks.__dataclass_fields__}
+
+
+def make_watcher(
+    pipeline: Pipeline,
+    state: TreeState,
+    root: Path,
+    *,
+    ignore: Sequence[str] = DEFAULT_IGNORE,
+    exclude: Sequence[Path] = (),
+    lock: threading.Lock | None = None,
+    guard: Any = None,
+    quarantine: Quarantine | None = None,
+    **options: Any,
+) -> Watcher:
+    """Return a watcher over ``root``; ``options``: :class:`Timing`'s and :class:`Hooks`' fields
+    by name (``debounce=0.05``, ``on_applied=...``)."""
+    unknown = set(options) - _TIMING - _HOOKS
+    if unknown:
+        raise TypeError(f"make_watcher: {sorted(unknown)} are no watcher options")
+    return Watcher(
+        pipeline,
+        state,
+        PathFilter(root, ignore, exclude),
+        Timing(**{k: v for k, v in options.items() if k in _TIMING}),
+        hooks=Hooks(**{k: v for k, v in options.items() if k in _HOOKS}),
+        lock=lock,
+        guard=guard,
+        quarantine=quarantine,
     )

@@ -1,8 +1,9 @@
 """The ``adrap watch`` daemon: reconcile, watch, and serve health, metrics, status and queries.
 
 HTTP: see :mod:`ingestor.service.http` (starlette + uvicorn, 127.0.0.1 by default); the
-dashboard's routes (:mod:`ingestor.service.dashboard.routes`) and, with the embedded store, a
-read-only Qdrant REST API (:mod:`ingestor.service.qdrant_rest`) are mounted beside them.
+dashboard's routes (:mod:`ingestor.service.dashboard.routes`) and a read-only Qdrant REST API over
+the tree's store, embedded or a server's collection (:mod:`ingestor.service.qdrant_rest`), are
+mounted beside them.
 
 Concurrency: the update worker holds ``self.lock`` (the writer's lock) for a whole batch, including
 summarisation and rebuilds; queries never take it. Each call into the store is serialised by a
@@ -33,6 +34,7 @@ from ingestor.pipeline.budget import ReadStopped
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
 from ingestor.service.daemon_api import DaemonApi
 from ingestor.service.daemon_http import daemon_app, is_embedded, start_server
+from ingestor.service.events import PathFilter
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
 from ingestor.service.http import HttpLimits, HttpServer, UnixHttpServer
 from ingestor.service.identity import Callers, socket_path
@@ -41,7 +43,7 @@ from ingestor.service.metrics import Metrics
 from ingestor.service.mounts import polls_by_default
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.summary_schedule import SummarySchedule
-from ingestor.service.watcher import Watcher, make_observer
+from ingestor.service.watcher import Hooks, Timing, Watcher, make_observer
 from ingestor.tree.params import Progress, no_progress
 from retriever.heap import limit_heap_arenas
 
@@ -107,7 +109,7 @@ class Daemon:
         owner_link: Callable[[str], None] | None = None,
         confirm_deletions: bool = False,
     ) -> None:
-        w = settings.watch
+        w = self.watch = settings.watch
         self.pipeline = parts.pipeline
         self.store = parts.store
         self.queries = parts.queries
@@ -115,12 +117,6 @@ class Daemon:
         self.callers = parts.callers
         self.root = root.resolve()
         self.polling = w.polling if w.polling is not None else polls_by_default(self.root)
-        self.poll_interval = w.poll_interval
-        self.debounce = w.debounce_seconds
-        self.close_grace = w.close_grace_seconds
-        self.max_backoff = w.max_backoff_seconds
-        self.writer_nice = w.writer_nice
-        self.max_held_rows = w.max_held_rows
         self.http_host = w.http_host
         self.http_port = w.http_port
         self.http_token = w.http_token.get_secret_value() if w.http_token else None
@@ -196,25 +192,16 @@ class Daemon:
             except (Cancelled, ReadStopped):
                 log.info("stopped during the first build; nothing was committed")
                 return
-            observer = make_observer(polling=self.polling, interval=self.poll_interval)
+            observer = make_observer(polling=self.polling, interval=self.watch.poll_interval)
             self.watcher = Watcher(
                 self.pipeline,
                 state,
-                self.root,
-                debounce=self.debounce,
-                close_grace=self.close_grace,
-                exclude=self.exclude,
+                PathFilter(self.root, self.ignore, self.exclude),
+                Timing.of(self.watch, polling=self.polling),
+                hooks=Hooks(self.api.applied, self.metrics.error, self._maintain),
                 lock=self.lock,
-                max_backoff=self.max_backoff,
-                on_applied=self.api.applied,
-                on_error=self.metrics.error,
-                quarantine=self.quarantine,
-                settle=self.poll_interval if self.polling else 0.0,
                 guard=self.guard,
-                on_idle=self._maintain,
-                nice=self.writer_nice,
-                max_held_rows=self.max_held_rows,
-                ignore=self.ignore,
+                quarantine=self.quarantine,
             )
             # Watch before the worker starts: events during start-up wait in the queue.
             observer.schedule(self.watcher.handler, str(self.root), recursive=True)
@@ -228,10 +215,11 @@ class Daemon:
                     "watching %s (%s observer, debounce %.1f s, %s)",
                     self.root,
                     "polling" if self.polling else "native",
-                    self.debounce,
+                    self.watch.debounce_seconds,
                     "files stable across two polls"
                     if self.polling
-                    else f"{min(self.close_grace, self.debounce):.1f} s after a closed write",
+                    else f"{min(self.watch.close_grace_seconds, self.watch.debounce_seconds):.1f} s "
+                    "after a closed write",
                 )
                 while not stop.wait(min(1.0, self.access_check_interval or 1.0)):
                     self._check_access()
@@ -304,7 +292,6 @@ class Daemon:
                 self.limits,
                 self.http_token,
                 lock=self.state_lock,
-                embedded=self.embedded,
                 collection=self.collection,
             )
             if self.owner_link is not None:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 from starlette.applications import Starlette
@@ -57,7 +57,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingestor.config import WatchSettings
+from ingestor.config import WatchSettings, watch_default
 from ingestor.errors import ConfigError
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.service.deadline import Deadline
@@ -77,23 +77,19 @@ MAX_BODY = 64 * 1024
 OPEN_PATHS = frozenset({"/", "/healthz", "/readyz", "/dashboard"})
 
 
-def _watch_default(name: str) -> Any:
-    return WatchSettings.model_fields[name].default
-
-
 @dataclass(frozen=True)
 class HttpLimits:
     """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``) and the names it answers to;
     :meth:`of` reads them from the settings; the defaults are the settings' own."""
 
-    max_tokens: int = _watch_default("http_max_tokens")
-    max_top_k: int = _watch_default("http_max_top_k")
-    query_timeout: float = _watch_default("http_query_timeout")
-    concurrency: int = _watch_default("http_concurrency")
+    max_tokens: int = watch_default("http_max_tokens")
+    max_top_k: int = watch_default("http_max_top_k")
+    query_timeout: float = watch_default("http_query_timeout")
+    concurrency: int = watch_default("http_concurrency")
     #: Seconds a connection may take to send a complete request head, then it is closed.
-    head_timeout: float = _watch_default("http_head_timeout")
+    head_timeout: float = watch_default("http_head_timeout")
     #: Connections one client address may hold (its oldest idle one is closed past it).
-    per_client: int = _watch_default("http_per_client")
+    per_client: int = watch_default("http_per_client")
     #: ``Host`` names accepted besides loopback and the bound host (``ADRAP_WATCH__ALLOWED_HOSTS``).
     allowed_hosts: tuple[str, ...] = ()
     keep_alive: int = 5

@@ -24,10 +24,12 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingestor.config import WatchSettings, watch_default
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import Document
 from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EnqueueHandler", "Watcher", "make_observer"]
+__all__ = ["EnqueueHandler", "Hooks", "Timing", "Watcher", "make_observer"]
 
 _TICK = 0.25  # seconds between checks of the stop flag while idle
 #: A document with more leaves to embed than this is applied after the rest of its batch, its
@@ -56,83 +58,121 @@ LARGE_DOC_LEAVES = 32
 EMBED_SLICE = 8
 
 
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """When the worker takes a burst, how it retries, yields the CPU and keeps memory.
+
+    Attributes:
+        debounce: quiet seconds that end a burst.
+        close_grace: quiet seconds that end a burst whose every path is complete (closed after
+            a write, or moved into place); None, or any value >= ``debounce``, always waits
+            ``debounce``. Ignored when ``settle`` > 0 (polling reports no closes).
+        max_wait: longest a burst is coalesced before it is applied anyway (default 30 times
+            debounce, at least 5 s), so a folder that never goes quiet is still indexed.
+        settle: seconds a file's (size, mtime) must stay unchanged before it is read (polling
+            mode: a file still being copied onto a share is not indexed half); 0 reads at once.
+        max_backoff: cap of the retry delay after a failed batch, seconds.
+        idle_after: quiet seconds before the idle hook runs (and at most that often after).
+        nice: added to the worker thread's nice value (Linux), so that queries keep their CPU
+            while it embeds and clusters; 0 keeps the normal priority.
+        max_held_rows: past this many rows of the tree's state held in memory after a batch,
+            they are dropped and read again when needed (:func:`~ingestor.tree.persist.shed_rows`);
+            None holds them all.
+        clock: reads the time and waits for changes (None: the real clocks).
+    """
+
+    debounce: float = watch_default("debounce_seconds")
+    close_grace: float | None = watch_default("close_grace_seconds")
+    max_wait: float | None = None
+    settle: float = 0.0
+    max_backoff: float = watch_default("max_backoff_seconds")
+    idle_after: float = 10.0
+    nice: int = 0
+    max_held_rows: int | None = None
+    clock: Clock | None = None
+
+    @classmethod
+    def of(cls, watch: WatchSettings, *, polling: bool) -> Timing:
+        """Return the timing of the watch settings (``polling``: files settle over a poll)."""
+        return cls(
+            debounce=watch.debounce_seconds,
+            close_grace=watch.close_grace_seconds,
+            settle=watch.poll_interval if polling else 0.0,
+            max_backoff=watch.max_backoff_seconds,
+            nice=watch.writer_nice,
+            max_held_rows=watch.max_held_rows,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """What the worker tells its owner (the daemon), each called in the worker's thread.
+
+    Attributes:
+        on_applied: after each applied batch, under the writer's lock.
+        on_error: with the exception class name after each failed batch.
+        on_idle: maintenance after ``Timing.idle_after`` quiet seconds (the daemon builds the
+            embedded store's index there, never inside an update).
+    """
+
+    on_applied: Callable[[UpdateReport, TreeState], None] | None = None
+    on_error: Callable[[str], None] | None = None
+    on_idle: Callable[[], None] | None = None
+
+
 class Watcher:
     """The worker: debounces queued paths into batches and applies each as one adRAP update.
 
     Args:
         pipeline: the pipeline whose store and models hold the tree.
         state: the committed state, kept in memory between batches.
-        root: the watched folder (the tree's root).
-        debounce: quiet seconds that end a burst.
-        close_grace: quiet seconds that end a burst whose every path is complete (closed after a
-            write, or moved into place); None, or any value >= ``debounce``, always waits
-            ``debounce``. Ignored when ``settle`` > 0 (polling reports no closes).
-        max_wait: longest a burst is coalesced before it is applied anyway (default 30 times debounce,
-            at least 5 s), so a folder that never goes quiet is still indexed.
-        ignore: glob patterns matched against each path component relative to ``root``.
-        exclude: folders whose events are dropped (the state dir, if it is inside ``root``).
+        paths: which paths it takes: the watched folder (the tree's root) with its ignored
+            names and excluded folders (the state dir); a bare folder: the default ignores.
+        timing: when it takes a burst, retries, yields and sheds memory (default: the watch
+            settings' defaults).
+        hooks: what it tells its owner.
         lock: held around every batch (the writer's lock; queries never take it).
-        max_backoff: cap of the retry delay after a failed batch, seconds.
-        on_applied: called in the worker, under ``lock``, after each applied batch.
-        on_error: called with the exception class name after each failed batch.
-        quarantine: where permanently failing paths go (default: in memory only).
-        settle: seconds a file's (size, mtime) must stay unchanged before it is read (polling
-            mode: a file still being copied onto a share is not indexed half); 0 reads at once.
         guard: filters the deletions of a batch (the share guard); None deletes freely.
-        on_idle: maintenance run in the worker after ``idle_after`` quiet seconds (the daemon
-            builds the embedded store's index there, never inside an update).
-        nice: added to the worker thread's nice value (Linux), so that queries keep their CPU
-            while it embeds and clusters; 0 keeps the normal priority.
-        max_held_rows: past this many rows of the tree's state held in memory after a batch,
-            they are dropped and read again when needed (:func:`~ingestor.tree.persist.shed_rows`);
-            None holds them all.
-        clock: reads the time and waits for changes (default: the real clocks).
+        quarantine: where permanently failing paths go (default: in memory only).
     """
 
     def __init__(
         self,
         pipeline: Pipeline,
         state: TreeState,
-        root: Path,
+        paths: PathFilter | Path,
+        timing: Timing | None = None,
         *,
-        debounce: float = 1.0,
-        close_grace: float | None = 0.2,
-        max_wait: float | None = None,
-        ignore: Sequence[str] = DEFAULT_IGNORE,
-        exclude: Iterable[Path] = (),
+        hooks: Hooks | None = None,
         lock: threading.Lock | None = None,
-        max_backoff: float = 60.0,
-        on_applied: Callable[[UpdateReport, TreeState], None] | None = None,
-        on_error: Callable[[str], None] | None = None,
-        quarantine: Quarantine | None = None,
-        settle: float = 0.0,
         guard: DeletionGuard | None = None,
-        on_idle: Callable[[], None] | None = None,
-        idle_after: float = 10.0,
-        nice: int = 0,
-        max_held_rows: int | None = None,
-        clock: Clock | None = None,
+        quarantine: Quarantine | None = None,
     ) -> None:
+        t = timing or Timing()
+        h = hooks or Hooks()
         self.pipeline = pipeline
         self.state = state
-        self.filter = PathFilter(root, ignore, exclude)
+        self.filter = (
+            paths if isinstance(paths, PathFilter) else PathFilter(paths, DEFAULT_IGNORE, ())
+        )
         self.root = self.filter.root
         self.real_root = self.filter.real_root
-        self.debounce = debounce
-        self.close_grace = None if settle > 0 or close_grace is None else min(close_grace, debounce)
-        self.max_wait = max_wait if max_wait is not None else max(5.0, 30 * debounce)
+        self.debounce = t.debounce
+        grace, settle = t.close_grace, t.settle
+        self.close_grace = None if settle > 0 or grace is None else min(grace, t.debounce)
+        self.max_wait = t.max_wait if t.max_wait is not None else max(5.0, 30 * t.debounce)
         self.lock = lock or threading.Lock()
-        self.clock = clock or SystemClock()
-        self.redo = Redo(self.clock, max_backoff)
-        self.on_applied = on_applied
-        self.on_error = on_error
+        self.clock = t.clock or SystemClock()
+        self.redo = Redo(self.clock, t.max_backoff)
+        self.on_applied = h.on_applied
+        self.on_error = h.on_error
         self.quarantine = quarantine if quarantine is not None else Quarantine()
         self.settling = Settling(settle, self.clock)
         self.guard = guard
-        self.on_idle = on_idle
-        self.idle_after = idle_after
-        self.nice = nice
-        self.max_held_rows = max_held_rows
+        self.on_idle = h.on_idle
+        self.idle_after = t.idle_after
+        self.nice = t.nice
+        self.max_held_rows = t.max_held_rows
         self._active_at = self.clock.monotonic()
         self._idle_next = 0.0
         self.paths: queue.Queue[Change | None] = queue.Queue()

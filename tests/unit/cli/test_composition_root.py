@@ -55,7 +55,7 @@ def test_the_daemon_uses_its_parts_as_given(tmp_path: Path) -> None:
     assert pipeline.store is parts.store, "nothing rebound"
     assert queries.store is parts.store, "nothing rebound"
     assert queries.embedder is parts.queries.embedder
-    assert (d.debounce, d.http_port, d.http_token) == (0.25, 0, "tok")
+    assert (d.watch.debounce_seconds, d.http_port, d.http_token) == (0.25, 0, "tok")
     assert d.limits.max_tokens == 40_000
     assert d.exclude == [(tmp_path / "state").resolve()], "the state dir is never indexed"
     store.close()

@@ -31,6 +31,7 @@ from ingestor.pipeline import Pipeline
 from ingestor.service.events import Change
 from ingestor.service.watcher import Watcher, make_observer
 from ingestor.tree.state import TreeState
+from testkit.daemons import make_watcher
 from testkit.fakes import FakeClock
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline
@@ -52,7 +53,7 @@ def watcher(p: Pipeline, root: Path, **kwargs: Any) -> Watcher:
     root.mkdir(parents=True, exist_ok=True)
     state = TreeState(tree="t", root=str(root), embed_model="x", dim=1)
     options = {"debounce": DEBOUNCE, "close_grace": GRACE, "clock": FakeClock(), **kwargs}
-    return Watcher(p, state, root, **options)
+    return make_watcher(p, state, root, **options)
 
 
 def quiet_waited(w: Watcher) -> float:

@@ -22,8 +22,7 @@ from ingestor.errors import ConfigError
 from ingestor.pipeline import load_state
 from ingestor.service.http import HttpLimits
 from ingestor.service.share import SHARE_FILE, ShareGuard
-from ingestor.service.watcher import Watcher
-from testkit.daemons import make_daemon
+from testkit.daemons import make_daemon, make_watcher
 from testkit.fakes import EchoSummarizer, FakeClock
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, on_disk, write_corpus
@@ -53,7 +52,7 @@ def test_an_empty_mount_point_pauses_deletions_and_they_resume_when_the_share_re
     p, root = tree
     guard = ShareGuard(root, tmp_path / "state")
     guard.record()
-    w = Watcher(p, p.require_state(), root, debounce=0.05, guard=guard)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05, guard=guard)
     before = set(p.require_state().sources)
     _unmount(root, tmp_path / "aside")
     for name in before:
@@ -93,7 +92,7 @@ def test_a_missing_root_or_another_device_is_a_missing_share(tmp_path: Path) -> 
 def test_a_scan_removing_most_documents_waits_for_confirmation(tree: Tree, tmp_path: Path) -> None:
     p, root = tree
     guard = ShareGuard(root, None, max_delete_fraction=0.5)
-    w = Watcher(p, p.require_state(), root, debounce=0.05, guard=guard)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05, guard=guard)
     gone = sorted(on_disk(root))[:6]  # 6 of 8
     for name in gone:
         (root / name).unlink()
@@ -231,7 +230,7 @@ def test_in_polling_mode_a_file_is_taken_only_once_its_size_and_mtime_are_stable
     """Issue 9 item 7: a file still being copied onto a share used to be indexed half."""
     p, root = tree
     clock = FakeClock()
-    w = Watcher(p, p.require_state(), root, debounce=0.05, settle=0.3, clock=clock)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05, settle=0.3, clock=clock)
     big = root / "copying.txt"
     big.write_text(doc_text(random.Random(1), 3))
     w.handler.dispatch(FileCreatedEvent(str(big)))
@@ -255,7 +254,7 @@ def test_in_polling_mode_a_file_not_written_for_the_settle_time_is_taken_at_firs
     """A second look costs a whole poll interval of latency; a file whose mtime is already older
     than the settle time is not being written (a late-found save, a copy that kept its mtime)."""
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.05, settle=30.0)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05, settle=30.0)
     done = root / "copied.txt"
     done.write_text(doc_text(random.Random(3), 3))
     old = time.time() - 60

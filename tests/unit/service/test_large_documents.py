@@ -18,6 +18,7 @@ from ingestor.service.watcher import EMBED_SLICE, LARGE_DOC_LEAVES, Watcher
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from testkit.corpus import doc_text, make_pipeline
+from testkit.daemons import make_watcher
 from testkit.fakes import CountingEmbedder
 
 BIG = "big.txt"
@@ -80,7 +81,7 @@ def watcher(p: Pipeline, root: Path, landed: list[set[str]]) -> Watcher:
     def on_applied(_report: UpdateReport, state: TreeState) -> None:
         landed.append(set(state.sources))
 
-    return Watcher(
+    return make_watcher(
         p, p.require_state(), root, debounce=0.01, close_grace=0.01, on_applied=on_applied
     )
 

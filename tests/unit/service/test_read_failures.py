@@ -20,7 +20,7 @@ from watchdog.events import FileModifiedEvent
 import ingestor.read.documents as documents
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.unread import Unread
-from ingestor.service.watcher import Watcher
+from testkit.daemons import make_watcher
 from tests.unit.service.test_watcher import assert_agrees, make_pipeline, write_corpus
 from tests.unit.tree.test_adrap import doc_text
 
@@ -91,7 +91,7 @@ def test_a_file_that_cannot_be_read_now_keeps_its_leaves_and_is_retried_with_bac
 ) -> None:
     p, root, clock = share
     before = nodes_of(p, "d1.txt")
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     failing = {"d1.txt": code}
     fail_open(monkeypatch, failing)
     (root / "d1.txt").write_text(doc_text(random.Random(7), 5))  # saved while locked
@@ -125,7 +125,7 @@ def test_a_folder_that_cannot_be_listed_keeps_every_document_under_it(
     p, root, _ = share
     under = sorted(p.require_state().sources.keys_with_prefix("sub/"))
     assert len(under) == 3
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     fail_listing(monkeypatch, {"sub": errno.EIO})
     w.enqueue([root])  # a full rescan
     assert w.apply(w.next_batch())
@@ -149,7 +149,7 @@ def test_a_file_vanishing_mid_read_is_kept_until_a_listing_shows_it_gone(
 ) -> None:
     p, root, clock = share
     before = nodes_of(p, "d2.txt")
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     fail_open(monkeypatch, {"d2.txt": errno.ENOENT})  # listed, then gone when opened
     (root / "d2.txt").write_text(doc_text(random.Random(8), 5))
     w.handler.dispatch(FileModifiedEvent(str(root / "d2.txt")))
@@ -170,7 +170,7 @@ def test_a_file_deleted_while_its_folder_lists_is_removed(
     share: tuple[Pipeline, Path, Clock],
 ) -> None:
     p, root, _ = share
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     (root / "sub" / "s1.txt").unlink()
     w.handler.dispatch(FileModifiedEvent(str(root / "sub" / "s1.txt")))
     assert w.apply(w.next_batch())
@@ -182,7 +182,7 @@ def test_a_file_whose_folder_cannot_be_listed_is_not_taken_for_gone(
 ) -> None:
     """An event for a path that stat cannot see, under a folder that cannot be listed."""
     p, root, _ = share
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     real_listdir = os.listdir
 
     def listdir(path: str | os.PathLike[str]) -> list[str]:
@@ -202,7 +202,7 @@ def test_a_skip_is_logged_once_per_file_version_not_on_every_rescan(
     share: tuple[Pipeline, Path, Clock], caplog: pytest.LogCaptureFixture
 ) -> None:
     p, root, _ = share
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     (root / "blob.txt").write_bytes(b"\x00\x01" * 100)
     for _ in range(3):
         w.enqueue([root])
@@ -225,7 +225,7 @@ def test_a_failing_rescan_never_quarantines_the_folder_but_isolates_the_file(
     share: tuple[Pipeline, Path, Clock], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p, root, _ = share
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     (root / "new.txt").write_text(doc_text(random.Random(9), 5))
     (root / "poison.txt").write_text(doc_text(random.Random(10), 5))
     real = p.apply_batch

@@ -15,9 +15,8 @@ from starlette.testclient import TestClient
 from ingestor.pipeline import Pipeline
 from ingestor.service.daemon import Daemon
 from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
-from ingestor.service.watcher import Watcher
 from ingestor.tree.invariants import violations
-from testkit.daemons import make_daemon
+from testkit.daemons import make_daemon, make_watcher
 from tests.unit.tree.test_adrap import doc_text
 
 TOKEN = "s3cret-token"
@@ -34,7 +33,7 @@ def daemon(tree: tuple[Pipeline, Path], tmp_path: Path) -> Daemon:
         state_dir=tmp_path / "state",
         summaries=SummarySchedule(window=300, idle=0),
     )
-    d.watcher = Watcher(p, p.require_state(), root, lock=d.lock, on_applied=d.api.applied)
+    d.watcher = make_watcher(p, p.require_state(), root, lock=d.lock, on_applied=d.api.applied)
     d.metrics.ready = True
     return d
 

@@ -15,7 +15,7 @@ from watchdog.events import FileCreatedEvent, FileModifiedEvent
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import iter_documents
 from ingestor.service.events import make_observer
-from ingestor.service.watcher import Watcher
+from testkit.daemons import make_watcher
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 from tests.unit.tree.test_adrap import doc_text
@@ -46,7 +46,7 @@ def test_links_to_a_parent_and_to_a_sibling_folder_index_no_file_twice(
 ) -> None:
     p, root = share
     assert set(p.require_state().sources) == REAL
-    w = Watcher(p, p.require_state(), root, debounce=0.1)
+    w = make_watcher(p, p.require_state(), root, debounce=0.1)
     observer = make_observer(polling=polling, interval=0.1)
     observer.schedule(w.handler, str(root), recursive=True)
     observer.start()

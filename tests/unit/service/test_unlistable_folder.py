@@ -27,7 +27,7 @@ from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEven
 
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.unread import Unread
-from ingestor.service.watcher import Watcher
+from testkit.daemons import make_watcher
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 from tests.unit.tree.test_adrap import doc_text
 
@@ -42,7 +42,6 @@ import json, logging, random, sys
 from pathlib import Path
 from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEvent
 from ingestor.pipeline.unread import Unread
-from ingestor.service.watcher import Watcher
 from tests.unit.service.test_unlistable_folder import batch_outcome
 from tests.unit.service.test_watcher import make_pipeline
 
@@ -88,7 +87,7 @@ def make_share(base: Path) -> tuple[Pipeline, Path]:
 def batch_outcome(p: Pipeline, root: Path) -> dict[str, Any]:
     """Apply one batch (events under ``sub`` and a new file elsewhere), then a rescan of the root;
     return what each did (``sub`` is already unreadable to this process)."""
-    w = Watcher(p, p.require_state(), root, debounce=0.01)
+    w = make_watcher(p, p.require_state(), root, debounce=0.01)
     (root / "new.txt").write_text(doc_text(random.Random(71), 5))
     w.handler.dispatch(FileModifiedEvent(str(root / "sub" / "s0.txt")))
     w.handler.dispatch(FileDeletedEvent(str(root / "sub" / "s1.txt")))

@@ -34,7 +34,7 @@ from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
 from ingestor.tree.invariants import violations
 from ingestor.tree.persist import held_rows
 from testkit.corpus import doc_text, make_pipeline
-from testkit.daemons import make_daemon
+from testkit.daemons import make_daemon, make_watcher
 from testkit.fakes import CountingEmbedder, EchoSummarizer, FakeClock
 from tests.conftest import wait_until
 
@@ -111,7 +111,7 @@ def test_a_burst_of_events_is_coalesced_into_one_batch_after_the_quiet_period(
 ) -> None:
     p, root = tree
     clock = FakeClock()
-    w = Watcher(p, p.require_state(), root, debounce=0.3, clock=clock)
+    w = make_watcher(p, p.require_state(), root, debounce=0.3, clock=clock)
     for i in range(20):  # an event every 10 ms
         path = root / f"x{i % 5}.txt"
         clock.after(0.01 * i, lambda path=path: w.handler.dispatch(FileModifiedEvent(str(path))))
@@ -125,7 +125,7 @@ def test_ignored_hidden_temp_and_state_dir_paths_are_dropped(
     tree: tuple[Pipeline, Path], tmp_path: Path
 ) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, exclude=[root / "state"])
+    w = make_watcher(p, p.require_state(), root, exclude=[root / "state"])
     for name in [".git/HEAD", "~$report.docx", "a.swp", "b.tmp", "c.part", ".#d.txt", "e.txt~"]:
         assert not w.wanted(root / name), name
     assert not w.wanted(root / "state" / "x.txt")
@@ -135,7 +135,7 @@ def test_ignored_hidden_temp_and_state_dir_paths_are_dropped(
 
 def test_worker_applies_a_batch_and_the_tree_equals_the_folder(tree: tuple[Pipeline, Path]) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.1)
+    w = make_watcher(p, p.require_state(), root, debounce=0.1)
     (root / "new.txt").write_text(doc_text(random.Random(5), 6))
     (root / "d1.txt").unlink()
     (root / "d2.txt").write_text(doc_text(random.Random(6), 5))
@@ -154,7 +154,7 @@ def test_a_rename_with_unchanged_content_reuses_the_leaf_vectors(
     tree: tuple[Pipeline, Path],
 ) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.05)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05)
     emb = p.embedder
     assert isinstance(emb, CountingEmbedder)
     leaves = {w.state.nodes[i].text for i in w.state.sources["d3.txt"].node_ids}
@@ -172,7 +172,7 @@ def test_a_directory_move_and_a_save_by_temp_file_and_rename_end_in_agreement(
     tree: tuple[Pipeline, Path],
 ) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.05)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05)
     sub = root / "sub"
     write_corpus(sub, 3, seed=9)
     w.handler.dispatch(FileCreatedEvent(str(sub)))
@@ -200,7 +200,7 @@ def retrying_watcher(
     try:
         p.build(root)
         root = root.resolve()
-        w = Watcher(p, p.require_state(), root, debounce=0.05, clock=FakeClock())
+        w = make_watcher(p, p.require_state(), root, debounce=0.05, clock=FakeClock())
         errors: list[str] = []
         w.on_error = errors.append
         yield p, root, w, errors
@@ -308,7 +308,7 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     tree: tuple[Pipeline, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.05)
+    w = make_watcher(p, p.require_state(), root, debounce=0.05)
     (root / "binary.txt").write_bytes(b"\x00\x01\x02" * 100)
     (root / "empty.md").write_text("")
     (root / "bad.txt").write_bytes(random.Random(5).randbytes(3000))  # garbage, not a codepage
@@ -338,7 +338,7 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
 
 def test_stop_applies_what_is_pending_and_joins_the_worker(tree: tuple[Pipeline, Path]) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=30.0)
+    w = make_watcher(p, p.require_state(), root, debounce=30.0)
     w.start()
     (root / "late.txt").write_text(doc_text(random.Random(8), 5))
     w.handler.dispatch(FileCreatedEvent(str(root / "late.txt")))
@@ -355,7 +355,7 @@ def test_a_real_observer_picks_up_create_modify_and_delete(
     tree: tuple[Pipeline, Path], polling: bool
 ) -> None:
     p, root = tree
-    w = Watcher(p, p.require_state(), root, debounce=0.2)
+    w = make_watcher(p, p.require_state(), root, debounce=0.2)
     observer = make_observer(polling=polling, interval=0.2)
     observer.schedule(w.handler, str(root), recursive=True)
     observer.start()
@@ -389,7 +389,7 @@ def test_a_burst_of_500_files_created_edited_and_deleted_ends_in_exact_agreement
         p.build(root)
         root = root.resolve()
         # a burst ends once no event came for 0.5 s: a busy machine cannot split it by a pause
-        w = Watcher(p, p.require_state(), root, debounce=0.3, clock=FakeClock(patience=0.5))
+        w = make_watcher(p, p.require_state(), root, debounce=0.3, clock=FakeClock(patience=0.5))
         observer = make_observer()
         observer.schedule(w.handler, str(root), recursive=True)
         observer.start()
@@ -514,7 +514,7 @@ def test_idle_maintenance_runs_when_quiet_and_never_while_paths_wait(
     """The daemon builds the search index in idle time (``on_idle``), not inside an update."""
     p, root = tree
     calls: list[int] = []
-    w = Watcher(
+    w = make_watcher(
         p, p.require_state(), root, debounce=0.05, on_idle=lambda: calls.append(1), idle_after=0.3
     )
     w.start()
@@ -537,7 +537,7 @@ def test_past_its_bound_the_worker_drops_the_rows_it_holds_after_a_batch(
     p, root = tree
     held = {}
     for bound in (None, 0):
-        w = Watcher(p, p.require_state(), root, debounce=0.05, max_held_rows=bound)
+        w = make_watcher(p, p.require_state(), root, debounce=0.05, max_held_rows=bound)
         (root / f"held{bound}.txt").write_text(doc_text(random.Random(7), 6))
         w.handler.dispatch(FileModifiedEvent(str(root / f"held{bound}.txt")))
         assert w.apply(w.next_batch())
