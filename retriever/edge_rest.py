@@ -151,9 +151,9 @@ class EdgeRestReader:
             ValueError: an unsupported or invalid part of the request (named).
             LookupError: the query's point (a query by id) is not one the caller may read.
         """
-        _refuse(req.lookup_from, "lookup_from")
-        _refuse(req.shard_key, "shard_key")
-        limit, offset = _bounded(req.limit, req.offset)
+        refuse_part(req.lookup_from, "lookup_from")
+        refuse_part(req.shard_key, "shard_key")
+        limit, offset = bounded_page(req.limit, req.offset)
         access = access_filter(readable)
         flt = restrict(edge_filter(req.filter), access)
         payload, vector = with_payload(req.with_payload, False), with_vector(req.with_vector)
@@ -201,8 +201,8 @@ class EdgeRestReader:
         Raises:
             ValueError: an unsupported or invalid part of the request (named).
         """
-        _refuse(req.shard_key, "shard_key")
-        limit, offset = _bounded(req.limit, req.offset)
+        refuse_part(req.shard_key, "shard_key")
+        limit, offset = bounded_page(req.limit, req.offset)
         using, vec = (
             (req.vector.name, req.vector.vector)
             if isinstance(req.vector, NamedVectorIn)
@@ -230,9 +230,9 @@ class EdgeRestReader:
         Raises:
             ValueError: an unsupported or invalid part of the request (named).
         """
-        _refuse(req.shard_key, "shard_key")
-        _refuse(req.order_by, "order_by")
-        limit, _ = _bounded(req.limit, None)
+        refuse_part(req.shard_key, "shard_key")
+        refuse_part(req.order_by, "order_by")
+        limit, _ = bounded_page(req.limit, None)
         request = qe.ScrollRequest(
             offset=None if req.offset is None else point_id(req.offset),
             limit=limit,
@@ -256,7 +256,7 @@ class EdgeRestReader:
         Raises:
             ValueError: an id is neither an unsigned integer nor a UUID, or too many ids.
         """
-        _refuse(req.shard_key, "shard_key")
+        refuse_part(req.shard_key, "shard_key")
         if len(req.ids) > MAX_POINTS:
             raise ValueError(f"{len(req.ids)} ids is over the {MAX_POINTS} a request may ask for")
         ids = list(dict.fromkeys(point_id(i) for i in req.ids))
@@ -278,7 +278,7 @@ class EdgeRestReader:
     ) -> models.CountResult:
         """Count the points matching the filter that a caller who may read ``readable`` may
         read (``POST /collections/{name}/points/count``)."""
-        _refuse(req.shard_key, "shard_key")
+        refuse_part(req.shard_key, "shard_key")
         flt = restrict(edge_filter(req.filter), access_filter(readable))
         request = qe.CountRequest(exact=req.exact is not False, filter=flt)
         return models.CountResult(count=self.store.read_shard("count", lambda s: s.count(request)))
@@ -288,7 +288,7 @@ class EdgeRestReader:
     ) -> list[qe.ScoredPoint]:
         """A query with prefetches, fusion, a sparse vector or MMR: translated as a whole, the
         reader filter ``access`` on the query and on every prefetch."""
-        limit, offset = _bounded(req.limit, req.offset)
+        limit, offset = bounded_page(req.limit, req.offset)
         flt = restrict(edge_filter(req.filter), access)
 
         bad: list[Exception] = []  # the request's own faults: 400/404, not a store failure
@@ -432,12 +432,12 @@ def _composite(query: object) -> bool:
     return isinstance(query, (models.FusionQuery, models.RrfQuery, *_SPARSE))
 
 
-def _refuse(value: object, part: str) -> None:
+def refuse_part(value: object, part: str) -> None:
     if value is not None:
         raise ValueError(f"{part!r} is not supported by adrap's read-only Qdrant facade; drop it")
 
 
-def _bounded(limit: int | None, offset: int | None) -> tuple[int, int]:
+def bounded_page(limit: int | None, offset: int | None) -> tuple[int, int]:
     limit, offset = 10 if limit is None else limit, offset or 0
     if limit < 0 or offset < 0:
         raise ValueError(f"limit and offset must be >= 0, got limit={limit} offset={offset}")

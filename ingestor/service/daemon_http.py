@@ -1,5 +1,6 @@
 """The daemon's HTTP app: its own routes (:mod:`ingestor.service.daemon_routes`), the dashboard's
-and, over the embedded store, Qdrant's read-only REST API, behind the door and the token."""
+and Qdrant's read-only REST API over the tree's store (embedded or a server's collection), behind
+the door and the token, each caller reading what it may."""
 
 from __future__ import annotations
 
@@ -18,17 +19,31 @@ from ingestor.service.http import HttpLimits, HttpServer, build_app, require_tok
 from ingestor.service.identity import Callers
 from ingestor.service.locking import StateLock
 
-__all__ = ["daemon_app", "is_embedded", "start_server"]
+__all__ = ["daemon_app", "facade_reader", "is_embedded", "start_server"]
 
 log = logging.getLogger(__name__)
 
 
 def is_embedded(store: Any) -> bool:
-    """Whether ``store`` (the daemon's locked store) is the embedded one: served read-only to
-    Qdrant clients by the daemon, where a server's clients read the server itself."""
+    """Whether ``store`` (the daemon's locked store) is the embedded one (one process may open
+    it: Qdrant clients read it through the daemon's facade only)."""
     from retriever import EdgeNodeStore
 
     return isinstance(store.inner, EdgeNodeStore)
+
+
+def facade_reader(store: Any, collection: str) -> Any:
+    """Return what answers the Qdrant facade's reads over the daemon's locked ``store``: the
+    embedded store's engine, or the Qdrant server's collection (its client), each with the
+    reader filter of every caller; None for a store that is neither."""
+    from retriever import EdgeRestReader, QdrantNodeStore
+    from retriever.server_rest import ServerRestReader
+
+    if is_embedded(store):
+        return EdgeRestReader(store, collection)  # each engine call: the store's lock
+    if isinstance(store.inner, QdrantNodeStore):
+        return ServerRestReader(store.inner.client, store.inner.collection)
+    return None
 
 
 def daemon_app(
@@ -56,11 +71,10 @@ def daemon_app(
         TreeView(store, tree), updates, lambda: served.ready, readable=readable
     )
     routes = [*daemon_routes(served, limits), *pages]
-    if is_embedded(store):
+    reader = facade_reader(store, collection)
+    if reader is not None:
         from ingestor.service.qdrant_rest import qdrant_routes
-        from retriever import EdgeRestReader
 
-        reader = EdgeRestReader(store, collection)  # each engine call: the store's lock
         routes += qdrant_routes(
             reader, root=root, limits=limits, ready=lambda: served.ready, readable=readable
         )
@@ -75,7 +89,6 @@ def start_server(
     token: str | None,
     *,
     lock: StateLock | None,
-    embedded: bool,
     collection: str,
 ) -> HttpServer:
     """Serve ``app`` in a thread and write its address into the writer lock (where ``adrap``
@@ -92,7 +105,7 @@ def start_server(
         lock.describe(http=f"{bound}:{at}")
     log.info(
         "serving /healthz /readyz /metrics /status /query /dashboard%s on http://%s:%d%s",
-        f" and Qdrant's read API (collection {collection!r})" if embedded else "",
+        f" and Qdrant's read API (collection {collection!r})",
         bound,
         at,
         " (bearer token required)" if token else "",

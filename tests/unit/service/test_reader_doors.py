@@ -1,5 +1,5 @@
 """Who may read what at the doors that read the store themselves (issue 53): the Qdrant facade,
-``/mcp`` and the dashboard's API.
+``/mcp`` and the dashboard's API, over the embedded store and over a Qdrant server's collection.
 
 A real tree over a share with public files (mode 644) and a secret one under a folder only its
 owner (another uid) and its group may traverse (0750), built with the hash embedder on a real
@@ -31,7 +31,7 @@ from ingestor.read.access_classes import ANONYMOUS
 from ingestor.service.daemon import Daemon
 from ingestor.service.http import HttpServer
 from ingestor.service.identity import Callers, TokenBook
-from retriever import F, SearchFilter
+from retriever import F, QdrantNodeStore, SearchFilter
 from retriever.schema import META_POINT_ID, META_TREE
 from retriever.sparse import bm25_query
 from testkit.daemons import make_daemon
@@ -73,8 +73,12 @@ class Share:
             return QdrantClient(url=self.base, api_key=api_key, check_compatibility=False)
 
 
-@pytest.fixture(scope="module")
-def share(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Share]:
+@pytest.fixture(scope="module", params=["embedded", "server"])
+def share(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Share]:
+    """The same share over the embedded store and over a Qdrant server's collection (the
+    facade serves either; qdrant-client's local mode stands in for the server)."""
     tmp = tmp_path_factory.mktemp("doors")
     root = tmp / "share"
     write_corpus(root, 12)
@@ -90,6 +94,9 @@ def share(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Share]:
     os.chmod(secret.parent, 0o750)  # its owner and group may pass, nobody else
     os.chmod(secret, 0o644)  # its own mode says everyone: the folder decides
     p = make_pipeline(tmp)
+    if request.param == "server":
+        p.store.close()
+        p.store = QdrantNodeStore(QdrantClient(":memory:"), "adrap", owns_client=True)
     p.build(root)
     tokens = TokenBook(tmp / "tokens.json")
     group_token = tokens.add("hr", f"group:{group.gr_name}")
@@ -494,17 +501,17 @@ def test_the_reader_filter_is_read_per_request(share: Share) -> None:
         calls.append(who)
         return classes.readable(who)
 
+    from ingestor.service.daemon_http import facade_reader
     from ingestor.service.dashboard.routes import dashboard_routes
     from ingestor.service.dashboard.view import TreeView
     from ingestor.service.http import build_app
     from ingestor.service.qdrant_rest import qdrant_routes
-    from retriever import EdgeRestReader
 
     d = share.daemon
     routes = [
         *dashboard_routes(TreeView(d.store, TREE), d.api.dashboard_updates, readable=counting),
         *qdrant_routes(
-            EdgeRestReader(d.store, "adrap"),
+            facade_reader(d.store, "adrap"),
             root=d.root,
             limits=d.limits,
             ready=lambda: True,
