@@ -53,6 +53,7 @@ from ingestor.service.concurrency import LockedStore  # noqa: E402
 from ingestor.service.http import HttpLimits, HttpServer, build_app, daemon_routes  # noqa: E402
 from ingestor.service.qdrant_rest import qdrant_routes  # noqa: E402
 from retriever import EdgeNodeStore, EdgeRestReader  # noqa: E402
+from retriever.budget import fill as budget_fill  # noqa: E402
 from retriever.search import candidate_limit  # noqa: E402
 
 MAX_TOKENS = 2000
@@ -79,13 +80,8 @@ def peak_mb() -> float:
 
 
 def fill(points: Sequence[Any], tokens: Callable[[Any], int]) -> list[Any]:
-    taken, used = [], 0
-    for p in points:
-        used += tokens(p)
-        if used > MAX_TOKENS:
-            break
-        taken.append(p)
-    return taken
+    """The client's 2000-token fill: adrap's one rule (retriever.budget)."""
+    return budget_fill(points, tokens, MAX_TOKENS)
 
 
 def bench(size: int, n: int, rng: np.random.Generator) -> list[tuple[str, list[float]]]:

@@ -49,6 +49,7 @@ from synthetic_tree import DIM, MODEL, Case, Corpus, make_cases, make_corpus  # 
 
 MAX_TOKENS = 2000
 
+from retriever.budget import fill  # noqa: E402
 from retriever.edge_store import EdgeNodeStore  # noqa: E402
 from retriever.plan import HnswConfig, Planner  # noqa: E402
 from retriever.qdrant_store import QdrantNodeStore  # noqa: E402
@@ -57,13 +58,7 @@ from retriever.search import candidate_limit, fill_budget  # noqa: E402
 
 def greedy(ids: Sequence[str], tokens: dict[str, int]) -> list[str]:
     """The collapsed-tree fill on ids in score order (what fill_budget does on hits)."""
-    out, total = [], 0
-    for i in ids:
-        if total + tokens[i] > MAX_TOKENS:
-            break
-        total += tokens[i]
-        out.append(i)
-    return out
+    return fill(ids, tokens.__getitem__, MAX_TOKENS)
 
 
 def exact_top(sub: NDArray[np.float32], q: NDArray[np.float32], k: int) -> NDArray[np.intp]:

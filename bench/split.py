@@ -230,6 +230,7 @@ def load(dumps: list[Path]) -> dict[str, object]:
 
 def recall(nodes: dict, Q: NDArray, answers: list, *, leaves_only: bool) -> tuple[float, float]:  # type: ignore[type-arg]
     """Answer recall of the collapsed tree at ``BUDGET`` tokens, and the summaries' token share."""
+    from retriever.budget import fill
     from retriever.search import candidate_limit
 
     keep = np.flatnonzero(nodes["layers"] == 0) if leaves_only else np.arange(len(nodes["texts"]))
@@ -242,12 +243,9 @@ def recall(nodes: dict, Q: NDArray, answers: list, *, leaves_only: bool) -> tupl
         top = np.argpartition(-S, limit, axis=1)[:, :limit]
         for row, cand in enumerate(top):
             order = cand[np.argsort(-S[row, cand], kind="stable")]
-            total, picked = 0, []
-            for i in order:  # fill_budget: stop at the first node that would pass the budget
-                if total + tokens[i] > BUDGET:
-                    break
-                total += int(tokens[i])
-                picked.append(i)
+            # fill_budget: stop at the first node that would pass the budget
+            picked = fill(order, lambda i: int(tokens[i]), BUDGET)
+            total = sum(int(tokens[i]) for i in picked)
             context = " ".join(texts[i] for i in picked)
             hits += any(a.lower() in context for a in answers[s + row])
             summary_tok += int(sum(tokens[i] for i in picked if layers[i] > 0))

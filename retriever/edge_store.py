@@ -33,6 +33,7 @@ import numpy as np
 import qdrant_edge as qe
 from numpy.typing import NDArray
 
+from retriever.budget import Budget
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, graph_filter
@@ -202,9 +203,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
     ) -> tuple[list[ScoredNode], bool]:
         """Return the greedy fill of ``hits`` and whether a node did not fit (it stopped).
 
-        Payloads are read in batches as the fill goes, kept in ``fetched`` for a second fill."""
+        Payloads are read in batches as the fill goes, kept in ``fetched`` for a second fill; each
+        node's fit is the :class:`~retriever.budget.Budget`'s decision."""
         kept: list[ScoredNode] = []
-        total, start, size, smallest = 0, 0, BUDGET_BATCH, max_tokens
+        budget = Budget(max_tokens)
+        start, size, smallest = 0, BUDGET_BATCH, max_tokens
         while start < len(hits):
             batch = hits[start : start + size]
             point_ids = [h.id for h in batch]  # read per batch: each read builds a uuid.UUID
@@ -216,13 +219,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 if payload is None:
                     continue  # deleted since the query: as if the search had run after
                 node = NodePayload.from_payload(payload)
-                if total + node.n_tokens > max_tokens:
+                if not budget.take(node.n_tokens):
                     return kept, True
-                total += node.n_tokens
                 smallest = min(smallest, node.n_tokens)
                 kept.append(ScoredNode(node, float(hit.score)))
             start += size
-            size = (max_tokens - total) // smallest + 1 if smallest > 0 else size * 2
+            size = budget.left // smallest + 1 if smallest > 0 else size * 2
         return kept, False
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:

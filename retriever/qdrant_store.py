@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
+from retriever.budget import fill
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
 from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points
@@ -361,17 +362,15 @@ class QdrantNodeStore(QdrantCollection):
 def _fill_ids(
     hits: Sequence[models.ScoredPoint], max_tokens: int
 ) -> tuple[list[tuple[str, float]], bool]:
-    """Return the greedy fill's ``(id, score)`` on hits carrying ``n_tokens``, and whether a
-    node did not fit (it stopped)."""
-    kept: list[tuple[str, float]] = []
-    total = 0
-    for hit in hits:
-        n_tokens = int((hit.payload or {}).get(F.N_TOKENS, 0))
-        if total + n_tokens > max_tokens:
-            return kept, True
-        total += n_tokens
-        kept.append((str(hit.id), float(hit.score)))
-    return kept, False
+    """Return the greedy fill's (:func:`~retriever.budget.fill`) ``(id, score)`` on hits carrying
+    ``n_tokens``, and whether a node did not fit (it stopped)."""
+    taken = fill(hits, _n_tokens, max_tokens)
+    return [(str(hit.id), float(hit.score)) for hit in taken], len(taken) < len(hits)
+
+
+def _n_tokens(hit: models.ScoredPoint) -> int:
+    """The ``n_tokens`` of a hit queried with only that payload field (0 if absent)."""
+    return int((hit.payload or {}).get(F.N_TOKENS, 0))
 
 
 def _is_local(client: QdrantClient) -> bool:

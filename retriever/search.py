@@ -3,7 +3,7 @@
 Collapsed tree [RAPTOR §3; adRAP App. A]: nearest nodes of every layer to the query, filtered by
 ``tree`` (and optionally a layer range and a source folder/file), then taken in score order while
 the running token total stays within ``max_tokens`` — stopping at the first node that does not fit,
-as the papers' reference implementation does.
+as the papers' reference implementation does (the one rule: :mod:`retriever.budget`).
 
 Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
 those, layer by layer down to the leaves. RAPTOR concatenates every selected node; under a token
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from retriever.budget import fill_budget as fill_budget  # the one fill rule, re-exported
 from retriever.protocols import NodeStore
 from retriever.schema import ScoredNode, SearchFilter
 
@@ -30,18 +31,6 @@ MAX_LAYERS = 8
 def candidate_limit(max_tokens: int) -> int:
     """Return how many hits one query fetches so the budget can be filled even by short nodes."""
     return max(50, max_tokens // 20)
-
-
-def fill_budget(hits: Sequence[ScoredNode], max_tokens: int) -> list[ScoredNode]:
-    """Take hits in the given order while the running ``n_tokens`` total stays ≤ ``max_tokens``."""
-    out: list[ScoredNode] = []
-    total = 0
-    for hit in hits:
-        if total + hit.node.n_tokens > max_tokens:
-            break
-        total += hit.node.n_tokens
-        out.append(hit)
-    return out
 
 
 def collapsed_tree(

@@ -15,15 +15,15 @@ dir (``unread.json``), written atomically when it changed.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 import threading
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
+
+from ingestor.ledger import JsonLedger
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ __all__ = [
     "UnreadFile",
     "content_stale_reason",
     "unread_status",
-    "write_json_atomic",
 ]
 
 UNREAD_FILE = "unread.json"
@@ -97,7 +96,8 @@ class Unread:
         self.path = path
         self.clock = clock
         self._lock = threading.Lock()
-        self._items: dict[str, UnreadFile] = read_unread(path) if path is not None else {}
+        self._ledger = JsonLedger(path, UnreadFile, what="ledger")
+        self._items: dict[str, UnreadFile] = self._ledger.load()
         self._unsaved = False
 
     def __len__(self) -> int:
@@ -231,10 +231,10 @@ class Unread:
             if not self._unsaved or self.path is None:
                 self._unsaved = False
                 return
-            data = {k: asdict(v) for k, v in sorted(self._items.items())}
+            items = dict(self._items)
             self._unsaved = False
         try:
-            write_json_atomic(self.path, data)
+            self._ledger.save(items)
         except OSError as exc:  # the state dir is on the same disk as the state: logged, retried
             self._unsaved = True
             log.warning(
@@ -272,30 +272,3 @@ def content_stale_reason(error: str) -> str:
 
 def _content_problem(reason: str) -> bool:
     return _CONTENT_MARK in reason
-
-
-def read_unread(path: Path) -> dict[str, UnreadFile]:
-    """Load a ledger file; a missing or unreadable one is empty (logged)."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        return {k: UnreadFile(**v) for k, v in raw.items()}
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, TypeError) as exc:
-        log.warning("ignored the unreadable ledger %s (%s)", path, exc)
-        return {}
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (temp file + fsync + rename)."""
-    text = json.dumps(data, indent=1)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

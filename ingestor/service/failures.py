@@ -14,17 +14,16 @@ user asks (``adrap retry``, ``POST /retry``).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ingestor.errors import SummarizationError, TreeError
+from ingestor.ledger import JsonLedger
 from ingestor.pipeline.budget import ReadStopped
-from ingestor.pipeline.unread import write_json_atomic
 from models_store import ModelStoreError
 from retriever import EmbeddingError, StoreError
 
@@ -91,9 +90,8 @@ class Quarantine:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._items: dict[str, Quarantined] = {}
-        if path is not None:
-            self._items = read_quarantine(path)
+        self._ledger = _ledger(path)
+        self._items: dict[str, Quarantined] = self._ledger.load()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -153,23 +151,13 @@ class Quarantine:
         return out
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        write_quarantine(self.path, self._items)
+        self._ledger.save(self._items)
+
+
+def _ledger(path: Path | None) -> JsonLedger[Quarantined]:
+    return JsonLedger(path, Quarantined, what="quarantine file")
 
 
 def read_quarantine(path: Path) -> dict[str, Quarantined]:
     """Load a quarantine file; a missing or unreadable one is empty (logged)."""
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-        return {k: Quarantined(**v) for k, v in raw.items()}
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError, TypeError) as exc:
-        log.warning("ignored the unreadable quarantine file %s (%s)", path, exc)
-        return {}
-
-
-def write_quarantine(path: Path, items: dict[str, Quarantined]) -> None:
-    """Write the quarantine atomically (temp file + fsync + rename)."""
-    write_json_atomic(path, {k: asdict(v) for k, v in sorted(items.items())})
+    return _ledger(path).load()

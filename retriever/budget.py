@@ -1,0 +1,73 @@
+"""The token-budget fill, one rule for every caller [RAPTOR §3; adRAP App. A].
+
+Hits are taken in the given (score) order while the running total of their ``n_tokens`` stays
+within ``max_tokens``; the first node that does not fit stops the fill: no later node is taken,
+however small (the papers' reference implementation). A node larger than the whole budget is never
+taken, so a budget smaller than the best hit yields nothing. A zero-token node always fits.
+
+:func:`fill_budget` applies the rule to a list of hits; :class:`Budget` is the rule as one decision
+per node, for a fill that reads its nodes as it goes (the stores' ``search_budget``, which fetch
+payloads or ``n_tokens`` in batches).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
+
+from retriever.schema import ScoredNode
+
+_T = TypeVar("_T")
+
+
+class Budget:
+    """The greedy fill's state: ``take(n_tokens)`` says whether the next node in score order is
+    taken; once one is refused the fill has stopped and every later ``take`` is refused too.
+
+    Attributes:
+        max_tokens: the budget.
+        used: tokens of the nodes taken so far.
+        stopped: whether a node did not fit (the fill is over).
+    """
+
+    __slots__ = ("max_tokens", "stopped", "used")
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.used = 0
+        self.stopped = False
+
+    def take(self, n_tokens: int) -> bool:
+        """Return whether the next node (``n_tokens`` long) is taken, counting it if so."""
+        if self.stopped or self.used + n_tokens > self.max_tokens:
+            self.stopped = True
+            return False
+        self.used += n_tokens
+        return True
+
+    @property
+    def left(self) -> int:
+        """Tokens still free."""
+        return self.max_tokens - self.used
+
+
+def fill(items: Iterable[_T], n_tokens: Callable[[_T], int], max_tokens: int) -> list[_T]:
+    """Return the leading ``items`` the :class:`Budget` of ``max_tokens`` takes, each
+    ``n_tokens(item)`` long (items in score order)."""
+    budget = Budget(max_tokens)
+    out: list[_T] = []
+    for item in items:
+        if not budget.take(n_tokens(item)):
+            break
+        out.append(item)
+    return out
+
+
+def _hit_tokens(hit: ScoredNode) -> int:
+    return hit.node.n_tokens
+
+
+def fill_budget(hits: Sequence[ScoredNode], max_tokens: int) -> list[ScoredNode]:
+    """Take hits in the given order while the running ``n_tokens`` total stays ≤ ``max_tokens``,
+    stopping at the first that does not fit (:class:`Budget`)."""
+    return fill(hits, _hit_tokens, max_tokens)
