@@ -29,6 +29,7 @@ __all__ = [
     "UNKNOWN_CLASS",
     "UNRESTRICTED",
     "AccessClass",
+    "AceStep",
     "AclEntry",
     "ClassRegistry",
     "Identity",
@@ -164,6 +165,47 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class AceStep:
+    """A folder (search) or the file (read) whose NFSv4 ACL or SMB/CIFS security descriptor
+    decides (:mod:`ingestor.read.remote_acl`): its entries concerning ``need``, in order, each
+    ``(allow, who)``; the first naming the caller decides, none refuses (RFC 7530 §6.2.1)."""
+
+    uid: int
+    gid: int
+    need: int
+    aces: tuple[tuple[bool, str], ...]
+
+    def allows(self, who: Identity) -> bool:
+        for allow, principal in self.aces:
+            if principal == "?":  # unknown: grants no one, denies everyone
+                if not allow:
+                    return False
+                continue
+            if _names(principal, self.uid, self.gid, who):
+                return allow
+        return False
+
+    def key(self) -> list[object]:
+        return ["aces", self.uid, self.gid, self.need, [[a, w] for a, w in self.aces]]
+
+
+def _names(principal: str, uid: int, gid: int, who: Identity) -> bool:
+    """Whether an entry's ``principal`` names ``who`` (``uid``/``gid``: the file's owners)."""
+    if principal == "EVERYONE@":
+        return True
+    if principal == "AUTH@":
+        return who.uid is not None or bool(who.gids)
+    if principal == "OWNER@":
+        return who.uid == uid
+    if principal == "GROUP@":
+        return gid in who.gids
+    kind, _, ident = principal.partition(":")
+    if kind == "u":
+        return who.uid == int(ident)
+    return kind == "g" and int(ident) in who.gids
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:
     """A folder prefix of the access file: its users and groups (and whether anyone may read)."""
 
@@ -191,10 +233,10 @@ class AccessClass:
     """
 
     id: str
-    steps: tuple[Step | Rule, ...] = ()
+    steps: tuple[Step | AceStep | Rule, ...] = ()
 
     @classmethod
-    def of(cls, steps: Iterable[Step | Rule]) -> AccessClass:
+    def of(cls, steps: Iterable[Step | AceStep | Rule]) -> AccessClass:
         steps = tuple(steps)
         digest = hashlib.sha256(json.dumps([s.key() for s in steps]).encode()).hexdigest()
         return cls("a" + digest[:20], steps)
@@ -212,10 +254,12 @@ class AccessClass:
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> AccessClass:
-        steps: list[Step | Rule] = []
+        steps: list[Step | AceStep | Rule] = []
         for k in data.get("steps", []):  # type: ignore[attr-defined]
             if k and k[0] == "rule":
                 steps.append(Rule(k[1], frozenset(k[2]), frozenset(k[3]), bool(k[4])))
+            elif k and k[0] == "aces":
+                steps.append(AceStep(k[1], k[2], k[3], tuple((bool(a), str(w)) for a, w in k[4])))
             else:
                 uid, gid, mode, need, acl = k
                 steps.append(Step(uid, gid, mode, need, tuple(tuple(e) for e in acl)))
@@ -238,6 +282,8 @@ class AccessClass:
             )
         if all(s.allows(ANONYMOUS) for s in self.steps):
             return ["world"]
+        if isinstance(last, AceStep):
+            return [_principal(w, last) for a, w in last.aces if a and w != "?"]
         out = [f"user:{_user(last.uid)}"]
         if (last.mode >> 3) & last.need:
             out.append(f"group:{_group(last.gid)}")
@@ -250,6 +296,15 @@ class AccessClass:
 
 
 UNKNOWN: Final = AccessClass(UNKNOWN_CLASS)
+
+
+def _principal(who: str, step: AceStep) -> str:
+    if who in ("EVERYONE@", "AUTH@"):
+        return "world" if who == "EVERYONE@" else "any known user"
+    if who in ("OWNER@", "GROUP@"):
+        return f"user:{_user(step.uid)}" if who == "OWNER@" else f"group:{_group(step.gid)}"
+    kind, _, ident = who.partition(":")
+    return f"user:{_user(int(ident))}" if kind == "u" else f"group:{_group(int(ident))}"
 
 
 def _user(uid: int) -> str:

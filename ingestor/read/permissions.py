@@ -23,9 +23,10 @@ them (:class:`AccessFile`); a prefix it lists wins over the file system for the 
 
 The ACL is read from the kernel's extended attribute and decoded here (its layout is the
 kernel's stable ABI, ``include/uapi/linux/posix_acl_xattr.h``): the maintained binding,
-pylibacl, ships no wheel, and building it needs libacl's headers on every machine. NFSv4 ACLs
-and SMB/CIFS security descriptors are not decoded: on such mounts the client's mode bits are
-used, or the access file (docs/security.md).
+pylibacl, ships no wheel, and building it needs libacl's headers on every machine. Where a mount
+exposes an NFSv4 ACL (``system.nfs4_acl``) or an SMB/CIFS security descriptor
+(``system.cifs_acl``, a ``cifsacl`` mount) instead, that decides (:mod:`ingestor.read.remote_acl`;
+SIDs are mapped by Samba's Unix-account SIDs or the access file's ``[sids]`` table).
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ from ingestor.read.access_classes import (
     SEARCH,
     UNKNOWN,
     AccessClass,
+    AceStep,
     AclEntry,
     Identity,
     Rule,
     Step,
 )
 from ingestor.read.names import fs_name
+from ingestor.read.remote_acl import read_remote_acl
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +125,15 @@ class AccessFile:
         users = ["alice"]         # names or uids
         groups = ["hr"]           # names or gids
         # anyone = true           # readable by every caller, anonymous included
+
+        [sids]                    # SMB/CIFS: the SIDs a share's security descriptors name
+        "S-1-5-21-1004336348-1177238915-682003330-1104" = "user:alice"
+        "S-1-5-21-1004336348-1177238915-682003330-1110" = "group:hr"
     """
 
     rules: list[Rule] = field(default_factory=list)
+    #: SIDs mapped to ``user:NAME`` / ``group:NAME`` (names or ids), for security descriptors.
+    sids: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> AccessFile:
@@ -153,7 +162,19 @@ class AccessFile:
                 raise ValueError(f"{path}: [[folder]] {prefix!r}: {exc.args[0]}") from None
             rules.append(Rule(prefix, uids, gids, bool(entry.get("anyone", False))))
         rules.sort(key=lambda r: -len(r.prefix))
-        return cls(rules)
+        sids: dict[str, str] = {}
+        for sid, who in dict(data.get("sids", {})).items():
+            kind, _, name = str(who).partition(":")
+            if not str(sid).startswith("S-1-") or kind not in ("user", "group") or not name:
+                raise ValueError(
+                    f'{path}: [sids] {sid!r} = {who!r}: write "S-1-..." = "user:NAME" or "group:NAME"'
+                )
+            try:
+                (Identity.of_user if kind == "user" else Identity.of_group)(name)
+            except KeyError as exc:
+                raise ValueError(f"{path}: [sids] {sid!r}: {exc.args[0]}") from None
+            sids[str(sid)] = f"{kind}:{name}"
+        return cls(rules, sids)
 
     def rule_for(self, source: str) -> Rule | None:
         """Return the rule of the longest prefix ``source`` lies under, or None."""
@@ -170,8 +191,13 @@ class AccessReader:
     def __init__(self, root: Path, access_file: AccessFile | None = None) -> None:
         self.root = root
         self.access_file = access_file or AccessFile()
-        self._dirs: dict[str, Step | None] = {}
-        self._classes: dict[tuple[Step | Rule, ...], AccessClass] = {}  # steps -> class, kept
+        self._dirs: dict[str, Step | AceStep | None] = {}
+        #: Devices whose files gave neither an NFSv4 ACL nor a security descriptor (a local file
+        #: system): not asked again in this reader's life.
+        self._local: set[int] = set()
+        self._classes: dict[
+            tuple[Step | AceStep | Rule, ...], AccessClass
+        ] = {}  # steps -> class, kept
 
     def forget(self) -> None:
         """Drop the cached folders (a pass starts: their permissions may have changed)."""
@@ -184,7 +210,7 @@ class AccessReader:
         if rule is not None:
             return AccessClass.of([rule])
         parts = source.split("/")
-        steps: list[Step | Rule] = []
+        steps: list[Step | AceStep | Rule] = []
         for i in range(1, len(parts)):
             d = "/".join(parts[:i])
             step = self._dirs.get(d, ...)
@@ -204,7 +230,7 @@ class AccessReader:
             found = self._classes[key] = AccessClass.of(key)
         return found
 
-    def _step(self, rel: str, need: int) -> Step | None:
+    def _step(self, rel: str, need: int) -> Step | AceStep | None:
         path = os.path.join(self.root, fs_name(rel))  # a source escapes undecodable bytes
         try:  # through a link inside the share, the target's permissions are what a reader meets
             st = os.stat(path)
@@ -212,4 +238,13 @@ class AccessReader:
         except (OSError, ValueError) as exc:
             log.debug("cannot read the permissions of %s: %s", path, exc)
             return None
+        if not acl and st.st_dev not in self._local:
+            try:
+                aces = read_remote_acl(path, need, self.access_file.sids)
+            except (OSError, ValueError) as exc:
+                log.debug("cannot read the ACL of %s: %s", path, exc)
+                return None
+            if aces is not None:
+                return AceStep(st.st_uid, st.st_gid, need, aces)
+            self._local.add(st.st_dev)  # no NFSv4 ACL or descriptor there: mode bits decide
         return Step(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode) & 0o777, need, acl)
