@@ -54,7 +54,7 @@ class JsonLedger(Generic[E]):
             return {k: self.entry(**v) for k, v in raw.items()}
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, AttributeError) as exc:  # not a JSON object
             log.warning("ignored the unreadable %s %s (%s)", self.what, self.path, exc)
             return {}
 

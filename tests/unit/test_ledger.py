@@ -34,6 +34,7 @@ def test_a_missing_file_is_an_empty_ledger_and_is_not_created(tmp_path: Path) ->
         "{not json",  # cut short or garbled
         '{"a.txt": {"reason": "r", "colour": "red"}}',  # a field the entry does not have
         '{"a.txt": "r"}',  # an entry that is not an object
+        "[]",  # JSON, but not an object (it stopped the daemon at start)
         "\udcff",  # bytes that are not UTF-8
     ],
 )
