@@ -124,28 +124,10 @@ class PathFilter:
         return not any(path == ex or ex in path.parents for ex in self.exclude)
 
     def wanted(self, path: Path) -> bool:
-        """Return False for paths outside the root, ignored names, excluded folders, outward links."""
-        path = Path(os.path.abspath(path))
-        if not self.named(path):
-            return False
-        try:
-            link = stat.S_ISLNK(os.lstat(path).st_mode)
-        except OSError:  # gone, or under a folder that cannot be traversed now: collect judges
-            link = False
-        if link:
-            try:
-                target = path.resolve(strict=False)
-            except (OSError, RuntimeError) as exc:
-                log.warning(
-                    "skipped %s: symlink cannot be resolved (%s); fix or remove it", path, exc
-                )
-                return False
-            if target != self.real_root and self.real_root not in target.parents:
-                log.warning(
-                    "skipped %s: symlink to %s, outside the watched folder; links are never "
-                    "followed out of the root",
-                    path,
-                    target,
-                )
-                return False
-        return True
+        """Return False for paths outside the root, ignored names and excluded folders.
+
+        A link is wanted whatever it points to: reading it (``ingestor.read.opening``) refuses a
+        link out of the root or a loop, and the refusal is listed with its reason (``adrap
+        status``), as ``adrap build`` lists it; nothing outside the root is ever read.
+        """
+        return self.named(path)

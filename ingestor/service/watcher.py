@@ -54,8 +54,8 @@ _TICK = 0.25  # seconds between checks of the stop flag while idle
 #: leaves embedded outside the writer's lock (a 200 KB file: ~400 leaves, about a minute here).
 LARGE_DOC_LEAVES = 32
 #: A large document's leaves are embedded this many at a time; between two slices, the changes
-#: that arrived meanwhile land (an ordinary file waits at most one slice, ~1 s here).
-EMBED_SLICE = 8
+#: that arrived meanwhile land (an ordinary file waits at most one slice, ~0.6 s here).
+EMBED_SLICE = 4
 
 
 @dataclass(frozen=True, slots=True)

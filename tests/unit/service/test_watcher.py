@@ -334,6 +334,14 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     assert "binary" in stale.reason
     assert "last readable version is kept" in stale.reason
     assert "passwd.txt" not in sources
+    # Listed with its reason, as `adrap build` lists it (the daemon used to drop it unlisted).
+    outward = p.unread.get("passwd.txt")
+    assert outward is not None
+    assert outward.kind == "skipped"
+    assert "outside the root" in outward.reason
+    loop = p.unread.get("loop.txt")  # ELOOP may be a swap in flight: retried, listed meanwhile
+    assert loop is not None
+    assert "symbolic links" in loop.reason
 
 
 def test_stop_applies_what_is_pending_and_joins_the_worker(tree: tuple[Pipeline, Path]) -> None:
