@@ -308,10 +308,24 @@ class WatchSettings(_Section):
     socket: bool = True
 
 
+def default_of(section: type[BaseModel], name: str) -> Any:
+    """The default of setting ``name`` of ``section``: for the library's own records of those
+    settings (``HttpLimits``, the watcher's ``Timing``, ``QueryDefaults``), so that each default
+    has one source, this module."""
+    return section.model_fields[name].default
+
+
+def bound_of(section: type[BaseModel], name: str) -> Any:
+    """The upper bound (``le``) of setting ``name`` of ``section``: one source for it too."""
+    for meta in section.model_fields[name].metadata:
+        if getattr(meta, "le", None) is not None:
+            return meta.le
+    raise LookupError(f"{section.__name__}.{name} has no upper bound")
+
+
 def watch_default(name: str) -> Any:
-    """The default of the watch setting ``name``: for the library's own records of those
-    settings (``HttpLimits``, the watcher's ``Timing``), so each default has one source."""
-    return WatchSettings.model_fields[name].default
+    """The default of the watch setting ``name`` (:func:`default_of`)."""
+    return default_of(WatchSettings, name)
 
 
 class AccessSettings(_Section):

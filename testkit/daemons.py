@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from ingestor.answer.service import QueryService
+from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import Settings, WatchSettings
 from ingestor.pipeline import Pipeline
 from ingestor.read.listing import DEFAULT_IGNORE
@@ -61,8 +61,11 @@ def daemon_parts(
     summaries: SummarySchedule | None = None,
     callers: Callers | None = None,
     owner_token: str | None = None,
+    limits: HttpLimits | None = None,
 ) -> DaemonParts:
-    """Return the daemon's parts around a hand-built ``pipeline`` (its store is locked here)."""
+    """Return the daemon's parts around a hand-built ``pipeline`` (its store is locked here);
+    ``limits``: the largest ``max_tokens``/``top_k`` its query service takes (the settings')."""
+    limits = limits or HttpLimits()
     store = pipeline.store
     if hasattr(store, "defer_optimize"):
         store.defer_optimize()
@@ -76,6 +79,9 @@ def daemon_parts(
             locked,
             query_embedder or copy.deepcopy(pipeline.embedder),
             pipeline.tree,
+            defaults=QueryDefaults(
+                max_tokens_limit=limits.max_tokens, top_k_limit=limits.max_top_k
+            ),
             classes=pipeline.context.access.registry,
             lock=lock,
         )
@@ -137,6 +143,7 @@ def make_daemon(
         summaries=summaries,
         callers=callers,
         owner_token=token if isinstance(token, str) else None,
+        limits=HttpLimits.of(settings.watch),
     )
     return Daemon(
         parts,

@@ -23,6 +23,14 @@ from ingestor.answer.ask import ANSWER_PROMPT_VERSION, citations_in, numbered_co
 from ingestor.answer.modes import BASES, MODES
 from ingestor.answer.no_match import SIMILARITY_HITS, best_similarity, match_fields
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
+from ingestor.config import (
+    AnswerSettings,
+    PostqfrapSettings,
+    QuerySettings,
+    WatchSettings,
+    bound_of,
+    default_of,
+)
 from ingestor.protocols import Summarizer
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
@@ -38,7 +46,12 @@ __all__ = ["LIMITS", "QueryDefaults", "QueryRequest", "QueryService", "parse_req
 
 #: Upper bounds of the parameters a request may set (a daemon must not be asked for 10^9 tokens);
 #: ``max_tokens`` and ``top_k`` are the settings' (``QueryDefaults``), these are their defaults.
-LIMITS = {"max_tokens": 32_000, "top_k": 100, "k0": 200, "answer_tokens": 4_000}
+LIMITS = {
+    "max_tokens": default_of(WatchSettings, "http_max_tokens"),
+    "top_k": default_of(WatchSettings, "http_max_top_k"),
+    "k0": bound_of(PostqfrapSettings, "k0"),
+    "answer_tokens": bound_of(AnswerSettings, "max_tokens"),
+}
 NO_LLM = (
     "no LLM configured (ADRAP_SUMMARY__BACKEND is not openai): no answer, the best context "
     "follows; set ADRAP_SUMMARY__BACKEND=openai and ADRAP_SUMMARY__OPENAI__BASE_URL to get answers"
@@ -49,14 +62,14 @@ NO_LLM = (
 class QueryDefaults:
     """Values used for parameters a request leaves out (from Settings)."""
 
-    mode: str = "collapsed"
-    max_tokens: int = 2000
-    top_k: int = 5
-    k0: int = 20
-    base: str = "leaves"
-    summary_tokens: int = 500
-    answer_tokens: int = 500
-    hybrid: bool = True
+    mode: str = default_of(QuerySettings, "mode")
+    max_tokens: int = default_of(QuerySettings, "max_tokens")
+    top_k: int = default_of(QuerySettings, "top_k")
+    k0: int = default_of(PostqfrapSettings, "k0")
+    base: str = default_of(PostqfrapSettings, "base")
+    summary_tokens: int = default_of(PostqfrapSettings, "summary_tokens")
+    answer_tokens: int = default_of(AnswerSettings, "max_tokens")
+    hybrid: bool = default_of(QuerySettings, "hybrid")
     #: The largest ``max_tokens`` and ``top_k`` a request may ask for
     #: (``ADRAP_WATCH__HTTP_MAX_TOKENS``, ``ADRAP_WATCH__HTTP_MAX_TOP_K``).
     max_tokens_limit: int = LIMITS["max_tokens"]

@@ -92,12 +92,7 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
         async def route(request: Request) -> Response:
             if not daemon.ready:
                 return error_response(503, "reconciling; retry shortly")
-            params = dict(request.query_params)
-            try:
-                _bounded(params, "max_tokens", limits.max_tokens)
-                _bounded(params, "top_k", limits.max_top_k)
-            except ValueError as exc:
-                return error_response(400, str(exc))
+            params = dict(request.query_params)  # bounded by the query service's settings
             return await _run(partial(fn, params, caller_of(request.scope)), limits.query_timeout)
 
         return route
@@ -158,18 +153,6 @@ def _owner_only(request: Request) -> Response | None:
         f"{request.url.path} is the tree owner's action and the caller is {caller.name}; run "
         "it as the daemon's account (`adrap` over its socket) or with the owner's token",
     )
-
-
-def _bounded(params: dict[str, str], name: str, most: int) -> None:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        return
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, not {raw!r}") from None
-    if not 1 <= value <= most:
-        raise ValueError(f"{name} must be between 1 and {most}, not {value}")
 
 
 async def _run(fn: Callable[[], dict[str, Any]], timeout: float) -> Response:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -153,3 +154,37 @@ def test_version_prints_the_package_version() -> None:
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0
     assert result.output == f"adrap {version('adrap')}\n"
+
+
+def _setting(s: Settings, env: str) -> object:
+    """The value of the setting named by the variable ``env`` (``ADRAP_WATCH__DEBOUNCE_SECONDS``)."""
+    value: object = s
+    for part in env.removeprefix("ADRAP_").lower().split("__"):
+        value = getattr(value, part)
+    return value
+
+
+def test_env_example_quotes_every_default_as_the_settings_have_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A default written in .env.example, read as the setting, is the setting's default (one
+    source: config.py); a sample for a setting unset by default (a URL, a key) is not checked."""
+    for name in list(os.environ):
+        if name.startswith("ADRAP_"):
+            monkeypatch.delenv(name)
+    defaults = Settings(_env_file=None)  # type: ignore[call-arg]
+    text = (ROOT / "deploy" / ".env.example").read_text()
+    checked = 0
+    for env, raw in re.findall(r"^# (ADRAP_[A-Z0-9_]+)=(.*)$", text, flags=re.M):
+        raw = re.sub(r"\s+#.*$", "", raw)  # an inline comment
+        default = _setting(defaults, env)
+        if raw == "" or default in (None, [], "") or env == "ADRAP_STATE_DIR":
+            continue
+        monkeypatch.setenv(env, raw)
+        quoted = _setting(Settings(_env_file=None), env)  # type: ignore[call-arg]
+        monkeypatch.delenv(env)
+        if hasattr(default, "get_secret_value"):
+            continue
+        assert quoted == default, f".env.example says {env}={raw}, the default is {default!r}"
+        checked += 1
+    assert checked > 60
