@@ -38,18 +38,18 @@ from retriever.search import (
 )
 
 if TYPE_CHECKING:
-    from retriever.edge_rest import EdgeRestReader, RestSearchRequest
     from retriever.edge_store import EdgeNodeStore
     from retriever.embedding import SentenceTransformerEmbedder
     from retriever.embedding_openai import OpenAIEmbedder
+    from retriever.facade.edge import EdgeRestReader, RestSearchRequest
     from retriever.numpy_bert import NumpyBertEmbedder
     from retriever.qdrant_connect import connect
     from retriever.qdrant_store import QdrantNodeStore
 
 _LAZY = {
     "EdgeNodeStore": "retriever.edge_store",
-    "EdgeRestReader": "retriever.edge_rest",
-    "RestSearchRequest": "retriever.edge_rest",
+    "EdgeRestReader": "retriever.facade.edge",
+    "RestSearchRequest": "retriever.facade.edge",
     "QdrantNodeStore": "retriever.qdrant_store",
     "connect": "retriever.qdrant_connect",
     "SentenceTransformerEmbedder": "retriever.embedding",

@@ -37,7 +37,7 @@ from retriever.budget import Budget
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, graph_filter
-from retriever.edge_translate import edge_search_params as edge_search_params  # edge_rest uses it
+from retriever.edge_translate import edge_search_params as edge_search_params  # the facade uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
     META_POINT_ID,
@@ -333,7 +333,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
 
         The one door to the raw shard, for readers that speak the engine's own request types
-        (:mod:`retriever.edge_rest`, Qdrant's REST API over this store). ``read`` must not write:
+        (:mod:`retriever.facade.edge`, Qdrant's REST API over this store). ``read`` must not write:
         every write goes through :meth:`upsert` and :meth:`delete`.
 
         Raises:

@@ -37,7 +37,7 @@ def facade_reader(store: Any, collection: str) -> Any:
     embedded store's engine, or the Qdrant server's collection (its client), each with the
     reader filter of every caller; None for a store that is neither."""
     from retriever import EdgeRestReader, QdrantNodeStore
-    from retriever.server_rest import ServerRestReader
+    from retriever.facade.server import ServerRestReader
 
     if is_embedded(store):
         return EdgeRestReader(store, collection)  # each engine call: the store's lock

@@ -271,7 +271,7 @@ def test_the_facade_answers_prefetch_fusion_sparse_and_mmr_like_local_mode(
     """The same points in a shard read through EdgeRestReader and in QdrantClient(":memory:"):
     same ids in the same order, same scores. The corpus has no BM25 ties (each node's term
     count and length differ), so each prefetch ranks alike in both."""
-    from retriever.edge_rest import EdgeRestReader
+    from retriever.facade.edge import EdgeRestReader
 
     nodes, vectors = corpus()
     client = QdrantClient(":memory:")

@@ -1,4 +1,4 @@
-"""The facade's reader over a Qdrant server's collection (retriever.server_rest): the reader filter
+"""The facade's reader over a Qdrant server's collection (retriever.facade.server): the reader filter
 on every read, and the reads that could reach a hidden point refused (qdrant-client's local mode
 stands in for the server; the daemon-level doors run in tests/unit/service/test_reader_doors.py)."""
 
@@ -11,8 +11,8 @@ from qdrant_client import QdrantClient
 from qdrant_client.http import models
 
 from retriever import QdrantNodeStore
+from retriever.facade.server import ServerRestReader
 from retriever.schema import META_POINT_ID
-from retriever.server_rest import ServerRestReader
 from tests.contracts.test_node_store import DIM, MODEL, make_node, unit_vectors
 
 PUBLIC, HR = ("pub",), ("hr",)

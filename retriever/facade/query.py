@@ -1,5 +1,5 @@
 """The Query API's scoring queries and prefetches (qdrant-client's REST models) in the embedded
-engine's terms: part of :mod:`retriever.edge_rest`.
+engine's terms: fusion, sparse vectors, MMR (what :mod:`retriever.facade.edge` hands over).
 
 Served: a dense or sparse vector (``{"nearest": ...}`` too), a point id (its vector of ``using``),
 a document ``{"text": ..., "model": "qdrant/bm25"}`` on ``bm25`` (what a server's inference does),
@@ -21,7 +21,7 @@ from typing import Any, Final
 import qdrant_edge as qe
 from qdrant_client.http import models
 
-from retriever.edge_rest_filter import edge_filter, point_id, restrict
+from retriever.facade.filters import edge_filter, point_id, restrict
 from retriever.schema import SPARSE_VECTOR
 from retriever.sparse import bm25_query
 

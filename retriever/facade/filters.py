@@ -1,6 +1,6 @@
 """Qdrant REST filters (qdrant-client's models) translated into the embedded engine's filters.
 
-Part of :mod:`retriever.edge_rest`: every condition Qdrant's REST API has (field match, range,
+For :mod:`retriever.facade.edge`: every condition Qdrant's REST API has (field match, range,
 datetime range, geo, values count, is_empty, is_null, has_id, has_vector, nested, sub-filters,
 min_should) except slices, which the engine lacks; and the reader filter every request gets
 (:func:`access_filter`, :func:`restrict`).

@@ -1,5 +1,5 @@
-"""The legacy search request, engine points as Qdrant REST replies, and REST payload/vector
-selectors as the engine's: part of :mod:`retriever.edge_rest`."""
+"""The facade's input and output: the legacy search request, engine points as Qdrant REST
+replies, and REST payload/vector selectors in the embedded engine's terms."""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ from typing import Any
 from qdrant_client import QdrantClient
 from qdrant_client.http import models
 
-from retriever.edge_rest import MAX_POINTS, bounded_page, refuse_part
-from retriever.edge_rest_io import NamedVectorIn, RestSearchRequest
+from retriever.facade.edge import MAX_POINTS, bounded_page, refuse_part
+from retriever.facade.io import NamedVectorIn, RestSearchRequest
 from retriever.schema import META_POINT_ID, META_TREE, SPARSE_VECTOR, VECTOR_NAME, F
 
 __all__ = ["ServerRestReader", "server_access_filter"]

@@ -9,10 +9,10 @@ faithful to what real clients send and parse.
 
 Supported: collection info; the Query API's nearest query (a dense or sparse vector,
 ``{"nearest": ...}`` with or without ``mmr``, or a point id), ``prefetch`` with fusion (``rrf``
-with its k and weights, ``dbsf``; :mod:`retriever.edge_rest_query`), no query (points by id),
+with its k and weights, ``dbsf``; :mod:`retriever.facade.query`), no query (points by id),
 ``filter``, ``limit``, ``offset``, ``score_threshold``, ``with_payload``, ``with_vector``,
 ``params``; the legacy search; scroll; retrieve by ids; count. Every filter condition Qdrant has
-but slices (:mod:`retriever.edge_rest_filter`). ``using`` may be omitted: the dense vector,
+but slices (:mod:`retriever.facade.filters`). ``using`` may be omitted: the dense vector,
 ``dense``; ``bm25`` is the sparse one. A dense query without ``params`` is planned as adrap's own
 searches are (:mod:`retriever.plan`), so the same filter gives the same hits as ``adrap query``.
 Anything else (recommend, documents for inference, order_by, shard keys) raises ValueError
@@ -20,9 +20,9 @@ naming the part, which the facade answers with 400.
 
 Who may read what (issue 53): every method takes ``readable``, the access classes the caller may
 read (None: an unrestricted caller). The reader filter
-(:func:`~retriever.edge_rest_filter.access_filter`) is ANDed with whatever filter the client
+(:func:`~retriever.facade.filters.access_filter`) is ANDed with whatever filter the client
 sent, the top-level one and every prefetch's, the client's kept whole as one ``must`` condition
-(:func:`~retriever.edge_rest_filter.restrict`), so no ``should``/``must_not``/``min_should`` of
+(:func:`~retriever.facade.filters.restrict`), so no ``should``/``must_not``/``min_should`` of
 its own loosens it. A point the caller may not read is not found: left out of a retrieve, a 404
 when it is the query's point (a query by id). The reserved meta point names no access class and
 stays readable to every caller. The collection's info counts the points the caller may read.
@@ -38,8 +38,10 @@ from typing import Any, Final, Protocol, TypeVar
 import qdrant_edge as qe
 from qdrant_client.http import models
 
-from retriever.edge_rest_filter import access_filter, edge_filter, point_id, restrict
-from retriever.edge_rest_io import (
+from retriever.edge_store import edge_search_params
+from retriever.errors import StoreError
+from retriever.facade.filters import access_filter, edge_filter, point_id, restrict
+from retriever.facade.io import (
     NamedVectorIn,
     out_id,
     record,
@@ -47,10 +49,8 @@ from retriever.edge_rest_io import (
     with_payload,
     with_vector,
 )
-from retriever.edge_rest_io import RestSearchRequest as RestSearchRequest  # retriever's export
-from retriever.edge_rest_query import QueryTranslator, stored_vector
-from retriever.edge_store import edge_search_params
-from retriever.errors import StoreError
+from retriever.facade.io import RestSearchRequest as RestSearchRequest  # retriever's export
+from retriever.facade.query import QueryTranslator, stored_vector
 from retriever.plan import HnswConfig, Planner, StoreIndex
 from retriever.schema import SPARSE_VECTOR, VECTOR_NAME, vector_names
 
