@@ -50,7 +50,8 @@ from synthetic_tree import DIM, MODEL, TREES, make_corpus, make_queries  # noqa:
 
 from ingestor.answer.service import QueryDefaults, QueryService  # noqa: E402
 from ingestor.service.concurrency import LockedStore  # noqa: E402
-from ingestor.service.http import HttpLimits, HttpServer, build_app, daemon_routes  # noqa: E402
+from ingestor.service.daemon.routes import daemon_routes  # noqa: E402
+from ingestor.service.http import HttpLimits, HttpServer, build_app  # noqa: E402
 from ingestor.service.qdrant_rest import qdrant_routes  # noqa: E402
 from retriever import EdgeNodeStore, EdgeRestReader  # noqa: E402
 from retriever.budget import fill as budget_fill  # noqa: E402

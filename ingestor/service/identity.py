@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "PEER_KEY",
+    "PUBLIC_STATUS",
     "SOCKET_FILE",
     "TOKENS_FILE",
     "Callers",
@@ -46,6 +47,7 @@ __all__ = [
     "bindable",
     "identity_of_principal",
     "peer_credentials",
+    "public_status",
     "socket_path",
 ]
 
@@ -286,3 +288,33 @@ def _sent_token(headers: Mapping[str, str]) -> str:
     if scheme.lower() == "bearer":
         return value.strip()
     return headers.get("api-key", "").strip()
+
+
+#: What ``/status`` tells a caller who is not the tree's owner: counts and health, no file names.
+PUBLIC_STATUS = (
+    "tree",
+    "ready",
+    "uptime_seconds",
+    "documents",
+    "leaves",
+    "nodes_per_layer",
+    "pending_events",
+    "updates_applied",
+    "summary_calls",
+    "summary_tokens",
+    "summary_input_tokens",
+    "summaries_deferred",
+    "summaries_tolerated",
+    "summary_refreshes",
+    "stale_summaries",
+    "summaries",
+    "last_update",
+    "errors",
+    "caller",
+    "access",
+)
+
+
+def public_status(out: dict[str, Any]) -> dict[str, Any]:
+    """Return the keys of ``/status``'s document ``out`` a caller who is not the owner sees."""
+    return {k: out[k] for k in PUBLIC_STATUS if k in out}

@@ -1,6 +1,6 @@
 """MCP's streamable HTTP transport at ``/mcp`` on the daemon's port (tools: :mod:`.mcp_server`).
 
-Mounted by :func:`ingestor.service.http.daemon_routes`, so the daemon's door (Host and
+Mounted by :func:`ingestor.service.daemon.routes.daemon_routes`, so the daemon's door (Host and
 cross-site checks) and bearer token guard it like every other route. Stateless (a fresh
 transport per POST, JSON replies): nothing is kept between requests, so a client never needs a
 sticky session, and no session table can grow.

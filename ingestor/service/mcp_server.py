@@ -2,7 +2,7 @@
 
 Two transports serve the same tools: stdio (``adrap mcp``, see :mod:`ingestor.cli.mcp`) and
 streamable HTTP at ``/mcp`` on the daemon's port (:mod:`ingestor.service.mcp_http`, mounted by
-:func:`ingestor.service.http.daemon_routes`), where the daemon's door (Host and cross-site
+:func:`ingestor.service.daemon.routes.daemon_routes`), where the daemon's door (Host and cross-site
 checks) and bearer token guard it like every other route.
 
 Tools (every hit carries its node id, file, span, section/locator where known, layer and score,

@@ -70,9 +70,9 @@ def _public(out: dict[str, Any]) -> dict[str, Any]:
     """The updates document for a caller who is not the owner: ``/status``'s public keys (counts,
     no file names; ``DaemonApi.status`` already keeps only those for such a caller) and no
     updates (each lists the files it changed)."""
-    from ingestor.service.daemon_api import PUBLIC_STATUS
+    from ingestor.service.identity import public_status
 
-    return {k: out[k] for k in PUBLIC_STATUS if k in out} | {"updates": []}
+    return public_status(out) | {"updates": []}
 
 
 def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:

@@ -17,7 +17,7 @@ from qdrant_client.http import models
 from starlette.testclient import TestClient
 
 from ingestor.service.concurrency import LockedStore
-from ingestor.service.daemon_routes import daemon_routes
+from ingestor.service.daemon.routes import daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.deadline import BoundedLock, Deadline, DeadlineExceeded
 from ingestor.service.door import Door, split_host

@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 from ingestor.answer.service import QueryService
 from ingestor.pipeline import Pipeline
-from ingestor.service.daemon_routes import daemon_routes
+from ingestor.service.daemon.routes import daemon_routes
 from ingestor.service.http import HttpLimits, build_app
 from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
 from retriever import SearchFilter

@@ -501,7 +501,7 @@ def test_the_reader_filter_is_read_per_request(share: Share) -> None:
         calls.append(who)
         return classes.readable(who)
 
-    from ingestor.service.daemon_http import facade_reader
+    from ingestor.service.daemon.app import facade_reader
     from ingestor.service.dashboard.routes import dashboard_routes
     from ingestor.service.dashboard.view import TreeView
     from ingestor.service.http import build_app

@@ -15,6 +15,7 @@ from ingestor.pipeline.unread import Unread, unread_status
 from ingestor.read.access_classes import UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.read.listing import source_path
 from ingestor.service.failures import Quarantine
+from ingestor.service.identity import public_status
 from ingestor.service.metrics import Metrics
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.summary_schedule import SummarySchedule, oldest_stale, stale_age
@@ -26,31 +27,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PUBLIC_STATUS", "DaemonApi"]
-
-#: What ``/status`` tells a caller who is not the tree's owner: counts and health, no file names.
-PUBLIC_STATUS = (
-    "tree",
-    "ready",
-    "uptime_seconds",
-    "documents",
-    "leaves",
-    "nodes_per_layer",
-    "pending_events",
-    "updates_applied",
-    "summary_calls",
-    "summary_tokens",
-    "summary_input_tokens",
-    "summaries_deferred",
-    "summaries_tolerated",
-    "summary_refreshes",
-    "stale_summaries",
-    "summaries",
-    "last_update",
-    "errors",
-    "caller",
-    "access",
-)
+__all__ = ["DaemonApi"]
 
 
 class DaemonApi:
@@ -119,7 +96,7 @@ class DaemonApi:
         out["caller"] = caller.to_json()
         out["access"] = self.access_status(caller)
         if not caller.unrestricted:
-            return {k: out[k] for k in PUBLIC_STATUS if k in out}
+            return public_status(out)
         w = self.watcher()
         if w is not None:
             out["summaries"] = self.summaries.status(time.monotonic(), *self.metrics.stale())

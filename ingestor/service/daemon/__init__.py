@@ -32,8 +32,8 @@ from ingestor.config import Settings
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.budget import ReadStopped
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
-from ingestor.service.daemon_api import DaemonApi
-from ingestor.service.daemon_http import daemon_app, is_embedded, start_server
+from ingestor.service.daemon.api import DaemonApi
+from ingestor.service.daemon.app import daemon_app, is_embedded, start_server
 from ingestor.service.events import PathFilter
 from ingestor.service.failures import QUARANTINE_FILE, Quarantine
 from ingestor.service.http import HttpLimits, HttpServer, UnixHttpServer
@@ -305,7 +305,7 @@ class Daemon:
             log.info("serving adrap commands on %s (callers known by the kernel)", self.state_dir)
 
     def app(self) -> Starlette:
-        """Return the ASGI app (:func:`~ingestor.service.daemon_http.daemon_app`)."""
+        """Return the ASGI app (:func:`~ingestor.service.daemon.app.daemon_app`)."""
         return daemon_app(
             self.api,
             self.store,

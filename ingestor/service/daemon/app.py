@@ -1,4 +1,4 @@
-"""The daemon's HTTP app: its own routes (:mod:`ingestor.service.daemon_routes`), the dashboard's
+"""The daemon's HTTP app: its own routes (:mod:`ingestor.service.daemon.routes`), the dashboard's
 and Qdrant's read-only REST API over the tree's store (embedded or a server's collection), behind
 the door and the token, each caller reading what it may."""
 
@@ -12,7 +12,7 @@ from typing import Any
 from starlette.applications import Starlette
 
 from ingestor.read.access_classes import ClassRegistry, Identity
-from ingestor.service.daemon_routes import Served, daemon_routes
+from ingestor.service.daemon.routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
 from ingestor.service.http import HttpLimits, HttpServer, build_app, require_token_off_loopback
