@@ -33,6 +33,7 @@ from ingestor.config import (
 )
 from ingestor.protocols import Summarizer
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
+from ingestor.read.tokens import default_tokenizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 
@@ -206,6 +207,7 @@ class QueryService:
         random_state: int | None = 0,
         min_score: float | None = None,
         classes: ClassRegistry | None = None,
+        answer_input_limit: int | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -219,6 +221,9 @@ class QueryService:
         self.random_state = random_state
         self.min_score = min_score
         self.classes = classes if classes is not None else ClassRegistry(None)
+        #: The answering model's input limit (``ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS``): an
+        #: answer's prompt keeps the best parts that fit in it with the answer's tokens.
+        self.answer_input_limit = answer_input_limit
 
     def parse(self, params: Mapping[str, object], caller: Identity = UNRESTRICTED) -> QueryRequest:
         """Validate ``params`` with this service's tree and defaults (ValueError: bad value);
@@ -266,6 +271,7 @@ class QueryService:
         req = self.parse(params, caller)
         t0 = time.perf_counter()
         ctx = self.context(req, with_parts=True)
+        dropped = self._fit_prompt(req, ctx) if self.llm is not None else 0
         out: dict[str, Any] = {
             "question": req.question,
             "mode": req.mode,
@@ -284,8 +290,17 @@ class QueryService:
         if ctx.qf is not None:
             out["postqfrap"] = self._qf_stats(req, ctx.qf)
         out |= self._match(ctx)
+        if dropped:
+            out["parts_dropped"] = dropped  # past the model's input limit
         if self.llm is None:
             out["reason"] = NO_LLM
+        elif not ctx.parts and dropped:
+            out["reason"] = (
+                f"the question and the prompt leave no room for context within the model's input "
+                f"limit ({self.answer_input_limit} tokens); raise "
+                "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS if the model takes more, or ask for "
+                "fewer answer tokens"
+            )
         elif not ctx.parts:
             out["reason"] = "nothing was retrieved for the question; no answer"
         else:
@@ -308,6 +323,26 @@ class QueryService:
             }
         out["seconds"] = round(time.perf_counter() - t0, 4)
         return out
+
+    def _fit_prompt(self, req: QueryRequest, ctx: Context) -> int:
+        """Drop the context's last (least relevant) parts until the answer's prompt and its
+        ``answer_tokens`` fit the model's input limit; return how many were dropped."""
+        limit = self.answer_input_limit
+        if limit is None:
+            return 0
+        tokenizer = default_tokenizer()
+
+        def size(parts: list[ContextPart]) -> int:
+            messages = qa_messages(req.question, parts, req.answer_tokens)
+            return sum(tokenizer.count(str(m["content"])) for m in messages) + req.answer_tokens
+
+        dropped = 0
+        while ctx.parts and size(ctx.parts) > limit:
+            ctx.parts.pop()
+            dropped += 1
+        if dropped:
+            log.info("answer prompt: %d context parts dropped to fit %d tokens", dropped, limit)
+        return dropped
 
     def context(self, req: QueryRequest, *, with_parts: bool = False) -> Context:
         """Retrieve the context of ``req`` (parts with spans: always for postQFRAP, else on ask)."""

@@ -209,6 +209,7 @@ def make_query_service(
         min_score=min_score(settings, embedder.model_id),
         classes=classes,
         lock=lock,
+        answer_input_limit=settings.summary.openai.max_input_tokens if llm is not None else None,
     )
 
 

@@ -20,7 +20,7 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.errors import SummarizationError
 from ingestor.pipeline import Pipeline
 from ingestor.read.documents import read_document
-from ingestor.read.tokens import count_tokens
+from ingestor.read.tokens import count_tokens, default_tokenizer
 from ingestor.summarize.extractive import ExtractiveSummarizer
 from ingestor.summarize.openai_compat import QUERY_SUMMARY_PROMPT, OpenAISummarizer
 from ingestor.tree.build import TreeBuilder, TreeParams
@@ -247,6 +247,36 @@ def test_ask_sends_the_qa_prompt_with_numbered_sources_and_maps_citations(
     for c in out["citations"]:
         assert c["text"] == out["parts"][c["n"] - 1]["text"]
     assert_spans_resolve(out, root)
+
+
+def test_the_answer_prompt_keeps_the_best_parts_that_fit_the_models_input_limit(
+    built: tuple[Pipeline, Path],
+) -> None:
+    """A context budget the model cannot take (the daemon answered 502: "request (2112 tokens)
+    exceeds the available context size (2048)"): the least relevant parts are left out."""
+    p, _ = built
+    bodies: list[dict[str, Any]] = []
+
+    def handler(body: dict[str, Any]) -> httpx.Response:
+        bodies.append(body)
+        return reply("An answer [1].")
+
+    tokenizer = default_tokenizer()
+    params = {"q": QUESTIONS[0], "max_tokens": 600, "answer_tokens": 64}
+    whole = service(p, llm=fake_llm(handler)).ask(params)
+    assert len(whole["parts"]) > 2
+    limit = 400
+    out = service(p, llm=fake_llm(handler), answer_input_limit=limit).ask(params)
+    sent = sum(tokenizer.count(m["content"]) for m in bodies[-1]["messages"]) + 64
+    assert sent <= limit < sum(tokenizer.count(m["content"]) for m in bodies[0]["messages"]) + 64
+    kept = len(out["parts"])
+    assert 0 < kept < len(whole["parts"])
+    assert out["parts"] == whole["parts"][:kept], "the best parts, in order"
+    assert out["parts_dropped"] == len(whole["parts"]) - kept
+    assert out["answered"] is True
+    tiny = service(p, llm=fake_llm(handler), answer_input_limit=80).ask(params)
+    assert tiny["answered"] is False
+    assert "no room for context" in tiny["reason"]
 
 
 def test_postqfrap_with_an_llm_sends_query_focused_prompts_and_cuts_to_tau(
