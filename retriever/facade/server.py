@@ -160,24 +160,23 @@ class ServerRestReader:
             ValueError: an unsupported or invalid part of the request (named).
         """
         refuse_part(req.shard_key, "shard_key")
-        limit, offset = bounded_page(req.limit, req.offset)
         using, vector = (
             (req.vector.name, req.vector.vector)
             if isinstance(req.vector, NamedVectorIn)
             else (None, req.vector)
         )
-        return self.client.query_points(
-            self.collection,
+        nearest = models.QueryRequest(
             query=list(vector),
             using=using or VECTOR_NAME,
-            query_filter=_restrict(req.filter, server_access_filter(readable)),
-            search_params=req.params,
-            limit=limit,
-            offset=offset,
-            with_payload=False if req.with_payload is None else req.with_payload,
-            with_vectors=False if req.with_vector is None else req.with_vector,
+            filter=req.filter,
+            params=req.params,
+            limit=req.limit,
+            offset=req.offset,
+            with_payload=req.with_payload,
+            with_vector=req.with_vector,
             score_threshold=req.score_threshold,
-        ).points
+        )
+        return self.query(nearest, readable).points
 
     def scroll(
         self, req: models.ScrollRequest, readable: tuple[str, ...] | None = None

