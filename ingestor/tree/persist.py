@@ -280,6 +280,8 @@ def fill_pending(state: TreeState) -> bool:
 
 def end_fill(state: TreeState) -> None:
     """Record that every point of the committed state is written (see :func:`fill_pending`)."""
+    if state.rows is None:
+        raise ValueError(f"tree {state.tree!r} was never committed: nothing to mark as filled")
     ch = Changes()
     ch.remove(_INTENT, _UNSTORED)
     state.rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
