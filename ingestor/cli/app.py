@@ -115,16 +115,30 @@ class Ctx:
         self.env_file = env_file
         self.state_dir = state_dir
         self.tree = tree
-        #: The command may create its tree (build, watch): an unnamed tree is ``default``.
-        self.creating = False
+        self._creating = False
         self._settings: Settings | None = None
         self.home: TreeHome | None = None
 
     @property
     def settings(self) -> Settings:
         """The command's Settings (first use: built, logging configured; errors: one line)."""
+        return self.settings_for(creating=False)
+
+    def settings_for(self, *, creating: bool) -> Settings:
+        """The command's Settings; ``creating``: the command may create its tree (``build``,
+        ``watch``), so an unnamed tree is ``default`` even beside other trees.
+
+        Raises:
+            RuntimeError: the settings were read without ``creating`` before a command that
+                creates its tree asked for them (its tree could differ: a bug, said at once).
+        """
+        if self._settings is not None and creating and not self._creating:
+            raise RuntimeError(
+                "the settings were read before the command said it may create its tree"
+            )
         if self._settings is None:
-            self._settings, self.home = load_settings(self)
+            self._creating = creating
+            self._settings, self.home = load_settings(self, creating=creating)
             configure_logging(self._settings.log_level, self.verbose)
             if self.home.origin == "local":
                 log.info(
@@ -135,7 +149,7 @@ class Ctx:
         return self._settings
 
 
-def load_settings(ctx: Ctx) -> tuple[Settings, TreeHome]:
+def load_settings(ctx: Ctx, *, creating: bool = False) -> tuple[Settings, TreeHome]:
     """Build Settings from their sources (ingestor.cli.settings_files); errors as one line."""
     from pydantic import ValidationError
     from pydantic_settings import SettingsError
@@ -153,7 +167,7 @@ def load_settings(ctx: Ctx) -> tuple[Settings, TreeHome]:
             err=True,
         )
     try:
-        return build_settings(ctx.env_file, ctx.state_dir, ctx.tree, creating=ctx.creating)
+        return build_settings(ctx.env_file, ctx.state_dir, ctx.tree, creating=creating)
     except (IngestError, TreeNameError) as exc:
         raise click.ClickException(str(exc)) from exc
     except ValidationError as exc:

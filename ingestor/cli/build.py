@@ -26,8 +26,7 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
     """
 
     def body() -> None:
-        ctx.creating = True  # an unnamed tree is `default`, even beside other trees
-        settings = ctx.settings
+        settings = ctx.settings_for(creating=True)  # an unnamed tree is `default`
         show = make_progress_printer(sys.stderr.isatty() if progress is None else progress)
         # The lock first: a running daemon is named at once, before the model is loaded.
         with writer_lock(settings, "build"), opened_store(settings) as store:

@@ -67,8 +67,7 @@ def watch(
     from ingestor.service.http import require_token_off_loopback
 
     def body() -> None:
-        ctx.creating = True  # an unnamed tree is `default`, even beside other trees
-        s = ctx.settings
+        s = ctx.settings_for(creating=True)  # an unnamed tree is `default`
         w = s.watch
         stop = threading.Event()
 

@@ -129,3 +129,24 @@ def test_status_shows_no_python_reprs(folder: Path, monkeypatch: pytest.MonkeyPa
     assert "None" not in result.stdout
     assert "{" not in result.stdout
     assert "quarantined                  none" in result.stdout
+
+
+def test_an_unnamed_build_beside_other_trees_is_default_and_the_order_is_checked(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`build` may create its tree: unnamed, it is `default` even beside `notes` and `work`. The
+    Ctx asks for it explicitly (it was a flag to set before the first read of the settings)."""
+    from ingestor.cli.app import Ctx
+
+    monkeypatch.chdir(folder.parent / "here")
+    for name in ("notes", "work"):
+        assert _run("build", str(folder), "--no-progress", "--tree", name)[0] == 0
+    code, out = _run("build", str(folder), "--no-progress")
+    assert code == 0, out
+    assert "built tree 'default'" in out
+    ctx = Ctx(verbose=False)
+    assert ctx.settings_for(creating=True).tree == "default"
+    read_first = Ctx(verbose=False, tree="notes")
+    assert read_first.settings.tree == "notes"
+    with pytest.raises(RuntimeError, match="read before the command said it may create its tree"):
+        read_first.settings_for(creating=True)
