@@ -323,11 +323,6 @@ def bound_of(section: type[BaseModel], name: str) -> Any:
     raise LookupError(f"{section.__name__}.{name} has no upper bound")
 
 
-def watch_default(name: str) -> Any:
-    """The default of the watch setting ``name`` (:func:`default_of`)."""
-    return default_of(WatchSettings, name)
-
-
 class AccessSettings(_Section):
     """Who may read what (docs/security.md): permissions re-read, and a trusted proxy's header."""
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import Settings, WatchSettings
 from ingestor.pipeline import Pipeline
 from ingestor.read.listing import DEFAULT_IGNORE
-from ingestor.service.concurrency import LockedStore
+from ingestor.service.concurrency import lock_store
 from ingestor.service.daemon import Daemon, DaemonParts
 from ingestor.service.deadline import BoundedLock
 from ingestor.service.events import PathFilter
@@ -66,13 +65,10 @@ def daemon_parts(
     """Return the daemon's parts around a hand-built ``pipeline`` (its store is locked here);
     ``limits``: the largest ``max_tokens``/``top_k`` its query service takes (the settings')."""
     limits = limits or HttpLimits()
-    store = pipeline.store
-    if hasattr(store, "defer_optimize"):
-        store.defer_optimize()
-    locked = LockedStore(store)
+    locked = lock_store(pipeline.store)
     pipeline.store = locked
     schedule = summaries or SummarySchedule(window=0, idle=0)
-    pipeline.apply_stage.defer_summaries = lambda: schedule.defer(time.monotonic())
+    pipeline.apply_stage.defer_summaries = schedule.defers_now
     lock = BoundedLock("the query embedder")
     if queries is None:
         queries = QueryService(

@@ -7,7 +7,6 @@ Each library is imported by the function that needs it, so a command loads only 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -321,13 +320,11 @@ def make_daemon_parts(
     writer's is busy during updates; a remote embedder's client cannot be copied); the
     pipeline's updates ask the summary schedule whether to defer their summaries.
     """
-    from ingestor.service.concurrency import LockedStore
+    from ingestor.service.concurrency import lock_store
     from ingestor.service.daemon import DaemonParts
     from ingestor.service.deadline import BoundedLock
 
-    if hasattr(store, "defer_optimize"):
-        store.defer_optimize()  # index builds in idle time, never inside an update
-    locked = LockedStore(store)
+    locked = lock_store(store)
     access = make_access(settings)
     summaries = make_summary_schedule(settings)
     queries = make_query_service(
@@ -342,7 +339,7 @@ def make_daemon_parts(
         locked,
         embedder,
         access,
-        defer_summaries=lambda: summaries.defer(time.monotonic()),
+        defer_summaries=summaries.defers_now,
     )
     return DaemonParts(pipeline, locked, queries, summaries, make_callers(settings, owner_token))
 

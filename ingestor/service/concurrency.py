@@ -63,6 +63,14 @@ def cancellable(progress: Progress, stop: threading.Event) -> Progress:
     return report
 
 
+def lock_store(store: Any) -> LockedStore:
+    """Return ``store`` behind a lock per call (the daemon's), its index builds deferred to
+    idle time (the daemon's maintenance), never inside an update."""
+    if hasattr(store, "defer_optimize"):
+        store.defer_optimize()
+    return LockedStore(store)
+
+
 class LockedStore:
     """A NodeStore proxy that holds a lock around every method call of the wrapped store."""
 

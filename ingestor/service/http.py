@@ -57,7 +57,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingestor.config import WatchSettings, watch_default
+from ingestor.config import WatchSettings, default_of
 from ingestor.errors import ConfigError
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.service.deadline import Deadline
@@ -82,22 +82,21 @@ class HttpLimits:
     """Bounds of the HTTP API (settings ``ADRAP_WATCH__HTTP_*``) and the names it answers to;
     :meth:`of` reads them from the settings; the defaults are the settings' own."""
 
-    max_tokens: int = watch_default("http_max_tokens")
-    max_top_k: int = watch_default("http_max_top_k")
-    query_timeout: float = watch_default("http_query_timeout")
-    concurrency: int = watch_default("http_concurrency")
+    max_tokens: int = default_of(WatchSettings, "http_max_tokens")
+    max_top_k: int = default_of(WatchSettings, "http_max_top_k")
+    query_timeout: float = default_of(WatchSettings, "http_query_timeout")
+    concurrency: int = default_of(WatchSettings, "http_concurrency")
     #: Seconds a connection may take to send a complete request head, then it is closed.
-    head_timeout: float = watch_default("http_head_timeout")
+    head_timeout: float = default_of(WatchSettings, "http_head_timeout")
     #: Connections one client address may hold (its oldest idle one is closed past it).
-    per_client: int = watch_default("http_per_client")
+    per_client: int = default_of(WatchSettings, "http_per_client")
     #: ``Host`` names accepted besides loopback and the bound host (``ADRAP_WATCH__ALLOWED_HOSTS``).
     allowed_hosts: tuple[str, ...] = ()
     keep_alive: int = 5
 
     @classmethod
-    def of(cls, watch: WatchSettings | None = None) -> HttpLimits:
-        """Return the limits of the ``watch`` settings (None: the defaults)."""
-        w = watch if watch is not None else WatchSettings()
+    def of(cls, w: WatchSettings) -> HttpLimits:
+        """Return the limits of the watch settings ``w``."""
         return cls(
             max_tokens=w.http_max_tokens,
             max_top_k=w.http_max_top_k,

@@ -116,6 +116,10 @@ class SummarySchedule:
         """Whether an update made now marks its summaries stale instead of paying for them."""
         return self.window > 0 or not self.budget.allows(now)
 
+    def defers_now(self) -> bool:
+        """:meth:`defer` at the monotonic clock's now: what the pipeline's updates ask."""
+        return self.defer(time.monotonic())
+
     def changed(self, now: float) -> None:
         """An update was applied at ``now``."""
         self.last_change = now

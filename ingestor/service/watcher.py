@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingestor.config import WatchSettings, watch_default
+from ingestor.config import WatchSettings, default_of
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.documents import Document
 from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
@@ -81,11 +81,11 @@ class Timing:
         clock: reads the time and waits for changes (None: the real clocks).
     """
 
-    debounce: float = watch_default("debounce_seconds")
-    close_grace: float | None = watch_default("close_grace_seconds")
+    debounce: float = default_of(WatchSettings, "debounce_seconds")
+    close_grace: float | None = default_of(WatchSettings, "close_grace_seconds")
     max_wait: float | None = None
     settle: float = 0.0
-    max_backoff: float = watch_default("max_backoff_seconds")
+    max_backoff: float = default_of(WatchSettings, "max_backoff_seconds")
     idle_after: float = 10.0
     nice: int = 0
     max_held_rows: int | None = None
@@ -415,7 +415,7 @@ class Watcher:
         report = UpdateReport()
         try:
             with self.lock:
-                if self._changed_since_read(doc, path):
+                if changed_since_read(doc, path):
                     log.info(
                         "%s changed while its leaves were embedded; it is read again", doc.source
                     )
@@ -440,14 +440,6 @@ class Watcher:
             batch = self.next_batch()
             if batch:
                 self._guarded(batch, inline=True)
-
-    def _changed_since_read(self, doc: Document, path: Path) -> bool:
-        try:
-            st = path.stat()
-        except OSError:
-            return True
-        moved = bool(doc.inode) and st.st_ino != doc.inode
-        return moved or st.st_size != doc.size or st.st_mtime != doc.mtime
 
     def refresh(self, due: Callable[[TreeState], bool]) -> UpdateReport | None:
         """Regenerate the stale summaries when ``due(state)`` (the daemon's summary schedule),
@@ -540,10 +532,17 @@ class Watcher:
         """Queue again the files that changed or vanished while they were being read."""
         for doc in docs:
             path = source_path(self.real_root, doc.source)
-            try:
-                st = path.stat()
-            except OSError:
-                st = None
-            if st is None or st.st_size != doc.size or st.st_mtime != doc.mtime:
+            if changed_since_read(doc, path):
                 log.info("%s changed while being read; it will be read again", doc.source)
                 self.paths.put(Change(path))
+
+
+def changed_since_read(doc: Document, path: Path) -> bool:
+    """Whether the file ``doc`` was read from is gone, or another file or version now (its
+    size, modification time or, where it was read, inode differ)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return True
+    replaced = bool(doc.inode) and st.st_ino != doc.inode
+    return replaced or st.st_size != doc.size or st.st_mtime != doc.mtime

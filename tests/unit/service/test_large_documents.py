@@ -4,6 +4,7 @@ between two slices (issue 57: a 200 KB file held every later file for over two m
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from numpy.typing import NDArray
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.service.events import Change
-from ingestor.service.watcher import EMBED_SLICE, LARGE_DOC_LEAVES, Watcher
+from ingestor.service.watcher import EMBED_SLICE, LARGE_DOC_LEAVES, Watcher, changed_since_read
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from testkit.corpus import doc_text, make_pipeline
@@ -169,3 +170,25 @@ def test_a_small_edit_of_a_large_file_is_applied_in_its_batch(
     assert w.apply({big})
     assert len(landed) == 1, "one update, the batch's own"
     assert violations(p.require_state()) == []
+
+
+def test_a_file_replaced_by_another_of_the_same_size_and_time_is_read_again(
+    built: tuple[Pipeline, Path, Arrivals],
+) -> None:
+    """One rule for "changed since it was read" (the large file's check and the recheck after
+    every batch): gone, resized, touched, or another file (inode) under the same name."""
+    p, root, _ = built
+    path = root / "d0.txt"
+    doc = _read(p, path)
+    assert not changed_since_read(doc, path)
+    st = path.stat()
+    other = root / "other.tmp"
+    other.write_text(path.read_text()[::-1])  # same size, another file
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    other.replace(path)
+    assert changed_since_read(doc, path)
+    w = watcher(p, root, [])
+    w._recheck([doc])
+    assert [c.path for c in list(w.paths.queue)] == [path]
+    path.unlink()
+    assert changed_since_read(doc, path)
