@@ -9,7 +9,6 @@ after a short grace instead of the full debounce (:mod:`ingestor.service.intake`
 from __future__ import annotations
 
 import fnmatch
-import logging
 import os
 import queue
 import stat
@@ -29,8 +28,6 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
-
-log = logging.getLogger(__name__)
 
 _CHANGES = frozenset(
     {EVENT_TYPE_CREATED, EVENT_TYPE_DELETED, EVENT_TYPE_MODIFIED, EVENT_TYPE_MOVED}
@@ -104,7 +101,8 @@ class EnqueueHandler(FileSystemEventHandler):
 
 
 class PathFilter:
-    """Which paths under ``root`` the watcher takes: not ignored, not excluded, no outward links."""
+    """Which paths under ``root`` the watcher takes: not ignored, not excluded (links included:
+    reading one judges where it leads, see :meth:`Watcher.wanted`)."""
 
     def __init__(self, root: Path, ignore: Sequence[str], exclude: Iterable[Path]) -> None:
         self.root = Path(os.path.abspath(root))
@@ -122,12 +120,3 @@ class PathFilter:
         if any(fnmatch.fnmatch(part, pat) for part in rel.parts for pat in self.ignore):
             return False
         return not any(path == ex or ex in path.parents for ex in self.exclude)
-
-    def wanted(self, path: Path) -> bool:
-        """Return False for paths outside the root, ignored names and excluded folders.
-
-        A link is wanted whatever it points to: reading it (``ingestor.read.opening``) refuses a
-        link out of the root or a loop, and the refusal is listed with its reason (``adrap
-        status``), as ``adrap build`` lists it; nothing outside the root is ever read.
-        """
-        return self.named(path)

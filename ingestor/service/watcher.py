@@ -301,8 +301,13 @@ class Watcher:
                 out.add(item.path)
 
     def wanted(self, path: Path) -> bool:
-        """Return False for paths outside the root, ignored names, excluded folders, outward links."""
-        return self.filter.wanted(path)
+        """Return False for paths outside the root, ignored names and excluded folders.
+
+        A link is wanted whatever it points to: reading it (``ingestor.read.opening``) refuses a
+        link out of the root or a loop, and the refusal is listed with its reason (``adrap
+        status``), as ``adrap build`` lists it; nothing outside the root is ever read.
+        """
+        return self.filter.named(path)
 
     # -- applying --------------------------------------------------------------------------------
 
