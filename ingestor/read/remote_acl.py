@@ -142,34 +142,28 @@ def decode_ntsd(raw: bytes, need: int, sids: Mapping[str, str] | None = None) ->
 def _nfs4_who(who: str, flags: int) -> str:
     if who in ("OWNER@", "GROUP@", "EVERYONE@"):
         return who
-    name = who.split("@", 1)[0]
-    group = bool(flags & _NFS4_GROUP)
+    return _local(bool(flags & _NFS4_GROUP), who.split("@", 1)[0])
+
+
+def _nt_who(sid: str, sids: Mapping[str, str] | None) -> str:
+    if sid in _WELL_KNOWN:
+        return _WELL_KNOWN[sid]
+    for prefix, group in (("S-1-22-1-", False), ("S-1-22-2-", True)):  # Samba's Unix accounts
+        if sid.startswith(prefix) and sid[len(prefix) :].isdigit():
+            return _local(group, sid[len(prefix) :])
+    kind, _, name = (sids or {}).get(sid, "").partition(":")
+    return _local(kind == "group", name) if kind in ("user", "group") else "?"
+
+
+def _local(group: bool, name: str) -> str:
+    """``u:<uid>`` / ``g:<gid>`` of the local user or group ``name`` (a name or a number);
+    ``?`` where the system knows no such name."""
     if name.isdigit():
         return f"{'g' if group else 'u'}:{int(name)}"
     try:
         return f"g:{grp.getgrnam(name).gr_gid}" if group else f"u:{pwd.getpwnam(name).pw_uid}"
     except KeyError:
         return "?"
-
-
-def _nt_who(sid: str, sids: Mapping[str, str] | None) -> str:
-    if sid in _WELL_KNOWN:
-        return _WELL_KNOWN[sid]
-    for prefix, kind in (("S-1-22-1-", "u"), ("S-1-22-2-", "g")):  # Samba's Unix accounts
-        if sid.startswith(prefix) and sid[len(prefix) :].isdigit():
-            return f"{kind}:{int(sid[len(prefix) :])}"
-    mapped = (sids or {}).get(sid)
-    if mapped is None:
-        return "?"
-    kind, _, name = mapped.partition(":")
-    try:
-        if kind == "user":
-            return f"u:{int(name) if name.isdigit() else pwd.getpwnam(name).pw_uid}"
-        if kind == "group":
-            return f"g:{int(name) if name.isdigit() else grp.getgrnam(name).gr_gid}"
-    except KeyError:
-        pass
-    return "?"
 
 
 def _sid(raw: bytes, off: int) -> str:
