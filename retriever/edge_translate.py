@@ -66,13 +66,20 @@ def edge_filter(flt: SearchFilter) -> qe.Filter | None:
     if flt.readable is not None:
         if not flt.readable:
             return None
-        # Every class the node lists must be readable: none outside ``readable`` (must_not
-        # except), and at least one listed (a node without classes is the owner's alone).
-        readable = list(flt.readable)
-        must.append(qe.FieldCondition(key=F.ACCESS, match=qe.MatchAny(readable)))
-        outside = qe.FieldCondition(key=F.ACCESS, match=qe.MatchExcept(readable))
+        listed, outside = access_conditions(flt.readable)
+        must.append(listed)
         return qe.Filter(must=must, must_not=[outside])
     return qe.Filter(must=must)
+
+
+def access_conditions(readable: Sequence[str]) -> tuple[qe.FieldCondition, qe.FieldCondition]:
+    """The reader filter's two conditions: ``must`` list at least one class of ``readable`` (a
+    node without classes is the owner's alone), ``must_not`` list one outside it."""
+    classes = list(readable)
+    return (
+        qe.FieldCondition(key=F.ACCESS, match=qe.MatchAny(classes)),
+        qe.FieldCondition(key=F.ACCESS, match=qe.MatchExcept(classes)),
+    )
 
 
 def edge_points(

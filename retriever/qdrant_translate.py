@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from qdrant_client import models
 
 from retriever.plan import SearchPlan
@@ -55,11 +57,19 @@ def qdrant_filter(flt: SearchFilter) -> models.Filter | None:
     if flt.readable is not None:
         if not flt.readable:
             return None
-        # As edge_translate: no class outside ``readable``, and at least one listed.
-        readable = list(flt.readable)
-        must.append(models.FieldCondition(key=F.ACCESS, match=models.MatchAny(any=readable)))
-        outside = models.FieldCondition(
-            key=F.ACCESS, match=models.MatchExcept(**{"except": readable})
-        )
+        listed, outside = access_conditions(flt.readable)
+        must.append(listed)
         return models.Filter(must=must, must_not=[outside])
     return models.Filter(must=must)
+
+
+def access_conditions(
+    readable: Sequence[str],
+) -> tuple[models.FieldCondition, models.FieldCondition]:
+    """As :func:`retriever.edge_translate.access_conditions`, in qdrant-client's models: ``must``
+    list a class of ``readable``, ``must_not`` list one outside it."""
+    classes = list(readable)
+    return (
+        models.FieldCondition(key=F.ACCESS, match=models.MatchAny(any=classes)),
+        models.FieldCondition(key=F.ACCESS, match=models.MatchExcept(**{"except": classes})),
+    )

@@ -14,6 +14,7 @@ from typing import Any
 import qdrant_edge as qe
 from qdrant_client.http import models
 
+from retriever.edge_translate import access_conditions
 from retriever.schema import META_POINT_ID, META_TREE, F
 
 
@@ -67,11 +68,8 @@ def access_filter(readable: tuple[str, ...] | None) -> qe.Filter | None:
     )
     if not readable:
         return qe.Filter(should=[meta])
-    classes = list(readable)
-    nodes = qe.Filter(
-        must=[qe.FieldCondition(key=F.ACCESS, match=qe.MatchAny(classes))],
-        must_not=[qe.FieldCondition(key=F.ACCESS, match=qe.MatchExcept(classes))],
-    )
+    listed, outside = access_conditions(readable)
+    nodes = qe.Filter(must=[listed], must_not=[outside])
     return qe.Filter(should=[nodes, meta])
 
 

@@ -28,6 +28,7 @@ from qdrant_client.http import models
 
 from retriever.facade.edge import MAX_POINTS, bounded_page, refuse_part
 from retriever.facade.io import NamedVectorIn, RestSearchRequest
+from retriever.qdrant_translate import access_conditions
 from retriever.schema import META_POINT_ID, META_TREE, SPARSE_VECTOR, VECTOR_NAME, F
 
 __all__ = ["ServerRestReader", "server_access_filter"]
@@ -50,13 +51,8 @@ def server_access_filter(readable: tuple[str, ...] | None) -> models.Filter | No
     )
     if not readable:
         return models.Filter(should=[meta])
-    classes = list(readable)
-    nodes = models.Filter(
-        must=[models.FieldCondition(key=F.ACCESS, match=models.MatchAny(any=classes))],
-        must_not=[
-            models.FieldCondition(key=F.ACCESS, match=models.MatchExcept(**{"except": classes}))
-        ],
-    )
+    listed, outside = access_conditions(readable)
+    nodes = models.Filter(must=[listed], must_not=[outside])
     return models.Filter(should=[nodes, meta])
 
 
