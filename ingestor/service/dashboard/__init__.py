@@ -5,7 +5,8 @@
   are made of.
 - :mod:`~ingestor.service.dashboard.routes`: the ``/dashboard`` page and its JSON endpoints.
 - :mod:`~ingestor.service.dashboard.page`: the page itself, one HTML document with its CSS and
-  JavaScript inlined (``static/``), optionally carrying the tree as an embedded JSON blob.
+  JavaScript inlined (``static/``: the script's ES modules put in as one script), optionally
+  carrying the tree as an embedded JSON blob.
 - :mod:`~ingestor.service.dashboard.export`: that blob for ``adrap explore``.
 - :mod:`~ingestor.service.dashboard.picture`: the picture of the tree: every node laid out as an
   icicle (sizes, colours by folder, the last update), as compact arrays.
