@@ -22,21 +22,13 @@ from typing import Any
 
 import pytest
 
+from testkit.browser import CHROMEDRIVER, CHROMIUM, HAVE_SELENIUM, chrome
 from tests.integration.test_daemon import SAMPLE, watching
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 TOKEN = "dashboard-test-token"
 QUESTION = "Why did the fox say the grapes were sour?"
-
-try:
-    import selenium  # noqa: F401
-
-    HAVE_SELENIUM = True
-except ImportError:
-    HAVE_SELENIUM = False
 
 pytestmark = [
     pytest.mark.integration,
@@ -49,25 +41,6 @@ pytestmark = [
         not HAVE_SELENIUM, reason="needs selenium (pip install -e '.[test]'); absent here"
     ),
 ]
-
-
-def chrome() -> Any:
-    """Return a headless Chromium driven through Debian's chromedriver."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(flag)
-    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
 
 
 @pytest.fixture

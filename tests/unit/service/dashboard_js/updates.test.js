@@ -1,0 +1,42 @@
+import { localTime } from "../static/format.js";
+import { newestUpdate, statusFacts, treeChanged, unreadList, updateLines } from "../static/updates.js";
+import { eq, test } from "./check.js";
+
+test("updates: statusFacts lists what the document has, ready as text", () => {
+  eq(statusFacts({ documents: 3, ready: false, deletions_paused: null, state: { last_build: "x" } }),
+    [["documents", 3], ["ready", "false"], ["last build", "x"]]);
+  eq(statusFacts({}), []);
+});
+
+test("updates: unreadList lists the files of a kind and how many more the daemon holds", () => {
+  const u = { unread: { stale: 5, stale_files: [{ source: "a.pdf", since: 10, reason: "locked" }] } };
+  eq(unreadList(u, "stale"), {
+    total: 5, lines: ["a.pdf (since " + localTime(10) + "): locked"],
+    more: "… 4 more: adrap status --offset 1",
+  });
+  eq(unreadList(u, "skipped"), { total: 0, lines: [], more: null });
+  eq(unreadList({}, "stale").total, 0);
+});
+
+test("updates: updateLines says what an update changed, zero where it did not say", () => {
+  const up = { at: 100, seconds: 1.5, files_added: 1, files_changed: 2, files_removed: 0,
+    leaves_added: 4, leaves_removed: 1, clusters_changed: 1, clusters_created: 0, clusters_split: 0,
+    clusters_removed: 0, summaries_regenerated: 2, rebuilt: true };
+  eq(updateLines(up), [
+    localTime(100) + " · 1.5 s",
+    "files +1 ~2 −0; leaves +4 −1",
+    "clusters changed 1, created 0, split 0, removed 0; summaries regenerated 2, stale 0, " +
+      "within tolerance 0; full rebuild",
+  ]);
+});
+
+test("updates: the tree changed when the newest update differs, never at the first look", () => {
+  eq(newestUpdate({}), null);
+  eq(newestUpdate({ updates: [{ at: 9 }, { at: 5 }] }), 9);
+  eq(treeChanged(undefined, 9), false);
+  eq(treeChanged(undefined, null), false);
+  eq(treeChanged(null, null), false);
+  eq(treeChanged(5, 5), false);
+  eq(treeChanged(5, 9), true);
+  eq(treeChanged(null, 9), true);
+});
