@@ -15,8 +15,10 @@ group whose points changed by more than ``max(tau_c, refit_share x`` its fitted 
 local model was fitted (a node moved within its group is one changed point, not a removal and an
 addition), and a guarded group past ``tau_c``, get the build's steps run on their current members
 (:mod:`ingestor.cluster.group_refit`): cost O(group), amortised over the changes. A cluster that
-outgrew the clusters its group's fit made (``group_upkeep.OUTGROWN``) is cut in two on its own
-members (cost O(cluster)).
+outgrew the clusters its group's fit made (:data:`~ingestor.cluster.group_upkeep.OUTGROWN`) is cut
+in two on its own members (cost O(cluster)). That upkeep of the groups is the layer's collaborator's
+(:class:`~ingestor.cluster.group_upkeep.GroupUpkeep`, :attr:`AdaptiveLayer.groups`); what the layer
+holds is :class:`~ingestor.cluster.layer_state.LayerState`.
 """
 
 from __future__ import annotations
@@ -24,16 +26,15 @@ from __future__ import annotations
 import logging
 import math
 from collections import defaultdict
-from collections.abc import Iterable, MutableMapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.cluster import group_upkeep
 from ingestor.cluster.digest import same_digest, vector_digest
-from ingestor.cluster.incremental import GUARDED, LayerDelta, Vectors, prefetch
+from ingestor.cluster.group_upkeep import GroupUpkeep
+from ingestor.cluster.layer_state import GUARDED, LayerDelta, LayerState, Vectors, prefetch
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
@@ -41,53 +42,18 @@ log = logging.getLogger(__name__)
 __all__ = ["GUARDED", "AdaptiveLayer", "LayerDelta", "Vectors", "same_digest", "vector_digest"]
 
 
-@dataclass
-class AdaptiveLayer:
-    """Online clustering of layer ``layer``'s nodes into the summaries of layer ``layer + 1``.
-
-    Attributes:
-        clusterer: the fitted ``TreeClusterer`` (global UMAP + GMM, local UMAPs).
-        gmms: per global cluster, its online local GMM (None: a guarded, single-cluster group).
-        guarded: per guarded global cluster, its one cluster id and member node ids.
-        point_of: node id → (global cluster, point id in its OnlineGMM or GUARDED).
-        node_at: (global cluster, point id) → node id.
-        cluster_nodes: cluster id → summary node ids of the layer above.
-        greedy: the paper's greedy baseline: join the most probable cluster, no GMM update.
-        tau_n, tau_c: Algorithm 2's thresholds, for the online GMMs of promoted groups.
-        ids: the layer's cluster id counter (shared by its OnlineGMMs).
-        placed: summary layers only: node id → digest of the vector its point was placed from.
-        refits: how many local models were fitted after the build (a group refitted or
-            promoted); the clusterer's ``local_models_`` changed each time.
-        refit_share: a group is refitted once more than ``max(tau_c, refit_share x n_fitted)``
-            of its points changed (0.5; ``inf`` keeps the build's local models, as the paper).
-        group_splits: how many global clusters were cut for their size after the build.
-        global_version: bumped when the global model changed (a cut group): the store writes it.
-        cluster_group: cluster id → its global group, kept as clusters appear (see
-            :meth:`members`); ``cluster_index_built`` once it was filled from the groups.
-        clusterer_token: names the stored bytes of the clusterer (set by the tree's store).
-        storage: the tree's store's bookkeeping for this layer (opaque here; not persisted).
+class AdaptiveLayer(LayerState):
+    """Online clustering of layer ``layer``'s nodes into the summaries of layer ``layer + 1``:
+    new nodes placed, removed nodes dropped, and what changed reported in a :class:`LayerDelta`.
+    Its fields are :class:`~ingestor.cluster.layer_state.LayerState`'s; its groups are kept fit
+    by :attr:`groups`.
     """
 
-    layer: int
-    clusterer: Any
-    gmms: list[OnlineGMM | None]
-    guarded: dict[int, tuple[int, set[str]]]
-    point_of: dict[str, tuple[int, int]]
-    node_at: dict[tuple[int, int], str]
-    cluster_nodes: dict[int, list[str]]
-    greedy: bool = False
-    tau_n: int = 100
-    tau_c: int = 11
-    ids: IdCounter = field(default_factory=IdCounter)
-    placed: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    refits: int = 0
-    refit_share: float = 0.5
-    group_splits: int = 0
-    global_version: int = 0
-    cluster_group: MutableMapping[int, int] = field(default_factory=dict)
-    cluster_index_built: bool = False
-    clusterer_token: str | None = None
-    storage: Any = field(default=None, repr=False, compare=False)
+    @property
+    def groups(self) -> GroupUpkeep:
+        """The upkeep of this layer's groups, over this layer's fields (it holds none of its own,
+        so one is made on use: nothing of it is stored with the layer)."""
+        return GroupUpkeep(self)
 
     @classmethod
     def from_fit(
@@ -155,7 +121,7 @@ class AdaptiveLayer:
             ids,
             placed,
         )
-        made._cluster_index()
+        made.groups.index()
         return made
 
     # -- read access -----------------------------------------------------------------------------
@@ -166,7 +132,7 @@ class AdaptiveLayer:
         The cluster's global group comes from an index kept as clusters appear, so this costs
         the cluster's size; a miss (a layer stored before the index) scans once and repairs it.
         """
-        index = self._cluster_index()
+        index = self.groups.index()
         g = index.get(cid)
         found = self._members_in(g, cid) if g is not None else None
         if found is not None:
@@ -193,32 +159,6 @@ class AdaptiveLayer:
         """Load where the given nodes sit in one read, before asking for each (a stored layer
         reads its maps row by row on first use)."""
         prefetch(self.point_of, node_ids)
-
-    def _cluster_index(self) -> MutableMapping[int, int]:
-        """Return cluster id -> global group, made on first use (one pass over the groups)."""
-        index = self.cluster_group
-        if not self.cluster_index_built:
-            for g in range(len(self.gmms)):
-                gmm = self.gmms[g]
-                if gmm is None:
-                    index[self.guarded[g][0]] = g
-                else:
-                    index.update(dict.fromkeys(gmm.members, g))
-            self.cluster_index_built = True
-        return index
-
-    def note(self, g: int, created: Iterable[int]) -> None:
-        """Record the global group of clusters that just appeared (see :meth:`members`)."""
-        index = self._cluster_index()
-        for cid in created:
-            index[cid] = g
-
-    def forget(self, removed: Iterable[int]) -> None:
-        """Drop clusters that are gone from the cluster -> group index (ids are never reused;
-        an emptied guarded group's cluster, which may be refilled, is found again on a miss).
-        Without this the index kept every cluster ever made: a long life's splits and refits."""
-        for cid in removed:
-            self.cluster_group.pop(cid, None)
 
     def clusters_of(self, node_id: str) -> set[int]:
         """Return the cluster ids a node of this layer belongs to."""
@@ -271,10 +211,12 @@ class AdaptiveLayer:
           :mod:`ingestor.cluster.group_refit`); the new points of a group about to be refitted
           join its most probable cluster on the way, as the refit recomputes them all anyway;
         * one of its clusters holds more than ``max(tau_c, OUTGROWN x`` the largest cluster the
-          group's last fit made) members (:data:`group_upkeep.OUTGROWN`) and cannot be cut in
-          two on its own members (:func:`group_upkeep.cut`, which runs first);
+          group's last fit made) members (:data:`~ingestor.cluster.group_upkeep.OUTGROWN`) and
+          cannot be cut in two on its own members (:meth:`GroupUpkeep.cut`, which runs first);
         * it holds more than the clusterer's ``max_group`` points: it is cut into parts of at
           most that size, each with its own local model (:mod:`ingestor.cluster.global_split`).
+
+        (:meth:`GroupUpkeep.keep_fit`, after the placements.)
         """
         if any(node_id in self.point_of for node_id in node_ids):
             dup = [n for n in node_ids if n in self.point_of]
@@ -296,7 +238,7 @@ class AdaptiveLayer:
                 for r, point in zip(rows.tolist(), reduced, strict=True):
                     local[r] = point
                 coming = int(len(rows) - stay[rows].sum())
-                if vectors is not None and group_upkeep.due(self, gmm, coming):
+                if vectors is not None and self.groups.due(gmm, coming):
                     refit.add(g)  # (a group cut for its size keeps its clusters: Algorithm 2)
         rows_of: dict[int, list[int]] = defaultdict(list)  # placed groups, rows in batch order
         for row, node_id in enumerate(node_ids):
@@ -330,33 +272,10 @@ class AdaptiveLayer:
                 self.node_at[(g, pid)] = node_id
             for result in results:
                 delta.absorb(result.dirty, result.created, result.split, result.removed)
-                self.note(g, result.created)
+                self.groups.note(g, result.created)
         if self.greedy:
             return
-        work = sorted(touched)
-        while work:
-            g = work.pop(0)
-            gmm = self.gmms[g]
-            if gmm is None:
-                if len(self.guarded[g][1]) <= max(self.tau_c, 3):
-                    continue
-                if vectors is None:
-                    raise ValueError(
-                        f"layer {self.layer}: global cluster {g} outgrew tau_c={self.tau_c}; "
-                        "pass vectors= so it can get a local model"
-                    )
-                group_upkeep.refit(self, g, vectors, delta)
-                promoted = self.gmms[g]
-                if promoted is not None and group_upkeep.oversized(self, promoted.n):
-                    work.insert(0, g)  # promoted past max_group in one batch: cut it next
-            elif vectors is not None and group_upkeep.oversized(self, gmm.n):
-                work[:0] = group_upkeep.split(self, g, vectors, delta)  # parts: checked as any
-            elif (vectors is not None and gmm.n > 0 and group_upkeep.due(self, gmm, 0)) or (
-                group_upkeep.outgrown(self, gmm)
-                and not group_upkeep.cut(self, g, delta)
-                and vectors is not None
-            ):
-                group_upkeep.refit(self, g, vectors, delta)
+        self.groups.keep_fit(touched, vectors, delta)
 
     def remove(self, node_id: str, delta: LayerDelta, *, moving: bool = False) -> None:
         """Drop a node from its clusters; clusters left empty are removed.

@@ -10,7 +10,7 @@ through its local UMAP, refit it) then costs in proportion to the tree.
 A group past ``max_group`` members is cut in two in the global UMAP space (2-means on its
 members), and the global mixture's component for it is replaced by the M-step of each half, so
 new points are routed to the halves by the same ``predict_global`` as before. Each half keeps the
-group's local UMAP and its clusters restricted to the half (``group_upkeep.split``) until its
+group's local UMAP and its clusters restricted to the half (``GroupUpkeep.split``) until its
 share of the group's changes makes it due for a refit. The build applies the same rule to its
 own global clusters (each part then fitted as a build fits any group), so a tree starts with
 bounded groups. RAPTOR's reference

@@ -111,16 +111,6 @@ class GaussianParams:
         cached = self.known_precisions
         return out if cached is None else out.with_precisions(cached[list(keep)])
 
-    def split(self, comp: int, parts: GaussianParams, order: Sequence[int]) -> GaussianParams:
-        """Component ``comp`` replaced by the components ``order`` of ``parts`` (a mixture fitted
-        to its points, sharing its weight), appended after the other components."""
-        rest = [j for j in range(self.k) if j != comp]
-        return GaussianParams(
-            np.concatenate([self.weights[rest], parts.weights[list(order)] * self.weights[comp]]),
-            np.concatenate([self.means[rest], parts.means[list(order)]]),
-            np.concatenate([self.covariances[rest], parts.covariances[list(order)]]),
-        )
-
 
 def gaussian_parameters(X: Array, resp: Array, reg_covar: float = REG_COVAR) -> GaussianParams:
     """M-step: the weighted means and covariances of Equation 2 [A §3.1].

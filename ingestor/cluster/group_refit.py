@@ -29,9 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.gmm import REG_COVAR, gaussian_parameters, to_sklearn
-from ingestor.cluster.incremental import match_ids
-from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.cluster.points import IdCounter
+from ingestor.cluster.online_gmm import IdCounter, OnlineGMM, match_ids
 from ingestor.cluster.two_step import LocalModel
 
 __all__ = ["GroupFit", "group_fit", "match_ids", "refit_group", "two_steps"]

@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ingestor.cluster import group_upkeep
 from ingestor.cluster.group_refit import group_fit, refit_group
-from ingestor.cluster.incremental import LayerDelta
+from ingestor.cluster.layer_state import LayerDelta, Vectors
 from ingestor.cluster.two_step import LocalModel
 
 if TYPE_CHECKING:
-    from ingestor.cluster.adaptive import AdaptiveLayer, Vectors
+    from ingestor.cluster.adaptive import AdaptiveLayer
     from ingestor.cluster.online_gmm import OnlineGMM
 
 __all__ = ["refit_global", "refit_local"]
@@ -71,7 +70,8 @@ def refit_local(
 
     Args:
         members: the group's member nodes (sorted), their point ids and its clusters (cluster
-            id → member nodes), as :func:`~ingestor.cluster.group_upkeep.members_of` returns.
+            id → member nodes), as :meth:`~ingestor.cluster.group_upkeep.GroupUpkeep.members_of`
+            returns.
         vectors: the nodes' embeddings.
         delta: gets the clusters that changed (only when the group becomes one cluster).
         old: the group's online GMM when it could be read: the sizes its clusters were last
@@ -118,5 +118,5 @@ def refit_local(
         )
         if old is not None and fit.online is not None:
             fit.online.offered = {k: v for k, v in old.offered.items() if k in clusters}
-    group_upkeep.install(al, g, fit, nodes, pids, placed=True)
-    group_upkeep.report(clusters, fit.clusters, delta, split=False)
+    al.groups.install(g, fit, nodes, pids, placed=True)
+    delta.refitted(clusters, fit.clusters, split=False)

@@ -229,7 +229,7 @@ class TreeUpdater:
         before = _ClustersBefore.of(state, al, delta)
         for cid in delta.removed:
             al.cluster_nodes.pop(cid, None)
-        al.forget(delta.removed)
+        al.groups.forget(delta.removed)
         members_of, regen, purging = self._regenerate(state, layer, al, delta, todo, stats, defer)
         refreshed |= regen.refreshed
         self._relink(state, al, before.touched(al, members_of, todo), stats)

@@ -21,8 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.gmm import GaussianParams
-from ingestor.cluster.online_gmm import OnlineGMM
-from ingestor.cluster.points import PointBuffer
+from ingestor.cluster.online_gmm import OnlineGMM, PointBuffer
 from ingestor.tree.rowmap import RowMap, dumps, loads_model
 from models_store import Changes, IncompatibleModelError, ModelStoreError, RowStore
 

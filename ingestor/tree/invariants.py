@@ -12,8 +12,8 @@ from collections import defaultdict
 from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
-from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit, oversized
-from ingestor.cluster.incremental import REOFFER_GROWTH
+from ingestor.cluster.group_upkeep import OUTGROWN, outgrown_limit
+from ingestor.cluster.online_gmm import REOFFER_GROWTH
 from ingestor.tree.state import Provenance, folders_of
 
 
@@ -145,7 +145,7 @@ def _layer(
             continue
         if set(gmm.point_ids) != {pid for (gg, pid) in al.node_at if gg == g}:
             bad.append(f"layer {i} group {g}: GMM points and nodes differ")
-        if oversized(al, gmm.n) and not al.greedy:
+        if al.groups.oversized(gmm.n) and not al.greedy:
             bad.append(
                 f"layer {i}: group {g} holds {gmm.n} points, past max_group, and was not cut"
             )

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
-from ingestor.cluster.group_upkeep import members_of
 from ingestor.cluster.model_refit import refit_global, refit_local
 from ingestor.tree.layer_store import ModelDamage, unreadable_models
 from ingestor.tree.state import TreeState
@@ -95,7 +94,7 @@ def _repair_layer(
             refit_local(al, g, from_tree[g], state.matrix, delta)
         else:  # its online GMM (or its guarded cluster) says who is where
             old = None if g in al.guarded else al.gmms[g]
-            refit_local(al, g, members_of(al, g), state.matrix, delta, old=old)
+            refit_local(al, g, al.groups.members_of(g), state.matrix, delta, old=old)
 
 
 def _members_from_tree(

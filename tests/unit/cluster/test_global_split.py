@@ -1,5 +1,5 @@
 """Bounded global clusters: a group past ``max_group`` points is cut into parts, at build time and
-when updates fill it (ingestor.cluster.global_split, group_upkeep.split)."""
+when updates fill it (ingestor.cluster.global_split, GroupUpkeep.split)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from ingestor.cluster import group_upkeep
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
 from ingestor.cluster.em import fit_gmm
 from ingestor.cluster.global_split import bound_groups, split_component
+from ingestor.cluster.group_upkeep import GroupUpkeep
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import load_state
 from testkit.fakes import EchoSummarizer
@@ -158,15 +158,15 @@ def test_a_cut_keeps_the_groups_local_model_and_the_clusters_inside_one_part(
     umap = c.local_models_[g].umap
     seen: dict[int, frozenset[str]] = {}
     cut = LayerDelta()  # what the cut itself reports
-    real_split = group_upkeep.split
+    real_split = GroupUpkeep.split
 
-    def split(al: AdaptiveLayer, g: int, vectors: Any, delta: LayerDelta) -> list[int]:
-        seen.update(group_upkeep.members_of(al, g)[2])  # the clusters the cut starts from
-        parts = real_split(al, g, vectors, cut)
+    def split(upkeep: GroupUpkeep, g: int, vectors: Any, delta: LayerDelta) -> list[int]:
+        seen.update(upkeep.members_of(g)[2])  # the clusters the cut starts from
+        parts = real_split(upkeep, g, vectors, cut)
         delta.absorb(cut.dirty, cut.created, cut.split, cut.removed)
         return parts
 
-    monkeypatch.setattr(group_upkeep, "split", split)
+    monkeypatch.setattr(GroupUpkeep, "split", split)
     parts_before = len(al.gmms)
     refits = al.refits
     delta = LayerDelta()

@@ -12,12 +12,10 @@ import pytest
 from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
-from ingestor.cluster import group_upkeep
 from ingestor.cluster.adaptive import GUARDED, AdaptiveLayer, LayerDelta
 from ingestor.cluster.group_refit import TWO_STEPS_PAST, match_ids, refit_group
 from ingestor.cluster.group_upkeep import OUTGROWN
-from ingestor.cluster.incremental import IdCounter
-from ingestor.cluster.online_gmm import OnlineGMM
+from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 from ingestor.cluster.two_step import TreeClusterer
 from tests.unit.cluster.test_two_step import sphere_blobs
 
@@ -103,7 +101,7 @@ def test_a_refit_group_is_fitted_on_exactly_its_current_members() -> None:
         np.testing.assert_allclose(
             np.sort(umap._raw_data, axis=0), np.sort(vectors(members), axis=0), atol=1e-6
         )
-    due = [g for g, m in enumerate(al.gmms) if m is not None and group_upkeep.due(al, m, 0)]
+    due = [g for g, m in enumerate(al.gmms) if m is not None and al.groups.due(m, 0)]
     assert due == [], "every group past its churn threshold was refitted at the batch's end"
 
 
@@ -340,8 +338,8 @@ def test_a_group_of_about_the_builds_size_is_refitted_by_the_local_step_a_grown_
 
     g, gmm = largest_group(al)
     assert gmm.n <= TWO_STEPS_PAST * c.build_group_size()
-    nodes, _, _ = group_upkeep.members_of(al, g)
-    group_upkeep.refit(al, g, vectors, LayerDelta())
+    nodes, _, _ = al.groups.members_of(g)
+    al.groups.refit(g, vectors, LayerDelta())
     assert al.clusterer.local_models_[g].umap.n_neighbors == 7, "the local step's neighbours"
     ref = TreeClusterer(random_state=0, n_epochs=50, local_n_neighbors=7)
     ref.fit_local(vectors(nodes))

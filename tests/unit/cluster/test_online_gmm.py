@@ -73,7 +73,7 @@ def test_an_added_point_refactors_only_the_components_it_reaches(
 ) -> None:
     """Per point, the online GMM refactored every component's covariance twice (~150 of them in
     a large group); the ones the point does not reach keep their factorisation."""
-    import ingestor.cluster.incremental as incremental
+    from ingestor.cluster.online_gmm import update
 
     rng = np.random.default_rng(0)
     X = np.vstack([rng.normal(c, 0.3, (10, 3)) for c in (0.0, 5.0, 10.0)])
@@ -85,7 +85,7 @@ def test_an_added_point_refactors_only_the_components_it_reaches(
         factored.append(len(covariances))
         return precision_cholesky(covariances)
 
-    monkeypatch.setattr(incremental, "precision_cholesky", counting)
+    monkeypatch.setattr(update, "precision_cholesky", counting)
     updated = incremental_m_step(before, len(X), np.zeros(3), np.array([0.7, 0.3, 1e-15]), REG)
     assert factored == [2]
     np.testing.assert_allclose(

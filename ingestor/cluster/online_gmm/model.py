@@ -1,4 +1,4 @@
-"""adRAP's online Gaussian mixture: Algorithm 2 and Equation 3 of [A §4.3].
+"""adRAP's online Gaussian mixture (Algorithm 2 of [A §4.3]): its parameters, points and clusters.
 
 One :class:`OnlineGMM` holds the local clustering of one global cluster: the mixture, the points
 (reduced local embeddings) and each point's clusters (soft: posterior > ``threshold``, at least
@@ -7,14 +7,15 @@ update reports which ids changed, were created, split or removed: adRAP regenera
 
 ``add(x)`` follows Algorithm 2. n ≤ τ_n: EM to convergence from the current parameters on all
 points, then fresh fits with K + 1 .. K + c components (c: clusters past τ_c) compete by BIC; new
-clusters inherit the id of the old cluster they overlap most. n > τ_n: one incremental M-step
-(Equation 3 in its exact form: :func:`~ingestor.cluster.incremental.incremental_m_step`); the
-point joins its clusters and a cluster past τ_c is offered a split into k' = 1, 2, 3 by BIC.
-``remove(point)`` drops a point and the clusters left empty, parameters otherwise unchanged.
+clusters inherit the id of the old cluster they overlap most (:mod:`.update`). n > τ_n: one
+incremental M-step (Equation 3 in its exact form: :func:`.update.incremental_m_step`); the point
+joins its clusters and a cluster past τ_c is offered a split into k' = 1, 2, 3 by BIC
+(:mod:`.split`). ``remove(point)`` drops a point and the clusters left empty, parameters
+otherwise unchanged.
 
 Deviation: :attr:`OnlineGMM.offered` records each cluster's size at its last split offer; a
-cluster is offered again after each quarter of growth (:func:`~ingestor.cluster.incremental.
-offer_due`), not on every insert (an offer costs O(cluster); see docs/architecture.md).
+cluster is offered again after each quarter of growth (:func:`.split.offer_due`), not on every
+insert (an offer costs O(cluster); see docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Self
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.cluster import incremental as inc
 from ingestor.cluster.gmm import (
     REG_COVAR,
     GaussianParams,
@@ -35,14 +35,21 @@ from ingestor.cluster.gmm import (
     soft_assign,
     to_sklearn,
 )
-from ingestor.cluster.incremental import IdCounter, PointBuffer, UpdateResult, incremental_m_step
+from ingestor.cluster.online_gmm.points import IdCounter, PointBuffer
+from ingestor.cluster.online_gmm.split import offer_due, replace_component, split_offer
+from ingestor.cluster.online_gmm.update import (
+    UpdateResult,
+    incremental_m_step,
+    inherited_ids,
+    refit_by_bic,
+)
 
 if TYPE_CHECKING:
     from sklearn.mixture import GaussianMixture
 
 log = logging.getLogger(__name__)
 
-__all__ = ["IdCounter", "OnlineGMM", "UpdateResult", "incremental_m_step"]
+__all__ = ["OnlineGMM"]
 
 
 class OnlineGMM:
@@ -150,8 +157,8 @@ class OnlineGMM:
 
     def offer_due(self, cid: int) -> bool:
         """Whether cluster ``cid`` is due its split offer
-        (:func:`~ingestor.cluster.incremental.offer_due` of its size and :attr:`offered`)."""
-        return inc.offer_due(len(self.members[cid]), self.tau_c, self.offered.get(cid, 0))
+        (:func:`~ingestor.cluster.online_gmm.split.offer_due` of its size and :attr:`offered`)."""
+        return offer_due(len(self.members[cid]), self.tau_c, self.offered.get(cid, 0))
 
     def to_sklearn(self) -> GaussianMixture:
         """Return the current mixture as a fitted ``GaussianMixture`` (components in id order)."""
@@ -343,7 +350,7 @@ class OnlineGMM:
     def _refit(self) -> None:
         """Algorithm 2, n ≤ τ_n: warm EM, then fresh fits with K+1..K+c components, by BIC."""
         X = self._points.view()
-        best = inc.refit_by_bic(
+        best = refit_by_bic(
             X,
             self.params,
             self._assign,
@@ -354,19 +361,19 @@ class OnlineGMM:
         )
         log.debug("online GMM refit on %d points: K %d -> %d", len(X), self.params.k, best.k)
         comps = self._assign(responsibilities(X, best)[1])
-        self._install(best, comps, inc.inherited_ids(best.k, self._points.ids, comps, self.members))
+        self._install(best, comps, inherited_ids(best.k, self._points.ids, comps, self.members))
 
     def _try_split(self, cid: int, *, cut: bool = False) -> bool:
         """Offer cluster ``cid`` a split into k' ∈ {1, 2, 3} by BIC, or with ``cut`` cut it in
-        two (:func:`~ingestor.cluster.incremental.halve`); return True if it split.
+        two (:func:`~ingestor.cluster.online_gmm.split.halve`); return True if it split.
 
         A candidate with a part of fewer than ``min_split_size`` members is passed over (see
-        :func:`~ingestor.cluster.incremental.best_split`).
+        :func:`~ingestor.cluster.online_gmm.split.best_split`).
         """
         comp = self.cluster_ids.index(cid)
         pids = sorted(self.members[cid])
         Xc = self._points.view()[[self._points.row[p] for p in pids]]
-        choice = inc.split_offer(
+        choice = split_offer(
             Xc,
             pids,
             self._assign,
@@ -380,7 +387,7 @@ class OnlineGMM:
             return False
         sub, parts = choice
         order = sorted(range(sub.k), key=lambda j: -len(parts[j]))  # the largest keeps the id
-        self.params = self.params.split(comp, sub, order)
+        self.params = replace_component(self.params, comp, sub, order)
         new_ids = [cid] + [self.ids.take() for _ in order[1:]]
         self.cluster_ids = [c for c in self.cluster_ids if c != cid] + new_ids
         for new_id, j in zip(new_ids, order, strict=True):
@@ -390,5 +397,5 @@ class OnlineGMM:
 
     def cut(self, cid: int) -> bool:
         """Cut cluster ``cid`` in two on its own members, no BIC (one that outgrew its group's
-        fit, :func:`~ingestor.cluster.group_upkeep.cut`); return True if it was cut."""
+        fit, :meth:`~ingestor.cluster.group_upkeep.GroupUpkeep.cut`); return True if it was cut."""
         return self._try_split(cid, cut=True)
