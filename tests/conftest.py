@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean ADRAP_* environment for every test; ``wait_until`` for real events."""
+"""Shared fixtures: a clean ADRAP_* environment for every test (with the check of edits on);
+``wait_until`` for real events."""
 
 from __future__ import annotations
 
@@ -11,19 +12,25 @@ from pathlib import Path
 
 import pytest
 
+from ingestor.tree.rowmap import CHECK_EDITS_VARIABLE
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 DATA = SHARED / "data"
 TMPFS = Path("/dev/shm")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Put the tests' temporary folders on tmpfs where there is a roomy one (Linux).
+    """Check every commit of a tree's state for rows changed in place without ``edit()`` (see
+    ``ingestor.tree.rowmap.CHECK_EDITS_VARIABLE``: such a change would be lost), in this process
+    and those it starts; and put the tests' temporary folders on tmpfs where there is a roomy one
+    (Linux).
 
     The stores sync every commit to disk; on a shared disk those syncs were most of the fast
     suite's time (a small tree built in 2 s there, 0.2 s on tmpfs). What the tests check does
     not change: a killed process loses nothing the page cache holds. ``--basetemp`` or a
     ``TMPDIR`` of one's own wins; a small /dev/shm (Docker's 64 MB) is left alone.
     """
+    os.environ[CHECK_EDITS_VARIABLE] = "1"
     if config.option.basetemp or "TMPDIR" in os.environ or not os.access(TMPFS, os.W_OK):
         return
     if shutil.disk_usage(TMPFS).free >= 4 << 30:
@@ -34,13 +41,15 @@ def pytest_configure(config: pytest.Config) -> None:
 def clean_environ(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
-    """Strip ADRAP_* variables so a developer's shell never changes a test's outcome.
+    """Strip ADRAP_* variables so a developer's shell never changes a test's outcome (but the
+    check of edits, on for every test).
 
     The user's trees and settings file (XDG data and config homes) are empty folders of the test.
     """
     for key in list(os.environ):
         if key.startswith("ADRAP_"):
             monkeypatch.delenv(key)
+    monkeypatch.setenv(CHECK_EDITS_VARIABLE, "1")
     xdg = tmp_path_factory.mktemp("xdg")
     monkeypatch.setenv("XDG_DATA_HOME", str(xdg / "data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(xdg / "config"))

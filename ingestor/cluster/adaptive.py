@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.digest import same_digest, vector_digest
 from ingestor.cluster.group_upkeep import GroupUpkeep
-from ingestor.cluster.layer_state import GUARDED, LayerDelta, LayerState, Vectors, prefetch
+from ingestor.cluster.layer_state import GUARDED, LayerDelta, LayerState, Vectors, edit, prefetch
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
@@ -249,12 +249,12 @@ class AdaptiveLayer(LayerState):
             if self.gmms[g] is not None:
                 rows_of[g].append(row)
                 continue
-            cid, nodes = self.guarded[g]
+            cid, nodes = edit(self.guarded, g)
             nodes.add(node_id)
             self.point_of[node_id] = (g, GUARDED)
             delta.absorb([cid], [], [], [])
         for g, batch in rows_of.items():
-            gmm = self.gmms[g]
+            gmm = edit(self.gmms, g)
             assert gmm is not None
             if self.greedy or g in refit:
                 results = [gmm.add_greedy(local[r]) for r in batch]
@@ -292,12 +292,12 @@ class AdaptiveLayer(LayerState):
         self.placed.pop(node_id, None)
         delta.touched.add(g)  # add_many checks its refit
         if pid == GUARDED:
-            cid, nodes = self.guarded[g]
+            cid, nodes = edit(self.guarded, g)
             nodes.discard(node_id)
             delta.absorb([] if not nodes else [cid], [], [], [cid] if not nodes else [])
             return
         del self.node_at[(g, pid)]
-        gmm = self.gmms[g]
+        gmm = edit(self.gmms, g)
         assert gmm is not None
         result = gmm.remove(pid)
         delta.absorb(result.dirty, result.created, result.split, result.removed)

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.global_split import bound_groups
 from ingestor.cluster.group_refit import GroupFit, group_fit, refit_group
-from ingestor.cluster.layer_state import GUARDED, LayerDelta, LayerState, Vectors, prefetch
+from ingestor.cluster.layer_state import GUARDED, LayerDelta, LayerState, Vectors, edit, prefetch
 from ingestor.cluster.online_gmm import OnlineGMM
 
 __all__ = ["OUTGROWN", "GroupUpkeep", "outgrown_limit"]
@@ -174,7 +174,7 @@ class GroupUpkeep:
         not of the group. Return whether none is left past it (False: a part would hold fewer
         than ``min_split_size`` members; the caller refits the group)."""
         al = self.layer
-        gmm = al.gmms[g]
+        gmm = edit(al.gmms, g)
         assert gmm is not None
         limit = outgrown_limit(gmm)
         old_ids, cut_ids = set(gmm.members), set()

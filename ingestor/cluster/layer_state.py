@@ -8,21 +8,22 @@ summary nodes each cluster maps to. The layer places nodes
 writes them by name, each part in rows of its own.
 
 :class:`LayerDelta` is what one batch of operations did to a layer's clusters; :func:`prefetch`
-reads a stored layer's containers (a plain dict, a layer fitted in this process, needs nothing).
+and :func:`edit` read a stored layer's containers (a plain dict or list, a layer fitted in this
+process, needs neither).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
-__all__ = ["GUARDED", "LayerDelta", "LayerState", "Vectors", "prefetch"]
+__all__ = ["GUARDED", "LayerDelta", "LayerState", "Vectors", "edit", "prefetch"]
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
 GUARDED = -1
@@ -149,3 +150,20 @@ def prefetch(mapping: object, keys: Iterable[Any]) -> None:
     fetch = getattr(mapping, "prefetch", None)
     if fetch is not None:
         fetch(keys)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+@overload
+def edit(container: Sequence[V], key: int) -> V: ...
+@overload
+def edit(container: Mapping[K, V], key: K) -> V: ...
+def edit(container: Any, key: Any) -> Any:
+    """Return ``container[key]`` to change in place: a stored layer's container (a tree's rows,
+    with an ``edit`` of its own) then writes it at the next commit; a plain dict or list, a
+    layer fitted in this process, needs nothing. A value read with ``[]`` and changed is not
+    written."""
+    take = getattr(container, "edit", None)
+    return take(key) if take is not None else container[key]

@@ -83,7 +83,6 @@ def set_leaf_access(state: TreeState, leaf_ids: Iterable[str], access: str) -> l
     for node_id in leaf_ids:
         node: Node | None = state.nodes.peek(node_id)
         if node is not None and node.access != want:
-            node.access = want
-            state.nodes[node_id] = node
+            state.nodes.edit(node_id).access = want
             out.append(node_id)
     return out

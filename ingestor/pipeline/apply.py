@@ -232,7 +232,7 @@ class ApplyStage:
                 out.removed.extend(i for i in old.node_ids if i not in new_ids)
             for n in leaves:
                 if n.node_id in old_ids:  # unchanged chunk: keep the node, refresh provenance
-                    kept = state.nodes[n.node_id]
+                    kept = state.nodes.edit(n.node_id)
                     kept.chunk_index, kept.char_start, kept.char_end = (
                         n.chunk_index,
                         n.char_start,

@@ -164,7 +164,7 @@ class BuildStage:
             t0 = time.perf_counter()
             if kept is not None:  # its points are written once the tree is let go (build)
                 kept.put([i for i, n in state.nodes.items() if n.layer > 0], state.matrix)
-                state.vectors = VectorMap()  # all in the checkpoint; the commit writes none
+                state.vectors = VectorMap(state.clock)  # all in the checkpoint; none written
                 ctx.commit(state, unstored=True)
             else:
                 ctx.store_state(state, progress, index=False)  # indexed once let go

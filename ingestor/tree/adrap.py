@@ -298,7 +298,7 @@ class TreeUpdater:
         state.nodes.prefetch(node_ids)
         al.prefetch(node_ids)
         for node_id in node_ids:
-            node = state.nodes.peek(node_id)  # read; written back only if its parents change
+            node = state.nodes.peek(node_id)
             if node is None:
                 continue
             parents = list(
@@ -310,8 +310,7 @@ class TreeUpdater:
                 )
             )
             if parents != node.parents:
-                node.parents = parents
-                state.nodes[node_id] = node
+                state.nodes.edit(node_id).parents = parents
                 stats.upserted.add(node_id)
 
     @staticmethod
@@ -363,8 +362,7 @@ class TreeUpdater:
                 kids = [k for c in parent.children if (k := state.nodes.peek(c)) is not None]
                 prov = Provenance.merge(kids, state.max_node_sources)
                 if prov != Provenance.of(parent):
-                    prov.set_on(parent)
-                    state.nodes[p] = parent
+                    prov.set_on(state.nodes.edit(p))
                     stats.upserted.add(p)
                     todo.append(p)
 
@@ -384,6 +382,5 @@ class TreeUpdater:
         for child in node.children:
             c = state.nodes.peek(child)
             if c is not None and node_id in c.parents:
-                c.parents.remove(node_id)
-                state.nodes[child] = c
+                state.nodes.edit(child).parents.remove(node_id)
                 stats.upserted.add(child)

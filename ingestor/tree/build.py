@@ -124,9 +124,9 @@ class TreeBuilder:
         for node_id in [i for i, n in state.nodes.items() if n.layer > 0]:
             del state.nodes[node_id]
             state.vectors.pop(node_id, None)
-        for node in state.nodes.values():
-            node.parents = []
-        state.nodes.touch_all()  # every leaf changed in place: all are written at the commit
+        for node_id, node in state.nodes.items():
+            if node.parents:
+                state.nodes.edit(node_id).parents = []
         for node_id in list(state.stale):  # every summary is made anew
             del state.stale[node_id]
         state.layers = []
@@ -170,9 +170,8 @@ class TreeBuilder:
                 state.vectors.pop(node_id, None)
                 deleted.add(node_id)
             for node_id in below.point_of:
-                node = state.nodes[node_id]
-                if node.parents:
-                    node.parents = []
+                if state.nodes[node_id].parents:
+                    state.nodes.edit(node_id).parents = []
                     upserted.add(node_id)
             log.info("top layer %d dropped: %d nodes under it", len(state.layers) + 1, len(below))
         while len(state.layers) + 1 < p.max_layers:
@@ -192,7 +191,7 @@ class TreeBuilder:
             del state.nodes[node_id]
             state.vectors.pop(node_id, None)
         for node_id in state.ids_in_layer(layer):
-            state.nodes[node_id].parents = []
+            state.nodes.edit(node_id).parents = []
         state.layers.pop()
 
     def add_layer(
@@ -207,7 +206,7 @@ class TreeBuilder:
         t0 = time.perf_counter()
         X = state.matrix(ids)
         # A first build writes each local model out as it is fitted and holds none.
-        local = None if self.spill_to is None else spilled_models(self.spill_to, layer)
+        local = None if self.spill_to is None else spilled_models(self.spill_to, layer, state.clock)
         clusterer = self.make_clusterer().fit(X, local_models=local)
         stats.add_time("cluster", time.perf_counter() - t0)
         clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}

@@ -76,8 +76,9 @@ def members_tokens(state: TreeState, members: list[str]) -> int:
 
 def give_members(state: TreeState, node_id: str, members: list[str]) -> tuple[Node, bool]:
     """Give summary ``node_id`` its cluster's new ``members`` and their sources, keeping its text
-    and vector; return the node (written back at the commit) and whether its children changed."""
-    node = state.nodes[node_id]  # changed: written back
+    and vector; return the node (taken to change: written back at the commit) and whether its
+    children changed."""
+    node = state.nodes.edit(node_id)
     state.nodes.prefetch(members)
     kids = [k for m in members if (k := state.nodes.peek(m)) is not None]
     Provenance.merge(kids, state.max_node_sources).set_on(node)

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.gmm import GaussianParams
 from ingestor.cluster.online_gmm import OnlineGMM, PointBuffer
-from ingestor.tree.rowmap import RowMap, dumps, loads_model
+from ingestor.tree.rowmap import Clock, RowMap, dumps, loads_model
 from models_store import Changes, IncompatibleModelError, ModelStoreError, RowStore
 
 #: A group's points are packed again into one block once more than ``max(PACK_MIN, n //
@@ -36,12 +36,13 @@ class GroupMap(RowMap[Any]):
     by parts so that a commit writes the points and components an update changed, not the group.
 
     What was last written is remembered per group (its point ids, a digest of each component
-    and of the head); a commit writes the difference. Values handed out are written back (they
-    change in place), so an unchanged group costs one head digest, no bytes.
+    and of the head); a commit writes the difference for each group set or taken to change
+    (``edit``: an online GMM changes in place as points come and go), so a group taken and left
+    as it was costs one head digest, no bytes.
     """
 
-    def __init__(self, ns: str) -> None:
-        super().__init__(ns, mutable=True)
+    def __init__(self, ns: str, clock: Clock) -> None:
+        super().__init__(ns, clock)
         self._stored: dict[str, _Stored] = {}
         self._pending: dict[str, _Stored] = {}
         self._replaced: set[str] = set()
@@ -69,6 +70,19 @@ class GroupMap(RowMap[Any]):
     def _forget(self, keys: list[str]) -> None:
         for key in keys:  # read again, described again (by _decode)
             self._stored.pop(key, None)
+
+    def _fingerprint(self, value: OnlineGMM | None) -> bytes:
+        """What a commit would write of a group, but the id counter its layer shares with all of
+        its groups (linked again when read: :func:`~ingestor.tree.layer_store.open_layer`)."""
+        if value is None:
+            return b""
+        h = hashlib.blake2b(digest_size=16)
+        fields = {k: v for k, v in value.stored_fields().items() if k != "ids"}
+        h.update(dumps(fields | {"_order": list(value.buffer.ids)}))
+        params = value.params
+        for part in (params.weights, params.means, params.covariances, value.buffer.view()):
+            h.update(np.ascontiguousarray(part, dtype=np.float64).tobytes())
+        return h.digest()
 
     def __setitem__(self, key: str, value: Any) -> None:
         # A new model for the group (a refit, a promotion): its point ids may repeat the old

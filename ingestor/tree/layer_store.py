@@ -16,7 +16,7 @@ row, in namespaces ``L<i>.<part>``:
   covariance: written when they changed). An update that adds one point to a group of thousands
   writes that point, the components it moved and the head, not the group.
 * per-node and per-cluster maps (``point_of``, ``node_at``, ``cluster_nodes``, ``guarded``, …):
-  one row per entry (written when set or deleted).
+  one row per entry (written when set, deleted or taken to change: ``edit``).
 
 Opening a layer reads only its head; groups, local models and map entries load on first use.
 A fitted model the installed libraries cannot read (pickled by other versions of them) does not
@@ -38,21 +38,20 @@ from typing import TYPE_CHECKING, Any
 from ingestor.tree.group_rows import GroupMap, side_namespaces
 from ingestor.tree.model_rows import ModelRows, SpilledModels, relink_local
 from ingestor.tree.row_containers import KeyedRowMap, RowList
-from ingestor.tree.rowmap import RowMap, dumps, loads, loads_model
+from ingestor.tree.rowmap import Clock, RowMap, dumps, loads, loads_model
 from models_store import Changes, IncompatibleModelError, RowStore
 
 if TYPE_CHECKING:  # imported where a layer is opened: `adrap status` opens none
     from ingestor.cluster.adaptive import AdaptiveLayer
 
-#: Map attributes of an AdaptiveLayer, with how their keys are written and whether their values
-#: are changed in place (written back whenever handed out).
-_MAPS: dict[str, tuple[str, bool]] = {
-    "point_of": ("str", False),
-    "node_at": ("pair", False),
-    "cluster_nodes": ("int", True),
-    "guarded": ("int", True),
-    "placed": ("str", False),
-    "cluster_group": ("int", False),
+#: Map attributes of an AdaptiveLayer, with how their keys are written.
+_MAPS: dict[str, str] = {
+    "point_of": "str",
+    "node_at": "pair",
+    "cluster_nodes": "int",
+    "guarded": "int",
+    "placed": "str",
+    "cluster_group": "int",
 }
 _LISTS = ("gmms",)
 
@@ -176,16 +175,16 @@ def _parts(i: int) -> list[str]:
     return [f"L{i}.{p}" for p in ("head", "local", *_LISTS, *_MAPS)] + side
 
 
-def _track(al: AdaptiveLayer, i: int) -> None:
+def _track(al: AdaptiveLayer, i: int, clock: Clock) -> None:
     """Replace a layer's containers by tracking ones holding the same data, all marked to write."""
-    for name, (kind, mutable) in _MAPS.items():
-        rows: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
+    for name, kind in _MAPS.items():
+        rows: RowMap[Any] = RowMap(f"L{i}.{name}", clock)
         tracked: KeyedRowMap[Any, Any] = KeyedRowMap(rows, kind)
         for k, v in dict(getattr(al, name, {})).items():
             tracked[k] = v
         setattr(al, name, tracked)
     for name in _LISTS:
-        rows = GroupMap(f"L{i}.{name}")
+        rows = GroupMap(f"L{i}.{name}", clock)
         items = list(getattr(al, name))
         for j, v in enumerate(items):
             rows[str(j)] = v
@@ -193,7 +192,7 @@ def _track(al: AdaptiveLayer, i: int) -> None:
     c = al.clusterer
     if isinstance(c.local_models_, RowList) and isinstance(c.local_models_.rows, SpilledModels):
         return  # written to a checkpoint as fitted: the commit copies them from there
-    local: RowMap[Any] = ModelRows(f"L{i}.local")
+    local: RowMap[Any] = ModelRows(f"L{i}.local", clock)
     items = list(c.local_models_)
     for j, v in enumerate(items):
         local[str(j)] = v
@@ -208,12 +207,15 @@ def _containers(al: AdaptiveLayer) -> list[RowMap[Any]]:
     return [lst.rows for lst in _lists(al)] + [getattr(al, name).rows for name in _MAPS]
 
 
-def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore) -> None:
-    """Add the writes of layer ``i`` to ``ch``: all of it when new or moved, else what changed."""
+def layer_changes(al: AdaptiveLayer, i: int, ch: Changes, rows: RowStore, clock: Clock) -> None:
+    """Add the writes of layer ``i`` to ``ch``: all of it when new or moved, else what changed.
+
+    A layer fitted in this process gets containers of rows made with ``clock``, its state's.
+    """
     info = al.storage
     if info is None or info["index"] != i or info["db"] != str(rows.path):
         if not isinstance(al.gmms, RowList):
-            _track(al, i)
+            _track(al, i, clock)
         ch.clear.update(_parts(i))
         for part in _containers(al):
             part.replace_all()  # loads whatever is still in the database under the old name
@@ -278,8 +280,9 @@ def remove_layer(i: int, ch: Changes) -> None:
     ch.clear.update(_parts(i))
 
 
-def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
-    """Open layer ``i``: its head now, everything else on first use."""
+def open_layer(rows: RowStore, i: int, clock: Clock) -> AdaptiveLayer:
+    """Open layer ``i`` with its rows stamped by ``clock`` (its state's): its head now,
+    everything else on first use."""
     head = rows.get_many(f"L{i}.head", ["scalars", "lengths"])
     scalars: dict[str, Any] = loads(head["scalars"])  # type: ignore[assignment]
     lengths: list[int] = loads(head["lengths"])  # type: ignore[assignment]
@@ -305,15 +308,15 @@ def open_layer(rows: RowStore, i: int) -> AdaptiveLayer:
     for name in _scalar_names().intersection(scalars):  # a name an older version kept is dropped
         setattr(al, name, scalars[name])
     al.clusterer = clusterer
-    for name, (kind, mutable) in _MAPS.items():
-        m: RowMap[Any] = RowMap(f"L{i}.{name}", mutable=mutable)
+    for name, kind in _MAPS.items():
+        m: RowMap[Any] = RowMap(f"L{i}.{name}", clock)
         m.bind(rows)
         setattr(al, name, KeyedRowMap(m, kind))
     for name in _LISTS:
-        m = GroupMap(f"L{i}.{name}")
+        m = GroupMap(f"L{i}.{name}", clock)
         m.bind(rows)
         setattr(al, name, RowList(m, n_groups, on_load=_gmm_linker(al)))
-    local: RowMap[Any] = ModelRows(f"L{i}.local")
+    local: RowMap[Any] = ModelRows(f"L{i}.local", clock)
     local.bind(rows)
     clusterer.local_models_ = RowList(local, n_local, on_load=relink_local)
     al.storage = {

@@ -19,7 +19,7 @@ from typing import Any
 
 from ingestor.errors import TreeError
 from ingestor.tree.row_containers import RowList
-from ingestor.tree.rowmap import MISSING, RowMap, dumps, loads_model
+from ingestor.tree.rowmap import MISSING, Clock, RowMap, dumps, loads_model
 from models_store import Changes, ModelStoreError, RowStore
 
 __all__ = ["ModelRows", "SpilledModels", "relink_local", "spilled_models"]
@@ -39,7 +39,10 @@ def relink_local(model: Any) -> None:
 
 class ModelRows(RowMap[Any]):
     """The local models of a layer: a row the installed libraries cannot read raises
-    ``IncompatibleModelError`` naming it."""
+    ``IncompatibleModelError`` naming it. A model is replaced whole when refitted, never changed
+    in place for the state (its objects keep caches as they work: the check of edits skips it)."""
+
+    checked = False
 
     def _decode(self, key: str, data: bytes) -> Any:
         return loads_model(data, f"the local model {self.ns}/{key}")
@@ -55,10 +58,11 @@ class SpilledModels(ModelRows):
     Args:
         ns: the checkpoint namespace, ``fit<i>.local``.
         rows: the checkpoint database (open until the commit).
+        clock: the clock of the tree's state (handed to the rows read after the commit).
     """
 
-    def __init__(self, ns: str, rows: RowStore) -> None:
-        super().__init__(ns)
+    def __init__(self, ns: str, rows: RowStore, clock: Clock) -> None:
+        super().__init__(ns, clock)
         self.bind(rows)
         self.source = (rows, ns)
         #: The state database the commit writes these rows to (set by ``layer_changes``).
@@ -114,11 +118,13 @@ class SpilledModels(ModelRows):
         """The same models, read from the state database they were committed to."""
         if self.target is None:
             raise RuntimeError(f"{self.ns}: committed without a target database")
-        rows = ModelRows(self.ns)
+        rows = ModelRows(self.ns, self.clock)
         rows.bind(self.target)
         return rows
 
 
-def spilled_models(rows: RowStore, layer: int) -> RowList[Any]:
-    """An empty list whose items (layer ``layer``'s local models) go to ``rows`` as appended."""
-    return RowList(SpilledModels(f"{SPILL_PREFIX}{layer}.local", rows), 0, on_load=relink_local)
+def spilled_models(rows: RowStore, layer: int, clock: Clock) -> RowList[Any]:
+    """An empty list whose items (layer ``layer``'s local models) go to ``rows`` as appended
+    (``clock``: the tree's state's)."""
+    models = SpilledModels(f"{SPILL_PREFIX}{layer}.local", rows, clock)
+    return RowList(models, 0, on_load=relink_local)

@@ -35,7 +35,7 @@ from ingestor.tree.layer_store import (
     remove_layer,
     shed_layer,
 )
-from ingestor.tree.rowmap import CLOCK, RowMap, dumps, loads
+from ingestor.tree.rowmap import RowMap, dumps, loads
 from ingestor.tree.state import READABLE_STATE_FORMATS, STATE_FORMAT, TreeState
 from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import SCHEMA_VERSION, Embedder
@@ -194,7 +194,7 @@ def _open(rows: RowStore, *, layers: bool = True) -> TreeState:
         rowmap.bind(rows)
     state.nodes.sizes = {int(k): int(v) for k, v in (m.get("layer_sizes") or {}).items()}
     n_layers = int(m.get("n_layers", 0)) if layers else 0
-    state.layers = [open_layer(rows, i) for i in range(n_layers)]
+    state.layers = [open_layer(rows, i, state.clock) for i in range(n_layers)]
     state.rows = rows
     # A state from before this entry: its models were written with the last writer's libraries.
     state.model_libraries = dict(m.get("model_libraries") or m.get("libraries") or {})
@@ -313,7 +313,7 @@ def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False
         for rowmap in _row_maps(state):
             rowmap.changes(ch)
         for i, layer in enumerate(state.layers):  # a new or moved layer clears its rows first
-            layer_changes(layer, i, ch, rows)
+            layer_changes(layer, i, ch, rows, state.clock)
         for i in range(len(state.layers), before):
             remove_layer(i, ch)
         if fresh:
@@ -365,7 +365,7 @@ def shed_rows(state: TreeState, limit: int) -> int:
     """Once more than ``limit`` rows are held in memory, drop those the last
     :data:`RECENT_UPDATES` updates did not use (then those the last one did not use, then all,
     until at most ``limit`` are left); return how many were dropped. Call it after every update:
-    each call ends one (the clock of use, :data:`~ingestor.tree.rowmap.CLOCK`, advances).
+    each call ends one (``state.clock``, the clock of use of this state's rows alone, advances).
 
     A state held across updates (the daemon's) keeps every row it reads, and the rows an update
     reads are a few clusters of a few groups anywhere in the tree: held, they add up to the
@@ -376,8 +376,7 @@ def shed_rows(state: TreeState, limit: int) -> int:
     as a held state's hits grow with what it holds). Only a committed state is shed (nothing
     pending, no open intent), between updates: the database holds those rows as they are.
     """
-    now = CLOCK.now
-    CLOCK.now += 1
+    now = state.clock.tick()
     if state.rows is None or state.intent_open or held_rows(state) <= limit:
         return 0
     dropped = 0

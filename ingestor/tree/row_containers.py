@@ -39,6 +39,10 @@ class KeyedRowMap(MutableMapping[K, V], Generic[K, V]):
     def __getitem__(self, key: K) -> V:
         return self.rows[self._enc(key)]
 
+    def edit(self, key: K) -> V:
+        """Return a value to change in place, marked for the next commit (``RowMap.edit``)."""
+        return self.rows.edit(self._enc(key))
+
     def prefetch(self, keys: Iterable[K]) -> None:
         """Read the rows of ``keys`` not yet loaded in one query (see ``RowMap.prefetch``)."""
         self.rows.prefetch(self._enc(k) for k in keys)
@@ -96,7 +100,16 @@ class RowList(MutableSequence[V], Generic[V]):
         if not -self.length <= i < self.length:
             raise IndexError(i)
         i %= self.length
-        value = self.rows[str(i)]
+        return self._linked_item(i, self.rows[str(i)])
+
+    def edit(self, i: int) -> V:
+        """Return item ``i`` to change in place, marked for the next commit (``RowMap.edit``)."""
+        if not -self.length <= i < self.length:
+            raise IndexError(i)
+        i %= self.length
+        return self._linked_item(i, self.rows.edit(str(i)))
+
+    def _linked_item(self, i: int, value: V) -> V:
         if self.on_load is not None and i not in self._linked:
             self.on_load(value)
             self._linked.add(i)

@@ -274,10 +274,8 @@ class SummaryWriter:
             )
             state.vectors[ids[i]] = vec
             for c in members:
-                child = _node(state, c)
-                if ids[i] not in child.parents:
-                    child.parents.append(ids[i])
-                    state.nodes[c] = child  # changed: written back at the commit
+                if ids[i] not in _node(state, c).parents:
+                    state.nodes.edit(c).parents.append(ids[i])
                     regen.relinked.add(c)
         return ids
 
@@ -289,8 +287,7 @@ class SummaryWriter:
                 continue
             child = state.nodes.peek(c)
             if child is not None and node.node_id in child.parents:
-                child.parents.remove(node.node_id)
-                state.nodes[c] = child
+                state.nodes.edit(c).parents.remove(node.node_id)
                 relinked.add(c)
 
     def summarize_groups(
@@ -367,7 +364,7 @@ class SummaryWriter:
 
 
 def _node(state: TreeState, node_id: str) -> Node:
-    """Read a node without marking it for write-back (the state writes what changed only)."""
+    """Read a node (to change it, take it with ``state.nodes.edit``)."""
     node = state.nodes.peek(node_id)
     if node is None:
         raise KeyError(node_id)

@@ -137,7 +137,7 @@ class FloorRules:
                 continue
             change = self._change(state, al, cid, node, members, rewritten, purged)
             if change:
-                node = state.nodes[node.node_id]  # changed: written back
+                node = state.nodes.edit(node.node_id)
                 node.drift += change
             if math.isinf(node.drift):
                 out.purging.add(node.node_id)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, MutableMapping
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.tree.rowmap import CLOCK
+from ingestor.tree.rowmap import Clock
 
 __all__ = ["VectorMap"]
 
@@ -34,14 +34,18 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
     ``map[id]`` returns a copy of the row (a later change of the map never changes what was
     handed out); :meth:`stack` returns many rows as one matrix. A state without ``fetch`` only
     knows the vectors put into it.
+
+    Args:
+        clock: the clock of its tree's state, which stamps the vectors held (see :meth:`shed`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         self._row: dict[str, int] = {}
         self._data: NDArray[np.float32] | None = None
         self._free: list[int] = []  # rows of vectors popped or shed, reused first
         self._end = 0  # rows ever used at the end of the matrix
-        self._used: dict[str, int] = {}  # id -> CLOCK.now when last read or set
+        self._used: dict[str, int] = {}  # id -> clock.now when last read or set
         self.fetch: Callable[[list[str]], NDArray[np.float32]] | None = None
 
     # -- the matrix ------------------------------------------------------------------------------
@@ -83,8 +87,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
             KeyError: a vector is not held (:meth:`prefetch` them first).
         """
         rows = np.fromiter((self._row[i] for i in ids), dtype=np.intp, count=len(ids))
-        now = CLOCK.now
-        self._used.update(dict.fromkeys(ids, now))
+        self._used.update(dict.fromkeys(ids, self.clock.now))
         assert self._data is not None  # ids is not empty: they are held
         first = int(rows[0])
         if int(rows[-1]) - first == len(rows) - 1 and (np.diff(rows) == 1).all():
@@ -105,7 +108,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
                 self.reserve(len(missing), vectors.shape[1])
             for i, vec in zip(missing, vectors, strict=True):
                 self[i] = vec
-        self._used.update(dict.fromkeys((i for i in ids if i in self._row), CLOCK.now))
+        self._used.update(dict.fromkeys((i for i in ids if i in self._row), self.clock.now))
 
     def shed(self, *, used_since: int | None = None) -> int:
         """Forget the vectors held in memory (but those read or set at or after ``used_since``)
@@ -130,7 +133,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
         if key not in self._row:
             self.prefetch([key])
         row = self._row[key]
-        self._used[key] = CLOCK.now
+        self._used[key] = self.clock.now
         assert self._data is not None
         vec: NDArray[np.float32] = self._data[row].copy()
         return vec
@@ -155,7 +158,7 @@ class VectorMap(MutableMapping[str, NDArray[np.float32]]):
             row = self._row[key] = self._slot(len(vec))
         assert self._data is not None
         self._data[row] = vec
-        self._used[key] = CLOCK.now
+        self._used[key] = self.clock.now
 
     def __delitem__(self, key: str) -> None:
         if key not in self._row:

@@ -11,7 +11,7 @@ from ingestor.cluster.em import fit_gmm
 from ingestor.cluster.gmm import params_of
 from ingestor.cluster.online_gmm import OnlineGMM
 from ingestor.tree.group_rows import PACK_MIN, PACK_SHARE, GroupMap, pack, unpack
-from ingestor.tree.rowmap import dumps, loads
+from ingestor.tree.rowmap import Clock, dumps, loads
 from models_store import Changes, RowStore
 
 
@@ -30,7 +30,7 @@ def commit(m: GroupMap, rows: RowStore) -> int:
 
 
 def reopen(rows: RowStore) -> GroupMap:
-    m = GroupMap("L0.gmms")
+    m = GroupMap("L0.gmms", Clock())
     m.bind(rows)
     return m
 
@@ -38,7 +38,7 @@ def reopen(rows: RowStore) -> GroupMap:
 def stored(tmp_path: Path, g: OnlineGMM) -> RowStore:
     """A new state database holding ``g`` as group 0 of layer 0, committed."""
     rows = RowStore(tmp_path / "s.sqlite", create=True)
-    m = GroupMap("L0.gmms")
+    m = GroupMap("L0.gmms", Clock())
     m.bind(rows)
     m["0"] = g
     commit(m, rows)
@@ -61,7 +61,7 @@ def test_a_group_round_trips_exactly_and_adding_a_point_writes_the_point_not_the
 ) -> None:
     rows = RowStore(tmp_path / "s.sqlite", create=True)
     small, big = group(400), group(4000, seed=1)
-    m = GroupMap("L0.gmms")
+    m = GroupMap("L0.gmms", Clock())
     m.bind(rows)
     m["0"], m["1"], m["2"] = small, big, None
     first = commit(m, rows)
@@ -73,7 +73,7 @@ def test_a_group_round_trips_exactly_and_adding_a_point_writes_the_point_not_the
     assert commit(loaded, rows) == 0, "groups read and left as they were write nothing"
     written = {}
     for key in ("0", "1"):
-        g = loaded[key]
+        g = loaded.edit(key)
         g.add(np.full(10, 1.5))  # n > tau_n: one incremental M-step, the point joins a cluster
         written[key] = commit(loaded, rows)
         same(reopen(rows)[key], g)
@@ -119,7 +119,7 @@ def test_a_group_is_read_from_a_block_and_the_points_added_since(tmp_path: Path)
     one-document remove); now one block plus the points added since its last pack."""
     rows = RowStore(tmp_path / "s.sqlite", create=True)
     g = group(400)
-    m = GroupMap("L0.gmms")
+    m = GroupMap("L0.gmms", Clock())
     m.bind(rows)
     m["0"] = g
     first = commit(m, rows)
@@ -128,7 +128,7 @@ def test_a_group_is_read_from_a_block_and_the_points_added_since(tmp_path: Path)
     rng = np.random.default_rng(1)
     sizes, packed = [], 0
     for step in range(400):  # one point a commit, until a pack was due and done
-        gm = loaded["0"]
+        gm = loaded.edit("0")
         gm.add(rng.normal(1.5, 0.3, size=10))
         sizes.append(commit(loaded, rows))
         singles, blocked = stored_points(rows, "0")
@@ -160,7 +160,7 @@ def test_a_group_stored_a_row_a_point_is_read_and_packed_by_its_next_commit(
     assert stored_points(rows, "0") == (sorted(g.point_ids), [])
     loaded = reopen(rows)
     same(loaded["0"], g)
-    loaded["0"].add(np.full(10, 1.5))
+    loaded.edit("0").add(np.full(10, 1.5))
     commit(loaded, rows)
     assert stored_points(rows, "0") == ([], sorted(loaded["0"].point_ids))
     same(reopen(rows)["0"], loaded["0"])
@@ -174,7 +174,7 @@ def test_a_row_of_a_point_the_group_no_longer_has_is_ignored_and_deleted(tmp_pat
     rows.commit(ch)
     loaded = reopen(rows)
     same(loaded["0"], g)
-    loaded["0"].add(np.full(10, 1.5))
+    loaded.edit("0").add(np.full(10, 1.5))
     commit(loaded, rows)
     singles, _ = stored_points(rows, "0")
     assert 9999 not in singles
@@ -192,7 +192,7 @@ def test_a_block_round_trips_ids_and_points() -> None:
 def test_a_group_given_a_new_model_is_written_whole(tmp_path: Path) -> None:
     """A refit installs a new OnlineGMM whose point ids restart: same ids, other points."""
     rows = RowStore(tmp_path / "s.sqlite", create=True)
-    m = GroupMap("L0.gmms")
+    m = GroupMap("L0.gmms", Clock())
     m.bind(rows)
     m["0"] = group(400)
     commit(m, rows)
@@ -213,7 +213,7 @@ def test_a_group_written_before_a_field_existed_loads_with_its_default(tmp_path:
     """Rows written by an older adrap lack newer OnlineGMM fields; __setstate__ fills them in."""
     rows = RowStore(tmp_path / "s.sqlite", create=True)
     g = group(400)
-    m = GroupMap("L0.gmms")
+    m = GroupMap("L0.gmms", Clock())
     m.bind(rows)
     m["0"] = g
     ch = Changes()

@@ -20,6 +20,7 @@ from ingestor.tree.layer_store import unreadable_models
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.model_rows import ModelRows
 from ingestor.tree.persist import commit_state, load_state, state_path
+from ingestor.tree.rowmap import Clock
 from models_store import IncompatibleModelError
 from testkit.fakes import EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline, write_corpus
@@ -156,7 +157,7 @@ def test_a_clusterer_that_cannot_be_read_is_refitted_without_a_library_change(
 
 
 def test_a_local_model_that_cannot_be_read_names_itself_and_the_refit() -> None:
-    rows = ModelRows("L0.local")
+    rows = ModelRows("L0.local", Clock())
     with pytest.raises(IncompatibleModelError, match=r"L0\.local/3.*refits it") as info:
         rows._decode("3", UNREADABLE)
     assert isinstance(info.value.__cause__, AttributeError)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.tree.row_containers import KeyedRowMap
-from ingestor.tree.rowmap import RowMap, dumps
+from ingestor.tree.rowmap import Clock, RowMap, dumps
 from models_store import Changes, RowStore
 from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, make_pipeline, write_corpus
@@ -43,7 +43,7 @@ def stored(tmp_path: Path) -> CountingRows:
 
 def test_a_prefetch_answers_later_reads_of_found_and_missing_keys(tmp_path: Path) -> None:
     rows = stored(tmp_path)
-    m: RowMap[int] = RowMap("m")
+    m: RowMap[int] = RowMap("m", Clock())
     m.bind(rows)
     m.prefetch(["1", "2", "nope", "also-missing"])
     assert rows.many == 1
@@ -61,7 +61,7 @@ def test_a_prefetch_answers_later_reads_of_found_and_missing_keys(tmp_path: Path
 
 def test_keyed_maps_prefetch_their_encoded_keys(tmp_path: Path) -> None:
     rows = stored(tmp_path)
-    inner: RowMap[str] = RowMap("p")
+    inner: RowMap[str] = RowMap("p", Clock())
     inner.bind(rows)
     at: KeyedRowMap[tuple[int, int], str] = KeyedRowMap(inner, "pair")
     at.prefetch([(0, i) for i in range(10)])

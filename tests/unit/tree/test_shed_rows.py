@@ -11,7 +11,7 @@ import pytest
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.tree.persist import RECENT_UPDATES, held_rows, pending_intent, shed_rows
-from ingestor.tree.rowmap import RowMap
+from ingestor.tree.rowmap import Clock, RowMap
 from ingestor.tree.state import TreeState
 from ingestor.tree.vector_map import VectorMap
 from models_store import Changes, RowStore
@@ -102,7 +102,7 @@ def test_nothing_is_dropped_below_the_bound_or_with_writes_pending(tmp_path: Pat
     assert n > 0
     assert shed_rows(held, n) == 0  # at the bound: kept
     some = next(iter(held.nodes.keys_with_prefix("")))
-    held.nodes[some]  # handed out: written back at the next commit, so not droppable
+    held.nodes.edit(some)  # taken to change: written back at the next commit, so not droppable
     assert held.nodes.shed() == 0
     assert held.sources.shed() > 0  # each mapping on its own
 
@@ -126,7 +126,7 @@ def test_past_the_bound_the_rows_recent_updates_used_are_kept(tmp_path: Path) ->
 
 def test_a_rowmap_drops_only_what_the_database_holds(tmp_path: Path) -> None:
     rows = RowStore.shared(tmp_path / "s.sqlite", create=True)
-    m: RowMap[int] = RowMap("ns")
+    m: RowMap[int] = RowMap("ns", Clock())
     m["a"], m["b"] = 1, 2
     assert m.shed() == 0  # not bound: the only copy
     ch = Changes()
@@ -150,9 +150,9 @@ def test_the_clock_of_use_forgets_deleted_rows_and_vectors(tmp_path: Path) -> No
     # A daemon deletes rows at every update: their stamps must go with them, or the bookkeeping
     # meant to bound its memory grows with every row it ever deleted.
     rows = RowStore.shared(tmp_path / "s.sqlite", create=True)
-    m: RowMap[int] = RowMap("ns")
+    m: RowMap[int] = RowMap("ns", Clock())
     m.bind(rows)
-    vectors = VectorMap()
+    vectors = VectorMap(m.clock)
     vectors.fetch = lambda ids: np.zeros((len(ids), 2), dtype=np.float32)
     for i in range(50):
         m[f"k{i}"] = i

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ingestor.tree.rowmap import Clock
 from ingestor.tree.vector_map import VectorMap
 
 
@@ -13,7 +14,7 @@ def _vec(x: float, dim: int = 3) -> np.ndarray:
 
 
 def test_rows_set_in_order_stack_as_a_read_only_view_others_as_a_copy() -> None:
-    m = VectorMap()
+    m = VectorMap(Clock())
     m.reserve(4, 3)
     for i in range(4):
         m[f"n{i}"] = _vec(i)
@@ -28,7 +29,7 @@ def test_rows_set_in_order_stack_as_a_read_only_view_others_as_a_copy() -> None:
 
 
 def test_a_vector_handed_out_does_not_change_when_its_row_is_reused() -> None:
-    m = VectorMap()
+    m = VectorMap(Clock())
     m["a"] = _vec(1)
     got = m["a"]
     m.pop("a")
@@ -40,7 +41,7 @@ def test_a_vector_handed_out_does_not_change_when_its_row_is_reused() -> None:
 
 
 def test_the_matrix_grows_and_keeps_every_row() -> None:
-    m = VectorMap()
+    m = VectorMap(Clock())
     for i in range(3000):
         m[str(i)] = _vec(i, 2)
     assert len(m) == 3000
@@ -54,7 +55,7 @@ def test_growing_the_matrix_holds_no_third_copy_of_its_rows() -> None:
     row beside them (1.5 GB more at 1M leaves of 384-d)."""
     import tracemalloc
 
-    m = VectorMap()
+    m = VectorMap(Clock())
     rows, dim = 60_000, 64  # 15 MB of rows
     m.reserve(rows, dim)
     for i in range(rows):
@@ -71,7 +72,7 @@ def test_growing_the_matrix_holds_no_third_copy_of_its_rows() -> None:
 
 
 def test_shed_keeps_recent_rows_compacted_and_fetches_the_rest_back() -> None:
-    m = VectorMap()
+    m = VectorMap(Clock())
     m.fetch = lambda ids: np.stack([_vec(float(i)) for i in ids])
     for i in range(10):
         m[str(i)] = _vec(i)
