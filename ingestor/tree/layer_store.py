@@ -16,7 +16,8 @@ row, in namespaces ``L<i>.<part>``:
   covariance: written when they changed). An update that adds one point to a group of thousands
   writes that point, the components it moved and the head, not the group.
 * per-node and per-cluster maps (``point_of``, ``node_at``, ``cluster_nodes``, ``guarded``, …):
-  one row per entry (written when set, deleted or taken to change: ``edit``).
+  one row per entry (written when set, deleted or taken to change: ``edit``, see
+  :func:`ingestor.cluster.layer_state.edit`).
 
 Opening a layer reads only its head; groups, local models and map entries load on first use.
 A fitted model the installed libraries cannot read (pickled by other versions of them) does not
