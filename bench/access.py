@@ -180,7 +180,7 @@ def bench_change(n_files: int, n_classes: int, folder: Path) -> None:
     )
     p, root = pipes[True]
     state = p.require_state()
-    before = len(p.embedder.texts)
+    before = len(p.context.embedder.texts)
     os.chmod(root / "team000", 0o755)
     t0 = time.perf_counter()
     report = p.update_access(state)
@@ -188,13 +188,13 @@ def bench_change(n_files: int, n_classes: int, folder: Path) -> None:
     print(
         f"  chmod of one folder ({report.files_reclassed} files): applied in {dt:5.2f} s "
         f"(target <= 2 s), {len(report.stats.upserted)} points rewritten, "
-        f"{len(p.embedder.texts) - before} texts embedded (target 0)"
+        f"{len(p.context.embedder.texts) - before} texts embedded (target 0)"
     )
     t0 = time.perf_counter()
     report = p.update_access(state)
     print(f"  a reading with nothing changed: {time.perf_counter() - t0:5.2f} s")
     for p, _ in pipes.values():
-        p.store.close()
+        p.context.store.close()
 
 
 # -- recall ---------------------------------------------------------------------------------

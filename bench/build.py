@@ -66,7 +66,7 @@ def main() -> None:
         # The floor: embedding the very same leaf texts, once, with the same model and batch size.
         from ingestor.pipeline import load_state
 
-        state = load_state(pipeline.models, settings.tree, embedder)
+        state = load_state(pipeline.context.models, settings.tree, embedder)
         assert state is not None
         leaves = [n.text for n in state.nodes.values() if n.layer == 0]
         # Measured twice, best of two: the machine is shared and a single run can be slowed down.

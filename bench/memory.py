@@ -101,7 +101,7 @@ def one(size: int, workers: int = 1) -> dict[str, Any]:
         after = _rss_mb()
         after_anon, after_file = _rss_mb("RssAnon"), _rss_mb("RssFile")
         disk = _du_mb(Path(tmp) / "state")
-        p.store.close()
+        p.context.store.close()
     return {
         "leaves": leaves,
         "seconds": seconds,

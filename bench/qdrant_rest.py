@@ -49,7 +49,7 @@ from qdrant_client import QdrantClient, models  # noqa: E402
 from synthetic_tree import DIM, MODEL, TREES, make_corpus, make_queries  # noqa: E402
 
 from ingestor.answer.service import QueryDefaults, QueryService  # noqa: E402
-from ingestor.service.concurrency import LockedStore  # noqa: E402
+from ingestor.service.concurrency import LockedShard, LockedStore  # noqa: E402
 from ingestor.service.daemon.routes import daemon_routes  # noqa: E402
 from ingestor.service.http import HttpLimits, HttpServer, build_app  # noqa: E402
 from ingestor.service.qdrant_rest import qdrant_routes  # noqa: E402
@@ -109,7 +109,7 @@ def bench(size: int, n: int, rng: np.random.Generator) -> list[tuple[str, list[f
             metrics=SimpleNamespace(ready=True), query=service.query, ask=service.ask
         )
         routes = daemon_routes(fake_daemon, limits) + qdrant_routes(  # type: ignore[arg-type]
-            EdgeRestReader(store, "adrap"),
+            EdgeRestReader(LockedShard(store, inner), "adrap"),
             root=Path(tmp),
             limits=limits,
             ready=lambda: True,

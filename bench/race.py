@@ -51,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     watched = make_pipeline(base / "daemon")
     watched.build(share)
-    daemon_texts: CountingEmbedder = watched.embedder  # type: ignore[assignment]
+    daemon_texts: CountingEmbedder = watched.context.embedder  # type: ignore[assignment]
     d = make_daemon(watched, share, debounce=0.05, close_grace=0.02)
     stop = threading.Event()
     runner = threading.Thread(target=d.run, args=(stop,), name="daemon")
@@ -78,15 +78,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 p.build(share)
             except Exception as exc:  # a build may find the folder gone mid-walk: not a leak
                 print(f"  build {builds}: {type(exc).__name__}: {exc}")
-            build_texts.extend(p.embedder.texts)  # type: ignore[attr-defined]
-            p.store.close()
+            build_texts.extend(p.context.embedder.texts)  # type: ignore[attr-defined]
+            p.context.store.close()
             builds += 1
         swaps = swapper.swaps
     stop.set()
     runner.join(120)
     leaked_daemon = sum(SECRET in t for t in daemon_texts.texts)
     leaked_build = sum(SECRET in t for t in build_texts)
-    stored = watched.store.scroll(SearchFilter(tree=watched.tree), 100_000)[0]
+    stored = watched.context.store.scroll(SearchFilter(tree=watched.context.tree), 100_000)[0]
     leaked_store = sum(SECRET in n.text for n in stored)
     took = time.monotonic() - t0
     print(

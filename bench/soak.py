@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             f"RSS after build {stats.rss_after_build_mb:.0f} MiB, at end {stats.rss_end_mb:.0f} "
             f"MiB; peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB"
         )
-        p.store.close()
+        p.context.store.close()
     return 0
 
 

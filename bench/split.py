@@ -127,7 +127,7 @@ def build_one(folder: Path, state_dir: Path, dump: Path) -> dict[str, object]:
         state.matrix(ids),
     )
     counts = state.layer_counts()
-    p.store.close()
+    p.context.store.close()
     return {"wall": wall, "cpu": cpu, "rss_start": rss0, "peak": peak, "layers": counts}
 
 

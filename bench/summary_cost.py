@@ -223,8 +223,8 @@ def main() -> None:
                 f"{r['median_ratio_to_doc']:>13.1f} {r['stale_left']:>13} {rec:>13.1%} "
                 f"{r['floor_tokens'] / max(1, rebuild_tokens):>13.2f}"  # type: ignore[operator]
             )
-            r["p"].store.close()  # type: ignore[attr-defined]
-        full.store.close()
+            r["p"].context.store.close()  # type: ignore[attr-defined]
+        full.context.store.close()
         print(
             f"  peak RSS {peak_rss_mb():.0f} MiB; embedding {emb.seconds:.0f} s (cached across modes)"
         )

@@ -141,7 +141,7 @@ def recall(p: Pipeline, qvecs: NDArray[np.float32], answers: list[tuple[str, ...
     hit = 0
     for v, ans in zip(qvecs, answers, strict=True):
         text = " ".join(
-            h.node.text for h in collapsed_tree(p.store, v, SearchFilter(tree="default"))
+            h.node.text for h in collapsed_tree(p.context.store, v, SearchFilter(tree="default"))
         ).lower()
         hit += any(a.lower() in text for a in ans)
     return hit / len(answers)
@@ -217,7 +217,7 @@ def part1(tmp: Path) -> None:
         print(
             f"  {name:<24} {wall:11.1f} {cpu_s:11.1f} {calls:11d} {tok:11d} {ari:11.3f} {rec:11.1%}"
         )
-        p.store.close()
+        p.context.store.close()
     print(
         f"  (embedding time, cached across variants and not in the wall column: {emb.seconds:.0f}s)"
     )
@@ -270,7 +270,7 @@ class TimedEmbedder:
 def state_bytes(p: Pipeline) -> int:
     from ingestor.tree.persist import state_path
 
-    path = state_path(p.models, p.tree)
+    path = state_path(p.context.models, p.context.tree)
     return sum(f.stat().st_size for f in path.parent.glob(path.name + "*"))
 
 
@@ -349,7 +349,7 @@ def part2(
         print(f"  {n_leaves:>7} {what:<10} {wall:7.1f} {cpu_s:7.1f} {s.calls:9d}", flush=True)
         from ingestor.tree.persist import state_path
 
-        db = state_path(p.models, p.tree)
+        db = state_path(p.context.models, p.context.tree)
         if warm_cache:
             warm(db)
         print(
@@ -430,13 +430,14 @@ def part2(
                 f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS "
                 f"{peak_rss_mb():.0f} MiB"
             )
-            p.store.close()
+            p.context.store.close()
             continue
         state = p.require_state()
         before = s.calls
         t0, c0 = time.perf_counter(), cpu()
-        p.builder.summaries.summarize_groups = _uncached(p.builder.summaries.summarize_groups)  # type: ignore[method-assign]
-        p.builder.build(state)
+        builder = p.context.builder
+        builder.summaries.summarize_groups = _uncached(builder.summaries.summarize_groups)  # type: ignore[method-assign]
+        builder.build(state)
         wall, cpu_s = time.perf_counter() - t0, cpu() - c0
         calls = s.calls - before
         per_doc = float(np.median([r[1] for r in results["add"]]))
@@ -447,7 +448,7 @@ def part2(
         print(
             f"  state database on disk: {state_bytes(p) / 1e6:.1f} MB; peak RSS {peak_rss_mb():.0f} MiB"
         )
-        p.store.close()
+        p.context.store.close()
 
 
 class FloorProbe:

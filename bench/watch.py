@@ -94,7 +94,10 @@ def ten_chunk_text(rng: random.Random, p: Pipeline) -> str:
     while (
         len(
             chunk_text(
-                text, max_tokens=p.chunk_tokens, overlap=p.chunk_overlap, tokenizer=p.tokenizer
+                text,
+                max_tokens=p.build_stage.chunk_tokens,
+                overlap=p.build_stage.chunk_overlap,
+                tokenizer=p.build_stage.tokenizer,
             )
         )
         < 10
@@ -260,8 +263,7 @@ def main() -> None:
     settings = base.model_copy(update={"watch": watch})
     store = EdgeNodeStore(settings.state_dir / "qdrant")
     embedder = make_embedder(settings)
-    parts = make_daemon_parts(settings, store, embedder, owner_token=None)
-    d = Daemon(parts, folder, settings)
+    d = Daemon(make_daemon_parts(settings, store, embedder, owner_token=None), folder, settings)
     p = d.pipeline
     stop = threading.Event()
     t = threading.Thread(target=d.run, args=(stop,))
@@ -282,7 +284,10 @@ def main() -> None:
             chunks = [
                 c.text
                 for c in chunk_text(
-                    text, max_tokens=p.chunk_tokens, overlap=p.chunk_overlap, tokenizer=p.tokenizer
+                    text,
+                    max_tokens=p.build_stage.chunk_tokens,
+                    overlap=p.build_stage.chunk_overlap,
+                    tokenizer=p.build_stage.tokenizer,
                 )
             ]
             with d.lock:
@@ -291,7 +296,7 @@ def main() -> None:
                 floors.append(min(args.close_grace, args.debounce) + time.perf_counter() - e0)
             name = f"new-{i}.txt"
             before = d.metrics.updates
-            flt = SearchFilter(tree=p.tree, source_prefix=name, max_layer=0)
+            flt = SearchFilter(tree=p.context.tree, source_prefix=name, max_layer=0)
             n_chunks = len(chunks)
             w0 = time.perf_counter()
             (folder / name).write_text(text)

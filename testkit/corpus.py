@@ -1,16 +1,21 @@
 """Small generated documents on five topics, and the fast pipeline the watcher tests (and
 bench/access.py) run them through: hashed embeddings and echo summaries beside the real
-TreeClusterer and qdrant-edge."""
+TreeClusterer and qdrant-edge, the store behind the daemon's lock (so the pipeline may be handed
+to :func:`testkit.daemons.make_daemon` as built)."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
+from ingestor.pipeline.unread import Unread
+from ingestor.service.concurrency import lock_store
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
+from retriever import NodeStore
 from retriever.edge_store import EdgeNodeStore
 from testkit.fakes import CountingEmbedder, EchoSummarizer
 
@@ -33,7 +38,17 @@ def doc_text(rng: random.Random, n_sentences: int) -> str:
     return " ".join(out)
 
 
-def make_pipeline(tmp: Path, summarizer: EchoSummarizer | None = None) -> Pipeline:
+def make_pipeline(
+    tmp: Path,
+    summarizer: EchoSummarizer | None = None,
+    *,
+    store: NodeStore | None = None,
+    unread: Unread | None = None,
+    drift_threshold: float = 100.0,
+    defer_summaries: Callable[[], bool] | None = None,
+) -> Pipeline:
+    """Return the fast pipeline over ``store`` (an embedded shard in ``tmp/state`` by default)
+    behind the daemon's lock per call (:func:`~ingestor.service.concurrency.lock_store`)."""
     emb = CountingEmbedder()
     builder = TreeBuilder(
         emb,
@@ -45,9 +60,11 @@ def make_pipeline(tmp: Path, summarizer: EchoSummarizer | None = None) -> Pipeli
         tree="t",
         embedder=emb,
         builder=builder,
-        store=EdgeNodeStore(tmp / "state" / "qdrant"),
+        store=lock_store(store or EdgeNodeStore(tmp / "state" / "qdrant")),
         models=ModelStore(tmp / "state" / "models"),
         chunk_tokens=40,
         chunk_overlap=8,
-        drift_threshold=100.0,
+        drift_threshold=drift_threshold,
+        unread=unread,
+        defer_summaries=defer_summaries,
     )

@@ -2,9 +2,11 @@
 
 The product builds a daemon's parts from the settings (``cli.factories.make_daemon_parts``); a test
 builds its pipeline itself (fake embedder, small trees) and hands it here with the watch options it
-needs, by their short names. This is the test's composition root: the pipeline's store is put behind
-the lock per call, the queries get their own embedder over that store, and the pipeline's updates
-ask the summary schedule, as ``make_daemon_parts`` wires them.
+needs, by their short names. The pipeline comes built as the daemon's is: over the store behind the
+lock per call (``lock_store``; :func:`testkit.corpus.make_pipeline` builds it so) and, given a
+summary schedule, asking it whether to defer (``defer_summaries=schedule.defers_now``); here the
+queries get their own embedder over that store, as ``make_daemon_parts`` builds them. Nothing the
+pipeline was given is replaced.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import Settings, WatchSettings
 from ingestor.pipeline import Pipeline
 from ingestor.read.listing import DEFAULT_IGNORE
-from ingestor.service.concurrency import lock_store
+from ingestor.service.concurrency import LockedStore
 from ingestor.service.daemon import Daemon, DaemonParts
 from ingestor.service.deadline import BoundedLock
 from ingestor.service.events import PathFilter
@@ -62,27 +64,39 @@ def daemon_parts(
     owner_token: str | None = None,
     limits: HttpLimits | None = None,
 ) -> DaemonParts:
-    """Return the daemon's parts around a hand-built ``pipeline`` (its store is locked here);
-    ``limits``: the largest ``max_tokens``/``top_k`` its query service takes (the settings')."""
+    """Return the daemon's parts around a hand-built ``pipeline``, built over a locked store
+    and asking ``summaries`` (when given) whether to defer; ``queries``, when given, over that
+    store too; ``limits``: the largest ``max_tokens``/``top_k`` its query service takes (the
+    settings').
+
+    Raises:
+        TypeError: the pipeline's store is not behind the lock.
+        ValueError: the pipeline does not ask ``summaries`` whether to defer.
+    """
     limits = limits or HttpLimits()
-    locked = lock_store(pipeline.store)
-    pipeline.store = locked
-    schedule = summaries or SummarySchedule(window=0, idle=0)
-    pipeline.apply_stage.defer_summaries = schedule.defers_now
-    lock = BoundedLock("the query embedder")
+    ctx = pipeline.context
+    locked = ctx.store
+    if not isinstance(locked, LockedStore):
+        raise TypeError(
+            f"daemon_parts: the pipeline's store is a {type(locked).__name__}; build the "
+            "pipeline over lock_store(store), as the daemon's is (testkit.corpus.make_pipeline)"
+        )
+    if summaries is not None and pipeline.apply_stage.defer_summaries != summaries.defers_now:
+        raise ValueError(
+            "daemon_parts: build the pipeline with defer_summaries=summaries.defers_now"
+        )
+    schedule = summaries or SummarySchedule(window=0, idle=0)  # defers nothing, as a pipeline
     if queries is None:
         queries = QueryService(
             locked,
-            query_embedder or copy.deepcopy(pipeline.embedder),
-            pipeline.tree,
+            query_embedder or copy.deepcopy(ctx.embedder),
+            ctx.tree,
             defaults=QueryDefaults(
                 max_tokens_limit=limits.max_tokens, top_k_limit=limits.max_top_k
             ),
-            classes=pipeline.context.access.registry,
-            lock=lock,
+            classes=ctx.access.registry,
+            lock=BoundedLock("the query embedder"),
         )
-    else:
-        queries.store, queries.lock = locked, lock
     return DaemonParts(
         pipeline, locked, queries, schedule, callers or Callers(owner_token=owner_token)
     )
@@ -123,8 +137,8 @@ def make_daemon(
         fields.pop("max_held_rows", None)
     base = Settings(  # type: ignore[call-arg]
         _env_file=None,
-        tree=pipeline.tree,
-        state_dir=state_dir or pipeline.models.root.parent,
+        tree=pipeline.context.tree,
+        state_dir=state_dir or pipeline.context.models.root.parent,
     )
     settings = base.model_copy(
         update={

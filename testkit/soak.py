@@ -114,22 +114,27 @@ def compare_with_rebuild(
     With ``reference_seed``, a second rebuild with that clusterer seed gives the reference ARI:
     how much two equally good trees of the same folder agree.
     """
-    epochs = p.builder.make_clusterer().n_epochs  # type: ignore[attr-defined]
+    ctx, chunk_tokens = p.context, p.build_stage.chunk_tokens
+    epochs = ctx.builder.summaries.make_clusterer().n_epochs  # type: ignore[attr-defined]
     full = make_pipeline(
-        state_dir, p.embedder, summarizer, chunk_tokens=p.chunk_tokens, n_epochs=epochs
+        state_dir, ctx.embedder, summarizer, chunk_tokens=chunk_tokens, n_epochs=epochs
     )
     try:
         full.build(root)
         qs = present_questions(corpus, root, questions, rng)
         cmp = compare_trees(
-            (p.require_state(), p.store), (full.require_state(), full.store), p.embedder, TREE, qs
+            (p.require_state(), ctx.store),
+            (full.require_state(), full.context.store),
+            ctx.embedder,
+            TREE,
+            qs,
         )
         if reference_seed is not None:
             other = make_pipeline(
                 state_dir / "reference",
-                p.embedder,
+                ctx.embedder,
                 summarizer,
-                chunk_tokens=p.chunk_tokens,
+                chunk_tokens=chunk_tokens,
                 n_epochs=epochs,
                 seed=reference_seed,
             )
@@ -144,10 +149,10 @@ def compare_with_rebuild(
                     [ref[i] for i in common], [again[i] for i in common]
                 )
             finally:
-                other.store.close()
+                other.context.store.close()
         return cmp
     finally:
-        full.store.close()
+        full.context.store.close()
 
 
 def compare_trees(

@@ -177,15 +177,15 @@ def make_pipeline(
 def check(p: Pipeline, root: Path) -> int:
     """Assert every invariant of the tree, the store and the folder; return how many held."""
     state = p.require_state()
-    params = p.builder.params
+    params = p.context.builder.summaries.params
     bad = violations(state, min_top_nodes=params.min_top_nodes, max_layers=params.max_layers)
     assert not bad, f"{len(bad)} invariant(s) broken, first: {bad[:5]}"
-    stored = set(p.store.iter_ids(TREE))
+    stored = set(p.context.store.iter_ids(TREE))
     assert stored == set(state.nodes), (
         f"store and state disagree: {len(stored - set(state.nodes))} extra points, "
         f"{len(set(state.nodes) - stored)} missing"
     )
-    for payload in p.store.retrieve(list(state.nodes)):
+    for payload in p.context.store.retrieve(list(state.nodes)):
         node = state.nodes[payload.node_id]
         assert list(payload.parents) == node.parents, f"{node.node_id}: stored parents differ"
         assert list(payload.children) == node.children, f"{node.node_id}: stored children differ"

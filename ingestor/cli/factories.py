@@ -17,6 +17,8 @@ from ingestor.service.locking import StateLock, reader_lock, state_lock
 
 if TYPE_CHECKING:
     from ingestor.config import Settings
+    from ingestor.pipeline import Pipeline
+    from ingestor.service.daemon import DaemonParts
     from retriever import Embedder, NodeStore
 
 log = logging.getLogger(__name__)
@@ -229,7 +231,7 @@ def make_pipeline(
     access: Any = None,
     *,
     defer_summaries: Callable[[], bool] | None = None,
-) -> Any:
+) -> Pipeline:
     """Return the tree's pipeline over ``store`` (``defer_summaries``: asked at each update
     whether its summaries wait for the daemon's schedule; None: they are paid at once)."""
     from ingestor.cluster.parallel import worker_count
@@ -312,7 +314,7 @@ def make_summary_schedule(settings: Settings) -> Any:
 
 def make_daemon_parts(
     settings: Settings, store: NodeStore, embedder: Embedder, owner_token: str | None
-) -> Any:
+) -> DaemonParts:
     """The composition root of ``adrap watch``: every part of the daemon built once, ready.
 
     The store is put behind a lock per call first, and both the writer's pipeline and the

@@ -161,7 +161,7 @@ class ApplyStage:
         drift = (
             state.added_since_build + state.removed_since_build + len(added) + len(removed)
         ) / max(1, state.leaves_at_build)
-        needs_layers = not state.layers and n_leaves > ctx.builder.params.min_top_nodes
+        needs_layers = not state.layers and n_leaves > ctx.builder.summaries.params.min_top_nodes
         if drift > self.drift_threshold or needs_layers:
             self._rebuild_layers(state, changes, report)
             return

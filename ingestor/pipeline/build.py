@@ -200,7 +200,7 @@ class BuildStage:
         )
         waited = 0.0
         ctx.access.begin(state.root)
-        with worker_pool(ctx.builder.workers) as pool:
+        with worker_pool(ctx.builder.summaries.workers) as pool:
             docs = self.collector.iter_all(Path(state.root), report, progress, self.chunker, pool)
             while True:
                 t0 = time.perf_counter()
@@ -249,12 +249,9 @@ class BuildStage:
         def checkpoint(s: TreeState) -> None:
             self.context.guard(lambda: checkpoint_cache(s, rows), "write the summary checkpoint to")
 
-        builder.checkpoint = checkpoint
-        builder.spill_to = rows if spill else None
-        try:
-            return builder.build(state, progress)
-        finally:
-            builder.checkpoint = builder.spill_to = None
+        return builder.build(
+            state, progress, checkpoint=checkpoint, spill_to=rows if spill else None
+        )
 
     def rebuild(self, progress: Progress = no_progress) -> BuildReport:
         """Rebuild every summary layer over the current leaves (summary cache reused)."""

@@ -44,10 +44,11 @@ log = logging.getLogger(__name__)
 class Pipeline:
     """The data path, short and visible: folder → chunks → embeddings → tree → Qdrant → state.
 
-    Adapters are passed in; nothing here builds a client. The parts are plain attributes
-    (``context``, ``collector``, ``build_stage``, ``apply_stage``); the settings and adapters
-    callers read or replace (``store``, ``unread``, ``drift_threshold``, ...) are properties
-    over the part that holds them, so a replaced store is the one every stage uses.
+    Adapters and settings are passed in, once; nothing here builds a client. Each lives in
+    the part that uses it, a plain attribute read there: ``context`` (the tree's name,
+    ``embedder``, ``builder``, ``store``, ``models``, ``access``), ``collector`` (``unread``,
+    the reader processes), ``build_stage`` (``chunk_tokens``, ``tokenizer``) and
+    ``apply_stage`` (``drift_threshold``, ``leaves_first``, ``defer_summaries``).
 
     With ``read_budget`` every file is read and chunked in reader processes, each file under
     that budget (:mod:`ingestor.pipeline.readers`: the CLI and the daemon); without, here.
@@ -67,6 +68,7 @@ class Pipeline:
         ignore: list[str] | None = None,
         tokenizer: Tokenizer | None = None,
         drift_threshold: float = 0.3,
+        leaves_first: bool = True,
         ocr: bool = False,
         text_suffixes: Sequence[str] = (),
         access: TreeAccess | None = None,
@@ -98,60 +100,9 @@ class Pipeline:
             self.build_stage,
             self.collector,
             drift_threshold=drift_threshold,
+            leaves_first=leaves_first,
             defer_summaries=defer_summaries,
         )
-
-    # -- the parts' attributes callers use -----------------------------------------------------
-
-    @property
-    def tree(self) -> str:
-        return self.context.tree
-
-    @property
-    def embedder(self) -> Embedder:
-        return self.context.embedder
-
-    @property
-    def builder(self) -> TreeBuilder:
-        return self.context.builder
-
-    @property
-    def models(self) -> ModelStore:
-        return self.context.models
-
-    @property
-    def store(self) -> NodeStore:
-        """The node store every stage writes to (the daemon wraps it in its lock)."""
-        return self.context.store
-
-    @store.setter
-    def store(self, store: NodeStore) -> None:
-        self.context.store = store
-
-    @property
-    def unread(self) -> Unread:
-        """The ledger of files skipped or stale (the CLI and the daemon give it a file)."""
-        return self.collector.unread
-
-    @unread.setter
-    def unread(self, unread: Unread) -> None:
-        self.collector.unread = unread
-
-    @property
-    def drift_threshold(self) -> float:
-        return self.apply_stage.drift_threshold
-
-    @drift_threshold.setter
-    def drift_threshold(self, value: float) -> None:
-        self.apply_stage.drift_threshold = value
-
-    @property
-    def leaves_first(self) -> bool:
-        return self.apply_stage.leaves_first
-
-    @leaves_first.setter
-    def leaves_first(self, value: bool) -> None:
-        self.apply_stage.leaves_first = value
 
     def stop_reading_when(self, stop: threading.Event) -> None:
         """Once ``stop`` is set, cut reading short within seconds, whatever a reader process
@@ -167,18 +118,6 @@ class Pipeline:
     def refresh(self, state: TreeState | None = None) -> UpdateReport:
         """Regenerate every stale summary once (see :meth:`ApplyStage.refresh`)."""
         return self.apply_stage.refresh(state or self.require_state(recover=True))
-
-    @property
-    def chunk_tokens(self) -> int:
-        return self.build_stage.chunk_tokens
-
-    @property
-    def chunk_overlap(self) -> int:
-        return self.build_stage.chunk_overlap
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self.build_stage.tokenizer
 
     # -- the stages' work ----------------------------------------------------------------------
 
@@ -282,8 +221,9 @@ class Pipeline:
             return report
         if Path(state.root) != root:
             raise TreeError(
-                f"tree {self.tree!r} in {self.context.models.root.parent} was built over {state.root!r}, "
-                f"not {str(root)!r}; watch that folder, or use another ADRAP_TREE or ADRAP_STATE_DIR"
+                f"tree {self.context.tree!r} in {self.context.models.root.parent} was built over "
+                f"{state.root!r}, not {str(root)!r}; watch that folder, or use another ADRAP_TREE "
+                "or ADRAP_STATE_DIR"
             )
         docs, gone = self.collector.collect(state, [root], report)
         self.apply_batch(state, docs, gone, report)
@@ -299,26 +239,27 @@ class Pipeline:
         last step) and upserts nodes whose point is missing or whose payload differs (an update
         interrupted between its upsert and its commit). Returns ``(deleted, upserted)``.
         """
-        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
-        stored = set(self.store.iter_ids(self.tree))
+        ctx = self.context
+        ctx.store.ensure_collection(ctx.embedder.dim, ctx.embedder.model_id)
+        stored = set(ctx.store.iter_ids(ctx.tree))
         orphans = sorted(stored - state.nodes.keys())
         stale = [i for i in state.nodes if i not in stored]
         present = [i for i in state.nodes if i in stored]
         for start in range(0, len(present), UPSERT_BATCH):
             batch = present[start : start + UPSERT_BATCH]
-            found = {p.node_id: p for p in self.store.retrieve(batch)}
+            found = {p.node_id: p for p in ctx.store.retrieve(batch)}
             for want in state.payloads(batch):
                 if found.get(want.node_id) != want:
                     stale.append(want.node_id)
         for start in range(0, len(stale), UPSERT_BATCH):
             batch = stale[start : start + UPSERT_BATCH]
-            self.store.upsert(state.payloads(batch), self.context.vectors_of(state, batch))
+            ctx.store.upsert(state.payloads(batch), ctx.vectors_of(state, batch))
         if orphans:
-            self.store.delete(orphans)
+            ctx.store.delete(orphans)
         if orphans or stale:
             log.info(
                 "reconciled store of tree %r: deleted %d orphan points, re-stored %d nodes",
-                self.tree,
+                ctx.tree,
                 len(orphans),
                 len(stale),
             )

@@ -15,12 +15,24 @@ import logging
 import os
 import sys
 import threading
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
 
 from ingestor.service.deadline import holding
 from ingestor.tree.params import Progress
+from retriever import NodePayload, NodeStore, ScoredNode, SearchFilter
+
+if TYPE_CHECKING:
+    from retriever.edge_store import EdgeNodeStore
+    from retriever.plan import HnswConfig, Planner, StoreIndex
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 def lower_thread_priority(increment: int) -> int | None:
@@ -63,43 +75,141 @@ def cancellable(progress: Progress, stop: threading.Event) -> Progress:
     return report
 
 
-def lock_store(store: Any) -> LockedStore:
+def lock_store(store: NodeStore) -> LockedStore:
     """Return ``store`` behind a lock per call (the daemon's), its index builds deferred to
     idle time (the daemon's maintenance), never inside an update."""
-    if hasattr(store, "defer_optimize"):
-        store.defer_optimize()
+    defer = getattr(store, "defer_optimize", None)
+    if defer is not None:
+        defer()
     return LockedStore(store)
 
 
-class LockedStore:
-    """A NodeStore proxy that holds a lock around every method call of the wrapped store."""
+class LockedStore(NodeStore):
+    """A NodeStore that holds one lock around every call into the wrapped store.
 
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
+    Each method of :class:`~retriever.protocols.NodeStore` is here, typed as there, and calls
+    ``inner``'s under the lock (a request past its deadline stops at the lock: deadline.py);
+    ``iter_ids`` is drained under it. ``inner`` is the wrapped store, to ask what kind it is;
+    readers that need more of it than a NodeStore take it with :meth:`held` (:class:`LockedShard`).
+    """
+
+    def __init__(self, inner: NodeStore) -> None:
+        self.inner = inner
         self._lock = threading.RLock()
 
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._inner, name)
-        if not callable(attr):
-            return attr
-        lock = self._lock
+    def held(self) -> AbstractContextManager[None]:
+        """Hold the store's lock for the block, waiting no longer than the thread's deadline."""
+        return holding(self._lock)
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            with holding(lock):  # a request past its deadline stops here (deadline.py)
-                result = attr(*args, **kwargs)
-                if hasattr(result, "__next__"):  # an iterator (iter_ids): drain under the lock
-                    return iter(list(result))
-                return result
+    def ensure_collection(self, dim: int, embed_model: str) -> None:
+        with self.held():
+            self.inner.ensure_collection(dim, embed_model)
 
-        return call
+    def upsert(self, nodes: Sequence[NodePayload], vectors: NDArray[np.float32]) -> None:
+        with self.held():
+            self.inner.upsert(nodes, vectors)
+
+    def delete(self, node_ids: Sequence[str]) -> None:
+        with self.held():
+            self.inner.delete(node_ids)
+
+    def set_access(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
+        with self.held():
+            self.inner.set_access(groups)
+
+    def search(
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        *,
+        text: str | None = None,
+    ) -> list[ScoredNode]:
+        with self.held():
+            return self.inner.search(vector, flt, limit, text=text)
+
+    def search_budget(
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        max_tokens: int,
+        *,
+        text: str | None = None,
+    ) -> list[ScoredNode]:
+        with self.held():
+            return self.inner.search_budget(vector, flt, limit, max_tokens, text=text)
+
+    def index_sparse(self) -> int:
+        with self.held():
+            return self.inner.index_sparse()
+
+    def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
+        with self.held():
+            return self.inner.retrieve(node_ids)
+
+    def retrieve_vectors(self, node_ids: Sequence[str]) -> NDArray[np.float32]:
+        with self.held():
+            return self.inner.retrieve_vectors(node_ids)
+
+    def iter_ids(self, tree: str) -> Iterator[str]:
+        with self.held():
+            return iter(list(self.inner.iter_ids(tree)))
+
+    def scroll(
+        self, flt: SearchFilter, limit: int, offset: str | None = None
+    ) -> tuple[list[NodePayload], str | None]:
+        with self.held():
+            return self.inner.scroll(flt, limit, offset)
+
+    def count(self, flt: SearchFilter) -> int:
+        with self.held():
+            return self.inner.count(flt)
+
+    def optimize(self) -> bool:
+        with self.held():
+            return self.inner.optimize()
+
+    def flush(self) -> None:
+        with self.held():
+            self.inner.flush()
+
+    def close(self) -> None:
+        with self.held():
+            self.inner.close()
+
+    def bulk_writes(self) -> AbstractContextManager[None]:
+        """The wrapped store's bulk-write mode, where it has one (:func:`bulk_writes` of
+        :mod:`ingestor.pipeline.context` asks for it by name; a build's upserts run in it)."""
+        bulk = getattr(self.inner, "bulk_writes", None)
+        return bulk() if bulk is not None else nullcontext()
+
+
+class LockedShard:
+    """The embedded store as the Qdrant REST facade reads it
+    (:class:`~retriever.facade.edge.ShardReader`): each raw shard read under the daemon's store
+    lock, the store's configuration (``dim``, ``planner``, ``hnsw``, ``index``) as it is now."""
+
+    def __init__(self, locked: LockedStore, store: EdgeNodeStore) -> None:
+        self._locked = locked
+        self._store = store
 
     @property
-    def inner(self) -> Any:
-        """The wrapped store (to ask what kind it is; call it through the proxy)."""
-        return self._inner
+    def dim(self) -> int | None:
+        return self._store.dim
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("_inner", "_lock"):
-            object.__setattr__(self, name, value)
-        else:  # tests replace methods of the store (fault injection): forward to it
-            setattr(self._inner, name, value)
+    @property
+    def planner(self) -> Planner:
+        return self._store.planner
+
+    @property
+    def hnsw(self) -> HnswConfig:
+        return self._store.hnsw
+
+    @property
+    def index(self) -> StoreIndex:
+        return self._store.index
+
+    def read_shard(self, action: str, read: Callable[[Any], _T]) -> _T:
+        with self._locked.held():
+            return self._store.read_shard(action, read)

@@ -48,7 +48,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ValidationError
 from qdrant_client.http import models
@@ -59,6 +59,9 @@ from starlette.routing import BaseRoute, Route
 from ingestor.service.http import HttpLimits, caller_of, run_bounded
 from ingestor.service.readable import Readable, owner_only
 from retriever import EdgeRestReader, RestSearchRequest, RetrieverError
+
+if TYPE_CHECKING:
+    from retriever.facade.server import ServerRestReader
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +119,7 @@ def prefers_html(accept: str) -> bool:
 
 
 def qdrant_routes(
-    reader: EdgeRestReader,
+    reader: EdgeRestReader | ServerRestReader,
     *,
     root: Path,
     limits: HttpLimits,
@@ -126,7 +129,7 @@ def qdrant_routes(
     """Return the facade's routes, to mount beside the daemon's (``build_app``).
 
     Args:
-        reader: answers the requests from the embedded store.
+        reader: answers the requests from the embedded store (or a Qdrant server's collection).
         root: the watched folder (named in the 403 of a write).
         limits: ``query_timeout`` bounds every request.
         ready: False while the daemon reconciles (503, as ``/query``).

@@ -249,7 +249,7 @@ class Watcher:
             if retry:
                 burst.join(retry)
                 break
-            due = self.pipeline.unread.due()
+            due = self.pipeline.collector.unread.due()
             if due:  # files that could not be read now: their backoff has elapsed
                 burst.join(source_path(self.root, source) for source in due)
                 break
@@ -412,7 +412,8 @@ class Watcher:
             self._in_hand = 1
             part = texts[i : i + EMBED_SLICE]
             try:
-                known.update(zip(part, self.pipeline.embedder.embed_documents(part), strict=True))
+                vectors = self.pipeline.context.embedder.embed_documents(part)
+                known.update(zip(part, vectors, strict=True))
             except Exception as exc:
                 self._failed([path], exc)
                 return

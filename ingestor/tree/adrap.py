@@ -164,7 +164,7 @@ class TreeUpdater:
         # Models the installed libraries cannot read are fitted again first; the clusters a
         # refit had to change (rarely any) are regenerated with this batch's, as are the
         # clusters a refresh was seeded with (stale summaries).
-        start = repair_models(state, self.builder.make_clusterer)
+        start = repair_models(state, self.builder.summaries.make_clusterer)
         for i, seed in (seeds or {}).items():
             start.setdefault(i, LayerDelta()).absorb(seed.dirty, (), (), ())
         refreshed: set[str] = set()
@@ -260,7 +260,8 @@ class TreeUpdater:
         ``defer``, mark those that can wait stale instead); return the clusters' members, what
         the regeneration did and the summaries regenerated to purge a removed node's text."""
         members_of = {cid: al.members(cid) for cid in sorted(delta.dirty | delta.created)}
-        p, limit = self.builder.params, self.builder.params.max_input_tokens
+        p = self.builder.summaries.params
+        limit = p.max_input_tokens
         purged = todo.purged | set(todo.remove)
         settled = FloorRules(p.min_change, p.soft_margin).settle(
             state, al, delta, members_of, todo.changed, purged, limit

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.cluster.parallel import shared_pools
@@ -50,18 +49,6 @@ def top_ids(state: TreeState, below: AdaptiveLayer | None) -> list[str]:
     )
 
 
-def _given(name: str) -> Any:
-    """A TreeBuilder attribute that is its summary writer's (read and set through it)."""
-
-    def get(self: TreeBuilder) -> Any:
-        return getattr(self.summaries, name)
-
-    def put(self: TreeBuilder, value: Any) -> None:
-        setattr(self.summaries, name, value)
-
-    return property(get, put, doc=f"The summary writer's ``{name}``.")
-
-
 class TreeBuilder:
     """Builds the summary layers of a tree whose leaves are already in the state.
 
@@ -75,19 +62,10 @@ class TreeBuilder:
             clustering (whose are the clusterer's): reading and chunking its files, extractive
             summaries. The tree is the same for any number.
 
-    Summaries (the cache, checkpoints, regeneration in place) are its :class:`SummaryWriter`'s,
-    ``summaries``, given the same parts; the builder's ``embedder``, ``summarizer``,
-    ``make_clusterer``, ``params``, ``tokenizer``, ``checkpoint`` and ``workers`` are the
-    writer's.
+    These parts live in its :class:`SummaryWriter`, ``summaries`` (the summary cache,
+    checkpoints, regeneration in place): read and replace them there
+    (``builder.summaries.params``), the one place the builder reads them too.
     """
-
-    embedder: Embedder = _given("embedder")
-    summarizer: Summarizer = _given("summarizer")
-    make_clusterer: Callable[[], Clusterer] = _given("make_clusterer")
-    params: TreeParams = _given("params")
-    tokenizer: Tokenizer = _given("tokenizer")
-    checkpoint: Callable[[TreeState], None] | None = _given("checkpoint")
-    workers: int = _given("workers")
 
     def __init__(
         self,
@@ -106,21 +84,37 @@ class TreeBuilder:
             tokenizer or default_tokenizer(),
             workers=workers,
         )
-        #: A first build's checkpoint database: each layer's local models are written there as
-        #: they are fitted, none held until the commit (:mod:`ingestor.tree.model_rows`).
+        #: During a first build, its checkpoint database: each layer's local models are written
+        #: there as they are fitted, none held until the commit (:mod:`ingestor.tree.model_rows`).
         self.spill_to: RowStore | None = None
 
-    def build(self, state: TreeState, progress: Progress = no_progress) -> BuildStats:
-        """Replace every summary layer of ``state`` by a fresh build over its leaves."""
+    def build(
+        self,
+        state: TreeState,
+        progress: Progress = no_progress,
+        *,
+        checkpoint: Callable[[TreeState], None] | None = None,
+        spill_to: RowStore | None = None,
+    ) -> BuildStats:
+        """Replace every summary layer of ``state`` by a fresh build over its leaves.
+
+        For this build only: ``checkpoint`` is called after each batch of paid summaries
+        (:meth:`SummaryWriter.summarize_groups`), and each layer's local models go to
+        ``spill_to`` as they are fitted.
+        """
         # A second BLAS thread only spins (threads.py): 20k, -12 % CPU. Every layer's fit uses
         # the same worker processes, if any start (cluster/parallel.py); they stop at the end.
         limit_heap_arenas()  # the pool's threads would each keep a heap (retriever/heap.py)
-        with one_thread("blas"), shared_pools():
-            return self._build(state, progress)
+        self.summaries.checkpoint, self.spill_to = checkpoint, spill_to
+        try:
+            with one_thread("blas"), shared_pools():
+                return self._build(state, progress)
+        finally:
+            self.summaries.checkpoint = self.spill_to = None
 
     def _build(self, state: TreeState, progress: Progress) -> BuildStats:
-        stats = BuildStats()
-        state.params[MAX_NODE_SOURCES_PARAM] = self.params.max_node_sources  # fixed until rebuilt
+        stats, p = BuildStats(), self.summaries.params
+        state.params[MAX_NODE_SOURCES_PARAM] = p.max_node_sources  # fixed until rebuilt
         for node_id in [i for i, n in state.nodes.items() if n.layer > 0]:
             del state.nodes[node_id]
             state.vectors.pop(node_id, None)
@@ -133,7 +127,7 @@ class TreeBuilder:
         state.model_libraries = library_versions()  # every model is fitted anew
         layer = 0
         top = state.ids_in_layer(0)
-        while len(top) > self.params.min_top_nodes and layer + 1 < self.params.max_layers:
+        while len(top) > p.min_top_nodes and layer + 1 < p.max_layers:
             made = self.add_layer(state, layer, top, stats, progress)
             if len(made) >= len(top):
                 log.info(
@@ -162,7 +156,7 @@ class TreeBuilder:
         """
         upserted: set[str] = set()
         deleted: set[str] = set()
-        p = self.params
+        p = self.summaries.params
         while state.layers and len(state.layers[-1]) <= p.min_top_nodes:
             below = state.layers.pop()
             for node_id in top_ids(state, below):
@@ -207,7 +201,8 @@ class TreeBuilder:
         X = state.matrix(ids)
         # A first build writes each local model out as it is fitted and holds none.
         local = None if self.spill_to is None else spilled_models(self.spill_to, layer, state.clock)
-        clusterer = self.make_clusterer().fit(X, local_models=local)
+        clusterer = self.summaries.make_clusterer().fit(X, local_models=local)
+        p = self.summaries.params
         stats.add_time("cluster", time.perf_counter() - t0)
         clusters = {fid: [ids[i] for i in rows] for fid, rows in enumerate(clusterer.clusters_)}
         cluster_nodes = self.summaries.summarize_clusters(
@@ -220,9 +215,9 @@ class TreeBuilder:
                 clusterer,
                 list(ids),
                 cluster_nodes,
-                tau_c=self.params.tau_c,
-                tau_n=self.params.tau_n,
-                greedy=self.params.greedy,
+                tau_c=p.tau_c,
+                tau_n=p.tau_n,
+                greedy=p.greedy,
                 vectors=X,
             )
         )

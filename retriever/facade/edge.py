@@ -61,12 +61,20 @@ MAX_POINTS: Final = 10_000
 
 
 class ShardReader(Protocol):
-    """What the reader needs of the store: :class:`~retriever.edge_store.EdgeNodeStore`."""
+    """What the reader needs of the store: :class:`~retriever.edge_store.EdgeNodeStore` (the
+    daemon's: behind its lock, ``ingestor.service.concurrency.LockedShard``); read only."""
 
-    dim: int | None
-    planner: Planner
-    hnsw: HnswConfig
-    index: StoreIndex
+    @property
+    def dim(self) -> int | None: ...
+
+    @property
+    def planner(self) -> Planner: ...
+
+    @property
+    def hnsw(self) -> HnswConfig: ...
+
+    @property
+    def index(self) -> StoreIndex: ...
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T: ...
 

@@ -32,4 +32,4 @@ def test_a_bench_soak_sequence_keeps_every_invariant(tmp_path: Path, seed: int, 
         stats = soak.run(ops)  # check() after every batch raises on the first broken invariant
         assert stats.checks == 4 * stats.batches
     finally:
-        p.store.close()
+        p.context.store.close()

@@ -34,7 +34,7 @@ def test_a_state_written_by_older_umap_and_sklearn_opens_with_every_summary(
     cached = dict(before.summary_cache.items())
     assert summaries
     assert cached
-    path = state_path(p.models, "t")
+    path = state_path(p.context.models, "t")
     with sqlite3.connect(path) as db:
         (raw,) = db.execute("SELECT value FROM manifest WHERE key = 'libraries'").fetchone()
         libraries = json.loads(raw)
@@ -42,11 +42,11 @@ def test_a_state_written_by_older_umap_and_sklearn_opens_with_every_summary(
         db.execute(
             "UPDATE manifest SET value = ? WHERE key = 'libraries'", (json.dumps(libraries),)
         )
-    state = load_state(p.models, "t", p.embedder)
+    state = load_state(p.context.models, "t", p.context.embedder)
     assert state is not None
     assert {k: n.text for k, n in state.nodes.items() if n.layer > 0} == summaries
     assert dict(state.summary_cache.items()) == cached
-    p.store.close()
+    p.context.store.close()
 
 
 def test_only_libraries_the_models_pickle_are_recorded() -> None:

@@ -76,7 +76,8 @@ class DaemonParts:
     callers: Callers
 
     def __post_init__(self) -> None:
-        for name, store in (("pipeline", self.pipeline.store), ("queries", self.queries.store)):
+        stores = (("pipeline", self.pipeline.context.store), ("queries", self.queries.store))
+        for name, store in stores:
             if store is not self.store:
                 raise ValueError(
                     f"DaemonParts: {name}.store is {type(store).__name__}, not the locked "
@@ -144,7 +145,7 @@ class Daemon:
             lambda: self.metrics.files,  # the writer's snapshot: the state is the writer's alone
             interval=w.root_check_interval,
         )
-        self.metrics = Metrics(self.pipeline.tree)
+        self.metrics = Metrics(self.pipeline.context.tree)
         self.watcher: Watcher | None = None
         self.api = DaemonApi(
             self.metrics,
@@ -154,7 +155,7 @@ class Daemon:
             quarantine=self.quarantine,
             guard=self.guard,
             root_monitor=self.root_monitor,
-            unread=lambda: self.pipeline.unread,
+            unread=lambda: self.pipeline.collector.unread,
             watcher=lambda: self.watcher,
             access_counts=lambda: self.pipeline.context.access.counts,
         )
@@ -270,7 +271,7 @@ class Daemon:
         log.info(
             "reconciled %s with tree %r in %.1f s: %s",
             self.root,
-            self.pipeline.tree,
+            self.pipeline.context.tree,
             time.perf_counter() - t0,
             summary,
         )
@@ -309,7 +310,7 @@ class Daemon:
         return daemon_app(
             self.api,
             self.store,
-            tree=self.pipeline.tree,
+            tree=self.pipeline.context.tree,
             root=self.root,
             collection=self.collection,
             limits=self.limits,

@@ -7,11 +7,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 
 from ingestor.read.access_classes import ClassRegistry, Identity
+from ingestor.service.concurrency import LockedShard, LockedStore
 from ingestor.service.daemon.routes import Served, daemon_routes
 from ingestor.service.dashboard.routes import dashboard_routes
 from ingestor.service.dashboard.view import TreeView
@@ -19,12 +20,16 @@ from ingestor.service.http import HttpLimits, HttpServer, build_app, require_tok
 from ingestor.service.identity import Callers
 from ingestor.service.locking import StateLock
 
+if TYPE_CHECKING:
+    from retriever import EdgeRestReader
+    from retriever.facade.server import ServerRestReader
+
 __all__ = ["daemon_app", "facade_reader", "is_embedded", "start_server"]
 
 log = logging.getLogger(__name__)
 
 
-def is_embedded(store: Any) -> bool:
+def is_embedded(store: LockedStore) -> bool:
     """Whether ``store`` (the daemon's locked store) is the embedded one (one process may open
     it: Qdrant clients read it through the daemon's facade only)."""
     from retriever import EdgeNodeStore
@@ -32,23 +37,24 @@ def is_embedded(store: Any) -> bool:
     return isinstance(store.inner, EdgeNodeStore)
 
 
-def facade_reader(store: Any, collection: str) -> Any:
+def facade_reader(store: LockedStore, collection: str) -> EdgeRestReader | ServerRestReader | None:
     """Return what answers the Qdrant facade's reads over the daemon's locked ``store``: the
     embedded store's engine, or the Qdrant server's collection (its client), each with the
     reader filter of every caller; None for a store that is neither."""
-    from retriever import EdgeRestReader, QdrantNodeStore
+    from retriever import EdgeNodeStore, EdgeRestReader, QdrantNodeStore
     from retriever.facade.server import ServerRestReader
 
-    if is_embedded(store):
-        return EdgeRestReader(store, collection)  # each engine call: the store's lock
-    if isinstance(store.inner, QdrantNodeStore):
-        return ServerRestReader(store.inner.client, store.inner.collection)
+    inner = store.inner
+    if isinstance(inner, EdgeNodeStore):
+        return EdgeRestReader(LockedShard(store, inner), collection)  # each call: the lock
+    if isinstance(inner, QdrantNodeStore):
+        return ServerRestReader(inner.client, inner.collection)
     return None
 
 
 def daemon_app(
     served: Served,
-    store: Any,
+    store: LockedStore,
     *,
     tree: str,
     root: Path,

@@ -80,11 +80,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeline, 
     )
     p.build(root)
     yield p, root
-    p.store.close()
+    p.context.store.close()
 
 
 def service(p: Pipeline, **kwargs: Any) -> QueryService:
-    return QueryService(p.store, p.embedder, "t", defaults=QueryDefaults(k0=20), **kwargs)
+    return QueryService(
+        p.context.store, p.context.embedder, "t", defaults=QueryDefaults(k0=20), **kwargs
+    )
 
 
 def doc(root: Path, source: str) -> str:
@@ -326,8 +328,8 @@ def test_a_summary_sentence_is_traced_to_its_leaf_span_and_an_invented_one_to_it
     p, root = built
     state = p.require_state()
     summary = next(n for n in state.nodes.values() if n.layer >= 1)
-    (node,) = p.store.retrieve([summary.node_id])
-    resolver = SpanResolver(p.store)
+    (node,) = p.context.store.retrieve([summary.node_id])
+    resolver = SpanResolver(p.context.store)
     first = node.text.split(". ")[0] + "."
     (span,) = resolver.locate(node, first)
     assert span.char_start is not None

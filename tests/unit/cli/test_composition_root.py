@@ -36,9 +36,9 @@ def test_the_daemon_uses_its_parts_as_given(tmp_path: Path) -> None:
     pipeline, queries, summaries = parts.pipeline, parts.queries, parts.summaries
     assert isinstance(parts.store, LockedStore)
     assert parts.store.inner is store
-    assert pipeline.store is parts.store
+    assert pipeline.context.store is parts.store
     assert queries.store is parts.store
-    assert pipeline.embedder is writer
+    assert pipeline.context.embedder is writer
     assert queries.embedder is not writer, "queries: their own"
     assert queries.defaults.max_tokens_limit == 40_000, "the setting raises the bound"
     # The pipeline's updates ask the schedule (a 300 s window defers the summaries).
@@ -52,7 +52,7 @@ def test_the_daemon_uses_its_parts_as_given(tmp_path: Path) -> None:
         summaries,
         parts.callers,
     )
-    assert pipeline.store is parts.store, "nothing rebound"
+    assert pipeline.context.store is parts.store, "nothing rebound"
     assert queries.store is parts.store, "nothing rebound"
     assert queries.embedder is parts.queries.embedder
     assert (d.watch.debounce_seconds, d.http_port, d.http_token) == (0.25, 0, "tok")

@@ -196,7 +196,9 @@ def test_cut_groups_are_committed_and_read_back(tmp_path: Path) -> None:
     rng = random.Random(4)
     write_corpus(root, rng, 16)
     p = make_pipeline(tmp_path, EchoSummarizer())
-    p.builder.make_clusterer = lambda: TreeClusterer(random_state=0, n_epochs=50, max_group=25)
+    p.context.builder.summaries.make_clusterer = lambda: TreeClusterer(
+        random_state=0, n_epochs=50, max_group=25
+    )
     p.build(root)
     sizes = [len(m.members) for m in p.require_state().layers[0].clusterer.local_models_]
     assert max(sizes) <= 25, "the build bounded its groups"
@@ -225,7 +227,7 @@ def test_cut_groups_are_committed_and_read_back(tmp_path: Path) -> None:
     check_groups(al)
     copy = tmp_path / "copy"
     shutil.copytree(tmp_path / "models", copy)  # what is on disk, not the live state
-    loaded = load_state(type(p.models)(copy), "t", readonly=True)
+    loaded = load_state(type(p.context.models)(copy), "t", readonly=True)
     assert loaded is not None
     l0 = loaded.layers[0]
     assert l0.group_splits == al.group_splits
@@ -252,5 +254,5 @@ def test_settings_reach_the_clusterer_and_the_online_gmms(tmp_path: Path) -> Non
     )
     for s, max_group, tau_n in ((settings, 1000, 100), (tuned, None, None)):
         p = from_settings(s, store=None, embedder=HashEmbedder(dim=16))  # type: ignore[arg-type]
-        assert p.builder.make_clusterer().max_group == max_group
-        assert p.builder.params.tau_n == tau_n
+        assert p.context.builder.summaries.make_clusterer().max_group == max_group
+        assert p.context.builder.summaries.params.tau_n == tau_n

@@ -199,8 +199,8 @@ def test_adrap_build_workers_sets_the_clusterers_workers(
 
     settings = settings.model_copy(update={"state_dir": tmp_path})
     pipeline = make_pipeline(settings, store=None, embedder=HashEmbedder())  # type: ignore[arg-type]
-    assert pipeline.builder.make_clusterer().workers == 3
-    assert pipeline.builder.workers == 3  # its reads and extractive summaries
+    assert pipeline.context.builder.summaries.make_clusterer().workers == 3
+    assert pipeline.context.builder.summaries.workers == 3  # its reads and extractive summaries
     monkeypatch.setenv("ADRAP_BUILD__WORKERS", "-1")
     with pytest.raises(ValueError, match=r"build\.workers"):
         Settings(_env_file=None)  # type: ignore[call-arg]

@@ -29,9 +29,11 @@ def _secret_doc(path: Path) -> None:
 
 
 def _texts(p, who: Identity) -> list[str]:  # type: ignore[no-untyped-def]
-    service = QueryService(p.store, p.embedder, "t", classes=p.context.access.registry)
+    service = QueryService(
+        p.context.store, p.context.embedder, "t", classes=p.context.access.registry
+    )
     flt = service.reader_filter(SearchFilter(tree="t"), who)
-    nodes, _ = p.store.scroll(flt, 10_000)
+    nodes, _ = p.context.store.scroll(flt, 10_000)
     return [n.text for n in nodes]
 
 
@@ -63,14 +65,14 @@ def test_a_file_under_a_folder_others_cannot_traverse_reaches_none_of_them(
     # Summaries over the secret and public files are the readers-of-both's alone.
     blended = [n for n in state.nodes.values() if n.layer > 0 and len(n.access) > 1]
     assert blended, "the fixture should blend the secret into a summary with public files"
-    p.store.close()
+    p.context.store.close()
 
 
 @root_only
 def test_a_chmod_changes_who_reads_without_embedding_again(share: Path, tmp_path: Path) -> None:
     p = make_pipeline(tmp_path)
     p.build(share)
-    embedder = p.embedder
+    embedder = p.context.embedder
     assert isinstance(embedder, CountingEmbedder)
     before = len(embedder.texts)
     os.chmod(share / "hr", 0o755)
@@ -86,7 +88,7 @@ def test_a_chmod_changes_who_reads_without_embedding_again(share: Path, tmp_path
     assert any(SECRET in t for t in _texts(p, ALICE))
     # Nothing changed: nothing rewritten.
     assert p.update_access(p.require_state()).files_reclassed == 0
-    p.store.close()
+    p.context.store.close()
 
 
 def test_a_single_owner_folder_builds_the_tree_it_always_built(tmp_path: Path) -> None:
@@ -99,8 +101,8 @@ def test_a_single_owner_folder_builds_the_tree_it_always_built(tmp_path: Path) -
     b = make_pipeline(tmp_path / "b")
     b.build(root)
     assert set(a.require_state().nodes.keys()) == set(b.require_state().nodes.keys())
-    a.store.close()
-    b.store.close()
+    a.context.store.close()
+    b.context.store.close()
 
 
 def test_a_name_that_is_not_utf8_gets_its_file_s_class_not_unknown(tmp_path: Path) -> None:
@@ -119,4 +121,4 @@ def test_a_name_that_is_not_utf8_gets_its_file_s_class_not_unknown(tmp_path: Pat
     cls = p.context.access.registry.get(entry.access)
     assert cls is not None
     assert not cls.allows(ANONYMOUS)
-    p.store.close()
+    p.context.store.close()

@@ -1,6 +1,6 @@
-"""The pipeline's parts: a rename's vectors are reused through an explicit embedder, and a store
-replaced on the Pipeline is the one every stage writes to. Real qdrant-edge, hashed embeddings;
-few leaves, so no layer is clustered."""
+"""The pipeline's parts: a rename's vectors are reused through an explicit embedder, and the store
+given to the Pipeline is the one every stage writes to, read where it lives (nothing forwards it,
+nothing replaces it). Real qdrant-edge, hashed embeddings; few leaves, so no layer is clustered."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from ingestor.pipeline import Pipeline
 from ingestor.pipeline.vectors import ReusingEmbedder, reuse_removed
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
+from retriever import NodeStore
 from retriever.edge_store import EdgeNodeStore
 from testkit.fakes import EchoSummarizer, HashEmbedder
 
@@ -53,7 +54,9 @@ class CountingStore:
         return getattr(self.inner, name)
 
 
-def built(tmp_path: Path) -> tuple[Pipeline, CountingEmbedder, Path]:
+def built(
+    tmp_path: Path, store: NodeStore | None = None
+) -> tuple[Pipeline, CountingEmbedder, Path]:
     emb = CountingEmbedder()
     builder = TreeBuilder(
         emb, EchoSummarizer(), lambda: TreeClusterer(random_state=0), TreeParams()
@@ -62,7 +65,7 @@ def built(tmp_path: Path) -> tuple[Pipeline, CountingEmbedder, Path]:
         tree="t",
         embedder=emb,
         builder=builder,
-        store=EdgeNodeStore(tmp_path / "qdrant"),
+        store=store or EdgeNodeStore(tmp_path / "qdrant"),
         models=ModelStore(tmp_path / "models"),
         chunk_tokens=40,
         chunk_overlap=0,
@@ -87,7 +90,7 @@ def test_a_renamed_file_takes_its_leaf_vectors_back_instead_of_embedding_them_ag
     state = p.require_state()
     assert "moved.txt" in state.sources
     assert "a.txt" not in state.sources
-    assert p.embedder is emb, "the pipeline's embedder is never swapped"
+    assert p.context.embedder is emb, "the pipeline's embedder is never swapped"
 
 
 def test_reuse_removed_gives_the_removed_leaves_vectors_for_texts_that_come_back(
@@ -105,16 +108,27 @@ def test_reuse_removed_gives_the_removed_leaves_vectors_for_texts_that_come_back
     assert reuse_removed(state, [], emb) is emb, "nothing removed: the embedder itself"
 
 
-def test_a_store_replaced_on_the_pipeline_is_the_one_every_stage_writes_to(
+def test_the_store_given_to_the_pipeline_is_the_one_every_stage_writes_to(
     tmp_path: Path,
 ) -> None:
-    """The daemon wraps the store in its lock after building the pipeline."""
-    p, _, root = built(tmp_path)
-    counting = CountingStore(p.store)
-    p.store = counting
+    """The daemon builds its pipeline over the locked store: the stages read it from the
+    pipeline's context, the one place it lives."""
+    counting = CountingStore(EdgeNodeStore(tmp_path / "qdrant"))
+    p, _, root = built(tmp_path, counting)
+    assert p.context.store is counting
+    assert counting.upserted > 0, "the build stage wrote past the given store"
+    before = counting.upserted
     (root / "d.txt").write_text("Glaciers carve valleys slowly. Ice moves downhill.")
     p.update([root / "d.txt"])
-    assert counting.upserted > 0, "the apply stage wrote past the replaced store"
+    assert counting.upserted > before, "the apply stage wrote past the given store"
     before = counting.upserted
     p.rebuild()
-    assert counting.upserted > before, "the build stage wrote past the replaced store"
+    assert counting.upserted > before, "the rebuild wrote past the given store"
+
+
+def test_the_pipeline_forwards_nothing() -> None:
+    """Each setting and adapter is read from the part that owns it (``p.context.store``,
+    ``p.collector.unread``, ``p.apply_stage.drift_threshold``): no property of the Pipeline
+    forwards one, or lets a caller replace it after construction."""
+    forwarded = sorted(k for k, v in vars(Pipeline).items() if isinstance(v, property))
+    assert forwarded == []

@@ -78,8 +78,8 @@ def pipeline(tmp: Path, budget: ReadBudget | None = BUDGET) -> Pipeline:
         chunk_tokens=16,
         chunk_overlap=4,
         read_budget=budget,
+        unread=Unread(tmp / "state" / "unread.json"),
     )
-    p.unread = Unread(tmp / "state" / "unread.json")
     return p
 
 
@@ -104,25 +104,25 @@ def test_a_file_that_allocates_without_bound_is_skipped_with_the_reason_and_neve
     assert "needed more than 300 MiB of memory" in reason
     assert "ADRAP_READ__WORKER_MEMORY_BYTES" in reason
     assert set(p.require_state().sources) == {"a.txt", "c.txt"}  # the next file went on
-    p.store.close()
+    p.context.store.close()
 
     # a restart: the ledger on disk says why, and the bomb is not read again; a new file is
     (root / "d.txt").write_text(TEXT["d.txt"])
     again = pipeline(tmp_path)
-    status = unread_status(again.unread)
+    status = unread_status(again.collector.unread)
     assert [(r["source"], r["reason"]) for r in status["skipped_files"]] == [("b.bomb.txt", reason)]
     again.reconcile(root)
     assert read_names(calls).count("b.bomb.txt") == 1
     assert "d.txt" in again.require_state().sources
-    again.store.close()
+    again.context.store.close()
 
     # changed, it is read again (and refused again)
     (root / "b.bomb.txt").write_text("Another bomb, one byte longer.")
     third = pipeline(tmp_path)
     third.reconcile(root)
     assert read_names(calls).count("b.bomb.txt") == 2
-    assert third.unread.counts() == {"skipped": 1, "stale": 0}
-    third.store.close()
+    assert third.collector.unread.counts() == {"skipped": 1, "stale": 0}
+    third.context.store.close()
 
 
 def test_a_hung_conversion_is_killed_at_the_time_limit_and_the_next_file_is_read(
@@ -153,8 +153,7 @@ def test_a_refusal_is_on_disk_before_the_next_file_is_handed_on(
     (root / "a.bomb.txt").write_text("A bomb.")
     (root / "b.txt").write_text(TEXT["a.txt"])
     ledger = tmp_path / "unread.json"
-    collector = Collector(readers=ReadWorkers(BUDGET))
-    collector.unread = Unread(ledger)
+    collector = Collector(readers=ReadWorkers(BUDGET), unread=Unread(ledger))
     chunker = Chunker("t", 16, 4, default_tokenizer())
     docs = collector.iter_all(root, BuildReport(), no_progress, chunker)
     try:
@@ -197,7 +196,7 @@ def test_a_build_and_an_update_read_in_readers_make_the_leaves_of_a_build_read_h
         assert len(leaves(here)) > 3
     finally:
         for p in (here, built, updated):
-            p.store.close()
+            p.context.store.close()
             if p.collector.readers is not None:
                 p.collector.readers.close()
 

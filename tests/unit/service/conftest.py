@@ -38,4 +38,4 @@ def tree(tmp_path: Path) -> Iterator[tuple[Pipeline, Path]]:
     p = make_pipeline(tmp_path)
     p.build(root)
     yield p, root.resolve()
-    p.store.close()
+    p.context.store.close()

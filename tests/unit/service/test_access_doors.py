@@ -109,7 +109,7 @@ def daemon(users: dict[str, int]) -> Iterator[Daemon]:
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
         shutil.rmtree(base, ignore_errors=True)
 
 

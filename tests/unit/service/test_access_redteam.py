@@ -86,7 +86,9 @@ def test_random_permission_changes_never_leak_and_never_withhold(
             (root / name / f"d{j}{i}.txt").write_text(doc_text(rng, rng.randint(3, 6)))
     p = make_pipeline(base)
     p.build(root)
-    service = QueryService(p.store, p.embedder, "t", classes=p.context.access.registry)
+    service = QueryService(
+        p.context.store, p.context.embedder, "t", classes=p.context.access.registry
+    )
     uids = list(users.values())
     who = {uid: Identity.of_uid(uid) for uid in uids} | {NOBODY: ANONYMOUS}
     try:
@@ -99,11 +101,11 @@ def test_random_permission_changes_never_leak_and_never_withhold(
             for uid, identity in who.items():
                 allowed = _kernel_readable(uid, root, sources)
                 flt = service.reader_filter(SearchFilter(tree="t"), identity)
-                seen, _ = p.store.scroll(flt, 100_000)
+                seen, _ = p.context.store.scroll(flt, 100_000)
                 leaked = {s for n in seen for s in n.sources} - allowed
                 assert not leaked, f"step {step} ({did}): {identity.name} got {sorted(leaked)}"
                 shown = {n.source for n in seen if n.layer == 0}
                 assert shown == allowed, f"step {step} ({did}): {identity.name} withheld"
     finally:
-        p.store.close()
+        p.context.store.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -46,7 +46,7 @@ def pipeline(tmp_path: Path) -> Iterator[Pipeline]:
     """A pipeline over an empty store: these tests only form batches, they never apply one."""
     p = make_pipeline(tmp_path)
     yield p
-    p.store.close()
+    p.context.store.close()
 
 
 def watcher(p: Pipeline, root: Path, **kwargs: Any) -> Watcher:

@@ -114,7 +114,7 @@ def test_the_daemon_started_on_an_empty_mount_point_deletes_nothing(tmp_path: Pa
     p = make_pipeline(tmp_path)
     p.build(root)
     make_daemon(p, root).guard.record()  # as the first daemon run does
-    n_points = len(set(p.store.iter_ids("t")))
+    n_points = len(set(p.context.store.iter_ids("t")))
     _unmount(root, tmp_path / "aside")
     d = make_daemon(p, root, debounce=0.05)
     stop = threading.Event()
@@ -123,13 +123,13 @@ def test_the_daemon_started_on_an_empty_mount_point_deletes_nothing(tmp_path: Pa
     try:
         wait_until(lambda: d.metrics.ready and d.api.status()["deletions_paused"] is not None)
         assert len(p.require_state().sources) == 6
-        assert len(set(p.store.iter_ids("t"))) == n_points
+        assert len(set(p.context.store.iter_ids("t"))) == n_points
         _remount(root, tmp_path / "aside")
         wait_until(lambda: d.api.status()["deletions_paused"] is None, timeout=20)
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
     assert len(p.require_state().sources) == 6
 
 
@@ -166,7 +166,7 @@ def test_a_share_that_goes_away_is_reported_and_watched_again_when_it_returns(
         finally:
             stop.set()
             t.join(60)
-            p.store.close()
+            p.context.store.close()
     assert set(p.require_state().sources) == on_disk(root)
 
 
@@ -190,7 +190,7 @@ def test_the_root_check_never_reads_the_writers_state(tmp_path: Path) -> None:
     assert d.root_monitor.documents() == 3
     d.root_monitor.check()
     assert d.root_monitor.status() == {"available": True, "problem": None}
-    p.store.close()
+    p.context.store.close()
 
 
 def test_a_root_check_that_hangs_is_reported_and_never_blocks_the_daemon(
@@ -325,8 +325,7 @@ def test_a_query_is_answered_while_the_writer_summarises(tmp_path: Path) -> None
     root = tmp_path / "docs"
     write_corpus(root, 8)
     llm = BlockingSummarizer()
-    p = make_pipeline(tmp_path, llm)
-    p.drift_threshold = 0.0  # the update is a rebuild: it summarises
+    p = make_pipeline(tmp_path, llm, drift_threshold=0.0)  # the update is a rebuild: it summarises
     p.build(root)
     d = make_daemon(p, root, debounce=0.05)
     stop = threading.Event()
@@ -350,7 +349,7 @@ def test_a_query_is_answered_while_the_writer_summarises(tmp_path: Path) -> None
         llm.release.set()
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
 
 
 # -- SIGTERM during the first build --------------------------------------------------------------
@@ -371,10 +370,12 @@ def test_stop_during_the_first_build_stops_it_before_its_summaries_and_commits_n
             stop.set()  # SIGTERM arrives during the build
 
     d.run(stop, progress)  # returns: the daemon does not go on to watch
-    assert isinstance(p.builder.summarizer, EchoSummarizer)
-    assert p.builder.summarizer.calls == 0, "the build went on to summarise after SIGTERM"
-    assert load_state(p.models, "t", p.embedder) is None
-    p.store.close()
+    assert isinstance(p.context.builder.summaries.summarizer, EchoSummarizer)
+    assert p.context.builder.summaries.summarizer.calls == 0, (
+        "the build went on to summarise after SIGTERM"
+    )
+    assert load_state(p.context.models, "t", p.context.embedder) is None
+    p.context.store.close()
 
 
 # -- HTTP ---------------------------------------------------------------------------------------
@@ -426,4 +427,4 @@ def test_http_needs_a_token_off_loopback_checks_it_and_bounds_parameters(tmp_pat
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()

@@ -150,9 +150,9 @@ def test_a_node_lists_at_most_max_sources(
 
 def test_unknown_malformed_and_other_trees_ids_are_404(client: TestClient, tree: Tree) -> None:
     p, _ = tree
-    some = p.store.retrieve(layer_ids(p, 0)[:1])[0]
+    some = p.context.store.retrieve(layer_ids(p, 0)[:1])[0]
     other = some.model_copy(update={"tree": "t2", "node_id": point_id("t2/x")})
-    p.store.upsert([other], p.store.retrieve_vectors([some.node_id]))
+    p.context.store.upsert([other], p.context.store.retrieve_vectors([some.node_id]))
     for node_id in (point_id("nope"), "not-a-uuid", other.node_id):
         for path in (f"/dashboard/api/node/{node_id}", f"/dashboard/api/children/{node_id}"):
             resp = client.get(path, headers=AUTH)
@@ -209,7 +209,9 @@ def test_the_updates_list_skipped_and_stale_files_with_their_reasons(
     p, root = tree
     (root / "blob.txt").write_bytes(b"\x00\x01" * 50)
     p.update([root / "blob.txt"])
-    p.unread.note("sub/", "stale", "folder 'sub' cannot be listed now (EIO)", None, kept=True)
+    p.collector.unread.note(
+        "sub/", "stale", "folder 'sub' cannot be listed now (EIO)", None, kept=True
+    )
     out = get(client, "/dashboard/api/updates")["unread"]
     assert (out["skipped"], out["stale"]) == (1, 1)
     assert out["skipped_files"][0]["source"] == "blob.txt"
@@ -234,7 +236,7 @@ def test_the_query_the_page_runs_is_the_daemon_s_own(client: TestClient, daemon:
 def test_export_embeds_top_layers_whole_then_children_up_to_the_cap(tree: Tree) -> None:
     p, _ = tree
     state = p.require_state()
-    view = TreeView(p.store, "t")
+    view = TreeView(p.context.store, "t")
     counts = state.layer_counts()
     top = max(counts)
     whole = export_data(view, max_nodes=10**6)
@@ -255,7 +257,7 @@ def test_export_embeds_top_layers_whole_then_children_up_to_the_cap(tree: Tree) 
     assert embedded[top - 1] == 3
     assert "of the tree's" in part["note"]
     assert "Search is off" in part["note"]
-    assert p.store.count(SearchFilter(tree="t")) == len(state.nodes)
+    assert p.context.store.count(SearchFilter(tree="t")) == len(state.nodes)
 
 
 def test_the_exported_page_cannot_be_broken_out_of_by_document_text() -> None:

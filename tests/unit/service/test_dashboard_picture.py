@@ -63,12 +63,12 @@ def foldered(tmp_path: Path) -> Iterator[Built]:
     p = make_pipeline(tmp_path)
     p.build(root)
     yield p, root.resolve()
-    p.store.close()
+    p.context.store.close()
 
 
 @pytest.fixture
 def nodes(foldered: Built) -> list[Link]:
-    return read_nodes(foldered[0].store, "t")
+    return read_nodes(foldered[0].context.store, "t")
 
 
 def decode(out: dict[str, Any], key: str, dtype: str) -> np.ndarray:
@@ -260,7 +260,9 @@ def test_after_an_update_the_picture_marks_the_nodes_it_wrote(
     touched = set(decode(out, "touched", "<i4").tolist())
     ids = base64.b64decode(out["ids"])
     node_at = {str(uuid.UUID(bytes=ids[16 * k : 16 * k + 16])): k for k in range(out["n"])}
-    new_leaves = {n.node_id for n in read_nodes(p.store, "t") if n.source == "notes/beta/new.txt"}
+    new_leaves = {
+        n.node_id for n in read_nodes(p.context.store, "t") if n.source == "notes/beta/new.txt"
+    }
     assert len(new_leaves) == report.stats.leaves_added > 0
     assert {node_at[i] for i in new_leaves} <= touched
     old_leaves = {node_at[i] for i in node_at if i not in new_leaves} & set(range(out["width"]))

@@ -86,7 +86,7 @@ def test_a_permanent_llm_rejection_quarantines_one_file_and_the_rest_lands(
         assert set(errors) == {"SummarizationError"}
         state = p.require_state()
         assert violations(state) == []
-        assert set(p.store.iter_ids("t")) == set(state.nodes)
+        assert set(p.context.store.iter_ids("t")) == set(state.nodes)
 
 
 class CountingFlaky(EchoSummarizer):
@@ -111,8 +111,8 @@ class CountingFlaky(EchoSummarizer):
 def test_a_retry_reuses_the_summaries_the_failed_attempt_paid_for(tmp_path: Path) -> None:
     """Issue 9 item 3: the retry makes no LLM call for a cluster summarised by the failed attempt."""
     llm = CountingFlaky()
-    with retrying_watcher(tmp_path, llm) as (p, root, w, errors):
-        p.drift_threshold = 0.0  # a drift rebuild: one summariser call per layer
+    # drift 0: a drift rebuild, one summariser call per layer
+    with retrying_watcher(tmp_path, llm, drift_threshold=0.0) as (p, root, w, errors):
         rng = random.Random(5)
         for i in range(12):
             (root / f"m{i}.txt").write_text(doc_text(rng, 8))

@@ -78,9 +78,9 @@ def test_sigterm_during_the_summaries_of_a_first_build_stops_it_within_a_batch_a
     assert stop.is_set()
     assert first.batch_sizes[1] > 1, "SIGTERM came in the middle of a batch"
     assert first.batches_after_stop == 0, f"went on after SIGTERM: batches {first.batch_sizes}"
-    assert load_state(p.models, "t", p.embedder) is None, "nothing committed"
+    assert load_state(p.context.models, "t", p.context.embedder) is None, "nothing committed"
 
-    p.builder.summarizer = second = SlowSummarizer(clock)
+    p.context.builder.summaries.summarizer = second = SlowSummarizer(clock)
     stop = threading.Event()
     d = make_daemon(p, root)
     t = threading.Thread(target=d.run, args=(stop,))
@@ -90,8 +90,8 @@ def test_sigterm_during_the_summaries_of_a_first_build_stops_it_within_a_batch_a
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
-    state = load_state(p.models, "t", p.embedder)
+        p.context.store.close()
+    state = load_state(p.context.models, "t", p.context.embedder)
     assert state is not None
     assert set(second.seen).isdisjoint(first.seen), "no summary was paid for twice"
     assert first.calls + second.calls == len(state.summary_cache)

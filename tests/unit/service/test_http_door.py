@@ -7,7 +7,7 @@ facade's routes) over fakes of the daemon and the store, so every route is reach
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -328,31 +328,30 @@ def test_host_headers_parse_or_are_refused() -> None:
 
 
 class SlowStore:
-    """A store whose calls are recorded; ``block`` calls wait (holding the store's lock) for
-    ``release``."""
+    """A store whose calls are recorded by the first node id they name; ``delete`` waits
+    (holding the store's lock) for ``release``."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []
         self.release = threading.Event()
         self.entered = threading.Event()
 
-    def search(self, name: str) -> str:
-        self.calls.append(name)
-        return name
+    def retrieve(self, node_ids: Sequence[str]) -> list[Any]:
+        self.calls.append(node_ids[0])
+        return []
 
-    def block(self, name: str) -> str:
-        self.calls.append(name)
+    def delete(self, node_ids: Sequence[str]) -> None:
+        self.calls.append(node_ids[0])
         self.entered.set()
         if not self.release.wait(30):
             raise AssertionError("never released")
-        return name
 
 
 def two_store_calls(store: Any, finished: threading.Event) -> Callable[[Any], Any]:
     def work(_: Any) -> Any:
         try:
-            store.block("first")
-            store.search("second")
+            store.delete(["first"])
+            store.retrieve(["second"])
             return models.QueryResponse(points=[])
         finally:
             finished.set()
@@ -365,7 +364,7 @@ def test_a_request_past_its_timeout_makes_no_further_store_call(route: str) -> N
     """The 504 used to leave the worker thread running on, call after call, each taking the
     store lock the writer shares; now it stops at its next store call."""
     inner, finished = SlowStore(), threading.Event()
-    store = LockedStore(inner)
+    store = LockedStore(inner)  # type: ignore[arg-type]
     work = two_store_calls(store, finished)
     daemon = FakeDaemon(query=lambda p: work(p) and {})
     app = make_app(daemon, FakeReader(query=work), timeout=0.2)
@@ -386,16 +385,16 @@ def test_a_request_waiting_for_the_writers_lock_gives_up_at_its_timeout() -> Non
     """While the writer holds the store lock, a query waits for it only until its deadline, then
     its thread ends (it no longer queues behind the writer for as long as the writer holds it)."""
     inner, finished = SlowStore(), threading.Event()
-    store = LockedStore(inner)
+    store = LockedStore(inner)  # type: ignore[arg-type]
 
     def query(_: Any) -> dict[str, Any]:
         try:
-            store.search("query")
+            store.retrieve(["query"])
             return {}
         finally:
             finished.set()
 
-    writer = threading.Thread(target=store.block, args=("writer",))
+    writer = threading.Thread(target=store.delete, args=(["writer"],))
     writer.start()
     try:
         assert inner.entered.wait(10)

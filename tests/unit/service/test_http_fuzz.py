@@ -143,7 +143,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
 
 
 @pytest.fixture

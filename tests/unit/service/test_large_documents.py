@@ -57,10 +57,10 @@ def built(tmp_path: Path) -> Iterator[tuple[Pipeline, Path, Arrivals]]:
         (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 8)))
     p = make_pipeline(tmp_path)
     p.build(root)
-    emb = Arrivals(p.embedder)  # type: ignore[arg-type]
+    emb = Arrivals(p.context.embedder)  # type: ignore[arg-type]
     p.context.embedder = emb
     yield p, root.resolve(), emb
-    p.store.close()
+    p.context.store.close()
 
 
 def write_big(root: Path, p: Pipeline, emb: Arrivals, seed: int = 7) -> Path:

@@ -27,7 +27,7 @@ ACCEPT = {"Accept": "application/json, text/event-stream"}
 @pytest.fixture
 def service(tree: tuple[Pipeline, Path]) -> QueryService:
     p, _ = tree
-    return QueryService(p.store, p.embedder, p.tree)
+    return QueryService(p.context.store, p.context.embedder, p.context.tree)
 
 
 def calls(server: Any, *todo: tuple[str, dict[str, Any]]) -> list[Any]:

@@ -9,6 +9,7 @@ from starlette.testclient import TestClient
 from ingestor.answer.service import QueryService
 from ingestor.pipeline import Pipeline
 from ingestor.service.daemon import Daemon
+from ingestor.service.deadline import BoundedLock
 from testkit.daemons import make_daemon
 
 Tree = tuple[Pipeline, Path]
@@ -16,8 +17,14 @@ Tree = tuple[Pipeline, Path]
 
 def _client(tree: Tree, tmp_path: Path, min_score: float | None) -> tuple[Daemon, TestClient]:
     p, root = tree
+    ctx = p.context
     queries = QueryService(
-        p.store, p.embedder, p.tree, min_score=min_score, classes=p.context.access.registry
+        ctx.store,
+        ctx.embedder,
+        ctx.tree,
+        min_score=min_score,
+        classes=ctx.access.registry,
+        lock=BoundedLock("the query embedder"),
     )
     d = make_daemon(p, root, state_dir=tmp_path / "state", queries=queries)
     d.metrics.ready = True

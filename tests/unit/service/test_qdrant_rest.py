@@ -69,12 +69,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     try:
         wait_until(lambda: d.metrics.ready and d.address is not None, 60)
         assert d.address is not None
-        dim = p.embedder.dim
+        dim = p.context.embedder.dim
         yield Served(p, d, root.resolve(), "http://{}:{}".format(*d.address), dim)
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_the_collapsed_tree_query_through_the_client_gives_the_nodes_of_the_daem
 ) -> None:
     """docs/clients.md's recipe (one filtered query, then the token fill) equals ``/query``."""
     budget = 300
-    vector = served.pipeline.embedder.embed_query(question).tolist()
+    vector = served.pipeline.context.embedder.embed_query(question).tolist()
     hits = (
         served.client()
         .query_points(
@@ -160,14 +160,14 @@ def test_a_leaves_only_query_on_the_leaf_vector_gives_the_daemons_leaves(served:
     """Leaves carry their vector twice: ``using="leaf"`` searches the leaves alone, no layer
     filter needed; summaries have no ``leaf`` vector (their second one is ``summary``)."""
     question, budget = "orchard cider harvest", 300
-    vector = served.pipeline.embedder.embed_query(question).tolist()
+    vector = served.pipeline.context.embedder.embed_query(question).tolist()
     client = served.client()
     hits = client.query_points(
         "adrap", query=vector, using="leaf", limit=50, query_filter=tree_filter()
     ).points
     assert hits
     assert all(h.payload is not None and h.payload[F.LAYER] == 0 for h in hits)
-    leaves = served.pipeline.store.count(SearchFilter(tree=TREE, max_layer=0))
+    leaves = served.pipeline.context.store.count(SearchFilter(tree=TREE, max_layer=0))
     assert len(hits) == min(50, leaves)
     ids = fill_ids(hits, budget)
     expected = served.daemon.api.query(
@@ -185,7 +185,7 @@ def test_a_summaries_only_query_on_the_summary_vector_gives_the_daemons_summarie
 ) -> None:
     """Summaries carry their vector twice too: ``using="summary"`` searches the summaries alone."""
     question, budget = "orchard cider harvest", 300
-    vector = served.pipeline.embedder.embed_query(question).tolist()
+    vector = served.pipeline.context.embedder.embed_query(question).tolist()
     hits = (
         served.client()
         .query_points("adrap", query=vector, using="summary", limit=50, query_filter=tree_filter())
@@ -193,7 +193,7 @@ def test_a_summaries_only_query_on_the_summary_vector_gives_the_daemons_summarie
     )
     assert hits
     assert all(h.payload is not None and h.payload[F.LAYER] >= 1 for h in hits)
-    summaries = served.pipeline.store.count(SearchFilter(tree=TREE, min_layer=1))
+    summaries = served.pipeline.context.store.count(SearchFilter(tree=TREE, min_layer=1))
     assert len(hits) == min(50, summaries)
     expected = served.daemon.api.query(
         {"q": question, "max_tokens": str(budget), "min_layer": "1", "hybrid": "false"}
@@ -220,7 +220,7 @@ def test_query_by_point_id_is_nearest_to_that_point_without_it(served: Served) -
 
 def test_scroll_retrieve_count_and_info_describe_the_store(served: Served) -> None:
     client = served.client()
-    store = served.pipeline.store
+    store = served.pipeline.context.store
     seen: list[str] = []
     offset: Any = None
     while True:
@@ -323,7 +323,7 @@ def test_filters_count_scroll_and_query_like_qdrant_client_local_mode(
 ) -> None:
     client = served.client()
     ids = sorted(str(p.id) for p in local.scroll("adrap", limit=10_000)[0])
-    vector = served.pipeline.embedder.embed_query("orchard harvest rocket").tolist()
+    vector = served.pipeline.context.embedder.embed_query("orchard harvest rocket").tolist()
     nonzero = 0
     for flt in _filters(ids):
         n = local.count("adrap", count_filter=flt).count
@@ -342,7 +342,7 @@ def test_filters_count_scroll_and_query_like_qdrant_client_local_mode(
 
 def test_payload_and_vector_selectors_and_score_threshold(served: Served) -> None:
     client = served.client()
-    vector = served.pipeline.embedder.embed_query("orchard").tolist()
+    vector = served.pipeline.context.embedder.embed_query("orchard").tolist()
     kw: dict[str, Any] = {"query": vector, "query_filter": tree_filter(), "limit": 10}
     best = client.query_points("adrap", **kw).points
     cut = (best[2].score + best[3].score) / 2
@@ -440,7 +440,7 @@ def test_reads_wait_for_reconciliation_like_query(tmp_path: Path) -> None:
         assert "reconciling" in body["status"]["error"]
     finally:
         d.stop_http()
-        p.store.close()
+        p.context.store.close()
 
 
 # -- auth and the root -------------------------------------------------------------------------
@@ -519,7 +519,7 @@ def test_sparse_and_mmr_queries_answer_like_qdrant_client_local_mode(
     got = client.query_points("adrap", query=query, **kwargs).points
     same_ranking(got, local.query_points("adrap", query=query, **kwargs).points)
     assert got
-    vector = served.pipeline.embedder.embed_query("orchard cider harvest").tolist()
+    vector = served.pipeline.context.embedder.embed_query("orchard cider harvest").tolist()
     for mmr in (models.Mmr(), models.Mmr(diversity=0.9, candidates_limit=40)):
         nearest = models.NearestQuery(nearest=vector, mmr=mmr)
         kwargs = {"using": "dense", "limit": 8, "query_filter": tree_filter()}
@@ -540,7 +540,7 @@ def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_que
 
     budget = 300
     for question in ("orchard cider harvest", "court judge contract"):
-        vector = served.pipeline.embedder.embed_query(question).tolist()
+        vector = served.pipeline.context.embedder.embed_query(question).tolist()
         sparse = bm25_query(question)
         limit = candidate_limit(budget)
         hits = (
@@ -579,7 +579,7 @@ def test_no_search_without_a_tree_filter_returns_the_meta_point(served: Served) 
     e0 = [1.0] + [0.0] * (served.dim - 1)  # the meta point's vector in stores written before
     hits = client.query_points("adrap", query=e0, using="dense", limit=10_000).points
     assert META_POINT_ID not in {str(p.id) for p in hits}
-    assert len(hits) == served.pipeline.store.count(SearchFilter(tree=TREE))
+    assert len(hits) == served.pipeline.context.store.count(SearchFilter(tree=TREE))
     sparse = bm25_query("orchard the a")
     query = models.SparseVector(indices=sparse.indices, values=sparse.values)
     hits = client.query_points("adrap", query=query, using="bm25", limit=10_000).points

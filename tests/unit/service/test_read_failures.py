@@ -43,12 +43,11 @@ def share(tmp_path: Path) -> Iterator[tuple[Pipeline, Path, Clock]]:
     sub.mkdir()
     for i in range(3):
         (sub / f"s{i}.txt").write_text(doc_text(random.Random(100 + i), 5))
-    p = make_pipeline(tmp_path)
     clock = Clock()
-    p.unread = Unread(tmp_path / "unread.json", clock=clock)
+    p = make_pipeline(tmp_path, unread=Unread(tmp_path / "unread.json", clock=clock))
     p.build(root)
     yield p, root.resolve(), clock
-    p.store.close()
+    p.context.store.close()
 
 
 def fail_open(monkeypatch: pytest.MonkeyPatch, failing: dict[str, int]) -> None:
@@ -98,23 +97,23 @@ def test_a_file_that_cannot_be_read_now_keeps_its_leaves_and_is_retried_with_bac
     w.handler.dispatch(FileModifiedEvent(str(root / "d1.txt")))
     assert w.apply(w.next_batch())
     assert nodes_of(p, "d1.txt") == before  # nothing deleted, nothing re-embedded
-    entry = p.unread.get("d1.txt")
+    entry = p.collector.unread.get("d1.txt")
     assert entry is not None
     assert entry.kind == "stale"
     assert entry.kept
     assert os.strerror(code).lower() in entry.reason.lower()
-    assert p.unread.due() == []  # not before its backoff
+    assert p.collector.unread.due() == []  # not before its backoff
     clock.now = entry.next_try
-    assert p.unread.due() == ["d1.txt"]
+    assert p.collector.unread.due() == ["d1.txt"]
     assert w.apply(w.next_batch())  # the retry fails again: the wait doubles
-    again = p.unread.get("d1.txt")
+    again = p.collector.unread.get("d1.txt")
     assert again is not None
     assert again.attempts == 2
     assert again.next_try - clock.now == pytest.approx(2 * (entry.next_try - entry.since))
     del failing["d1.txt"]  # the file is closed on the share
     clock.now = again.next_try
     assert w.apply(w.next_batch())
-    assert "d1.txt" not in p.unread
+    assert "d1.txt" not in p.collector.unread
     assert nodes_of(p, "d1.txt") != before  # the saved version is in the tree now
     assert_agrees(p, root, w.state)
 
@@ -130,7 +129,7 @@ def test_a_folder_that_cannot_be_listed_keeps_every_document_under_it(
     w.enqueue([root])  # a full rescan
     assert w.apply(w.next_batch())
     assert sorted(p.require_state().sources.keys_with_prefix("sub/")) == under
-    folder = p.unread.get("sub/")
+    folder = p.collector.unread.get("sub/")
     assert folder is not None
     assert folder.kind == "stale"
     assert folder.kept
@@ -140,7 +139,7 @@ def test_a_folder_that_cannot_be_listed_keeps_every_document_under_it(
     w.enqueue([root])
     assert w.apply(w.next_batch())
     assert sorted(p.require_state().sources.keys_with_prefix("sub/")) == under[1:]
-    assert "sub/" not in p.unread
+    assert "sub/" not in p.collector.unread
     assert_agrees(p, root, w.state)
 
 
@@ -157,12 +156,12 @@ def test_a_file_vanishing_mid_read_is_kept_until_a_listing_shows_it_gone(
     assert nodes_of(p, "d2.txt") == before
     monkeypatch.undo()
     (root / "d2.txt").unlink()  # now it is really gone: the retry removes it
-    entry = p.unread.get("d2.txt")
+    entry = p.collector.unread.get("d2.txt")
     assert entry is not None
     clock.now = entry.next_try
     assert w.apply(w.next_batch())
     assert "d2.txt" not in p.require_state().sources
-    assert "d2.txt" not in p.unread
+    assert "d2.txt" not in p.collector.unread
     assert_agrees(p, root, w.state)
 
 
@@ -209,7 +208,7 @@ def test_a_skip_is_logged_once_per_file_version_not_on_every_rescan(
         with caplog.at_level("WARNING"):
             assert w.apply(w.next_batch())
     assert sum("blob.txt" in r.getMessage() for r in caplog.records) == 1
-    assert p.unread.counts() == {"skipped": 1, "stale": 0}
+    assert p.collector.unread.counts() == {"skipped": 1, "stale": 0}
     (root / "blob.txt").write_bytes(b"\x00\x02" * 120)  # a new version is read and logged
     w.enqueue([root])
     with caplog.at_level("WARNING"):
@@ -218,7 +217,7 @@ def test_a_skip_is_logged_once_per_file_version_not_on_every_rescan(
     (root / "blob.txt").unlink()
     w.enqueue([root])
     assert w.apply(w.next_batch())
-    assert len(p.unread) == 0
+    assert len(p.collector.unread) == 0
 
 
 def test_a_failing_rescan_never_quarantines_the_folder_but_isolates_the_file(

@@ -93,10 +93,10 @@ def share(
         os.chown(path, 51001, group.gr_gid)
     os.chmod(secret.parent, 0o750)  # its owner and group may pass, nobody else
     os.chmod(secret, 0o644)  # its own mode says everyone: the folder decides
-    p = make_pipeline(tmp)
+    server = None
     if request.param == "server":
-        p.store.close()
-        p.store = QdrantNodeStore(QdrantClient(":memory:"), "adrap", owns_client=True)
+        server = QdrantNodeStore(QdrantClient(":memory:"), "adrap", owns_client=True)
+    p = make_pipeline(tmp, store=server)
     p.build(root)
     tokens = TokenBook(tmp / "tokens.json")
     group_token = tokens.add("hr", f"group:{group.gr_name}")
@@ -109,7 +109,7 @@ def share(
         callers=Callers(owner_token=OWNER, tokens=tokens),
     )
     d.metrics.ready = True
-    nodes, _ = p.store.scroll(SearchFilter(tree=TREE), 10_000)
+    nodes, _ = p.context.store.scroll(SearchFilter(tree=TREE), 10_000)
     readable = set(p.context.access.registry.readable(ANONYMOUS) or ())
     hidden = {n.node_id for n in nodes if not n.access or not set(n.access) <= readable}
     leaves = [n for n in nodes if n.source == "hr/pay.txt"]
@@ -138,7 +138,7 @@ def share(
         )
     finally:
         server.stop()
-        p.store.close()
+        p.context.store.close()
 
 
 @pytest.fixture
@@ -194,7 +194,7 @@ def test_the_facade_gives_the_anonymous_caller_no_hidden_node_whatever_its_filte
     share: Share,
 ) -> None:
     anon = share.client()
-    vec = share.pipeline.embedder.embed_query(f"salary review of {SECRET}").tolist()
+    vec = share.pipeline.context.embedder.embed_query(f"salary review of {SECRET}").tolist()
     sparse = bm25_query(f"{SECRET} salary bonus")
     sv = models.SparseVector(indices=sparse.indices, values=sparse.values)
     for flt in hostile(share):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ from ingestor.pipeline import Pipeline
 from ingestor.service.daemon import Daemon
 from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
 from ingestor.tree.invariants import violations
+from testkit.corpus import make_pipeline
 from testkit.daemons import make_daemon, make_watcher
+from tests.unit.service.test_watcher import write_corpus
 from tests.unit.tree.test_adrap import doc_text
 
 TOKEN = "s3cret-token"
@@ -24,15 +27,26 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
-def daemon(tree: tuple[Pipeline, Path], tmp_path: Path) -> Daemon:
+def schedule() -> SummarySchedule:
+    return SummarySchedule(window=300, idle=0)
+
+
+@pytest.fixture
+def tree(tmp_path: Path, schedule: SummarySchedule) -> Iterator[tuple[Pipeline, Path]]:
+    """The service tests' built tree, its updates asking ``schedule`` whether their summaries
+    wait, as the daemon's pipeline is built."""
+    root = tmp_path / "docs"
+    write_corpus(root, 8)
+    p = make_pipeline(tmp_path, defer_summaries=schedule.defers_now)
+    p.build(root)
+    yield p, root.resolve()
+    p.context.store.close()
+
+
+@pytest.fixture
+def daemon(tree: tuple[Pipeline, Path], schedule: SummarySchedule, tmp_path: Path) -> Daemon:
     p, root = tree
-    d = make_daemon(
-        p,
-        root,
-        http_token=TOKEN,
-        state_dir=tmp_path / "state",
-        summaries=SummarySchedule(window=300, idle=0),
-    )
+    d = make_daemon(p, root, http_token=TOKEN, state_dir=tmp_path / "state", summaries=schedule)
     d.watcher = make_watcher(p, p.require_state(), root, lock=d.lock, on_applied=d.api.applied)
     d.metrics.ready = True
     return d
@@ -135,7 +149,7 @@ def test_summaries_kept_within_tolerance_are_counted(
     a change bought fewer summaries than it touched."""
     p, root = tree
     builder = p.context.builder
-    builder.params = dataclasses.replace(builder.params, min_change=1.0)
+    builder.summaries.params = dataclasses.replace(builder.summaries.params, min_change=1.0)
     assert daemon.watcher is not None
     victim = sorted(root.glob("*.txt"))[0]
     victim.write_text(victim.read_text() + " One more sentence about the same topic.")

@@ -33,11 +33,11 @@ def share(tmp_path: Path) -> Iterator[tuple[Pipeline, Path]]:
     p = make_pipeline(tmp_path)
     p.build(root)
     yield p, root.resolve()
-    p.store.close()
+    p.context.store.close()
 
 
 def skipped(p: Pipeline) -> dict[str, str]:
-    return {s: e.reason for s, e in p.unread.items().items() if e.kind == "skipped"}
+    return {s: e.reason for s, e in p.collector.unread.items().items() if e.kind == "skipped"}
 
 
 @pytest.mark.parametrize("polling", [False, True], ids=["native", "polling"])
@@ -78,7 +78,7 @@ def test_links_to_a_parent_and_to_a_sibling_folder_index_no_file_twice(
     assert "loop" in reasons["sub/up"]
     assert "loop" in reasons["sub/back"]
     assert "indexed under its own name" in reasons["alias"]
-    assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+    assert set(p.context.store.iter_ids("t")) == set(p.require_state().nodes)
 
 
 def test_a_rescan_of_any_folder_lists_what_the_build_lists_there(tmp_path: Path) -> None:
@@ -108,4 +108,4 @@ def test_a_rescan_of_any_folder_lists_what_the_build_lists_there(tmp_path: Path)
             assert {d.source for d in docs} <= set(state.sources), folder  # no second name
             assert gone == [], folder
     finally:
-        p.store.close()
+        p.context.store.close()

@@ -68,5 +68,5 @@ def test_the_daemon_starts_indexes_and_reports_undecodable_names(tmp_path: Path)
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
     assert not t.is_alive()

@@ -57,15 +57,14 @@ records = Records()
 logging.getLogger().addHandler(records)
 logging.getLogger().setLevel(logging.INFO)
 base = Path(sys.argv[1])
-p = make_pipeline(base)
-p.unread = Unread(base / "unread.json")
+p = make_pipeline(base, unread=Unread(base / "unread.json"))
 root = (base / "share").resolve()
 try:
     (root / "sub").chmod(0)
     out = batch_outcome(p, root)
 finally:
     (root / "sub").chmod(0o755)
-    p.store.close()
+    p.context.store.close()
 out["records"] = records.rows
 print("RESULT " + json.dumps(out))
 """
@@ -78,8 +77,7 @@ def make_share(base: Path) -> tuple[Pipeline, Path]:
     (root / "sub").mkdir()
     for i in range(2):
         (root / "sub" / f"s{i}.txt").write_text(doc_text(random.Random(50 + i), 5))
-    p = make_pipeline(base)
-    p.unread = Unread(base / "unread.json")
+    p = make_pipeline(base, unread=Unread(base / "unread.json"))
     p.build(root)
     return p, root.resolve()
 
@@ -104,7 +102,11 @@ def batch_outcome(p: Pipeline, root: Path) -> dict[str, Any]:
         "after_batch": after_batch,
         "rescan": rescan,
         "after_rescan": sorted(p.require_state().sources),
-        "stale": {s: [e.reason, e.kept] for s, e in p.unread.items().items() if e.kind == "stale"},
+        "stale": {
+            s: [e.reason, e.kept]
+            for s, e in p.collector.unread.items().items()
+            if e.kind == "stale"
+        },
     }
 
 
@@ -140,7 +142,7 @@ def test_an_untraversable_folder_is_isolated_at_once_for_an_unprivileged_reader(
     place: Path,
 ) -> None:
     p, _ = make_share(place)  # built here: the child only updates (no clustering to compile)
-    p.store.close()
+    p.context.store.close()
     for path in [place, *place.rglob("*")]:
         os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
@@ -202,6 +204,6 @@ def test_eacces_under_a_folder_leaves_the_rest_of_the_batch_to_land(
             out = batch_outcome(p, root)
     finally:
         monkeypatch.undo()
-        p.store.close()
+        p.context.store.close()
     out["records"] = [[r.levelname, r.getMessage(), r.exc_info is not None] for r in caplog.records]
     check(out)

@@ -71,7 +71,7 @@ def assert_agrees(p: Pipeline, root: Path, state: Any = None) -> None:
     committed = p.require_state()
     assert set(committed.sources) == on_disk(root)
     assert violations(committed) == []
-    assert set(p.store.iter_ids("t")) == set(committed.nodes)
+    assert set(p.context.store.iter_ids("t")) == set(committed.nodes)
     if state is not None:
         assert set(state.sources) == set(committed.sources)
 
@@ -155,7 +155,7 @@ def test_a_rename_with_unchanged_content_reuses_the_leaf_vectors(
 ) -> None:
     p, root = tree
     w = make_watcher(p, p.require_state(), root, debounce=0.05)
-    emb = p.embedder
+    emb = p.context.embedder
     assert isinstance(emb, CountingEmbedder)
     leaves = {w.state.nodes[i].text for i in w.state.sources["d3.txt"].node_ids}
     before = len(emb.texts)
@@ -191,12 +191,12 @@ def test_a_directory_move_and_a_save_by_temp_file_and_rename_end_in_agreement(
 
 @contextmanager
 def retrying_watcher(
-    tmp_path: Path, summarizer: EchoSummarizer
+    tmp_path: Path, summarizer: EchoSummarizer, drift_threshold: float = 100.0
 ) -> Iterator[tuple[Pipeline, Path, Watcher, list[str]]]:
     """A built tree, its watcher on a driven clock (no backoff is slept), and the error kinds."""
     root = tmp_path / "docs"
     write_corpus(root, 8)
-    p = make_pipeline(tmp_path, summarizer)
+    p = make_pipeline(tmp_path, summarizer, drift_threshold=drift_threshold)
     try:
         p.build(root)
         root = root.resolve()
@@ -205,7 +205,7 @@ def retrying_watcher(
         w.on_error = errors.append
         yield p, root, w, errors
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_applied(
@@ -225,7 +225,7 @@ def test_a_failing_summariser_commits_nothing_and_the_batch_is_retried_until_app
         assert w.paths.empty()
         assert w.pending() == 3
         assert not w.apply(w.next_batch())
-        assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+        assert set(p.context.store.iter_ids("t")) == set(p.require_state().nodes)
         assert w.apply(w.next_batch())
         assert errors == ["SummarizationError", "SummarizationError"]
         assert w.pending() == 0
@@ -240,7 +240,7 @@ def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
 
     with retrying_watcher(tmp_path, EchoSummarizer()) as (p, root, w, errors):
         generation = p.require_state().generation
-        real_upsert = p.store.upsert
+        real_upsert = p.context.store.upsert
         outages = [2]
 
         def upsert(nodes, vectors):  # type: ignore[no-untyped-def]
@@ -249,7 +249,7 @@ def test_a_store_that_fails_mid_update_commits_nothing_and_the_batch_is_retried(
                 raise StoreError("Qdrant server at http://qdrant:6333 is unreachable")
             return real_upsert(nodes, vectors)
 
-        p.store.upsert = upsert  # type: ignore[method-assign]
+        p.context.store.upsert = upsert  # type: ignore[method-assign]
         path = root / "late.txt"
         path.write_text(doc_text(random.Random(5), 6))
         w.handler.dispatch(FileCreatedEvent(str(path)))
@@ -327,7 +327,7 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     sources = set(w.state.sources)
     assert "a name with spaces é.txt" in sources
     assert "d4.txt" in sources
-    stale = p.unread.get("d4.txt")
+    stale = p.collector.unread.get("d4.txt")
     assert stale is not None
     assert stale.kind == "stale"
     assert stale.kept
@@ -335,11 +335,13 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     assert "last readable version is kept" in stale.reason
     assert "passwd.txt" not in sources
     # Listed with its reason, as `adrap build` lists it (the daemon used to drop it unlisted).
-    outward = p.unread.get("passwd.txt")
+    outward = p.collector.unread.get("passwd.txt")
     assert outward is not None
     assert outward.kind == "skipped"
     assert "outside the root" in outward.reason
-    loop = p.unread.get("loop.txt")  # ELOOP may be a swap in flight: retried, listed meanwhile
+    loop = p.collector.unread.get(
+        "loop.txt"
+    )  # ELOOP may be a swap in flight: retried, listed meanwhile
     assert loop is not None
     assert "symbolic links" in loop.reason
 
@@ -384,7 +386,7 @@ def test_a_real_observer_picks_up_create_modify_and_delete(
         observer.join()
         w.stop(timeout=30)
     assert p.require_state().sources["d5.txt"].content_hash != ""
-    assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+    assert set(p.context.store.iter_ids("t")) == set(p.require_state().nodes)
 
 
 def test_a_burst_of_500_files_created_edited_and_deleted_ends_in_exact_agreement(
@@ -418,7 +420,7 @@ def test_a_burst_of_500_files_created_edited_and_deleted_ends_in_exact_agreement
         assert_agrees(p, root, w.state)
         assert w.batches < 20, "a burst is coalesced into few batches"
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 # -- the daemon (reconciliation + HTTP) ------------------------------------------------------------
@@ -442,9 +444,9 @@ def test_reconcile_applies_offline_changes_and_repairs_orphan_and_missing_points
     p, root = tree
     state = p.require_state()
     some = sorted(state.nodes)[:3]
-    p.store.delete(some)  # missing points
+    p.context.store.delete(some)  # missing points
     orphan = state.payloads([sorted(state.nodes)[5]])[0].model_copy(update={"node_id": "0" * 32})
-    p.store.upsert([orphan], state.matrix([sorted(state.nodes)[5]]))
+    p.context.store.upsert([orphan], state.matrix([sorted(state.nodes)[5]]))
     (root / "d0.txt").unlink()
     (root / "offline.txt").write_text(doc_text(random.Random(40), 5))
     report = p.reconcile(root)
@@ -512,7 +514,7 @@ def test_daemon_serves_health_readiness_metrics_status_and_query(tmp_path: Path)
     finally:
         stop.set()
         t.join(60)
-        p.store.close()
+        p.context.store.close()
     assert not t.is_alive()
 
 

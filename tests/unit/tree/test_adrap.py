@@ -14,13 +14,20 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
 from models_store import ModelStore
-from retriever import SearchFilter
+from retriever import NodeStore, SearchFilter
 from retriever.edge_store import EdgeNodeStore
 from testkit.corpus import TOPICS, doc_text
 from testkit.fakes import EchoSummarizer, HashEmbedder
 
 
-def make_pipeline(tmp: Path, summarizer: EchoSummarizer, drift: float = 100.0) -> Pipeline:
+def make_pipeline(
+    tmp: Path,
+    summarizer: EchoSummarizer,
+    drift: float = 100.0,
+    *,
+    store: NodeStore | None = None,
+    leaves_first: bool = True,
+) -> Pipeline:
     emb = HashEmbedder(dim=48)
     builder = TreeBuilder(
         emb,
@@ -32,11 +39,12 @@ def make_pipeline(tmp: Path, summarizer: EchoSummarizer, drift: float = 100.0) -
         tree="t",
         embedder=emb,
         builder=builder,
-        store=EdgeNodeStore(tmp / "qdrant"),
+        store=store or EdgeNodeStore(tmp / "qdrant"),
         models=ModelStore(tmp / "models"),
         chunk_tokens=40,
         chunk_overlap=8,
         drift_threshold=drift,
+        leaves_first=leaves_first,
     )
 
 
@@ -45,9 +53,9 @@ def check_invariants(p: Pipeline, min_top_nodes: int = 10) -> None:
 
     state = p.require_state()
     assert violations(state, min_top_nodes=min_top_nodes) == []
-    stored = set(p.store.iter_ids("t"))
+    stored = set(p.context.store.iter_ids("t"))
     assert stored == set(state.nodes), "store and state disagree"
-    for payload in p.store.retrieve(list(state.nodes)):
+    for payload in p.context.store.retrieve(list(state.nodes)):
         node = state.nodes[payload.node_id]
         assert list(payload.parents) == node.parents
         assert list(payload.children) == node.children
@@ -115,7 +123,7 @@ def test_random_adds_edits_and_removes_keep_the_tree_consistent(
         on_disk = {f.relative_to(root).as_posix() for f in root.rglob("*.txt")}
         assert set(state.sources) == on_disk
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_an_edit_keeps_the_nodes_of_unchanged_chunks(tmp_path: Path) -> None:
@@ -135,7 +143,7 @@ def test_an_edit_keeps_the_nodes_of_unchanged_chunks(tmp_path: Path) -> None:
         assert report.stats.leaves_removed == len(before - after)
         check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_one_small_update_regenerates_few_summaries(tmp_path: Path) -> None:
@@ -153,7 +161,7 @@ def test_one_small_update_regenerates_few_summaries(tmp_path: Path) -> None:
         assert summarizer.calls - built_calls == report.stats.summaries_regenerated
         check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_removing_every_document_leaves_an_empty_tree(tmp_path: Path) -> None:
@@ -167,9 +175,9 @@ def test_removing_every_document_leaves_an_empty_tree(tmp_path: Path) -> None:
         state = p.require_state()
         assert state.nodes == {}
         assert state.sources == {}
-        assert p.store.count(SearchFilter(tree="t")) == 0
+        assert p.context.store.count(SearchFilter(tree="t")) == 0
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_the_same_sequence_with_the_same_seed_gives_the_same_tree(tmp_path: Path) -> None:
@@ -190,7 +198,7 @@ def test_the_same_sequence_with_the_same_seed_gives_the_same_tree(tmp_path: Path
                 sorted((n.layer, n.text, tuple(sorted(n.sources))) for n in state.nodes.values())
             )
         finally:
-            p.store.close()
+            p.context.store.close()
     assert trees[0] == trees[1]
 
 
@@ -214,7 +222,7 @@ def test_drift_past_the_threshold_triggers_a_full_rebuild_reusing_cached_summari
         assert state.leaves_at_build == len(state.ids_in_layer(0))
         check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_build_and_update_in_server_mode_through_qdrant_client(tmp_path: Path) -> None:
@@ -226,16 +234,18 @@ def test_build_and_update_in_server_mode_through_qdrant_client(tmp_path: Path) -
     rng = random.Random(6)
     root = tmp_path / "docs"
     write_corpus(root, rng, 12)
-    p = make_pipeline(tmp_path, EchoSummarizer())
-    p.store.close()
-    p.store = QdrantNodeStore(QdrantClient(":memory:"), "adrap")
+    p = make_pipeline(
+        tmp_path, EchoSummarizer(), store=QdrantNodeStore(QdrantClient(":memory:"), "adrap")
+    )
     p.build(root)
     check_invariants(p)
     (root / "late.txt").write_text(doc_text(rng, 6))
     report = p.update([root / "late.txt"])
     assert report.stats.leaves_added > 0
     check_invariants(p)
-    hits = collapsed_tree(p.store, p.embedder.embed_query(TOPICS[0]), SearchFilter(tree="t"))
+    hits = collapsed_tree(
+        p.context.store, p.context.embedder.embed_query(TOPICS[0]), SearchFilter(tree="t")
+    )
     assert hits
     assert all(h.node.tree == "t" for h in hits)
 
@@ -258,7 +268,7 @@ def test_a_rename_and_an_insert_in_one_batch_leave_every_leaf_with_a_parent(
             p.update([root])
             check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_removing_a_path_that_is_not_in_the_tree_is_a_clear_error(tmp_path: Path) -> None:
@@ -274,4 +284,4 @@ def test_removing_a_path_that_is_not_in_the_tree_is_a_clear_error(tmp_path: Path
             p.update([root / "nope.txt"], remove=True)
         assert len(p.require_state().sources) == 4
     finally:
-        p.store.close()
+        p.context.store.close()

@@ -30,7 +30,9 @@ def test_unchanged_summaries_do_not_ripple_and_sources_still_follow(tmp_path: Pa
     write_corpus(root, rng, 30)
     # EchoSummarizer keeps the first words of the first children: its text often comes out the same.
     p = make_pipeline(tmp_path, EchoSummarizer())
-    p.builder.params = dataclasses.replace(p.builder.params, min_top_nodes=2)  # 4 layers
+    p.context.builder.summaries.params = dataclasses.replace(
+        p.context.builder.summaries.params, min_top_nodes=2
+    )  # 4 layers
     p.build(root)
     assert len(p.require_state().layer_counts()) == 4
     unchanged = 0
@@ -87,13 +89,13 @@ def test_a_summary_whose_members_changed_but_not_its_text_keeps_its_vector(tmp_p
     p = make_pipeline(tmp_path, EchoSummarizer())
     p.build(root)
     embedded: list[str] = []
-    embed_documents = p.builder.embedder.embed_documents
+    embed_documents = p.context.builder.summaries.embedder.embed_documents
 
     def recording(texts):  # type: ignore[no-untyped-def]
         embedded.extend(texts)
         return embed_documents(texts)
 
-    p.builder.embedder.embed_documents = recording  # type: ignore[method-assign]
+    p.context.builder.summaries.embedder.embed_documents = recording  # type: ignore[method-assign]
     kept = 0
     for step in range(6):
         state = p.require_state()

@@ -54,7 +54,7 @@ def bookkeeping_errors(state: TreeState) -> list[str]:
 
 
 def sound(state: TreeState, builder: TreeBuilder) -> list[str]:
-    p = builder.params
+    p = builder.summaries.params
     return violations(state, min_top_nodes=p.min_top_nodes, max_layers=p.max_layers)
 
 
@@ -177,18 +177,20 @@ def test_a_small_global_cluster_that_grows_past_tau_c_is_offered_its_split() -> 
     }
     g = max(landing, key=lambda g0: (len(landing[g0]), -g0))
     grow = landing[g][:20]
-    assert len(grow) > builder.params.tau_c, f"too few copies routed to a guarded group: {landing}"
+    assert len(grow) > builder.summaries.params.tau_c, (
+        f"too few copies routed to a guarded group: {landing}"
+    )
     updater = TreeUpdater(builder)
     for text in grow:
         new = add_leaves(state, [text], prefix="near")
         updater.apply(state, new, [])
         assert bookkeeping_errors(state) == []
     assert al0.point_of[new[0]][0] == g, "the inserts went to the small global cluster"
-    assert all(size <= builder.params.tau_c for size in guarded_groups(al0).values())
+    assert all(size <= builder.summaries.params.tau_c for size in guarded_groups(al0).values())
     gmm = al0.gmms[g]
     assert gmm is not None, "the grown group got a local UMAP + online GMM"
     for cid, pids in gmm.members.items():
-        if len(pids) > builder.params.tau_c:
+        if len(pids) > builder.summaries.params.tau_c:
             assert not gmm.offer_due(cid), f"cluster {cid} was not offered its split"
     assert sound(state, builder) == []
 

@@ -98,23 +98,23 @@ def test_a_first_build_killed_after_some_summaries_pays_only_for_the_rest_when_r
     assert paid >= 6, "the batches before the kill were paid for"
 
     # Readers in between: no tree, although the checkpoint holds the paid summaries.
-    assert checkpoint_path(p.models, "t").exists()
-    assert not state_path(p.models, "t").exists()
-    assert not state_exists(p.models, "t")
-    assert load_state(p.models, "t") is None
+    assert checkpoint_path(p.context.models, "t").exists()
+    assert not state_path(p.context.models, "t").exists()
+    assert not state_exists(p.context.models, "t")
+    assert load_state(p.context.models, "t") is None
     assert p.open_state() is None
     assert status(tmp_path)["built"] is False
 
     second = DyingSummarizer()
-    p.builder.summarizer = second
+    p.context.builder.summaries.summarizer = second
     embedded: list[str] = []
-    embed = p.embedder.embed_documents
+    embed = p.context.embedder.embed_documents
 
     def counting_embed(texts: Sequence[str]) -> Any:
         embedded.extend(texts)
         return embed(texts)
 
-    p.embedder.embed_documents = counting_embed  # type: ignore[method-assign]
+    p.context.embedder.embed_documents = counting_embed  # type: ignore[method-assign]
     report = p.build(root)
     assert second.calls == total - paid, "only the summaries the killed build had not paid for"
     leaves = {text for layer, text, _ in tree.values() if layer == 0}
@@ -123,7 +123,7 @@ def test_a_first_build_killed_after_some_summaries_pays_only_for_the_rest_when_r
     assert report.stats.cache_hits >= paid
     assert tree_of(p) == tree, "the resumed build makes the same tree (same clusters, same ids)"
     check_invariants(p)
-    assert not checkpoint_path(p.models, "t").exists(), "the first commit imported it"
+    assert not checkpoint_path(p.context.models, "t").exists(), "the first commit imported it"
     cache = p.require_state().summary_cache
     assert len(cache) == total
     assert status(tmp_path)["built"] is True
@@ -136,11 +136,11 @@ def test_a_first_build_killed_twice_keeps_what_both_paid_for(tmp_path: Path) -> 
     p = pipeline(tmp_path, first := DyingSummarizer(die_after=4))
     with pytest.raises(Killed):
         p.build(root)
-    p.builder.summarizer = again = DyingSummarizer(die_after=4)
+    p.context.builder.summaries.summarizer = again = DyingSummarizer(die_after=4)
     with pytest.raises(Killed):
         p.build(root)
     assert again.calls > 0
-    p.builder.summarizer = last = DyingSummarizer()
+    p.context.builder.summaries.summarizer = last = DyingSummarizer()
     p.build(root)
     assert last.calls == total - first.calls - again.calls
 
@@ -157,7 +157,7 @@ def test_a_rebuild_killed_half_way_keeps_the_old_tree_and_its_paid_summaries(
 
     ref = pipeline(tmp_path / "reference", DyingSummarizer())
     ref.build(corpus(tmp_path / "reference"))
-    ref.builder.summarizer = whole = DyingSummarizer(prompt_version="2")
+    ref.context.builder.summaries.summarizer = whole = DyingSummarizer(prompt_version="2")
     rerun(ref, tmp_path / "reference" / "docs")  # uninterrupted: what the change of prompt costs
 
     root = corpus(tmp_path)
@@ -166,16 +166,20 @@ def test_a_rebuild_killed_half_way_keeps_the_old_tree_and_its_paid_summaries(
     old = tree_of(p)
     generation = p.require_state().generation
     # A new prompt version: every summary is paid for again.
-    p.builder.summarizer = first = DyingSummarizer(die_after=7, prompt_version="2")
+    p.context.builder.summaries.summarizer = first = DyingSummarizer(
+        die_after=7, prompt_version="2"
+    )
     with pytest.raises(Killed):
         rerun(p, root)
     assert first.calls >= 6
     assert tree_of(p) == old, "readers still see the old tree"
     assert p.require_state().generation == generation
-    assert not checkpoint_path(p.models, "t").exists(), "a committed tree's own cache is used"
+    assert not checkpoint_path(p.context.models, "t").exists(), (
+        "a committed tree's own cache is used"
+    )
     check_invariants(p)
 
-    p.builder.summarizer = second = DyingSummarizer(prompt_version="2")
+    p.context.builder.summaries.summarizer = second = DyingSummarizer(prompt_version="2")
     rerun(p, root)
     assert second.calls == whole.calls - first.calls, "only what the killed run had not paid"
     assert tree_of(p) == tree_of(ref)

@@ -29,7 +29,7 @@ def test_a_build_indexes_the_embedded_store_once_and_restores_auto_optimize(
     for i in range(40):
         (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 10)))
     p = make_pipeline(tmp_path, EchoSummarizer())
-    store = p.store
+    store = p.context.store
     store.auto_optimize_points = 20  # type: ignore[attr-defined]
     calls: list[int] = []
     optimize = store.optimize
@@ -48,7 +48,7 @@ def test_a_build_indexes_the_embedded_store_once_and_restores_auto_optimize(
     p.update([root / "late.txt"])
     # A store this small is never indexed, so every upsert of the update finds 20+ unindexed.
     assert len(calls) > 1, "an update past auto_optimize_points optimizes as before"
-    p.store.close()
+    p.context.store.close()
 
 
 def _folder(tmp_path: Path, files: int = 30) -> Path:
@@ -64,7 +64,7 @@ def _folder(tmp_path: Path, files: int = 30) -> Path:
 def _stored_as_in_state(p: Pipeline) -> None:
     state = p.require_state()
     ids = list(state.nodes)
-    assert p.store.retrieve(ids) == state.payloads(ids)
+    assert p.context.store.retrieve(ids) == state.payloads(ids)
 
 
 def test_a_first_build_writes_each_point_once_after_committing_its_tree(tmp_path: Path) -> None:
@@ -75,16 +75,16 @@ def test_a_first_build_writes_each_point_once_after_committing_its_tree(tmp_path
     p = make_pipeline(tmp_path, EchoSummarizer())
     upserted: list[str] = []
     early: list[str] = []
-    upsert = p.store.upsert
+    upsert = p.context.store.upsert
 
     def counting_upsert(nodes: Any, vectors: Any) -> None:
         ids = [n.node_id for n in nodes]
-        if not state_path(p.models, "t").exists():
+        if not state_path(p.context.models, "t").exists():
             early.extend(ids)
         upserted.extend(ids)
         upsert(nodes, vectors)
 
-    p.store.upsert = counting_upsert  # type: ignore[method-assign]
+    p.context.store.upsert = counting_upsert  # type: ignore[method-assign]
     held: list[int] = []
     commit = p.context.commit
 
@@ -101,9 +101,9 @@ def test_a_first_build_writes_each_point_once_after_committing_its_tree(tmp_path
     assert early == [], "points written before the tree was committed"
     assert sorted(upserted) == sorted(state.nodes), "every node upserted exactly once"
     assert not fill_pending(state)
-    assert not checkpoint_path(p.models, "t").exists()
+    assert not checkpoint_path(p.context.models, "t").exists()
     _stored_as_in_state(p)
-    p.store.close()
+    p.context.store.close()
 
 
 class _Killed(Exception):
@@ -114,7 +114,7 @@ def _killed_in_its_fill(tmp: Path, root: Path, monkeypatch: pytest.MonkeyPatch) 
     """Build ``root`` into ``tmp`` and kill the build after the first batch of points its fill
     writes (batches of 16); return its pipeline, the store closed."""
     p = make_pipeline(tmp, EchoSummarizer())
-    upsert, calls = p.store.upsert, []
+    upsert, calls = p.context.store.upsert, []
 
     def dying_upsert(nodes: Any, vectors: Any) -> None:
         calls.append(1)
@@ -122,11 +122,11 @@ def _killed_in_its_fill(tmp: Path, root: Path, monkeypatch: pytest.MonkeyPatch) 
             raise _Killed
         upsert(nodes, vectors)
 
-    p.store.upsert = dying_upsert  # type: ignore[method-assign]
+    p.context.store.upsert = dying_upsert  # type: ignore[method-assign]
     monkeypatch.setattr(context, "UPSERT_BATCH", 16)
     with pytest.raises(_Killed):
         p.build(root)
-    p.store.close()
+    p.context.store.close()
     return p
 
 
@@ -142,32 +142,32 @@ def test_a_first_build_killed_while_writing_its_points_is_finished_by_recovery(
     ref.build(root)
     want = ref.require_state()
     ids = sorted(want.nodes)
-    want_vectors = ref.store.retrieve_vectors(ids)
-    ref.store.close()
+    want_vectors = ref.context.store.retrieve_vectors(ids)
+    ref.context.store.close()
 
     p = _killed_in_its_fill(tmp_path / "run", root, monkeypatch)
-    assert checkpoint_path(p.models, "t").exists()
+    assert checkpoint_path(p.context.models, "t").exists()
     half = make_pipeline(tmp_path / "run", EchoSummarizer())
     assert fill_pending(half.require_state())
-    assert 0 < len(list(half.store.iter_ids("t"))) < len(ids)
+    assert 0 < len(list(half.context.store.iter_ids("t"))) < len(ids)
 
     embedded: list[str] = []
-    embed = half.embedder.embed_documents
+    embed = half.context.embedder.embed_documents
 
     def counting_embed(texts: Any) -> Any:
         embedded.extend(texts)
         return embed(texts)
 
-    half.embedder.embed_documents = counting_embed  # type: ignore[method-assign]
+    half.context.embedder.embed_documents = counting_embed  # type: ignore[method-assign]
     state = half.open_state(recover=True)
     assert state is not None
     assert not fill_pending(state)
     assert embedded == [], "recovery took every vector from the checkpoint"
-    assert not checkpoint_path(half.models, "t").exists()
+    assert not checkpoint_path(half.context.models, "t").exists()
     assert sorted(state.nodes) == ids
     _stored_as_in_state(half)
-    np.testing.assert_array_equal(half.store.retrieve_vectors(ids), want_vectors)
-    half.store.close()
+    np.testing.assert_array_equal(half.context.store.retrieve_vectors(ids), want_vectors)
+    half.context.store.close()
 
 
 def test_a_point_an_older_interrupted_build_left_is_written_over(tmp_path: Path) -> None:
@@ -182,15 +182,15 @@ def test_a_point_an_older_interrupted_build_left_is_written_over(tmp_path: Path)
         update={"char_start": 999_999, "char_end": 1_000_000, "parents": ()}
     )
     vector = state.matrix([leaf])
-    first.store.close()
+    first.context.store.close()
 
     p = make_pipeline(tmp_path / "b", EchoSummarizer())
-    p.store.ensure_collection(vector.shape[1], p.embedder.model_id)
-    p.store.upsert([old], vector)  # what the interrupted build left
+    p.context.store.ensure_collection(vector.shape[1], p.context.embedder.model_id)
+    p.context.store.upsert([old], vector)  # what the interrupted build left
     p.build(root)
     _stored_as_in_state(p)
-    assert p.store.retrieve([leaf])[0].char_start != 999_999
-    p.store.close()
+    assert p.context.store.retrieve([leaf])[0].char_start != 999_999
+    p.context.store.close()
 
 
 def test_a_fill_whose_checkpoint_is_unreadable_embeds_the_texts_again(
@@ -200,11 +200,11 @@ def test_a_fill_whose_checkpoint_is_unreadable_embeds_the_texts_again(
     store has and embeds the rest again."""
     root = _folder(tmp_path)
     p = _killed_in_its_fill(tmp_path, root, monkeypatch)
-    checkpoint_path(p.models, "t").write_bytes(b"not a database" * 100)
+    checkpoint_path(p.context.models, "t").write_bytes(b"not a database" * 100)
 
     again = make_pipeline(tmp_path, EchoSummarizer())
     state = again.open_state(recover=True)
     assert state is not None
     assert not fill_pending(state)
     _stored_as_in_state(again)
-    again.store.close()
+    again.context.store.close()

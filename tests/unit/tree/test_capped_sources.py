@@ -70,8 +70,8 @@ def test_a_node_stored_before_the_limit_reads_back_with_its_folders() -> None:
 def capped_pipeline(tmp: Path) -> Pipeline:
     p = make_pipeline(tmp, EchoSummarizer())
     # min_top_nodes 2: a deep tree, where ancestors above same-text summaries are refreshed.
-    p.builder.params = dataclasses.replace(
-        p.builder.params, max_node_sources=LIMIT, min_top_nodes=2
+    p.context.builder.summaries.params = dataclasses.replace(
+        p.context.builder.summaries.params, max_node_sources=LIMIT, min_top_nodes=2
     )
     return p
 
@@ -135,7 +135,7 @@ def test_lists_stay_exact_and_bounded_through_updates(tmp_path: Path) -> None:
         state = p.require_state()
         assert not any(n.sources_capped for n in state.nodes.values())
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_file_and_folder_filters_skip_capped_summaries_only(tmp_path: Path) -> None:
@@ -152,10 +152,10 @@ def test_file_and_folder_filters_skip_capped_summaries_only(tmp_path: Path) -> N
         assert all(n.dirs == frozenset({"only/"}) and not n.dirs_capped for n in capped)
         q = HashEmbedder(dim=48).embed_query(capped[0].text)
         n_all = len(state.nodes)
-        by_folder = p.store.search(q, SearchFilter("t", source_prefix="only/"), n_all)
+        by_folder = p.context.store.search(q, SearchFilter("t", source_prefix="only/"), n_all)
         assert {h.node.node_id for h in by_folder} == set(state.nodes), "capped ones too"
         one = "only/d3.txt"
-        by_file = p.store.search(q, SearchFilter("t", source_prefix=one), 500)
+        by_file = p.context.store.search(q, SearchFilter("t", source_prefix=one), 500)
         assert by_file, "the file's leaves and its uncapped ancestors match"
         for h in by_file:
             assert one in h.node.sources
@@ -163,7 +163,7 @@ def test_file_and_folder_filters_skip_capped_summaries_only(tmp_path: Path) -> N
         expect = {i for i, n in state.nodes.items() if one in n.sources}
         assert {h.node.node_id for h in by_file} == expect
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_a_capped_summary_says_so_in_query_output() -> None:

@@ -19,7 +19,7 @@ def built(seed: int = 5, n: int = 60) -> tuple[TreeState, TreeUpdater, EchoSumma
     state, _ = new_state([doc_text(rng, 3) for _ in range(n)])
     builder = make_builder(real_clusterer, min_top_nodes=4)
     builder.build(state)
-    summarizer = builder.summarizer
+    summarizer = builder.summaries.summarizer
     assert isinstance(summarizer, EchoSummarizer)
     return state, TreeUpdater(builder), summarizer
 

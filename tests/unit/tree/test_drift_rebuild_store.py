@@ -18,10 +18,10 @@ def test_a_drift_rebuild_in_an_update_indexes_the_embedded_store_once(tmp_path: 
     root.mkdir()
     for i in range(30):
         (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 10)))
-    p = make_pipeline(tmp_path, EchoSummarizer(), drift=0.01)  # any update is a drift rebuild
-    p.leaves_first = False  # count the rebuild's writes only, not the new leaves' early upsert
+    # Any update is a drift rebuild; count its writes only, not the new leaves' early upsert.
+    p = make_pipeline(tmp_path, EchoSummarizer(), drift=0.01, leaves_first=False)
     p.build(root)
-    store = p.store
+    store = p.context.store
     store.auto_optimize_points = 20  # type: ignore[attr-defined]
     calls: list[int] = []
     optimize = store.optimize

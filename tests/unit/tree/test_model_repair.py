@@ -54,7 +54,7 @@ def _break_models(
     """Make the stored models unreadable, as an upgrade of their libraries can; return how many."""
     broken = 0
     layer_store._HEADS.clear()  # read from the database, as a new process does
-    with sqlite3.connect(state_path(p.models, "t")) as db:
+    with sqlite3.connect(state_path(p.context.models, "t")) as db:
         if heads:
             broken += db.execute(
                 "UPDATE rows SET value = ? WHERE ns GLOB 'L*.head' AND key = 'clusterer'",
@@ -99,7 +99,7 @@ def test_unreadable_models_are_refitted_keeping_every_cluster_and_summary(
 
     state = p.require_state()
     with caplog.at_level(logging.INFO, logger="ingestor.tree.model_repair"):
-        deltas = repair_models(state, p.builder.make_clusterer)
+        deltas = repair_models(state, p.context.builder.summaries.make_clusterer)
     assert deltas == {}, "no cluster changed"
     assert [clusters(layer) for layer in state.layers] == expected
     assert {k: n.text for k, n in state.nodes.items() if n.layer > 0} == summaries
@@ -107,7 +107,7 @@ def test_unreadable_models_are_refitted_keeping_every_cluster_and_summary(
     (line,) = [r.getMessage() for r in caplog.records if r.name == "ingestor.tree.model_repair"]
     assert "layer 0: global model and" in line
     assert "umap-learn 0.4.6" in line
-    commit_state(p.models, state)
+    commit_state(p.context.models, state)
 
     reopened = p.require_state()
     assert all(not unreadable_models(al, scan=True) for al in reopened.layers)
@@ -148,7 +148,7 @@ def test_a_clusterer_that_cannot_be_read_is_refitted_without_a_library_change(
     _break_models(p, groups=False, libraries=False)
     state = p.require_state()
     with caplog.at_level(logging.INFO, logger="ingestor.tree.model_repair"):
-        assert repair_models(state, p.builder.make_clusterer) == {}
+        assert repair_models(state, p.context.builder.summaries.make_clusterer) == {}
     assert [clusters(layer) for layer in state.layers] == expected
     assert any("global model" in r.getMessage() for r in caplog.records)
     (root / "d0.txt").unlink()
@@ -169,15 +169,15 @@ def test_only_another_embedding_model_refuses_the_state_and_says_what_happens_to
     p, _ = built
     cache = dict(p.require_state().summary_cache.items())
     _break_models(p, heads=False, groups=False)  # other library versions: no refusal
-    assert load_state(p.models, "t", p.embedder) is not None
+    assert load_state(p.context.models, "t", p.context.embedder) is not None
     other = HashEmbedder(dim=48)
     other.model_id = "another-model"
     with pytest.raises(IncompatibleModelError, match="embed_model") as info:
-        load_state(p.models, "t", other)
+        load_state(p.context.models, "t", other)
     message = str(info.value)
     assert "summary cache" in message
     assert "untouched" in message
     assert "pays for its summaries again" in message, "it does not promise a reuse it lacks"
-    kept = load_state(p.models, "t", p.embedder)
+    kept = load_state(p.context.models, "t", p.context.embedder)
     assert kept is not None
     assert dict(kept.summary_cache.items()) == cache

@@ -37,7 +37,7 @@ def test_a_one_document_update_rewrites_only_the_rows_it_changed(
     built: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     p, root = built
-    rows = RowStore(state_path(p.models, "t"), readonly=True)
+    rows = RowStore(state_path(p.context.models, "t"), readonly=True)
     before = dict(sqlite3.connect(rows.path).execute("SELECT ns || ':' || key, value FROM rows"))
     written: set[str] = set()
     commit = RowStore.commit
@@ -70,19 +70,21 @@ def test_a_crash_between_commit_and_delete_is_repaired_by_the_next_cli_update(
     def crash(ids: Any) -> None:
         raise KeyboardInterrupt("killed between the state commit and the deletes")
 
-    monkeypatch.setattr(p.store, "delete", crash)
+    monkeypatch.setattr(p.context.store, "delete", crash)
     (root / "d0.txt").unlink()
     with pytest.raises(KeyboardInterrupt):
         p.update([root / "d0.txt"])
     monkeypatch.undo()
-    assert set(doomed) <= set(p.store.iter_ids("t")), "the removed document is still searchable"
+    assert set(doomed) <= set(p.context.store.iter_ids("t")), (
+        "the removed document is still searchable"
+    )
     state = p.require_state()
     intent = pending_intent(state)
     assert intent is not None
     assert intent.committed
     (root / "x.txt").write_text(doc_text(random.Random(9), 4))
     p.update([root / "x.txt"])
-    assert not set(doomed) & set(p.store.iter_ids("t"))
+    assert not set(doomed) & set(p.context.store.iter_ids("t"))
     check_invariants(p)
 
 
@@ -91,7 +93,7 @@ def test_a_crash_before_the_commit_leaves_the_previous_tree_and_no_orphans(
 ) -> None:
     p, root = built
     generation = p.require_state().generation
-    stored = set(p.store.iter_ids("t"))
+    stored = set(p.context.store.iter_ids("t"))
 
     def crash(*args: Any, **kwargs: Any) -> int:
         raise KeyboardInterrupt("killed after the upserts, before the state commit")
@@ -102,7 +104,7 @@ def test_a_crash_before_the_commit_leaves_the_previous_tree_and_no_orphans(
     with pytest.raises(KeyboardInterrupt):
         p.update([root / "late.txt"])
     monkeypatch.undo()
-    assert set(p.store.iter_ids("t")) > stored, "the update's new points were written"
+    assert set(p.context.store.iter_ids("t")) > stored, "the update's new points were written"
     assert p.require_state().generation == generation, "nothing of the update was committed"
     p.update([root / "late.txt"])
     check_invariants(p)
@@ -135,7 +137,7 @@ def test_readers_see_the_last_committed_generation_while_a_writer_is_mid_update(
     rows: RowStore = state.rows
     rows._db.execute("BEGIN IMMEDIATE")  # a writer holds an open transaction
     rows._db.execute("DELETE FROM rows WHERE ns = 'node'")
-    reader = load_state(p.models, "t", readonly=True)
+    reader = load_state(p.context.models, "t", readonly=True)
     assert reader is not None
     assert reader.generation == generation
     assert len(reader.nodes) == n_nodes > 0
@@ -154,7 +156,7 @@ def test_a_state_of_another_embedding_model_is_refused_with_how_to_rebuild(
 ) -> None:
     p, _ = built
     with pytest.raises(IncompatibleModelError, match=r"hash-48.*adrap build"):
-        load_state(p.models, "t", HashEmbedder(dim=16))
+        load_state(p.context.models, "t", HashEmbedder(dim=16))
 
 
 def test_the_summary_cache_is_bounded(
@@ -187,11 +189,11 @@ def test_vectors_lost_from_the_store_are_embedded_again_on_recovery(
     p, _ = built
     state = p.require_state()
     victim = sorted(state.sources["d1.txt"].node_ids)[0]
-    p.store.delete([victim])
+    p.context.store.delete([victim])
     with pytest.raises(StoreError):
         state.matrix([victim])
     vec = p.vectors_of(state, [victim])
-    assert vec.shape == (1, p.embedder.dim)
+    assert vec.shape == (1, p.context.embedder.dim)
 
 
 @dataclass
@@ -231,16 +233,18 @@ def test_a_state_pickled_by_adrap_0_1_is_converted_on_first_open(
         layers=list(state.layers),
         summary_cache={"k": "v"},
     )
-    p.models.save("tree-t2", legacy, extra={"embed_model": state.embed_model, "dim": state.dim})
-    converted = load_state(p.models, "t2", p.embedder)
+    p.context.models.save(
+        "tree-t2", legacy, extra={"embed_model": state.embed_model, "dim": state.dim}
+    )
+    converted = load_state(p.context.models, "t2", p.context.embedder)
     assert converted is not None
     assert set(converted.nodes) == set(state.nodes)
-    assert not p.models.exists("tree-t2"), "the pickle is gone once converted"
-    again = load_state(p.models, "t2", p.embedder)
+    assert not p.context.models.exists("tree-t2"), "the pickle is gone once converted"
+    again = load_state(p.context.models, "t2", p.context.embedder)
     assert again is not None
     assert again.generation == 8
     assert again.summary_cache["k"] == "v"
-    assert commit_state(p.models, again) > 0
+    assert commit_state(p.context.models, again) > 0
 
 
 def test_a_rebuild_of_a_stored_tree_writes_every_leaf_it_changed(tmp_path: Path) -> None:
@@ -276,13 +280,13 @@ def test_a_first_build_interrupted_half_way_resumes_without_embedding_again(
     write_corpus(root, random.Random(0), 14)
     p = make_pipeline(tmp_path, EchoSummarizer())
     calls: list[int] = []
-    inner = p.embedder.embed_documents
+    inner = p.context.embedder.embed_documents
 
     def counting(texts: Any) -> Any:
         calls.append(len(texts))
         return inner(texts)
 
-    monkeypatch.setattr(p.embedder, "embed_documents", counting)
+    monkeypatch.setattr(p.context.embedder, "embed_documents", counting)
 
     def stop_after_three_batches(stage_name: str, done: int, total: int) -> None:
         if stage_name == "embed leaves" and done >= 24:
@@ -291,7 +295,7 @@ def test_a_first_build_interrupted_half_way_resumes_without_embedding_again(
     with pytest.raises(_Stop):
         p.build(root, stop_after_three_batches)
     assert sum(calls) == 24
-    assert load_state(p.models, "t") is None, "nothing was committed"
+    assert load_state(p.context.models, "t") is None, "nothing was committed"
     calls.clear()
     report = p.build(root)
     leaves = report.leaves
@@ -348,7 +352,7 @@ def test_new_leaves_are_searchable_while_their_summaries_are_written(
         t = threading.Thread(target=run)
         t.start()
         assert s.waiting.wait(60)
-        leaves = p.store.count(flt)
+        leaves = p.context.store.count(flt)
         assert leaves > 0, "the new leaves wait for their summaries"
         s.gate.set()
         t.join(60)
@@ -358,7 +362,7 @@ def test_new_leaves_are_searchable_while_their_summaries_are_written(
             assert errors
             assert isinstance(errors[0], SummarizationError)
             p.require_state(recover=True)  # what the next writer (or the daemon's retry) runs
-            assert set(p.store.iter_ids("t")) == set(p.require_state().nodes)
+            assert set(p.context.store.iter_ids("t")) == set(p.require_state().nodes)
             assert "new.txt" not in p.require_state().sources
         else:
             assert not errors
@@ -380,8 +384,8 @@ def test_stored_payloads_come_back_equal_so_a_daemon_start_re_stores_nothing(
     state = p.require_state()
     node_id = sorted(state.nodes)[0]
     state.nodes[node_id].updated_at = 1795399810.6701941  # 17 significant digits
-    p.store.upsert(state.payloads([node_id]), state.matrix([node_id]))
-    assert p.store.retrieve([node_id]) == state.payloads([node_id])
+    p.context.store.upsert(state.payloads([node_id]), state.matrix([node_id]))
+    assert p.context.store.retrieve([node_id]) == state.payloads([node_id])
 
 
 @pytest.mark.parametrize("stored", [2, 99])
@@ -392,14 +396,14 @@ def test_a_state_of_an_older_readable_format_opens_and_an_unknown_one_is_refused
     and its next commit marks it 3, so an adrap that reads only format 2 refuses it instead of
     misreading it; a format this version does not know is refused with how to rebuild."""
     p, root = built
-    path = state_path(p.models, "t")
+    path = state_path(p.context.models, "t")
     with sqlite3.connect(path) as db:
         db.execute("UPDATE manifest SET value = ? WHERE key = 'format'", (str(stored),))
     if stored == 99:
         with pytest.raises(IncompatibleModelError, match=r"format 99.*adrap build"):
-            load_state(p.models, "t")
+            load_state(p.context.models, "t")
         return
-    assert load_state(p.models, "t") is not None
+    assert load_state(p.context.models, "t") is not None
     (root / "new.txt").write_text(doc_text(random.Random(5), 5))
     p.update([root / "new.txt"])
     assert RowStore(path, readonly=True).manifest()["format"] == persist.STATE_FORMAT == 3

@@ -47,7 +47,7 @@ def test_refitted_groups_are_committed_and_read_back(tmp_path: Path) -> None:
     counters = [(g.churn, g.fitted) if g is not None else None for g in al.gmms]
     copy = tmp_path / "copy"
     shutil.copytree(tmp_path / "models", copy)  # read what is on disk, not the live state
-    loaded = load_state(type(p.models)(copy), "t", readonly=True)
+    loaded = load_state(type(p.context.models)(copy), "t", readonly=True)
     assert loaded is not None
     assert [clusters(layer) for layer in loaded.layers] == expected
     l0 = loaded.layers[0]

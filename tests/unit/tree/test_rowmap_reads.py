@@ -108,7 +108,7 @@ def test_removing_a_file_or_folder_reads_no_whole_namespace(
         assert "d5.txt" in sources
         check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def clusterer_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -155,7 +155,7 @@ def test_a_layer_clusterer_is_read_once_per_content_and_never_shared(
         p.require_state()
         assert "L0.head" in reads
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_a_layer_stored_without_a_token_is_read_once_then_kept(
@@ -195,4 +195,4 @@ def test_a_layer_stored_without_a_token_is_read_once_then_kept(
         assert reads == [], "the next opens read the clusterer bytes again"
         check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()

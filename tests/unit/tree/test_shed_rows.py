@@ -64,7 +64,9 @@ def test_a_held_state_that_drops_its_rows_evolves_as_one_that_keeps_them(
         for p, root, held, limit, rng in runs:
             apply(p, held, random_edits(root, rng, step))
             if step == 0:
-                p.drift_threshold = 100.0  # one rebuild at most: adRAP carries the rest
+                # One rebuild at most, then adRAP carries the rest: a change of setting
+                # mid-run, made where the setting lives.
+                p.apply_stage.drift_threshold = 100.0
             if limit is not None:
                 assert held_rows(held) > limit
                 assert shed_rows(held, limit) > 0

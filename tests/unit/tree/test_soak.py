@@ -33,4 +33,4 @@ def test_a_short_soak_keeps_every_invariant_after_every_batch(tmp_path: Path) ->
         )
         assert cmp.largest <= 2 * cmp.largest_rebuild, (cmp.sizes, cmp.sizes_rebuild)
     finally:
-        p.store.close()
+        p.context.store.close()

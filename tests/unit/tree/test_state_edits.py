@@ -88,7 +88,7 @@ def test_an_opened_layer_ages_its_rows_by_its_states_clock(tmp_path: Path) -> No
             assert all(m.clock is state.clock for m in maps)
         check_invariants(p)
     finally:
-        p.store.close()
+        p.context.store.close()
 
 
 def test_a_row_changed_in_place_without_edit_refuses_the_commit(tmp_path: Path) -> None:

@@ -40,12 +40,12 @@ def built(
     state, _ = new_state([doc_text(rng, 3) for _ in range(n)])
     builder = make_builder(real_clusterer, min_top_nodes=4)
     if summarizer is not None:
-        builder.summarizer = builder.summaries.summarizer = summarizer
+        builder.summaries.summarizer = summarizer
     builder.build(state)
-    builder.params = dataclasses.replace(
-        builder.params, min_change=min_change, soft_margin=soft_margin
+    builder.summaries.params = dataclasses.replace(
+        builder.summaries.params, min_change=min_change, soft_margin=soft_margin
     )
-    summarizer = builder.summarizer
+    summarizer = builder.summaries.summarizer
     assert isinstance(summarizer, EchoSummarizer)
     return state, TreeUpdater(builder), summarizer
 
@@ -122,7 +122,9 @@ def test_a_removed_leaf_text_survives_in_no_summary() -> None:
     updater.apply(state, [leaf], [])
     showing = [n for n in state.nodes.values() if n.layer > 0 and marker in n.text]
     assert len({n.layer for n in showing}) >= 2, "the marker reached a summary of summaries"
-    updater.builder.params = dataclasses.replace(updater.builder.params, min_change=0.99)
+    updater.builder.summaries.params = dataclasses.replace(
+        updater.builder.summaries.params, min_change=0.99
+    )
     drop_sources(state, [leaf])
     updater.apply(state, [], [leaf])
     assert violations(state, min_top_nodes=4) == []
