@@ -27,6 +27,7 @@ def make_pipeline(
     *,
     store: NodeStore | None = None,
     leaves_first: bool = True,
+    rebuild_max_leaves: int = 20_000,
 ) -> Pipeline:
     emb = HashEmbedder(dim=48)
     builder = TreeBuilder(
@@ -44,6 +45,7 @@ def make_pipeline(
         chunk_tokens=40,
         chunk_overlap=8,
         drift_threshold=drift,
+        rebuild_max_leaves=rebuild_max_leaves,
         leaves_first=leaves_first,
     )
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pytest
+
 from testkit.fakes import EchoSummarizer
-from tests.unit.tree.test_adrap import doc_text, make_pipeline
+from tests.unit.tree.test_adrap import check_invariants, doc_text, make_pipeline
 
 
 def test_a_drift_rebuild_in_an_update_indexes_the_embedded_store_once(tmp_path: Path) -> None:
@@ -38,3 +40,32 @@ def test_a_drift_rebuild_in_an_update_indexes_the_embedded_store_once(tmp_path: 
     assert len(calls) <= 1, f"the drift rebuild optimized {len(calls)} times, expected at most once"
     assert store.auto_optimize_points == 20  # type: ignore[attr-defined]
     store.close()
+
+
+def test_a_tree_past_the_rebuild_bound_is_placed_by_adrap_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past the drift threshold, a tree of more leaves than ``rebuild_max_leaves`` is not rebuilt
+    (a rebuild of a large tree is hours, every summary paid again): adRAP places the leaves and
+    the report and the log say to run ``adrap rebuild``; a smaller tree is still rebuilt."""
+    rng = random.Random(6)
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(30):
+        (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 10)))
+    for bound, rebuilt in ((5, False), (100_000, True)):
+        p = make_pipeline(
+            tmp_path / str(bound), EchoSummarizer(), drift=0.01, rebuild_max_leaves=bound
+        )
+        p.build(root)
+        (root / f"late{bound}.txt").write_text(doc_text(rng, 8))
+        with caplog.at_level("WARNING"):
+            report = p.update([root / f"late{bound}.txt"])
+        assert report.rebuilt is rebuilt
+        assert (report.drift_past is None) is rebuilt
+        if not rebuilt:
+            assert report.stats.leaves_added > 0  # placed by adRAP
+            assert "adrap rebuild" in report.summary()
+            assert "ADRAP_ADRAP__REBUILD_MAX_LEAVES" in caplog.text
+            check_invariants(p)
+        p.context.store.close()
