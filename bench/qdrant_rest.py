@@ -106,7 +106,13 @@ def bench(size: int, n: int, rng: np.random.Generator) -> list[tuple[str, list[f
         service.lock = threading.Lock()
         limits = HttpLimits()
         fake_daemon = SimpleNamespace(
-            metrics=SimpleNamespace(ready=True), query=service.query, ask=service.ask
+            ready=True,
+            queries=service,
+            feed=None,
+            # as the owner, as the facade below: the bench measures the paths, not access
+            query=lambda params, caller=None: service.query(params),
+            ask=service.ask,
+            changes=lambda params, caller=None: {},
         )
         routes = daemon_routes(fake_daemon, limits) + qdrant_routes(  # type: ignore[arg-type]
             EdgeRestReader(LockedShard(store, inner), "adrap"),

@@ -228,6 +228,10 @@ class AdrapSettings(_Section):
     #: 0: the paper's max(100, sqrt(layer size)), whose cost grows with the tree.
     tau_n: int = Field(default=100, ge=0)
     drift_threshold: float = Field(default=0.3, gt=0)
+    #: A tree of more leaves is never rebuilt automatically past the drift threshold (hours of
+    #: CPU, and every summary paid again with an LLM): adRAP goes on placing leaves, the update
+    #: says so, and `adrap rebuild` rebuilds it when you choose. 0: never automatically.
+    rebuild_max_leaves: int = Field(default=20_000, ge=0)
     greedy: bool = False
 
 
@@ -336,6 +340,15 @@ class AccessSettings(_Section):
     proxy_addresses: StrList = Field(default_factory=list)
 
 
+class ChangesSettings(_Section):
+    """The change log (``adrap changes``, ``/changes``): how much of it is kept."""
+
+    #: Records kept (one per build, update, refresh or permissions change); the oldest go first.
+    keep_records: int = Field(default=10_000, ge=1)
+    #: Days a record is kept; 0: as long as ``keep_records`` allows.
+    keep_days: float = Field(default=90.0, ge=0)
+
+
 class Settings(BaseSettings):
     """Every adrap setting. ``adrap config`` prints the effective values, secrets masked."""
 
@@ -365,6 +378,7 @@ class Settings(BaseSettings):
     answer: AnswerSettings = Field(default_factory=AnswerSettings)
     watch: WatchSettings = Field(default_factory=WatchSettings)
     access: AccessSettings = Field(default_factory=AccessSettings)
+    changes: ChangesSettings = Field(default_factory=ChangesSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -207,6 +207,30 @@ class RowStore:
                 f"SELECT {columns} FROM rows WHERE {where} ORDER BY key", args
             ).fetchall()
 
+    def items_range(
+        self,
+        ns: str,
+        start: str = "",
+        end: str | None = None,
+        *,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[tuple[str, bytes]]:
+        """Return the rows of ``ns`` with ``start <= key < end`` (``end`` None: no upper end),
+        in key order or ``descending``, at most ``limit`` of them: one index range scan that
+        reads those rows only (a log keyed by time answers "since Monday" this way)."""
+        where, args = "ns = ? AND key >= ?", [ns, start]
+        if end is not None:
+            where += " AND key < ?"
+            args.append(end)
+        order = "DESC" if descending else "ASC"
+        tail = "" if limit is None else f" LIMIT {int(limit)}"
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT key, value FROM rows WHERE {where} ORDER BY key {order}{tail}", args
+            ).fetchall()
+        return [(k, bytes(v)) for k, v in rows]
+
     def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
         """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""
         after = ""
@@ -363,6 +387,19 @@ class RowStore:
             # data_version moves only with other connections' commits: this one leaves it be
             self._bounds[ns] = (int(n) - excess, version)
         return excess
+
+    def delete_below(self, ns: str, key: str) -> int:
+        """Delete the rows of ``ns`` whose key sorts before ``key`` (one transaction, one index
+        range); return how many."""
+        if self.readonly:
+            return 0
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            cur = self._db.execute("DELETE FROM rows WHERE ns = ? AND key < ?", (ns, key))
+            self._db.execute("COMMIT")
+            self._identity = file_identity(self.path)
+            self._bounds.pop(ns, None)
+        return int(cur.rowcount)
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from ingestor.answer.changes import ChangeFeed, state_rows
 from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import Settings, WatchSettings
 from ingestor.pipeline import Pipeline
@@ -33,6 +34,7 @@ from ingestor.service.identity import Callers
 from ingestor.service.locking import StateLock
 from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Hooks, Timing, Watcher
+from ingestor.tree.persist import state_path
 from ingestor.tree.state import TreeState
 from retriever import Embedder
 
@@ -97,8 +99,14 @@ def daemon_parts(
             classes=ctx.access.registry,
             lock=BoundedLock("the query embedder"),
         )
+    rows = state_rows(state_path(pipeline.context.models, pipeline.context.tree))
     return DaemonParts(
-        pipeline, locked, queries, schedule, callers or Callers(owner_token=owner_token)
+        pipeline,
+        locked,
+        queries,
+        schedule,
+        callers or Callers(owner_token=owner_token),
+        ChangeFeed.over(rows, queries),
     )
 
 

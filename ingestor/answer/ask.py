@@ -84,3 +84,26 @@ def citations_in(answer: str, parts: Sequence[ContextPart]) -> tuple[list[Citati
         elif n not in unknown:
             unknown.append(n)
     return used, unknown
+
+
+def fit_prompt(
+    question: str, parts: list[ContextPart], answer_tokens: int, limit: int | None
+) -> int:
+    """Drop the last (least relevant) of ``parts`` until the answer's prompt and its
+    ``answer_tokens`` fit the model's input ``limit`` (None: no limit); return how many were
+    dropped."""
+    if limit is None:
+        return 0
+    from ingestor.read.tokens import default_tokenizer
+
+    tokenizer = default_tokenizer()
+
+    def size() -> int:
+        messages = qa_messages(question, parts, answer_tokens)
+        return sum(tokenizer.count(str(m["content"])) for m in messages) + answer_tokens
+
+    dropped = 0
+    while parts and size() > limit:
+        parts.pop()
+        dropped += 1
+    return dropped

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.answer.ask import ANSWER_PROMPT_VERSION, citations_in, numbered_context, qa_messages
+from ingestor.answer.ask import (
+    ANSWER_PROMPT_VERSION,
+    citations_in,
+    fit_prompt,
+    numbered_context,
+    qa_messages,
+)
 from ingestor.answer.modes import BASES, MODES
 from ingestor.answer.no_match import SIMILARITY_HITS, best_similarity, match_fields
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
@@ -33,7 +39,6 @@ from ingestor.config import (
 )
 from ingestor.protocols import Summarizer
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
-from ingestor.read.tokens import default_tokenizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 
@@ -328,18 +333,7 @@ class QueryService:
         """Drop the context's last (least relevant) parts until the answer's prompt and its
         ``answer_tokens`` fit the model's input limit; return how many were dropped."""
         limit = self.answer_input_limit
-        if limit is None:
-            return 0
-        tokenizer = default_tokenizer()
-
-        def size(parts: list[ContextPart]) -> int:
-            messages = qa_messages(req.question, parts, req.answer_tokens)
-            return sum(tokenizer.count(str(m["content"])) for m in messages) + req.answer_tokens
-
-        dropped = 0
-        while ctx.parts and size(ctx.parts) > limit:
-            ctx.parts.pop()
-            dropped += 1
+        dropped = fit_prompt(req.question, ctx.parts, req.answer_tokens, limit)
         if dropped:
             log.info("answer prompt: %d context parts dropped to fit %d tokens", dropped, limit)
         return dropped

@@ -6,6 +6,7 @@ Settings, logging (``app``) and every client (``factories``) are built here and 
 from ingestor.cli import (  # noqa: F401  (registers the commands)
     ask,
     build,
+    changes,
     control,
     explore,
     inspect,

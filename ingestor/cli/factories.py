@@ -224,6 +224,17 @@ def min_score(settings: Settings, model_id: str) -> float | None:
     return NO_MATCH_SCORE if model_id == PACKAGED_MODEL else None
 
 
+def make_change_feed(settings: Settings, queries: Any) -> Any:
+    """Return the reader of the tree's change log (``adrap changes``, ``/changes``, the MCP tool)
+    over ``queries`` (its store, access classes and LLM); it opens the state database read-only
+    when asked, and creates nothing."""
+    from ingestor.answer.changes import ChangeFeed, state_rows
+    from ingestor.tree.persist import state_name
+
+    path = settings.state_dir / MODELS_DIR / f"{state_name(settings.tree)}.sqlite"
+    return ChangeFeed.over(state_rows(path), queries)
+
+
 def make_pipeline(
     settings: Settings,
     store: NodeStore,
@@ -240,6 +251,7 @@ def make_pipeline(
     from ingestor.pipeline.budget import ReadBudget
     from ingestor.pipeline.unread import UNREAD_FILE, Unread
     from ingestor.tree.build import TreeBuilder, TreeParams
+    from ingestor.tree.changelog import Retention
     from models_store import ModelStore
 
     c = settings.cluster
@@ -290,12 +302,14 @@ def make_pipeline(
         max_file_bytes=settings.read.max_file_bytes,
         ignore=settings.read.ignore,
         drift_threshold=settings.adrap.drift_threshold,
+        rebuild_max_leaves=settings.adrap.rebuild_max_leaves,
         ocr=settings.read.ocr,
         text_suffixes=settings.read.text_suffixes,
         access=access if access is not None else make_access(settings),
         read_budget=ReadBudget(r.worker_memory_bytes, r.worker_seconds, r.worker_files),
         unread=Unread(settings.state_dir / UNREAD_FILE),
         defer_summaries=defer_summaries,
+        retention=Retention(settings.changes.keep_records, settings.changes.keep_days),
     )
     return pipeline
 
@@ -343,7 +357,14 @@ def make_daemon_parts(
         access,
         defer_summaries=summaries.defers_now,
     )
-    return DaemonParts(pipeline, locked, queries, summaries, make_callers(settings, owner_token))
+    return DaemonParts(
+        pipeline,
+        locked,
+        queries,
+        summaries,
+        make_callers(settings, owner_token),
+        make_change_feed(settings, queries),
+    )
 
 
 def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:

@@ -12,7 +12,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ingestor.cli.factories import make_embedder, make_query_service, reading_store
+from ingestor.cli.factories import (
+    make_change_feed,
+    make_embedder,
+    make_query_service,
+    reading_store,
+)
 from ingestor.config import Settings
 from ingestor.service.mcp_http import MCP_PATH
 from ingestor.service.mcp_server import LocalRunner, TreeTools
@@ -45,7 +50,8 @@ class StdioRunner:
             if self._embedder is None:
                 self._embedder = make_embedder(s)
             with reading_store(s) as store:
-                out: dict[str, Any] = fn(TreeTools(make_query_service(s, store, self._embedder)))
+                queries = make_query_service(s, store, self._embedder)
+                out: dict[str, Any] = fn(TreeTools(queries, make_change_feed(s, queries)))
                 return out
 
     async def call(self, tool: str, args: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.config import AdrapSettings, default_of
 from ingestor.pipeline.access import set_leaf_access
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector, source_entry
@@ -25,7 +26,9 @@ from ingestor.pipeline.context import TreeContext, bulk_writes
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.pipeline.vectors import reuse_removed
 from ingestor.read.documents import Document
+from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
+from ingestor.tree.changelog import Action, FileChange, owner_of
 from ingestor.tree.state import Node, SourceEntry, TreeState
 from retriever import Embedder
 
@@ -52,6 +55,8 @@ class LeafChanges:
     touched: list[str] = field(default_factory=list)
     reclassed: list[str] = field(default_factory=list)
     refreshed: bool = False
+    #: The files changed, for the change log (``ingestor.tree.changelog``).
+    files: list[FileChange] = field(default_factory=list)
 
 
 class ApplyStage:
@@ -63,6 +68,8 @@ class ApplyStage:
         collector: reads what changed (:meth:`update`).
         drift_threshold: leaves added and removed since the last build, over the leaves then,
             above which an update rebuilds the layers instead of placing leaves with adRAP.
+        rebuild_max_leaves: past the threshold, a tree of more leaves is not rebuilt (adRAP
+            places the leaves; the report says ``drift_past``): a rebuild is then a command.
         leaves_first: write an update's new leaves before adRAP places them, so they are
             searchable at once.
         defer_summaries: asked at each update whether the summaries it touches wait (stale,
@@ -76,6 +83,7 @@ class ApplyStage:
         collector: Collector,
         *,
         drift_threshold: float = 0.3,
+        rebuild_max_leaves: int = default_of(AdrapSettings, "rebuild_max_leaves"),
         leaves_first: bool = True,
         defer_summaries: Callable[[], bool] | None = None,
     ) -> None:
@@ -83,6 +91,7 @@ class ApplyStage:
         self.build = build
         self.collector = collector
         self.drift_threshold = drift_threshold
+        self.rebuild_max_leaves = rebuild_max_leaves
         self.leaves_first = leaves_first
         self.defer_summaries: Callable[[], bool] = defer_summaries or (lambda: False)
 
@@ -162,15 +171,30 @@ class ApplyStage:
             state.added_since_build + state.removed_since_build + len(added) + len(removed)
         ) / max(1, state.leaves_at_build)
         needs_layers = not state.layers and n_leaves > ctx.builder.summaries.params.min_top_nodes
-        if drift > self.drift_threshold or needs_layers:
+        drifted = drift > self.drift_threshold
+        if needs_layers or (drifted and n_leaves <= self.rebuild_max_leaves):
             self._rebuild_layers(state, changes, report)
             return
+        if drifted:
+            report.drift_past = round(drift, 3)
+            log.warning(
+                "the tree has drifted %.2f from its last build (ADRAP_ADRAP__DRIFT_THRESHOLD %.2f) "
+                "but has %d leaves, more than ADRAP_ADRAP__REBUILD_MAX_LEAVES %d: adRAP places "
+                "them; run `adrap rebuild` when a full rebuild suits you",
+                drift,
+                self.drift_threshold,
+                n_leaves,
+                self.rebuild_max_leaves,
+            )
         log.debug("update: placing %d leaves, removing %d (adRAP)", len(added), len(removed))
         report.stats = TreeUpdater(ctx.builder).apply(
             state, [n.node_id for n in added], removed, defer=self.defer_summaries()
         )
         report.stats.upserted.update(touched)
         TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
+        changelog.note(
+            state, "update", started_at=report.started_at, files=changes.files, stats=report.stats
+        )
         ctx.store_changes(state, report.stats.upserted, report.stats.deleted)
         report.state_bytes = state.last_commit_bytes
 
@@ -182,6 +206,7 @@ class ApplyStage:
         if len(state.stale):
             log.debug("refresh: regenerating %d stale summaries", len(state.stale))
             report.stats = TreeUpdater(self.context.builder).refresh(state)
+            changelog.note(state, "refresh", started_at=report.started_at, stats=report.stats)
             self.context.store_changes(state, report.stats.upserted, report.stats.deleted)
             report.state_bytes = state.last_commit_bytes
         report.seconds = time.perf_counter() - t0
@@ -221,6 +246,8 @@ class ApplyStage:
                         cls,
                     )
                     out.refreshed = True
+                    if old.access != cls:
+                        out.files.append(FileChange(doc.source, "permissions", cls))
                     self._reclass(state, old.node_ids, cls, out)
                 continue
             leaves = self.build.leaves_of(doc)
@@ -248,11 +275,14 @@ class ApplyStage:
             state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
             report.files_changed += old is not None
             report.files_added += old is None
+            action: Action = "edited" if old is not None else "added"
+            out.files.append(FileChange(doc.source, action, cls, owner_of(state.root, doc.source)))
         for source in dict.fromkeys(gone):
             entry = state.sources.pop(source, None)
             if entry is not None:
                 out.removed.extend(entry.node_ids)
                 report.files_removed += 1
+                out.files.append(FileChange(source, "removed", entry.access))
         return out
 
     def reclass(self, state: TreeState, classes: dict[str, str], report: UpdateReport) -> None:
@@ -265,6 +295,7 @@ class ApplyStage:
             entry = state.sources.get(source)
             if entry is None:
                 continue
+            changes.files.append(FileChange(source, "permissions", cls))
             entry.access = cls
             state.sources[source] = entry
             self._reclass(state, entry.node_ids, cls, changes)
@@ -272,6 +303,7 @@ class ApplyStage:
         report.stats = UpdateStats()
         report.stats.upserted.update(changes.touched)
         TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
+        changelog.note(state, "permissions", started_at=report.started_at, files=changes.files)
         self.context.store_access(state, report.stats.upserted)  # payloads only: no re-encoding
         report.state_bytes = state.last_commit_bytes
 
@@ -297,6 +329,14 @@ class ApplyStage:
             summaries_regenerated=stats.summary_calls,
             summary_cache_hits=stats.cache_hits,
             summary_tokens=stats.summary_tokens,
+        )
+        changelog.note(
+            state,
+            "rebuild",
+            started_at=report.started_at,
+            files=changes.files,
+            stats=report.stats,
+            summaries=(i for i, n in state.nodes.items() if n.layer > 0),
         )
         with bulk_writes(ctx.store):  # one index build, as `adrap rebuild`
             ctx.store_state(state)

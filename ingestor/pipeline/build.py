@@ -22,7 +22,9 @@ from ingestor.pipeline.reports import BuildReport
 from ingestor.pipeline.vectors import LeafEmbedding
 from ingestor.read.documents import Document
 from ingestor.read.tokens import Tokenizer, default_tokenizer
+from ingestor.tree import changelog
 from ingestor.tree.build import BuildStats
+from ingestor.tree.changelog import FileChange
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import (
     checkpoint_cache,
@@ -161,6 +163,14 @@ class BuildStage:
             built.seconds = stats.seconds | built.seconds  # read and embed stages first
             report.stats = stats = built
 
+            record = changelog.note(
+                state,
+                "build",
+                started_at=time.time() - (time.perf_counter() - t_start),
+                files=(FileChange(s, "added", e.access) for s, e in state.sources.items()),
+                summaries=(i for i, n in state.nodes.items() if n.layer > 0),
+            )
+            record.leaves_added = state.layer_counts().get(0, 0)
             t0 = time.perf_counter()
             if kept is not None:  # its points are written once the tree is let go (build)
                 kept.put([i for i, n in state.nodes.items() if n.layer > 0], state.matrix)

@@ -22,7 +22,9 @@ from ingestor.errors import TreeError
 from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.checkpoint import CheckpointVectors
 from ingestor.pipeline.vectors import vectors_of
+from ingestor.tree import changelog
 from ingestor.tree.build import TreeBuilder
+from ingestor.tree.changelog import Retention
 from ingestor.tree.params import Progress
 from ingestor.tree.persist import (
     begin_intent,
@@ -60,6 +62,7 @@ class TreeContext:
         store: the node store the points are written to (the daemon wraps it in a lock).
         models: the state directory's model store; the state database lives in it.
         access: reads each file's access class and keeps the registry queries judge them by.
+        retention: how much of the change log each commit keeps (``ingestor.tree.changelog``).
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class TreeContext:
         store: NodeStore,
         models: ModelStore,
         access: TreeAccess | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.tree = tree
         self.embedder = embedder
@@ -78,6 +82,7 @@ class TreeContext:
         self.store = store
         self.models = models
         self.access = access or TreeAccess()
+        self.retention = retention or Retention()
 
     # -- the state ---------------------------------------------------------------------------
 
@@ -182,6 +187,8 @@ class TreeContext:
         try:
             self.store.flush()  # the points are durable before the state that references them
             commit_state(self.models, state, unstored=unstored)
+            if state.rows is not None:
+                changelog.prune(state.rows, self.retention)
         except (OSError, ModelStoreError) as exc:
             raise TreeError(
                 f"cannot commit the tree state to {self.models.root}: {exc}; check free space and "

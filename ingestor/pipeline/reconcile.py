@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.config import AdrapSettings, default_of
 from ingestor.errors import TreeError
 from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.apply import ApplyStage
@@ -33,6 +34,7 @@ from ingestor.read.documents import Document
 from ingestor.read.tokens import Tokenizer
 from ingestor.tree.adrap import UpdateStats
 from ingestor.tree.build import TreeBuilder
+from ingestor.tree.changelog import Retention
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.state import TreeState
 from models_store import ModelStore
@@ -48,7 +50,8 @@ class Pipeline:
     the part that uses it, a plain attribute read there: ``context`` (the tree's name,
     ``embedder``, ``builder``, ``store``, ``models``, ``access``), ``collector`` (``unread``,
     the reader processes), ``build_stage`` (``chunk_tokens``, ``tokenizer``) and
-    ``apply_stage`` (``drift_threshold``, ``leaves_first``, ``defer_summaries``).
+    ``apply_stage`` (``drift_threshold``, ``rebuild_max_leaves``, ``leaves_first``,
+    ``defer_summaries``).
 
     With ``read_budget`` every file is read and chunked in reader processes, each file under
     that budget (:mod:`ingestor.pipeline.readers`: the CLI and the daemon); without, here.
@@ -68,6 +71,7 @@ class Pipeline:
         ignore: list[str] | None = None,
         tokenizer: Tokenizer | None = None,
         drift_threshold: float = 0.3,
+        rebuild_max_leaves: int = default_of(AdrapSettings, "rebuild_max_leaves"),
         leaves_first: bool = True,
         ocr: bool = False,
         text_suffixes: Sequence[str] = (),
@@ -75,9 +79,16 @@ class Pipeline:
         read_budget: ReadBudget | None = None,
         unread: Unread | None = None,
         defer_summaries: Callable[[], bool] | None = None,
+        retention: Retention | None = None,
     ) -> None:
         self.context = TreeContext(
-            tree=tree, embedder=embedder, builder=builder, store=store, models=models, access=access
+            tree=tree,
+            embedder=embedder,
+            builder=builder,
+            store=store,
+            models=models,
+            access=access,
+            retention=retention,
         )
         self.collector = Collector(
             max_file_bytes=max_file_bytes,
@@ -100,6 +111,7 @@ class Pipeline:
             self.build_stage,
             self.collector,
             drift_threshold=drift_threshold,
+            rebuild_max_leaves=rebuild_max_leaves,
             leaves_first=leaves_first,
             defer_summaries=defer_summaries,
         )

@@ -43,6 +43,8 @@ class UpdateReport:
     state_bytes: int = 0
     #: A refresh of stale summaries (no file changed), not an update.
     refresh: bool = False
+    #: The drift past the threshold of a tree too large to rebuild by itself (None: not past).
+    drift_past: float | None = None
 
     def summary(self) -> str:
         """Return the one-line account printed by the CLI and logged by the daemon."""
@@ -58,5 +60,6 @@ class UpdateReport:
             f"{f', {s.summary_tokens} billed' if s.summary_tokens else ''}), deferred "
             f"{s.summaries_deferred}, within tolerance {s.summaries_tolerated}; "
             f"{'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"{f'drift {self.drift_past:.2f}: run `adrap rebuild`; ' if self.drift_past else ''}"
             f"{self.seconds:.2f}s"
         )

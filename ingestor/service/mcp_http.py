@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Final
 
+from ingestor.answer.changes import ChangeFeed
 from ingestor.answer.service import QueryService
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.service.mcp_server import LocalRunner, TreeTools, build_server
@@ -105,6 +106,7 @@ class McpEndpoint:
 def mcp_endpoint(
     queries: Callable[[], QueryService],
     *,
+    changes: Callable[[], ChangeFeed] | None = None,
     ready: Callable[[], bool],
     timeout: float,
     max_tokens: int,
@@ -114,6 +116,7 @@ def mcp_endpoint(
 
     Args:
         queries: returns the daemon's query service (read on the first request).
+        changes: returns the daemon's change log reader (the ``changes`` tool).
         ready: False while the daemon reconciles.
         timeout: seconds a tool call may take.
         max_tokens: the largest budget a call may ask for (the HTTP API's bound).
@@ -122,7 +125,7 @@ def mcp_endpoint(
 
     def make() -> MCPServer:
         service = queries()
-        tools = TreeTools(service)
+        tools = TreeTools(service, changes() if changes is not None else None)
         runner = LocalRunner(
             lambda fn: fn(tools), timeout=timeout, ready=ready, caller=MCP_CALLER.get
         )

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Protocol
 
 from pydantic import Field
 
+from ingestor.answer.changes import ChangeFeed
 from ingestor.answer.modes import MODES
 from ingestor.answer.service import LIMITS, QueryService
 from ingestor.errors import IngestError
@@ -81,10 +82,26 @@ class TreeTools:
 
     Args:
         queries: the query service of the tree (its store, embedder, lock and LLM).
+        changes: reads the tree's change log (None: the ``changes`` tool finds no record).
     """
 
-    def __init__(self, queries: QueryService) -> None:
+    def __init__(self, queries: QueryService, changes: ChangeFeed | None = None) -> None:
         self.queries = queries
+        self.feed = changes if changes is not None else ChangeFeed.over(lambda: None, queries)
+
+    def changes(
+        self, args: Mapping[str, object], caller: Identity = UNRESTRICTED
+    ) -> dict[str, Any]:
+        """Return what changed in the folder, as ``caller`` may see it (``args``: since, until,
+        limit, digest; see :meth:`~ingestor.answer.changes.ChangeFeed.changes`).
+
+        Raises:
+            ValueError: a bad parameter.
+        """
+        params = {k: v for k, v in args.items() if v is not None}
+        if params.pop("digest", False):
+            params["digest"] = "1"
+        return self.feed.changes(params, caller)
 
     def search(self, args: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Return the hits of a ``search`` call (``args``: the tool's arguments).
@@ -203,6 +220,8 @@ class LocalRunner:
         def work(t: TreeTools) -> dict[str, Any]:
             if tool == "read_node":
                 return t.read_node(str(args[F.NODE_ID]), who)
+            if tool == "changes":
+                return t.changes(args, who)
             return t.ask(args, who) if tool == "ask" else t.search(args, who)
 
         try:
@@ -246,6 +265,21 @@ Source = Annotated[
 Layer = Annotated[int | None, Field(ge=0, description="Layer bound (0 = leaves).")]
 TopK = Annotated[int | None, Field(ge=1, description="traversal: nodes per layer.")]
 NodeId = Annotated[str, Field(description="A node_id from a search hit.")]
+Since = Annotated[
+    str | None,
+    Field(
+        description="How far back: a duration (90m, 36h, 2d, 1w), an ISO date or date-time "
+        "(2026-11-23T09:00), or epoch seconds; default 7d."
+    ),
+]
+Limit = Annotated[int | None, Field(ge=1, le=1000, description="Records at most (default 50).")]
+Digest = Annotated[
+    bool,
+    Field(
+        description="Also return the summaries those changes regenerated (what the changed "
+        "parts of the folder are about now), numbered for citation."
+    ),
+]
 
 
 def build_server(
@@ -270,7 +304,8 @@ def build_server(
         "files, each layer above summarises clusters of the one below. `search` returns nodes "
         "with node_id, source (file), char_start/char_end (span), section, locator, layer and "
         "score: cite them. `read_node` walks from a hit to its parents (broader summaries) or "
-        "children (details, down to the leaves)."
+        "children (details, down to the leaves). `changes` tells what changed in the folder "
+        "since a time (files, and the summaries regenerated)."
     )
     instructions += " `ask` answers with numbered citations." if with_ask else NO_ASK
     server: MCPServer = MCPServer(NAME, instructions=instructions)
@@ -313,6 +348,15 @@ def build_server(
         """Read one node in full, with its parents and children (previews; read them by id)."""
         return await runner.call("read_node", {"node_id": node_id})
 
+    async def changes(
+        since: Since = None,
+        limit: Limit = None,
+        digest: Digest = False,
+    ) -> dict[str, Any]:
+        """What changed in the folder: files added, edited, removed or given new permissions,
+        and the summaries regenerated, newest first (only what the caller may read)."""
+        return await runner.call("changes", params(since=since, limit=limit, digest=digest))
+
     async def ask(
         question: Question,
         mode: Mode = None,
@@ -339,6 +383,7 @@ def build_server(
     read_only = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     server.add_tool(search, annotations=read_only)
     server.add_tool(read_node, annotations=read_only)
+    server.add_tool(changes, annotations=read_only)
     if with_ask:
         server.add_tool(ask, annotations=ToolAnnotations(read_only_hint=True))
     return server

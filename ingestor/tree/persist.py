@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestor.errors import TreeError
+from ingestor.tree import changelog
 from ingestor.tree.layer_store import (
     held_by_layer,
     layer_changes,
@@ -322,6 +323,7 @@ def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False
                 ch.set(_INTENT, _UNSTORED, dumps(True))
         elif state.intent_open:
             ch.set(_INTENT, "committed", dumps(True))
+        changelog.gather(state.journal, state.generation, ch)
         ch.manifest = {
             "format": STATE_FORMAT,
             "schema": SCHEMA_VERSION,
@@ -342,7 +344,9 @@ def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False
             written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
     except BaseException:
         state.generation -= 1
+        state.journal.clear()  # the changes it describes did not land
         raise
+    state.journal.clear()
     for rowmap in _row_maps(state):
         rowmap.committed()
     for layer in state.layers:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.tree.changelog import ChangeRecord
 from ingestor.tree.rowmap import Clock, RowMap
 from ingestor.tree.vector_map import VectorMap
 from models_store import library_versions
@@ -297,6 +298,9 @@ class TreeState:
     #: with (``models_store.library_versions``): when they differ from the running ones, the next
     #: update reads every model and refits those that cannot be read (``tree.model_repair``).
     model_libraries: dict[str, str] = field(default_factory=library_versions)
+    #: Change records of the changes made since the last commit, written by the next one
+    #: (``ingestor.tree.changelog``; a failed commit drops them with the changes they describe).
+    journal: list[ChangeRecord] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.nodes = NodeMap(self.clock)

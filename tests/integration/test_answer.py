@@ -138,3 +138,26 @@ def test_ask_without_an_llm_says_so_in_one_line_and_prints_the_context(
     assert "no LLM configured" in result.stderr
     assert result.stdout.startswith("[1] cinderella.txt:")
     assert "bird" in result.stdout
+
+
+def test_changes_digest_by_the_real_server_cites_the_summaries_that_changed(
+    built: tuple[Path, Path], llm_server: LLMServer
+) -> None:
+    state, _ = built
+    env = {
+        "ADRAP_SUMMARY__BACKEND": "openai",
+        "ADRAP_SUMMARY__OPENAI__BASE_URL": llm_server.base_url,
+        "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
+    }
+    result = adrap("changes", "--digest", "--llm", "--json", state=state, env=env)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert [r["kind"] for r in out["records"]] == ["build"]
+    digest = out["digest"]
+    assert digest["parts"], "the build's summaries as they are now (or its leaves: no layer)"
+    assert all(p["file"] == "cinderella.txt" for p in digest["parts"] if p["layer"] == 0)
+    assert digest["answer"].strip()
+    assert digest["model"] == llm_server.model
+    numbers = {p["n"] for p in digest["parts"]}
+    for citation in digest["citations"]:  # SmolLM2 may cite nothing; what it cites must exist
+        assert citation["n"] in numbers

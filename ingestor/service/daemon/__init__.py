@@ -27,6 +27,7 @@ from typing import Any
 
 from starlette.applications import Starlette
 
+from ingestor.answer.changes import ChangeFeed
 from ingestor.answer.service import QueryService
 from ingestor.config import Settings
 from ingestor.pipeline import Pipeline
@@ -67,6 +68,7 @@ class DaemonParts:
             its own (never the writer's: the writer's embedder is busy during updates).
         summaries: when stale summaries are regenerated, and the LLM budget.
         callers: who each request is (:mod:`ingestor.service.identity`).
+        changes: reads the change log for ``/changes`` and the MCP tool, over ``queries``.
     """
 
     pipeline: Pipeline
@@ -74,6 +76,7 @@ class DaemonParts:
     queries: QueryService
     summaries: SummarySchedule
     callers: Callers
+    changes: ChangeFeed
 
     def __post_init__(self) -> None:
         stores = (("pipeline", self.pipeline.context.store), ("queries", self.queries.store))
@@ -158,6 +161,7 @@ class Daemon:
             unread=lambda: self.pipeline.collector.unread,
             watcher=lambda: self.watcher,
             access_counts=lambda: self.pipeline.context.access.counts,
+            changes=parts.changes,
         )
         self.registry = self.api.registry
         self.server: HttpServer | None = None

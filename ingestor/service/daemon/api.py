@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ingestor.answer.changes import ChangeFeed
 from ingestor.pipeline import UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
 from ingestor.read.access_classes import UNKNOWN_CLASS, UNRESTRICTED, Identity
@@ -42,6 +43,7 @@ class DaemonApi:
         unread: returns the pipeline's ledger of files that could not be read.
         watcher: returns the writer (None while reconciling).
         access_counts: returns the files per access class (the last reading of permissions).
+        changes: reads the change log (``/changes``).
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class DaemonApi:
         unread: Callable[[], Unread],
         watcher: Callable[[], Watcher | None],
         access_counts: Callable[[], dict[str, int]] = dict,
+        changes: ChangeFeed | None = None,
     ) -> None:
         self.metrics = metrics
         self.summaries = summaries
@@ -68,6 +71,7 @@ class DaemonApi:
         self.unread = unread
         self.watcher = watcher
         self.access_counts = access_counts
+        self.feed = changes if changes is not None else ChangeFeed.over(lambda: None, queries)
         self.registry = metrics.registry(self.pending, self.gauges)
 
     @property
@@ -108,10 +112,12 @@ class DaemonApi:
         return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
 
     def dashboard_updates(self, caller: Identity = UNRESTRICTED) -> dict[str, Any]:
-        """Return ``/dashboard/api/updates``: the ``/status`` document and the last updates, as
-        ``caller`` may see them (anyone but the owner: no file names, so no updates)."""
+        """Return ``/dashboard/api/updates``: the ``/status`` document, the last updates and the
+        change log's last 20 records of 30 days, as ``caller`` may see them (anyone but the
+        owner: no file names, so no updates, and the records of the files they may read)."""
         return self.status(caller=caller) | {
-            "updates": self.metrics.recent() if caller.unrestricted else []
+            "updates": self.metrics.recent() if caller.unrestricted else [],
+            "changes": self.feed.changes({"since": "30d", "limit": "20"}, caller)["records"],
         }
 
     def gauges(self) -> dict[str, Any]:
@@ -173,6 +179,10 @@ class DaemonApi:
     def ask(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Answer ``/ask``: the JSON of ``adrap ask --json`` (same errors as :meth:`query`)."""
         return self.queries.ask(params, caller)
+
+    def changes(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
+        """Answer ``/changes``: the change log as ``caller`` may see it (ValueError: bad value)."""
+        return self.feed.changes(params, caller)
 
     # -- summaries -------------------------------------------------------------------------------
 

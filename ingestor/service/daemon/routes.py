@@ -38,6 +38,10 @@ class Served(Protocol):
     def queries(self) -> Any:
         """The query service (``/query``, ``/ask``, MCP)."""
 
+    @property
+    def feed(self) -> Any:
+        """The change log's reader (``/changes``, MCP)."""
+
     def share_problem(self) -> str | None:
         """Why the watched folder is not there now (None: it is)."""
 
@@ -48,6 +52,10 @@ class Served(Protocol):
     def query(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]: ...
 
     def ask(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]: ...
+
+    def changes(
+        self, params: dict[str, str], caller: Identity = UNRESTRICTED
+    ) -> dict[str, Any]: ...
 
     def retry(self, path: str | None = None) -> list[str]: ...
 
@@ -97,6 +105,16 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
 
         return route
 
+    answer_changes = answering(daemon.changes)
+
+    async def changes(request: Request) -> Response:
+        if request.method == "GET" and request.query_params.get("digest", "").lower() == "llm":
+            return error_response(
+                405, "digest=llm spends LLM tokens: send it as a POST (adrap changes --llm does)"
+            )
+        response: Response = await answer_changes(request)
+        return response
+
     async def retry(request: Request) -> Response:
         if (refused := _owner_only(request)) is not None:
             return refused
@@ -126,6 +144,7 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
         Route("/status", status),
         Route("/query", answering(daemon.query)),
         Route("/ask", answering(daemon.ask), methods=["POST"]),  # spends LLM tokens
+        Route("/changes", changes, methods=["GET", "POST"]),
         Route("/retry", retry, methods=["POST"]),
         Route("/confirm-deletions", confirm, methods=["POST"]),
         Route("/refresh", refresh, methods=["POST"]),
@@ -133,6 +152,7 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
             MCP_PATH,
             mcp_endpoint(
                 lambda: daemon.queries,
+                changes=lambda: daemon.feed,
                 ready=lambda: daemon.ready,
                 timeout=limits.query_timeout,
                 max_tokens=limits.max_tokens,

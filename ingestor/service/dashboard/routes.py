@@ -69,10 +69,11 @@ def _encoded(request: Request, out: Encoded) -> Response:
 def _public(out: dict[str, Any]) -> dict[str, Any]:
     """The updates document for a caller who is not the owner: ``/status``'s public keys (counts,
     no file names; ``DaemonApi.status`` already keeps only those for such a caller) and no
-    updates (each lists the files it changed)."""
+    updates (each lists the files it changed); the change log's records stay, already cut to
+    the files and summaries the caller may read."""
     from ingestor.service.identity import public_status
 
-    return public_status(out) | {"updates": []}
+    return public_status(out) | {"updates": [], "changes": out.get("changes", [])}
 
 
 def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:

@@ -67,5 +67,5 @@ def test_parts_not_built_over_the_locked_store_are_refused(tmp_path: Path) -> No
     parts = make_daemon_parts(s, store, HashEmbedder(dim=16), owner_token=None)
     raw = make_pipeline(s, store, HashEmbedder(dim=16))  # over the store itself, not the lock
     with pytest.raises(ValueError, match=r"pipeline\.store is EdgeNodeStore, not the locked store"):
-        DaemonParts(raw, parts.store, parts.queries, parts.summaries, parts.callers)
+        DaemonParts(raw, parts.store, parts.queries, parts.summaries, parts.callers, parts.changes)
     store.close()

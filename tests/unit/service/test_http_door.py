@@ -34,6 +34,8 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("GET", "/status", None),
     ("GET", "/query?q=zebras", None),
     ("POST", "/ask?q=zebras", None),
+    ("GET", "/changes?since=2d", None),
+    ("POST", "/changes?digest=llm", None),
     ("POST", "/retry", None),
     ("POST", "/confirm-deletions", None),
     ("POST", "/refresh", None),
@@ -72,6 +74,7 @@ class FakeDaemon:
         self.ready = True
         self.registry = CollectorRegistry()
         self.changed: list[str] = []
+        self.feed = None  # the MCP tools' change log: none
         self._query = query or (lambda params: {"hits": ["the corpus"]})
 
     def share_problem(self) -> str | None:
@@ -86,6 +89,11 @@ class FakeDaemon:
     def ask(self, params: dict[str, str], caller: Any = None) -> dict[str, Any]:
         self.changed.append("ask")
         return {"answer": "paid for"}
+
+    def changes(self, params: dict[str, str], caller: Any = None) -> dict[str, Any]:
+        if params.get("digest") == "llm":
+            self.changed.append("changes-llm")
+        return {"records": ["the corpus"]}
 
     def retry(self, path: str | None = None) -> list[str]:
         self.changed.append("retry")
@@ -191,7 +199,7 @@ def test_non_browser_clients_reach_every_route(daemon: FakeDaemon) -> None:
     for path, resp in responses:
         assert resp.status_code != 403 or path == "/collections/adrap/points", (path, resp.text)
         assert resp.status_code < 500 or resp.status_code == 501, (path, resp.text)
-    assert daemon.changed == ["ask", "retry", "confirm", "refresh"]
+    assert daemon.changed == ["ask", "changes-llm", "retry", "confirm", "refresh"]
 
 
 @pytest.mark.parametrize(

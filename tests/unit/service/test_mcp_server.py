@@ -95,9 +95,9 @@ def test_ask_is_listed_only_with_an_llm(service: QueryService) -> None:
             return sorted(t.name for t in listed.tools), server.instructions or ""
 
     without, said = anyio.run(names, False)
-    assert without == ["read_node", "search"]
+    assert without == ["changes", "read_node", "search"]
     assert "ADRAP_SUMMARY__BACKEND=openai" in said
-    assert anyio.run(names, True)[0] == ["ask", "read_node", "search"]
+    assert anyio.run(names, True)[0] == ["ask", "changes", "read_node", "search"]
 
 
 @pytest.fixture
@@ -107,6 +107,8 @@ def client(service: QueryService) -> Iterator[TestClient]:
         queries=service,
         query=service.query,
         ask=service.ask,
+        changes=lambda params, caller=None: {},
+        feed=None,
         ready=True,
     )
     app = build_app(daemon_routes(daemon, HttpLimits()), TOKEN)  # type: ignore[arg-type]

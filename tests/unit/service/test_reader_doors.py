@@ -524,3 +524,50 @@ def test_the_reader_filter_is_read_per_request(share: Share) -> None:
             assert c.get("/dashboard/api/layers").status_code == 200
     assert len(calls) == 4
     assert all(who == ANONYMOUS for who in calls)
+
+
+# -- the change log ------------------------------------------------------------------------------
+
+
+def test_changes_show_each_caller_what_they_may_read(share: Share) -> None:
+    with TestClient(share.daemon.app(), base_url=BASE) as c:
+
+        def changes(token: str | None = None, **params: str) -> dict[str, Any]:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            got = c.get("/changes", params={"since": "1d", **params}, headers=headers)
+            assert got.status_code == 200, got.text
+            out: dict[str, Any] = got.json()
+            return out
+
+        def files(out: dict[str, Any]) -> set[str]:
+            return {f["source"] for r in out["records"] for f in r["files"]}
+
+        owner = changes(OWNER, digest="1")
+        assert [r["kind"] for r in owner["records"]] == ["build"]
+        assert "hr/pay.txt" in files(owner)
+        assert owner["records"][0]["leaves_added"] > 0
+        assert owner["digest"]["parts"], "the owner's digest reads the summaries"
+        anon = changes(digest="1")
+        assert files(anon), "the public files are listed"
+        assert "hr/pay.txt" not in json.dumps(anon)
+        assert SECRET not in json.dumps(anon)
+        named = {s["node_id"] for r in anon["records"] for s in r["summaries"]}
+        assert named, "the summaries over public files only are listed"
+        assert not named & share.hidden
+        assert not {p["node_id"] for p in anon["digest"]["parts"]} & share.hidden
+        assert "leaves_added" not in anon["records"][0]  # a count would tell of the hidden file
+        assert "hr/pay.txt" in files(changes(share.group_token))
+        assert c.get("/changes", params={"digest": "llm"}).status_code == 405  # POST only
+        bad = c.get("/changes", params={"since": "last tuesday"})
+        assert bad.status_code == 400
+        assert "90m" in bad.text  # the forms it takes
+        mcp = tool(c, "changes", {"since": "1d", "digest": True})["structuredContent"]
+        assert files(mcp) == files(anon)
+        assert SECRET not in json.dumps(mcp)
+        assert "hr/pay.txt" in files(
+            tool(c, "changes", {"since": "1d"}, OWNER)["structuredContent"]
+        )
+        board = c.get("/dashboard/api/updates").json()  # the dashboard's list, anonymous
+        assert files({"records": board["changes"]}) == files(anon)
+        owners = c.get("/dashboard/api/updates", headers={"Authorization": f"Bearer {OWNER}"})
+        assert "hr/pay.txt" in files({"records": owners.json()["changes"]})

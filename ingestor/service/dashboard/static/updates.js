@@ -46,6 +46,18 @@ export function updateLines(up) {
   ];
 }
 
+// one record of the change log in a line: when, what kind, the files it changed (+ added,
+// ~ edited, − removed, ! new permissions; the first `shown`, then how many more)
+export function changeLine(r, shown = 6) {
+  const marks = { added: "+", edited: "~", removed: "−", permissions: "!" };
+  const files = r.files || [];
+  const more = Math.max(0, files.length - shown) + (r.files_omitted || 0);
+  const names = files.slice(0, shown).map((f) => (marks[f.action] || "?") + f.source);
+  const summaries = (r.summaries || []).length + (r.summaries_omitted || 0);
+  return localTime(r.at) + " · " + r.kind + (names.length ? ": " + names.join(" ") : "") +
+    (more > 0 ? " (+" + more + " more)" : "") + (summaries ? "; " + summaries + " summaries" : "");
+}
+
 // the newest update's time (null: none yet)
 export function newestUpdate(u) {
   const ups = u.updates || [];
@@ -81,6 +93,13 @@ function showUpdates(u) {
       if (more !== null) ul.append(el("li", "muted", more));
       parts.push(ul);
     }
+  }
+  const changes = u.changes || [];
+  parts.push(el("h3", null, "What changed, newest first (" + changes.length + "; adrap changes)"));
+  if (changes.length) {
+    const ul = el("ul", "changes");
+    for (const r of changes) ul.append(el("li", null, changeLine(r)));
+    parts.push(ul);
   }
   const ups = u.updates || [];
   parts.push(el("h3", null, "Last updates (" + ups.length + ")"));

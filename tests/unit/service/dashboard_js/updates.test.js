@@ -1,5 +1,7 @@
 import { localTime } from "../static/format.js";
-import { newestUpdate, statusFacts, treeChanged, unreadList, updateLines } from "../static/updates.js";
+import {
+  changeLine, newestUpdate, statusFacts, treeChanged, unreadList, updateLines,
+} from "../static/updates.js";
 import { eq, test } from "./check.js";
 
 test("updates: statusFacts lists what the document has, ready as text", () => {
@@ -28,6 +30,18 @@ test("updates: updateLines says what an update changed, zero where it did not sa
     "clusters changed 1, created 0, split 0, removed 0; summaries regenerated 2, stale 0, " +
       "within tolerance 0; full rebuild",
   ]);
+});
+
+test("updates: changeLine gives a change record's time, kind, files and summaries", () => {
+  const r = { at: 100, kind: "update", files: [
+    { source: "a.md", action: "added" }, { source: "b.md", action: "edited" },
+    { source: "c.md", action: "removed" }, { source: "d.md", action: "permissions" }],
+    summaries: [{ node_id: "s" }], summaries_omitted: 2 };
+  eq(changeLine(r), localTime(100) + " · update: +a.md ~b.md −c.md !d.md; 3 summaries");
+  eq(changeLine(r, 2), localTime(100) + " · update: +a.md ~b.md (+2 more); 3 summaries");
+  eq(changeLine({ at: 5, kind: "refresh", files: [], files_omitted: 0 }), localTime(5) + " · refresh");
+  eq(changeLine({ at: 5, kind: "build", files: [], files_omitted: 40 }),
+    localTime(5) + " · build (+40 more)");
 });
 
 test("updates: the tree changed when the newest update differs, never at the first look", () => {

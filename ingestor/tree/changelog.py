@@ -1,0 +1,308 @@
+"""What each build, update, rebuild or refresh changed: the folder's change log, in the tree's state.
+
+Every commit that changes the tree writes one :class:`ChangeRecord` in the same transaction as the
+state it describes (``ingestor.tree.persist.commit_state``): a crash never keeps a record of an
+update that did not land, nor loses one that did. A record names the files added, edited, removed
+or given new permissions, each with its access class and owner, so that a reader is shown only
+the files they may read; the leaves added and removed; and the summaries regenerated (id, layer,
+access classes), the ones a "what changed" digest reads.
+
+Records are keyed by their time in milliseconds (then the state's generation), so "since Monday"
+is one index range scan of the records asked for, whatever the log holds; the log is kept within
+a number of records and days (``ADRAP_CHANGES__KEEP_RECORDS``, ``ADRAP_CHANGES__KEEP_DAYS``) by
+:func:`prune`, itself two index range deletes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+from ingestor.config import ChangesSettings, default_of
+from retriever import F
+
+if TYPE_CHECKING:
+    from models_store import Changes, RowStore
+
+#: The state database's namespace of change records.
+NS: Final = "changes"
+#: Files a record lists (a first build of a big share: the rest are counted, ``files_omitted``).
+MAX_FILES: Final = 1000
+#: Summaries a record lists (highest layers first; the rest are counted).
+MAX_SUMMARIES: Final = 500
+
+Action = Literal["added", "edited", "removed", "permissions"]
+Kind = Literal["build", "update", "rebuild", "refresh", "permissions"]
+
+
+@dataclass(frozen=True, slots=True)
+class FileChange:
+    """One file of a record: what happened to it, its access class then, and its owner."""
+
+    source: str
+    action: Action
+    access: str = ""
+    owner: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryChange:
+    """One summary a record regenerated: its id, layer and access classes."""
+
+    node_id: str
+    layer: int
+    access: tuple[str, ...] = ()
+
+
+#: A record's fields other than its lists.
+_SCALARS: Final = (
+    "at",
+    "kind",
+    "files_omitted",
+    "summaries_omitted",
+    "leaves_added",
+    "leaves_removed",
+    "summaries_deferred",
+    "summaries_tolerated",
+    "summary_tokens",
+    "key",
+)
+
+
+@dataclass
+class ChangeRecord:
+    """What one commit changed (see the module docstring).
+
+    Attributes:
+        at: when the update started (seconds since the epoch).
+        kind: build, update, rebuild (drift), refresh (stale summaries) or permissions.
+        files, files_omitted: the files it changed (at most :data:`MAX_FILES`) and the others.
+        summaries, summaries_omitted: the summaries it regenerated, likewise.
+        leaves_added, leaves_removed, summaries_deferred, summaries_tolerated, summary_tokens:
+            its counts (a reader who may not read every file gets none of them).
+        key: its key in the log, once written or read.
+    """
+
+    at: float
+    kind: Kind
+    files: list[FileChange] = field(default_factory=list)
+    files_omitted: int = 0
+    summaries: list[SummaryChange] = field(default_factory=list)
+    summaries_omitted: int = 0
+    leaves_added: int = 0
+    leaves_removed: int = 0
+    summaries_deferred: int = 0
+    summaries_tolerated: int = 0
+    summary_tokens: int = 0
+    key: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the record as JSON data (written field by field: ``asdict`` copies deeply,
+        and a reader decodes and encodes up to a thousand records per request)."""
+        out: dict[str, Any] = {k: getattr(self, k) for k in _SCALARS}
+        out["files"] = [
+            {"source": f.source, "action": f.action, "access": f.access}
+            | ({"owner": f.owner} if f.owner is not None else {})
+            for f in self.files
+        ]
+        out["summaries"] = [
+            {"node_id": s.node_id, "layer": s.layer, "access": list(s.access)}
+            for s in self.summaries
+        ]
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ChangeRecord:
+        record = cls(**{k: data[k] for k in _SCALARS if k in data})
+        record.files = [
+            FileChange(f["source"], f["action"], f.get("access", ""), f.get("owner"))
+            for f in data.get("files", ())
+        ]
+        record.summaries = [
+            SummaryChange(s[F.NODE_ID], s[F.LAYER], tuple(s.get("access", ())))
+            for s in data.get("summaries", ())
+        ]
+        return record
+
+
+def seen_by(record: dict[str, Any], readable: frozenset[str] | None) -> dict[str, Any] | None:
+    """Return a record's JSON as a reader of the access classes ``readable`` may see it (None:
+    every class: the record itself): only the files of a readable class and the summaries whose
+    every class is readable, no counts; None when nothing is left."""
+    if readable is None:
+        return record
+    files = [f for f in record.get("files", ()) if f.get("access") in readable]
+    summaries = [
+        s
+        for s in record.get("summaries", ())
+        if s.get("access") and readable.issuperset(s["access"])
+    ]
+    if not files and not summaries:
+        return None
+    return {"at": record["at"], "kind": record["kind"], "files": files, "summaries": summaries}
+
+
+def owner_of(root: str, source: str) -> str | None:
+    """Return the name of the account owning ``root/source`` (its number where it has no name;
+    None where it cannot be read now)."""
+    try:
+        uid = os.stat(Path(root) / source, follow_symlinks=False).st_uid
+    except (OSError, ValueError):
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def capped_files(files: Iterable[FileChange]) -> tuple[list[FileChange], int]:
+    """Return the first :data:`MAX_FILES` of ``files`` and how many more there were."""
+    listed = list(files)
+    return listed[:MAX_FILES], max(0, len(listed) - MAX_FILES)
+
+
+def capped_summaries(summaries: Iterable[SummaryChange]) -> tuple[list[SummaryChange], int]:
+    """Return the :data:`MAX_SUMMARIES` highest-layer summaries and how many more there were."""
+    listed = sorted(summaries, key=lambda s: (-s.layer, s.node_id))
+    return listed[:MAX_SUMMARIES], max(0, len(listed) - MAX_SUMMARIES)
+
+
+def record_key(at: float, generation: int, index: int = 0) -> str:
+    """Return the key of a record: its time in ms, the state's generation, its place in it."""
+    return f"{int(at * 1000):015d}.{generation:012d}.{index}"
+
+
+def time_key(at: float) -> str:
+    """Return the smallest key of a record made at ``at`` or later."""
+    return f"{int(at * 1000):015d}"
+
+
+def gather(records: list[ChangeRecord], generation: int, ch: Changes) -> None:
+    """Add ``records`` to the commit ``ch`` of state generation ``generation``."""
+    for i, record in enumerate(records):
+        record.key = record_key(record.at, generation, i)
+        body = {k: v for k, v in record.to_json().items() if k != "key"}
+        ch.set(NS, record.key, json.dumps(body, ensure_ascii=False).encode())
+
+
+def read(
+    rows: RowStore,
+    *,
+    since: float | None = None,
+    until: float | None = None,
+    limit: int = 100,
+    readable: frozenset[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Return the records made in ``[since, until)`` as JSON data (:meth:`ChangeRecord.to_json`
+    with its ``key``), newest first, at most ``limit`` of those ``readable`` may see
+    (:func:`seen_by`). Records are read as JSON and given as JSON: a request of a thousand
+    records decodes each once and builds no objects.
+
+    A reader who sees few records of a long log makes this read the log in pages of
+    ``4 * limit`` until ``limit`` are found or the range is spent.
+    """
+    start = time_key(since) if since is not None else ""
+    end = time_key(until) if until is not None else None
+    out: list[dict[str, Any]] = []
+    page = max(16, 4 * limit) if readable is not None else limit
+    while len(out) < limit:
+        got = rows.items_range(NS, start, end, limit=page, descending=True)
+        for key, value in got:
+            seen = seen_by(json.loads(value), readable)
+            if seen is not None:
+                seen["key"] = key
+                out.append(seen)
+                if len(out) == limit:
+                    break
+        if len(got) < page:
+            break
+        end = got[-1][0]  # the next page: older than the last key read
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How much of the log is kept (``ADRAP_CHANGES__*``): records, and days (0: no limit)."""
+
+    keep_records: int = default_of(ChangesSettings, "keep_records")
+    keep_days: float = default_of(ChangesSettings, "keep_days")
+
+
+def prune(rows: RowStore, retention: Retention, *, now: float | None = None) -> int:
+    """Delete records older than ``retention.keep_days`` and all but the newest
+    ``retention.keep_records``; return how many were deleted. Each bound is one index range,
+    and nothing is written while the oldest record is young enough and the log is known to be
+    within its count (the usual commit pays two index lookups)."""
+    gone = 0
+    if retention.keep_days > 0:
+        cutoff = time_key((time.time() if now is None else now) - retention.keep_days * 86400.0)
+        oldest = rows.items_range(NS, limit=1)
+        if oldest and oldest[0][0] < cutoff:
+            gone = rows.delete_below(NS, cutoff)
+    return gone + rows.evict_oldest(NS, retention.keep_records)
+
+
+class _Journaled(Protocol):
+    """What :func:`note` reads and writes of a tree's state (``TreeState``)."""
+
+    @property
+    def nodes(self) -> Any: ...  # peek(node_id) -> Node | None
+
+    @property
+    def journal(self) -> list[ChangeRecord]: ...
+
+
+class _Counts(Protocol):
+    """The counts of an update :func:`note` keeps (``UpdateStats``)."""
+
+    leaves_added: int
+    leaves_removed: int
+    summaries_deferred: int
+    summaries_tolerated: int
+    summary_tokens: int
+    upserted: set[str]
+
+
+def note(
+    state: _Journaled,
+    kind: Kind,
+    *,
+    started_at: float,
+    files: Iterable[FileChange] = (),
+    stats: _Counts | None = None,
+    summaries: Iterable[str] = (),
+) -> ChangeRecord:
+    """Add the record of a change to ``state``'s journal (written by its next commit).
+
+    The summaries it names are those of ``summaries`` and ``stats.upserted`` written since
+    ``started_at`` and not stale: regenerated, or kept with new members (tolerated).
+    """
+    moved = []
+    for node_id in set(summaries) | (stats.upserted if stats is not None else set()):
+        node = state.nodes.peek(node_id)
+        if node is None or node.layer == 0 or node.stale or node.updated_at < started_at:
+            continue
+        moved.append(SummaryChange(node_id, node.layer, tuple(sorted(node.access))))
+    listed, files_omitted = capped_files(files)
+    kept, summaries_omitted = capped_summaries(moved)
+    record = ChangeRecord(
+        at=started_at,
+        kind=kind,
+        files=listed,
+        files_omitted=files_omitted,
+        summaries=kept,
+        summaries_omitted=summaries_omitted,
+    )
+    if stats is not None:
+        record.leaves_added, record.leaves_removed = stats.leaves_added, stats.leaves_removed
+        record.summaries_deferred = stats.summaries_deferred
+        record.summaries_tolerated = stats.summaries_tolerated
+        record.summary_tokens = stats.summary_tokens
+    state.journal.append(record)
+    return record
