@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from ingestor.answer.ask import citations_in, fit_prompt, qa_messages
+from ingestor.answer.params import bounded_param
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
 from ingestor.tree import changelog
@@ -96,19 +97,6 @@ def state_rows(path: Path) -> Callable[[], RowStore | None]:
     return rows
 
 
-def _int(params: Mapping[str, object], name: str, default: int, low: int, high: int) -> int:
-    raw = params.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(str(raw))
-    except ValueError:
-        raise ValueError(f"{name}={raw!r} is not an integer") from None
-    if not low <= value <= high:
-        raise ValueError(f"{name}={value} is out of range {low}..{high}")
-    return value
-
-
 class ChangeFeed:
     """Reads the change log of one tree for callers, with its digest.
 
@@ -169,7 +157,7 @@ class ChangeFeed:
         since = parse_time(str(params.get("since") or DEFAULT_SINCE), now)
         until_raw = params.get("until")
         until = parse_time(str(until_raw), now, "until") if until_raw else None
-        limit = _int(params, "limit", 50, 1, MAX_LIMIT)
+        limit = bounded_param(params, "limit", 50, MAX_LIMIT)
         digest = str(params.get("digest") or "").lower()
         if digest not in ("", "0", "false", "1", "true", "llm"):
             raise ValueError(f"digest={digest!r} is not one of 1, llm")
@@ -178,7 +166,7 @@ class ChangeFeed:
                 "digest=llm needs an LLM (ADRAP_SUMMARY__BACKEND=openai); digest=1 reads the "
                 "summaries that changed without one"
             )
-        budget = _int(params, "digest_tokens", DIGEST_TOKENS, 1, MAX_DIGEST_TOKENS)
+        budget = bounded_param(params, "digest_tokens", DIGEST_TOKENS, MAX_DIGEST_TOKENS)
         readable = self.classes.readable(caller)
         seen = None if readable is None else frozenset(readable)
         rows = self.rows()

@@ -28,6 +28,7 @@ from ingestor.answer.ask import (
 )
 from ingestor.answer.modes import BASES, MODES
 from ingestor.answer.no_match import SIMILARITY_HITS, best_similarity, match_fields
+from ingestor.answer.params import bounded_param, flag_param, int_param
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.config import (
     AnswerSettings,
@@ -98,36 +99,8 @@ class QueryRequest:
     hybrid: bool = True
 
 
-def _int(params: Mapping[str, object], name: str, default: int | None) -> int | None:
-    value = params.get(name)
-    if value is None or value == "":
-        return default
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
-    return number
-
-
 def _bounded(params: Mapping[str, object], name: str, default: int, high: int | None = None) -> int:
-    value = _int(params, name, default)
-    assert value is not None
-    high = LIMITS[name] if high is None else high
-    if not 1 <= value <= high:
-        raise ValueError(f"{name} must be between 1 and {high}, got {value}")
-    return value
-
-
-def _flag(params: Mapping[str, object], name: str, default: bool) -> bool:
-    value = params.get(name)
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in ("true", "false", "1", "0"):
-        raise ValueError(f"{name} must be true or false, got {value!r}")
-    return text in ("true", "1")
+    return bounded_param(params, name, default, LIMITS[name] if high is None else high)
 
 
 def parse_request(
@@ -148,7 +121,7 @@ def parse_request(
     base = str(params.get("base") or defaults.base)
     if base not in BASES:
         raise ValueError(f"base must be one of {', '.join(BASES)}, not {base!r}")
-    lo, hi = _int(params, "min_layer", None), _int(params, "max_layer", None)
+    lo, hi = int_param(params, "min_layer", None), int_param(params, "max_layer", None)
     if (lo is not None and lo < 0) or (hi is not None and hi < 0):
         raise ValueError(f"min_layer and max_layer must be ≥ 0, got {lo}, {hi}")
     source = params.get("source")
@@ -164,7 +137,7 @@ def parse_request(
         base=base,
         flt=flt,
         answer_tokens=_bounded(params, "answer_tokens", defaults.answer_tokens),
-        hybrid=_flag(params, "hybrid", defaults.hybrid),
+        hybrid=flag_param(params, "hybrid", defaults.hybrid),
     )
 
 

@@ -134,9 +134,15 @@ def test_stdio_searches_filters_and_reads_nodes_of_a_built_tree(built: Path) -> 
             ("search", {"query": QUESTION, "mode": "traversal", "top_k": 2}),
             ("read_node", {"node_id": "befaac65-63df-57d6-96eb-ff8abb19f16a"}),  # the meta point
             ("search", {"query": QUESTION, "mode": "sideways"}),
+            ("changes", {"since": "1d", "digest": True}),
         ],
     )
-    assert got["tools"] == ["read_node", "search"]  # no LLM configured: no ask
+    assert got["tools"] == ["changes", "read_node", "search"]  # no LLM configured: no ask
+    failed, changes, _ = got["calls"][6]  # the tree's change log, read over stdio
+    assert not failed
+    assert [r["kind"] for r in changes["records"]] == ["build"]
+    assert "gettysburg-address.txt" in {f["source"] for f in changes["records"][0]["files"]}
+    assert changes["digest"]["parts"]
     (_, full, _), (_, one_file, _), (_, upper, _), (_, traversal, _) = got["calls"][:4]
     assert [h["node_id"] for h in full["hits"]] == adrap_query(built, QUESTION)
     for result in (full, one_file, upper, traversal):
@@ -179,7 +185,7 @@ def adrap_query(state: Path, question: str, **extra: str) -> list[str]:
 
 def test_http_on_the_daemons_port_answers_with_the_token(daemon: Watch) -> None:
     got = session(f"{daemon.base}/mcp", [("search", {"query": QUESTION})], TOKEN)
-    assert got["tools"] == ["read_node", "search"]
+    assert got["tools"] == ["changes", "read_node", "search"]
     is_error, result, text = got["calls"][0]
     assert not is_error, text
     want = adrap_query(daemon.state, QUESTION, ADRAP_WATCH__HTTP_TOKEN=TOKEN)
@@ -238,7 +244,7 @@ def test_ask_is_listed_with_an_llm_and_answers_citing_files(built: Path, llm_ser
     }
     question = {"question": QUESTION, "max_tokens": 600}
     got = session(stdio(built, **env), [("ask", question)])
-    assert got["tools"] == ["ask", "read_node", "search"]
+    assert got["tools"] == ["ask", "changes", "read_node", "search"]
     is_error, result, text = got["calls"][0]
     assert not is_error, text
     assert result["answered"]
