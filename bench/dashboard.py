@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import shutil
 import statistics
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from ingestor.service.dashboard.view import TreeView  # noqa: E402
 from ingestor.service.http import HttpLimits, HttpServer, build_app  # noqa: E402
 from retriever.edge_store import EdgeNodeStore  # noqa: E402
 from retriever.schema import Kind, NodePayload, point_id, source_dirs  # noqa: E402
+from testkit.browser import chrome  # noqa: E402
 
 DIM = 384
 MODEL = "bench-synthetic-384"
@@ -137,26 +137,6 @@ def timed_get(url: str, repeat: int, gz: bool = False) -> tuple[float, int]:
             size = len(resp.read())
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3, size
-
-
-def chrome() -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium") or "chromium"
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--window-size=1400,1000",
-    ):
-        opts.add_argument(flag)
-    return webdriver.Chrome(
-        service=Service(shutil.which("chromedriver") or "chromedriver"), options=opts
-    )
 
 
 def wait_css(driver: Any, css: str, timeout: float = 60) -> Any:

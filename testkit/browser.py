@@ -1,7 +1,8 @@
 """A real browser for the dashboard's tests: Debian's headless Chromium, driven by Selenium.
 
-``chrome()`` starts one (through Debian's chromedriver); ``BROWSER_MISSING`` says what is missing
-(None where chromium, chromedriver and selenium are all installed), for the tests' skips.
+``chrome()`` starts one through Debian's chromedriver (the dashboard's tests, the cross-origin
+test and bench/dashboard.py alike); ``BROWSER_MISSING`` says what is missing (None where
+chromium, chromedriver and selenium are all installed), for the tests' skips.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ BROWSER_MISSING: str | None = (
 )
 
 
-def chrome() -> Any:
-    """Return a headless Chromium driven through Debian's chromedriver."""
+def chrome(*flags: str) -> Any:
+    """Return a headless Chromium driven through Debian's chromedriver (``flags``: more of
+    Chromium's command-line switches)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -44,6 +46,7 @@ def chrome() -> Any:
         "--disable-dev-shm-usage",
         "--disable-background-networking",
         "--window-size=1400,1000",
+        *flags,
     ):
         opts.add_argument(flag)
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)

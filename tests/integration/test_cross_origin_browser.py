@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ingestor.service.http import HttpLimits, HttpServer
-from tests.integration.test_dashboard_browser import CHROMEDRIVER, CHROMIUM, HAVE_SELENIUM
+from testkit.browser import CHROMEDRIVER, CHROMIUM, HAVE_SELENIUM, chrome
 from tests.unit.service.test_http_door import FakeDaemon, make_app
 
 pytestmark = [
@@ -85,21 +85,8 @@ def attacker(served: str) -> Iterator[str]:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--host-resolver-rules=MAP rebind.test 127.0.0.1",  # the attacker's rebound name
-    ):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    # the attacker's rebound name
+    driver = chrome("--host-resolver-rules=MAP rebind.test 127.0.0.1")
     driver.set_script_timeout(30)
     try:
         yield driver
