@@ -52,6 +52,14 @@ _CHUNK = 900
 _SHARED_KEEP = 8
 
 
+def _prefix_range(prefix: str) -> tuple[str, str | None]:
+    """The keys starting with ``prefix``: ``[prefix, prefix with its last character
+    incremented)`` (every key where ``prefix`` is empty)."""
+    if not prefix:
+        return "", None
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
 class RowStore:
     """One SQLite database of ``(namespace, key) -> bytes`` rows plus a JSON manifest.
 
@@ -189,23 +197,12 @@ class RowStore:
         order (one index range scan: the cost of those rows, not of the namespace)."""
         if not prefix:
             return list(self.items(ns))
-        return [(k, bytes(v)) for k, v in self._range("key, value", ns, prefix)]
+        return [(k, bytes(v)) for k, v in self._range("key, value", ns, *_prefix_range(prefix))]
 
     def keys_prefix(self, ns: str, prefix: str) -> list[str]:
         """Return the keys of a namespace that start with ``prefix``, in order (one index range
         scan, no value read: the cost of those keys, not of the namespace)."""
-        return [k for (k,) in self._range("key", ns, prefix)]
-
-    def _range(self, columns: str, ns: str, prefix: str) -> list[Any]:
-        """Select ``columns`` of the rows of ``ns`` whose key starts with ``prefix``, in key order."""
-        where, args = "ns = ?", [ns]
-        if prefix:  # the keys in [prefix, prefix with its last character incremented)
-            upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-            where, args = "ns = ? AND key >= ? AND key < ?", [ns, prefix, upper]
-        with self._lock:
-            return self._db.execute(
-                f"SELECT {columns} FROM rows WHERE {where} ORDER BY key", args
-            ).fetchall()
+        return [k for (k,) in self._range("key", ns, *_prefix_range(prefix))]
 
     def items_range(
         self,
@@ -219,6 +216,21 @@ class RowStore:
         """Return the rows of ``ns`` with ``start <= key < end`` (``end`` None: no upper end),
         in key order or ``descending``, at most ``limit`` of them: one index range scan that
         reads those rows only (a log keyed by time answers "since Monday" this way)."""
+        rows = self._range("key, value", ns, start, end, limit=limit, descending=descending)
+        return [(k, bytes(v)) for k, v in rows]
+
+    def _range(
+        self,
+        columns: str,
+        ns: str,
+        start: str,
+        end: str | None,
+        *,
+        limit: int | None = None,
+        descending: bool = False,
+    ) -> list[Any]:
+        """Select ``columns`` of the rows of ``ns`` with ``start <= key < end`` (None: no upper
+        end), in key order (``descending``: newest key first), at most ``limit``."""
         where, args = "ns = ? AND key >= ?", [ns, start]
         if end is not None:
             where += " AND key < ?"
@@ -226,10 +238,9 @@ class RowStore:
         order = "DESC" if descending else "ASC"
         tail = "" if limit is None else f" LIMIT {int(limit)}"
         with self._lock:
-            rows = self._db.execute(
-                f"SELECT key, value FROM rows WHERE {where} ORDER BY key {order}{tail}", args
+            return self._db.execute(
+                f"SELECT {columns} FROM rows WHERE {where} ORDER BY key {order}{tail}", args
             ).fetchall()
-        return [(k, bytes(v)) for k, v in rows]
 
     def items(self, ns: str) -> Iterator[tuple[str, bytes]]:
         """Yield every ``(key, value)`` of a namespace, in pages (O(namespace))."""
