@@ -188,20 +188,21 @@ class ChangeFeed:
             "complete": len(records) < limit,
         }
         if digest in ("1", "true", "llm"):
-            out["digest"] = self.digest(records, seen, budget, llm=digest == "llm", since=since)
+            out["digest"] = self.digest(records, readable, budget, llm=digest == "llm", since=since)
         return out
 
     def digest(
         self,
         records: list[dict[str, Any]],
-        readable: frozenset[str] | None,
+        readable: tuple[str, ...] | None,
         max_tokens: int,
         *,
         llm: bool = False,
         since: float = 0.0,
     ) -> dict[str, Any]:
         """Return the summaries ``records`` name as they are now (highest layer, newest first),
-        those ``readable`` allows, within ``max_tokens``, numbered; with ``llm``, an answer
+        those a reader of the classes ``readable`` (None: all) may read (the store's reader
+        filter, as at every door), within ``max_tokens``, numbered; with ``llm``, an answer
         written from them citing those numbers.
 
         Where the records name no summary the caller may read (a tree too small for layers, a
@@ -217,11 +218,9 @@ class ChangeFeed:
         if store is None:
             return {"parts": [], "summaries_named": len(order), "answer": None}
         with self.lock:
-            found = store.retrieve(list(order)) if order else []
-            nodes = sorted(
-                (n for n in found if n.layer > 0 and _readable(n, readable)),
-                key=lambda n: (-n.layer, order.get(n.node_id, 0)),
-            )
+            flt = SearchFilter(tree=self.tree, min_layer=1, ids=tuple(order), readable=readable)
+            found, _ = store.scroll(flt, len(order)) if order else ([], None)
+            nodes = sorted(found, key=lambda n: (-n.layer, order.get(n.node_id, 0)))
             if not nodes:
                 nodes = self._changed_leaves(store, records, readable)
             chosen = fill(nodes, lambda n: n.n_tokens, max_tokens)
@@ -261,7 +260,7 @@ class ChangeFeed:
         return out
 
     def _changed_leaves(
-        self, store: NodeStore, records: list[dict[str, Any]], readable: frozenset[str] | None
+        self, store: NodeStore, records: list[dict[str, Any]], readable: tuple[str, ...] | None
     ) -> list[NodePayload]:
         """The leaves of the files ``records`` added or edited (newest first, at most
         :data:`LEAF_FILES` files), each file's in document order, as ``readable`` may read."""
@@ -273,15 +272,9 @@ class ChangeFeed:
                 if f["action"] in ("added", "edited")
             )
         )[:LEAF_FILES]
-        who = None if readable is None else tuple(sorted(readable))
         out: list[NodePayload] = []
         for source in sources:
-            flt = SearchFilter(tree=self.tree, max_layer=0, source_prefix=source, readable=who)
+            flt = SearchFilter(tree=self.tree, max_layer=0, source_prefix=source, readable=readable)
             leaves, _ = store.scroll(flt, LEAF_SCROLL)
             out.extend(sorted(leaves, key=lambda n: n.chunk_index or 0))
         return out
-
-
-def _readable(node: NodePayload, readable: frozenset[str] | None) -> bool:
-    """Whether a reader of the classes ``readable`` (None: all) may read ``node``."""
-    return readable is None or (bool(node.access) and set(node.access) <= readable)
