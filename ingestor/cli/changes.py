@@ -87,28 +87,23 @@ def read_changes(s: Settings, params: dict[str, Any]) -> dict[str, Any]:
 
 def _read_locally(s: Settings, params: dict[str, Any]) -> dict[str, Any]:
     from ingestor.answer.changes import ChangeFeed, state_rows
-    from ingestor.cli.factories import (
-        MODELS_DIR,
-        make_summarizer,
-        reading_store,
-        require_built,
-    )
-    from ingestor.tree.persist import state_name
+    from ingestor.cli.factories import make_summarizer, reading_store, require_built, state_db
 
     require_built(s)
-    path = s.state_dir / MODELS_DIR / f"{state_name(s.tree)}.sqlite"
+    rows = state_rows(state_db(s))
     if not params.get("digest"):
-        feed = ChangeFeed(state_rows(path), s.tree)
-        return feed.changes(params)
-    llm = make_summarizer(s) if params["digest"] == "llm" else None
-    if params["digest"] == "llm" and s.summary.backend != "openai":
-        raise click.ClickException(
-            "--llm needs an LLM: set ADRAP_SUMMARY__BACKEND=openai and its endpoint; "
-            "--digest alone prints the summaries that changed"
-        )
+        return ChangeFeed(rows, s.tree).changes(params)
+    llm = None
+    if params["digest"] == "llm":
+        if s.summary.backend != "openai":
+            raise click.ClickException(
+                "--llm needs an LLM: set ADRAP_SUMMARY__BACKEND=openai and its endpoint; "
+                "--digest alone prints the summaries that changed"
+            )
+        llm = make_summarizer(s)
     with reading_store(s) as store:
         limit = s.summary.openai.max_input_tokens if llm is not None else None
-        feed = ChangeFeed(state_rows(path), s.tree, store=store, llm=llm, input_limit=limit)
+        feed = ChangeFeed(rows, s.tree, store=store, llm=llm, input_limit=limit)
         return feed.changes(params)
 
 

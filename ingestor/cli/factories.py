@@ -229,10 +229,15 @@ def make_change_feed(settings: Settings, queries: Any) -> Any:
     over ``queries`` (its store, access classes and LLM); it opens the state database read-only
     when asked, and creates nothing."""
     from ingestor.answer.changes import ChangeFeed, state_rows
-    from ingestor.tree.persist import state_name
 
-    path = settings.state_dir / MODELS_DIR / f"{state_name(settings.tree)}.sqlite"
-    return ChangeFeed.over(state_rows(path), queries)
+    return ChangeFeed.over(state_rows(state_db(settings)), queries)
+
+
+def state_db(settings: Settings) -> Path:
+    """Return the tree's state database file (nothing is opened or created)."""
+    from ingestor.tree.persist import state_file
+
+    return state_file(settings.state_dir / MODELS_DIR, settings.tree)
 
 
 def make_pipeline(

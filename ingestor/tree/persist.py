@@ -84,7 +84,13 @@ def state_name(tree: str) -> str:
 
 def state_path(models: ModelStore, tree: str) -> Path:
     """Return the state database file of ``tree``."""
-    return models.root / f"{state_name(tree)}.sqlite"
+    return state_file(models.root, tree)
+
+
+def state_file(models_root: Path, tree: str) -> Path:
+    """Return the state database file of ``tree`` in the models folder ``models_root`` (without
+    opening a ``ModelStore``, which creates its folder: for read-only commands)."""
+    return models_root / f"{state_name(tree)}.sqlite"
 
 
 def state_exists(models: ModelStore, tree: str) -> bool:
