@@ -350,9 +350,9 @@ def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False
             written = rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
     except BaseException:
         state.generation -= 1
-        state.journal.clear()  # the changes it describes did not land
         raise
-    state.journal.clear()
+    finally:
+        state.journal.clear()  # written with its changes, or dropped with them
     for rowmap in _row_maps(state):
         rowmap.committed()
     for layer in state.layers:
