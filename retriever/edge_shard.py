@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -255,6 +257,43 @@ class EdgeShardLifecycle:
             )
         return changed
 
+    def take_over(self, other: Path) -> None:
+        """Make the shard in folder ``other`` this store's, in place of its own (a model change's
+        switch): this shard is closed, ``other`` renamed to :attr:`path` (:func:`swap_folders`:
+        the old folder moved aside, then deleted) and opened. Idempotent: a switch killed
+        half-way is finished by calling it again (``other`` gone: it only opens :attr:`path`).
+
+        Raises:
+            StoreError: the folders cannot be renamed or the new shard cannot be opened.
+        """
+        shard, self._shard = self._shard, None
+        if shard is not None:
+            with self.engine("close the store"):
+                shard.flush()
+                shard.close()
+        try:
+            swap_folders(self.path, Path(other))
+        except OSError as exc:
+            raise StoreError(
+                f"cannot move the embedded store {other} into {self.path}: {exc}; check the "
+                "permissions of the state dir, then run the command again (it finishes the switch)"
+            ) from exc
+        with self.engine("open the store"):
+            self._shard = qe.EdgeShard.load(str(self.path))
+        self._closed = False
+        meta = self._read_meta()
+        self.dim = meta.get(F.EMBED_DIM) if meta is not None else None
+        self.index = read_index(self.path)
+        self.estimates.clear()
+        log.info("embedded store %s: switched to the shard built in %s", self.path, other)
+
+    def embed_model(self) -> str | None:
+        """Return the embedding model the meta point names (None: no store or no meta point)."""
+        if self._shard is None:
+            return None
+        meta = self._read_meta()
+        return None if meta is None else meta.get(F.EMBED_MODEL)
+
     def close(self) -> None:
         """Flush to disk and release the folder lock (idempotent)."""
         shard, self._shard = self._shard, None
@@ -348,6 +387,27 @@ class EdgeShardLifecycle:
             f"folder is writable and has free space, or delete {self.path} and rebuild the tree "
             "(`adrap rebuild`)"
         )
+
+
+def swap_folders(live: Path, other: Path) -> None:
+    """Put folder ``other`` in place of ``live``: ``live`` is renamed aside (``<live>.old``),
+    ``other`` renamed to ``live``, then the old one deleted; each rename is atomic and the
+    parent directory is synced after them. Idempotent: killed between the renames, a second
+    call finishes (``other`` present: moved in; ``<live>.old`` present: deleted)."""
+    old = live.with_name(live.name + ".old")
+    if other.is_dir():
+        if old.exists():
+            shutil.rmtree(old)
+        if live.exists():
+            os.rename(live, old)
+        os.rename(other, live)
+        fd = os.open(live.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    if old.exists():
+        shutil.rmtree(old)
 
 
 def unindexed_points(info: qe.ShardInfo, *, sparse: bool) -> int:

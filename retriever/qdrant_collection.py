@@ -154,6 +154,46 @@ class QdrantCollection:
         store.ensure_collection(dim, embed_model)
         return store
 
+    def pending_generation(self) -> str | None:
+        """Return the newest physical generation ``<name>_v<N>`` that no alias names and that is
+        newer than the live one (a model change's, under way), or None."""
+        base = self.alias or self.collection
+        pattern = re.compile(rf"{re.escape(base)}_v(\d+)")
+        with self.call("list collections"):
+            names = [c.name for c in self.client.get_collections().collections]
+            live = self._aliases().get(base)
+        generations = {name: int(m.group(1)) for name in names if (m := pattern.fullmatch(name))}
+        floor = generations.get(live, 0) if live is not None else 0
+        newer = [name for name, n in generations.items() if n > floor]
+        return max(newer, key=generations.__getitem__) if newer else None
+
+    def generation(self, physical: str, dim: int, embed_model: str) -> Self:
+        """Return a store on the existing physical generation ``physical`` of this alias (to
+        resume writing it), validated for ``dim``/``embed_model``; :meth:`promote` switches to it.
+
+        Raises:
+            SchemaMismatchError: it holds another model's vectors.
+        """
+        store = type(self)(
+            self.client,
+            physical,
+            planner=self.planner,
+            hnsw=self.hnsw,
+            shard_number=self.shard_number,
+            replication_factor=self.replication_factor,
+            write_consistency_factor=self.write_consistency_factor,
+        )
+        store.alias = self.alias or self.collection
+        store.ensure_collection(dim, embed_model)
+        return store
+
+    def drop_generation(self, physical: str) -> None:
+        """Delete the physical collection ``physical`` (a generation no alias names)."""
+        with self.call(f"delete collection {physical}"):
+            if physical in self._aliases().values():
+                raise StoreError(f"{physical} is live behind an alias; it is not dropped")
+            self.client.delete_collection(physical)
+
     def promote(self) -> None:
         """Point the alias at this generation atomically, then drop the previous generation.
 

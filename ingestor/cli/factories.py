@@ -247,9 +247,14 @@ def make_pipeline(
     access: Any = None,
     *,
     defer_summaries: Callable[[], bool] | None = None,
+    on_model_switch: Callable[[], None] | None = None,
 ) -> Pipeline:
     """Return the tree's pipeline over ``store`` (``defer_summaries``: asked at each update
-    whether its summaries wait for the daemon's schedule; None: they are paid at once)."""
+    whether its summaries wait for the daemon's schedule; None: they are paid at once).
+
+    Its writers move a tree built with another embedding model to ``embedder``'s before they
+    open it (:mod:`ingestor.tree.model_change`); ``on_model_switch`` is called when the store
+    switches (the daemon's query embedder follows)."""
     from ingestor.cluster.parallel import worker_count
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
@@ -257,6 +262,7 @@ def make_pipeline(
     from ingestor.pipeline.unread import UNREAD_FILE, Unread
     from ingestor.tree.build import TreeBuilder, TreeParams
     from ingestor.tree.changelog import Retention
+    from ingestor.tree.model_change import ModelChange
     from models_store import ModelStore
 
     c = settings.cluster
@@ -296,12 +302,15 @@ def make_pipeline(
         ),
         workers=workers,
     )
+    models = ModelStore(settings.state_dir / MODELS_DIR)
+    change = ModelChange(models, settings.tree, store, embedder, builder, on_switch=on_model_switch)
     pipeline = Pipeline(
         tree=settings.tree,
         embedder=embedder,
         builder=builder,
         store=store,
-        models=ModelStore(settings.state_dir / MODELS_DIR),
+        models=models,
+        model_change=change,
         chunk_tokens=settings.chunk.max_tokens,
         chunk_overlap=settings.chunk.overlap,
         max_file_bytes=settings.read.max_file_bytes,
@@ -348,10 +357,12 @@ def make_daemon_parts(
     locked = lock_store(store)
     access = make_access(settings)
     summaries = make_summary_schedule(settings)
+    question_embedder = make_query_embedder(settings)
+    follower = following_embedder(settings, embedder, question_embedder)
     queries = make_query_service(
         settings,
         locked,
-        make_query_embedder(settings),
+        follower or question_embedder,
         access.registry,
         lock=BoundedLock("the query embedder"),  # queries only; never the writer's
     )
@@ -361,6 +372,7 @@ def make_daemon_parts(
         embedder,
         access,
         defer_summaries=summaries.defers_now,
+        on_model_switch=None if follower is None else follower.switch,
     )
     return DaemonParts(
         pipeline,
@@ -370,6 +382,39 @@ def make_daemon_parts(
         make_callers(settings, owner_token),
         make_change_feed(settings, queries),
     )
+
+
+def following_embedder(settings: Settings, embedder: Embedder, questions: Embedder) -> Any:
+    """Return the daemon's query embedder while its tree changes embedding model: the model the
+    live store holds (the state's) until the switch, then ``questions`` (the setting's); None
+    when the state is already ``embedder``'s model (or not built). A model that cannot be
+    loaded any more leaves questions refused, with the reason, until the switch."""
+    from ingestor.tree.model_change import stored_model
+    from retriever import EmbeddingError
+    from retriever.embedding_openai import MODEL_ID_PREFIX
+    from retriever.model_switch import FollowingEmbedder
+
+    found = stored_model(state_db(settings))
+    if found is None or found == (embedder.model_id, embedder.dim):
+        return None
+    old, _ = found
+    e = settings.embed
+    if old.startswith(MODEL_ID_PREFIX):
+        then = e.model_copy(update={"backend": "openai", "model": old[len(MODEL_ID_PREFIX) :]})
+    else:
+        then = e.model_copy(update={"backend": "sentence-transformers", "model": old})
+    try:
+        before: Embedder | None = make_query_embedder(settings.model_copy(update={"embed": then}))
+    except EmbeddingError as exc:
+        log.warning(
+            "the tree's embedding model %r cannot be loaded (%s): questions are refused until "
+            "the change to %r is done",
+            old,
+            exc,
+            embedder.model_id,
+        )
+        before = None
+    return FollowingEmbedder(before, questions, old)
 
 
 def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:

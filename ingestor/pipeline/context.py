@@ -63,6 +63,7 @@ class TreeContext:
         models: the state directory's model store; the state database lives in it.
         access: reads each file's access class and keeps the registry queries judge them by.
         retention: how much of the change log each commit keeps (``ingestor.tree.changelog``).
+        model_change: see :attr:`model_change`.
     """
 
     def __init__(
@@ -75,6 +76,7 @@ class TreeContext:
         models: ModelStore,
         access: TreeAccess | None = None,
         retention: Retention | None = None,
+        model_change: Callable[[], object] | None = None,
     ) -> None:
         self.tree = tree
         self.embedder = embedder
@@ -83,6 +85,9 @@ class TreeContext:
         self.models = models
         self.access = access or TreeAccess()
         self.retention = retention or Retention()
+        #: Run by a writer before it opens the state: moves the tree to ``embedder``'s model when
+        #: it was built with another (``ingestor.tree.model_change``); a no-op otherwise.
+        self.model_change = model_change
 
     # -- the state ---------------------------------------------------------------------------
 
@@ -94,6 +99,8 @@ class TreeContext:
                 holder of the writer lock may, since another process's update in flight looks
                 the same.
         """
+        if recover and self.model_change is not None:
+            self.model_change()
         state = load_state(self.models, self.tree, self.embedder)
         if state is not None:
             state.vectors.fetch = self.store.retrieve_vectors

@@ -80,6 +80,7 @@ class Pipeline:
         unread: Unread | None = None,
         defer_summaries: Callable[[], bool] | None = None,
         retention: Retention | None = None,
+        model_change: Callable[[], object] | None = None,
     ) -> None:
         self.context = TreeContext(
             tree=tree,
@@ -89,6 +90,7 @@ class Pipeline:
             models=models,
             access=access,
             retention=retention,
+            model_change=model_change,
         )
         self.collector = Collector(
             max_file_bytes=max_file_bytes,

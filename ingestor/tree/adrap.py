@@ -148,6 +148,12 @@ class TreeUpdater:
         with one_thread("blas"):
             return self._apply(state, [], [], seeds=stale_seeds(state))
 
+    def regenerate(self, state: TreeState, deltas: dict[int, LayerDelta]) -> UpdateStats:
+        """Regenerate the summaries of the clusters ``deltas`` changed (per layer: a refit of
+        its models had to change them, ``tree.model_change``) and what that moves above."""
+        with one_thread("blas"):
+            return self._apply(state, [], [], changed=deltas)
+
     def _apply(
         self,
         state: TreeState,
@@ -156,6 +162,7 @@ class TreeUpdater:
         *,
         defer: bool = False,
         seeds: dict[int, LayerDelta] | None = None,
+        changed: dict[int, LayerDelta] | None = None,
     ) -> UpdateStats:
         t0 = time.perf_counter()
         stats = UpdateStats(leaves_added=len(new_leaves), leaves_removed=len(removed_leaves))
@@ -165,6 +172,7 @@ class TreeUpdater:
         # refit had to change (rarely any) are regenerated with this batch's, as are the
         # clusters a refresh was seeded with (stale summaries).
         start = repair_models(state, self.builder.summaries.make_clusterer)
+        start.update(changed or {})
         for i, seed in (seeds or {}).items():
             start.setdefault(i, LayerDelta()).absorb(seed.dirty, (), (), ())
         refreshed: set[str] = set()

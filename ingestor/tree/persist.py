@@ -38,7 +38,7 @@ from ingestor.tree.layer_store import (
 )
 from ingestor.tree.rowmap import RowMap, dumps, loads
 from ingestor.tree.state import READABLE_STATE_FORMATS, STATE_FORMAT, TreeState
-from models_store import Changes, ModelStore, ModelStoreError, RowStore
+from models_store import Changes, IncompatibleModelError, ModelStore, ModelStoreError, RowStore
 from retriever import SCHEMA_VERSION, Embedder
 
 log = logging.getLogger(__name__)
@@ -179,9 +179,31 @@ def load_state(
     if rows.manifest().get("format", STATE_FORMAT) not in READABLE_STATE_FORMATS:
         expect["format"] = STATE_FORMAT  # refused by check, which says how to rebuild
     if embedder is not None:
-        expect |= {"embed_model": embedder.model_id, "dim": embedder.dim}
+        _check_model(rows, embedder)
     rows.check(expect)
     return _open(rows, layers=layers)
+
+
+def _check_model(rows: RowStore, embedder: Embedder) -> None:
+    """Refuse a state written for another embedding model or dimension, saying how the tree
+    changes model (a writer does it: :mod:`ingestor.tree.model_change`).
+
+    Raises:
+        models_store.IncompatibleModelError: another model or dimension.
+    """
+    m = rows.manifest()
+    have, dim = m.get("embed_model"), m.get("dim")
+    if have is None or (have, dim) == (embedder.model_id, embedder.dim):
+        return
+    raise IncompatibleModelError(
+        f"the tree state in {rows.path} was written with embedding model {have!r} ({dim}-d) "
+        f"but the embedder is {embedder.model_id!r} ({embedder.dim}-d); restore the previous "
+        "setting (ADRAP_EMBED__MODEL and its backend), or change the tree's model: run `adrap "
+        "watch` or any writing command (`adrap add`, `adrap refresh`) with the new setting. It "
+        "embeds every node's text again with the new model beside the live store, keeps every "
+        "summary (no summary is paid again) and switches when done; queries use the old model "
+        "until then"
+    )
 
 
 def _row_maps(state: TreeState) -> tuple[RowMap[Any], ...]:
@@ -294,12 +316,15 @@ def end_fill(state: TreeState) -> None:
     state.rows.commit(ch, stamp=state.generation, stamped=_STAMPED)
 
 
-def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False) -> int:
+def commit_state(
+    models: ModelStore, state: TreeState, *, unstored: bool = False, also: Changes | None = None
+) -> int:
     """Write what changed in ``state`` as its next generation, in one transaction.
 
     A state that was never committed (a fresh build) is written whole, replacing any previous
     state of the tree; ``unstored``: its points are written after (see :func:`fill_pending`).
-    Returns the bytes written.
+    ``also``: rows of other namespaces written (cleared, deleted) in the same transaction (a
+    model change's switch: :mod:`ingestor.tree.model_change`). Returns the bytes written.
 
     Raises:
         models_store.ModelStoreError: the database could not be written (nothing was).
@@ -330,6 +355,12 @@ def commit_state(models: ModelStore, state: TreeState, *, unstored: bool = False
         elif state.intent_open:
             ch.set(_INTENT, "committed", dumps(True))
         changelog.gather(state.journal, state.generation, ch)
+        if also is not None:
+            ch.clear |= also.clear
+            for (ns, key), value in also.put.items():
+                ch.set(ns, key, value)
+            for ns, key in also.delete:
+                ch.remove(ns, key)
         ch.manifest = {
             "format": STATE_FORMAT,
             "schema": SCHEMA_VERSION,

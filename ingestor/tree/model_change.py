@@ -1,0 +1,364 @@
+"""Change a tree's embedding model and keep its summaries: embeddings are paid, not summaries.
+
+A tree's state names the embedding model its vectors were made with (the manifest's
+``embed_model`` and ``dim``). When a writer opens it with another model (``ADRAP_EMBED__MODEL``,
+its endpoint or backend changed, then ``adrap watch`` restarted or any writing command run), the
+tree is moved to the new model in place of being refused:
+
+1. **copy**: every node's text (leaves and summaries) is embedded with the new model and written,
+   with the same point id and payload (``embed_model`` aside), into a store *beside* the live one
+   (:mod:`retriever.model_switch`: ``<store>.next`` for the embedded shard, the alias's next
+   generation on a server), a batch at a time; after each batch the new store is flushed and the
+   cursor (the last node id written, in id order) is committed to the state database
+   (namespace ``model_change``). A kill resumes from the cursor, never from zero. The live store
+   and the state are not touched: queries keep reading the old model's points meanwhile.
+2. **refit**: every layer's fitted models are fitted again around the clusters the layer has,
+   from the new vectors, as after a library upgrade (:mod:`ingestor.cluster.model_refit`: a
+   global UMAP with one component per group, each group's local UMAP with an online GMM whose
+   components are the M-step of its clusters). No cluster changes, so no summary is written.
+3. **switch**: one state transaction records the new model and the refitted models, marks the
+   change as switching and clears any interrupted update's intent (the new store was written from
+   the committed state, so there is nothing to replay); then the new store is made the live one
+   in one step (folder swap / alias switch), the query embedder follows, and the change's rows
+   and a first build's leftover checkpoint go. Killed after the commit, the next writer finishes
+   the switch before anything else.
+
+Setting the model back during a copy abandons it (the new store is deleted); setting a third
+model restarts the copy for it. Updates wait: the change runs where a writer opens the state
+(``TreeContext.open_state``), before its update; the daemon's watcher starts after it, and finds
+by its scan what changed meanwhile.
+
+The one case where a summary may be paid: a group with a local model but too few members left
+for a UMAP becomes one cluster (as a refit after a library upgrade does); its summary is
+regenerated (logged with its tokens). A tree as built has none.
+"""
+
+from __future__ import annotations
+
+import bisect
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ingestor.cluster.adaptive import LayerDelta
+from ingestor.cluster.digest import vector_digest
+from ingestor.cluster.model_refit import refit_global, refit_local
+from ingestor.tree.adrap import TreeUpdater
+from ingestor.tree.build import TreeBuilder
+from ingestor.tree.model_repair import repair_models
+from ingestor.tree.params import Progress, no_progress
+from ingestor.tree.persist import commit_state, drop_checkpoint, load_state, state_path
+from ingestor.tree.rowmap import dumps, loads
+from ingestor.tree.state import TreeState
+from models_store import Changes, ModelStore, RowStore
+from retriever import Embedder, NodeStore
+from retriever.model_switch import NextStore, next_store_for
+
+__all__ = ["BATCH", "ChangePlan", "ModelChange", "pending_change", "stored_model"]
+
+log = logging.getLogger(__name__)
+
+#: The namespace of a change's rows in the state database: ``plan`` and ``cursor``.
+NS = "model_change"
+COPY = "copy"
+SWITCH = "switch"
+#: Nodes embedded and written per step; the cursor is committed after each.
+BATCH = 512
+
+
+@dataclass(frozen=True)
+class ChangePlan:
+    """A model change under way: from ``old`` to ``model`` (``dim``-d), in ``phase``."""
+
+    old: str
+    model: str
+    dim: int
+    phase: str
+    total: int
+    started_at: float
+
+
+def _plan(rows: RowStore) -> ChangePlan | None:
+    raw = rows.get(NS, "plan")
+    return None if raw is None else ChangePlan(**loads(raw))  # type: ignore[arg-type]
+
+
+def pending_change(rows: RowStore) -> tuple[ChangePlan, int] | None:
+    """Return the change under way in a state database and the nodes written so far (for
+    ``status``), or None."""
+    plan = _plan(rows)
+    if plan is None:
+        return None
+    cursor = rows.get(NS, "done")
+    return plan, int(loads(cursor)) if cursor is not None else 0  # type: ignore[call-overload]
+
+
+def stored_model(path: Path) -> tuple[str, int] | None:
+    """Return the embedding model and dimension the committed state in the database ``path``
+    names (what its live store holds, or will once a committed switch is finished), or None when
+    there is none. Opens it read-only: creates nothing."""
+    if not path.exists():
+        return None
+    rows = RowStore.shared(path, readonly=True)
+    m = rows.manifest()
+    if "tree_name" not in m:
+        return None
+    return str(m.get("embed_model")), int(m.get("dim") or 0)
+
+
+class ModelChange:
+    """Moves a tree to ``embedder``'s model when its state was written with another one.
+
+    Args:
+        models: the state directory's model store (the state database lives there).
+        tree: the tree's name.
+        store: the live node store (possibly behind the daemon's lock: the switch takes it).
+        embedder: the new model (the writer's).
+        builder: the tree's builder: its clusterer's parameters, and the summaries of the rare
+            clusters a refit changes.
+        beside: where the new store is built (default: beside ``store``, see
+            :func:`~retriever.model_switch.next_store_for`).
+        on_switch: called once the store switched (the daemon's query embedder follows).
+        batch: nodes per step.
+    """
+
+    def __init__(
+        self,
+        models: ModelStore,
+        tree: str,
+        store: NodeStore,
+        embedder: Embedder,
+        builder: TreeBuilder,
+        *,
+        beside: NextStore | None = None,
+        on_switch: Callable[[], None] | None = None,
+        batch: int = BATCH,
+        progress: Progress = no_progress,
+    ) -> None:
+        self.models = models
+        self.tree = tree
+        self.store = store
+        self.embedder = embedder
+        self.builder = builder
+        self._beside = beside
+        self.on_switch = on_switch
+        self.batch = batch
+        self.progress = progress
+        #: What the last run did: nodes embedded, seconds per step, summaries regenerated.
+        self.report: dict[str, Any] = {}
+
+    @property
+    def beside(self) -> NextStore:
+        if self._beside is None:
+            self._beside = next_store_for(self.store, self.tree)
+        return self._beside
+
+    def __call__(self) -> bool:
+        """Finish, abandon, resume or start the change the state and the embedder call for;
+        return whether the tree's model changed.
+
+        Raises:
+            StoreError, EmbeddingError, ModelStoreError: a step failed; run it again to resume.
+        """
+        path = state_path(self.models, self.tree)
+        if not path.exists():
+            return False
+        rows = RowStore.shared(path)
+        manifest = rows.manifest()
+        if "tree_name" not in manifest:
+            return False
+        want = (self.embedder.model_id, self.embedder.dim)
+        have = (str(manifest.get("embed_model")), int(manifest.get("dim") or 0))
+        plan = _plan(rows)
+        changed = False
+        if plan is not None and plan.phase == SWITCH:
+            self._switch(rows, plan)  # committed before a kill: finish it first
+            plan, changed = None, True
+        if have == want:
+            if plan is not None:
+                self._abandon(rows, plan, f"the model is {want[0]!r} again")
+            return changed
+        if plan is not None and (plan.model, plan.dim) != want:
+            self._abandon(rows, plan, f"the model is {want[0]!r} now")
+            plan = None
+        self._change(rows, plan, have[0])
+        return True
+
+    # -- the steps -------------------------------------------------------------------------------
+
+    def _change(self, rows: RowStore, plan: ChangePlan | None, old: str) -> None:
+        t0 = time.perf_counter()
+        model, dim = self.embedder.model_id, self.embedder.dim
+        state = load_state(self.models, self.tree)  # no embedder given: not refused
+        assert state is not None  # the caller found its committed manifest
+        ids = sorted(state.nodes.keys_with_prefix(""))
+        if plan is None:
+            self.beside.drop()  # one an earlier change left unrecorded
+            plan = ChangePlan(old, model, dim, COPY, len(ids), time.time())
+            self._write(rows, state, {"plan": dumps(asdict(plan))}, clear=True)
+        raw = rows.get(NS, "cursor")
+        cursor = str(loads(raw)) if raw is not None else ""
+        start = bisect.bisect_right(ids, cursor) if cursor else 0
+        log.info(
+            "tree %r: changing the embedding model from %r to %r: embedding the text of its %d "
+            "nodes again%s beside the live store (%s), summaries kept (no summary is paid); "
+            "queries use %r until the switch",
+            self.tree,
+            old,
+            model,
+            len(ids),
+            f" (resumed: {start} done)" if start else "",
+            self.beside.where,
+            old,
+        )
+        nxt = self.beside.open(dim, model)
+        t_embed = time.perf_counter()
+        embed_s = self._copy(rows, state, nxt, ids, start, model)
+        copy_s = time.perf_counter() - t_embed
+        t_index = time.perf_counter()
+        nxt.flush()
+        nxt.optimize()
+        index_s = time.perf_counter() - t_index
+        t_refit = time.perf_counter()
+        state.embed_model, state.dim = model, dim
+        state.vectors.fetch = nxt.retrieve_vectors
+        regenerated = self._refit(state, nxt)
+        refit_s = time.perf_counter() - t_refit
+        plan = replace(plan, phase=SWITCH)
+        also = Changes()
+        also.set(NS, "plan", dumps(asdict(plan)))
+        also.remove(NS, "cursor")
+        also.clear.add("intent")  # an interrupted update: the new store holds the committed tree
+        nxt.flush()
+        commit_state(self.models, state, also=also)
+        log.debug("model change: committed the new model; switching the store")
+        self._switch(rows, plan)
+        self.report = {
+            "nodes": len(ids),
+            "embedded": len(ids) - start,
+            "embed_seconds": embed_s,
+            "copy_seconds": copy_s,
+            "index_seconds": index_s,
+            "refit_seconds": refit_s,
+            "seconds": time.perf_counter() - t0,
+            "summaries_regenerated": regenerated,
+        }
+
+    def _copy(
+        self,
+        rows: RowStore,
+        state: TreeState,
+        nxt: NodeStore,
+        ids: list[str],
+        start: int,
+        model: str,
+    ) -> float:
+        """Embed and write ``ids[start:]`` into ``nxt``, committing the cursor after each batch;
+        return the seconds spent embedding."""
+        embed_s = 0.0
+        for at in range(start, len(ids), self.batch):
+            batch = ids[at : at + self.batch]
+            state.nodes.prefetch(batch)
+            nodes = [state.nodes[i] for i in batch]
+            t = time.perf_counter()
+            vectors = self.embedder.embed_documents([n.text for n in nodes])
+            embed_s += time.perf_counter() - t
+            nxt.upsert([n.payload(state.tree, model) for n in nodes], vectors)
+            nxt.flush()  # durable before the cursor says so
+            done = at + len(batch)
+            self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
+            state.nodes.shed()
+            log.debug("model change: %d of %d nodes embedded", done, len(ids))
+            self.progress("re-embed", done, len(ids))
+        return embed_s
+
+    def _refit(self, state: TreeState, nxt: NodeStore) -> int:
+        """Fit every layer's models again from the new vectors around its clusters; return the
+        summaries regenerated (only for clusters a refit had to change: usually none)."""
+        make = self.builder.summaries.make_clusterer
+        deltas = repair_models(state, make)  # models the libraries cannot read: refitted first
+        for i, al in enumerate(state.layers):
+            delta = deltas.setdefault(i, LayerDelta())
+            refit_global(al, _fresh(al.clusterer, make), state.matrix)
+            for g in range(len(al.gmms)):
+                old = None if g in al.guarded else al.gmms[g]
+                refit_local(al, g, al.groups.members_of(g), state.matrix, delta, old=old)
+            if i > 0:  # each summary is placed from its own vector: the new model's now
+                nodes = sorted(al.point_of)
+                for node_id, vec in zip(nodes, state.matrix(nodes), strict=True):
+                    al.placed[node_id] = vector_digest(vec)
+            log.debug("model change: refitted layer %d (%d groups)", i, len(al.gmms))
+        deltas = {i: d for i, d in deltas.items() if d.dirty or d.created or d.removed}
+        if not deltas:
+            return 0
+        stats = TreeUpdater(self.builder).regenerate(state, deltas)
+        for start in range(0, len(stats.upserted), self.batch):
+            batch = sorted(stats.upserted)[start : start + self.batch]
+            nxt.upsert(state.payloads(batch), state.matrix(batch))
+        if stats.deleted:
+            nxt.delete(sorted(stats.deleted))
+        log.info(
+            "model change of tree %r: %d clusters had too few members left for a UMAP and "
+            "became one; %d summaries regenerated for them (%d tokens)",
+            self.tree,
+            sum(len(d.dirty | d.created | d.removed) for d in deltas.values()),
+            stats.summaries_regenerated,
+            stats.summary_tokens,
+        )
+        return stats.summaries_regenerated
+
+    def _switch(self, rows: RowStore, plan: ChangePlan) -> None:
+        """Make the new store live (idempotent), let queries follow, forget the change."""
+        if self.beside.exists():
+            self.beside.open(plan.dim, plan.model)
+        self.beside.switch()
+        if self.on_switch is not None:
+            self.on_switch()
+        ch = Changes()
+        ch.clear.add(NS)
+        rows.commit(ch)
+        drop_checkpoint(self.models, self.tree)  # a first build's vectors: the old model's
+        log.info(
+            "tree %r now uses embedding model %r: its store switched (%.0f s after the change "
+            "started); queries embed with it",
+            self.tree,
+            plan.model,
+            time.time() - plan.started_at,
+        )
+
+    def _abandon(self, rows: RowStore, plan: ChangePlan, why: str) -> None:
+        self.beside.drop()
+        ch = Changes()
+        ch.clear.add(NS)
+        rows.commit(ch)
+        log.info(
+            "tree %r: abandoned the change of embedding model to %r (%s); its store is deleted",
+            self.tree,
+            plan.model,
+            why,
+        )
+
+    def _write(
+        self, rows: RowStore, state: TreeState, put: dict[str, bytes], *, clear: bool = False
+    ) -> None:
+        ch = Changes()
+        if clear:
+            ch.clear.add(NS)
+        for key, value in put.items():
+            ch.set(NS, key, value)
+        rows.commit(ch, stamp=state.generation)
+
+
+def _fresh(clusterer: Any, make: Callable[[], Any]) -> Any:
+    """An unfitted clusterer with ``clusterer``'s parameters (``make()``'s when it cannot be
+    read), for the global refit."""
+    try:
+        names = [p for p in inspect.signature(type(clusterer).__init__).parameters if p != "self"]
+        params = {p: getattr(clusterer, p) for p in names}
+        return type(clusterer)(**params)
+    except (AttributeError, TypeError, ValueError):
+        return make()

@@ -1,0 +1,241 @@
+"""A new embedding model keeps the tree's summaries (ingestor.tree.model_change): every node is
+embedded again beside the live store, the layers' models are refitted around their clusters and
+the store switches; a kill at any step resumes (the copy from its cursor, never from zero).
+
+Hashed embedders of two sizes stand in for the two models (tests/integration/test_model_change.py
+runs the real ones); the store is a real qdrant-edge shard."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from ingestor.cluster.two_step import TreeClusterer
+from ingestor.pipeline import Pipeline
+from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.model_change import NS, ModelChange, pending_change, stored_model
+from ingestor.tree.persist import load_state, state_path
+from models_store import IncompatibleModelError, ModelStore, RowStore
+from retriever import SearchFilter
+from retriever.edge_shard import swap_folders
+from retriever.edge_store import EdgeNodeStore
+from retriever.model_switch import EdgeNext, FollowingEmbedder
+from testkit.corpus import doc_text
+from testkit.fakes import EchoSummarizer, HashEmbedder
+from tests.unit.tree.test_adrap import check_invariants, make_pipeline, write_corpus
+
+NEW = "hash-32"
+
+
+class Embedder32(HashEmbedder):
+    """The "new model": 32-d, another projection; counts the texts it embeds and can fail."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        super().__init__(dim=32, seed=1)
+        self.texts: list[str] = []
+        self.fail_after = fail_after
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        if self.fail_after is not None and len(self.texts) >= self.fail_after:
+            raise RuntimeError("killed")
+        self.texts.extend(texts)
+        return super().embed_documents(texts)
+
+
+class FailingSwitch(EdgeNext):
+    """The embedded next store whose first switch dies before the folders move."""
+
+    def switch(self) -> None:
+        raise RuntimeError("killed before the swap")
+
+
+def changed(
+    tmp: Path,
+    old: Pipeline,
+    embedder: HashEmbedder,
+    *,
+    summarizer: EchoSummarizer | None = None,
+    beside: EdgeNext | None = None,
+    on_switch: object = None,
+) -> Pipeline:
+    """A pipeline over ``old``'s store and state whose writers change to ``embedder``'s model."""
+    builder = TreeBuilder(
+        embedder,
+        summarizer or EchoSummarizer(),
+        lambda: TreeClusterer(random_state=0, n_epochs=50),
+        TreeParams(summary_max_tokens=40),
+    )
+    models = ModelStore(tmp / "models")
+    store = old.context.store
+    change = ModelChange(
+        models,
+        "t",
+        store,
+        embedder,
+        builder,
+        beside=beside,
+        on_switch=on_switch,  # type: ignore[arg-type]
+        batch=16,
+    )
+    return Pipeline(
+        tree="t",
+        embedder=embedder,
+        builder=builder,
+        store=store,
+        models=models,
+        chunk_tokens=40,
+        chunk_overlap=8,
+        drift_threshold=100.0,
+        model_change=change,
+    )
+
+
+@pytest.fixture
+def built(tmp_path: Path) -> tuple[Pipeline, Path]:
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(3), 24)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    p.build(root)
+    return p, root
+
+
+def summaries(p: Pipeline) -> dict[str, str]:
+    state = p.require_state()
+    return {i: n.text for i, n in state.nodes.items() if n.layer > 0}
+
+
+def test_a_new_model_re_embeds_every_node_and_keeps_every_summary(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    old, root = built
+    kept = summaries(old)
+    nodes = len(old.require_state().nodes)
+    emb, echo = Embedder32(), EchoSummarizer()
+    switched: list[bool] = []
+    p = changed(tmp_path, old, emb, summarizer=echo, on_switch=lambda: switched.append(True))
+    state = p.require_state(recover=True)
+    assert (state.embed_model, state.dim) == (NEW, 32)
+    assert summaries(p) == kept, "the same summaries, same ids and texts"
+    assert echo.calls == 0, "no summary was paid"
+    assert len(emb.texts) == nodes, "every node embedded once"
+    assert switched == [True]
+    store = p.context.store
+    assert isinstance(store, EdgeNodeStore)
+    assert store.embed_model() == NEW
+    assert store.dim == 32
+    check_invariants(p)  # store == state, payloads (embed_model included) the state's
+    some = sorted(state.nodes)[:5]
+    want = emb.embed_documents([state.nodes[i].text for i in some])
+    np.testing.assert_allclose(store.retrieve_vectors(some), want, atol=1e-5)
+    assert not (tmp_path / "qdrant.next").exists()
+    assert not (tmp_path / "qdrant.old").exists()
+    rows = RowStore.shared(state_path(p.context.models, "t"))
+    assert rows.count(NS) == 0
+    hits = store.search(emb.embed_query(state.nodes[some[0]].text), SearchFilter(tree="t"), 3)
+    assert hits
+    assert hits[0].node.node_id == some[0]
+    # Updates go on with the new model, its refitted layers placing the new leaves.
+    (root / "late.txt").write_text(doc_text(random.Random(9), 8))
+    p.update([root / "late.txt"])
+    check_invariants(p)
+    assert p.require_state(recover=True).layers[0].clusterer is not None
+
+
+def test_a_copy_killed_half_way_resumes_from_its_cursor(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    old, _ = built
+    kept = summaries(old)
+    nodes = len(old.require_state().nodes)
+    with pytest.raises(RuntimeError, match="killed"):
+        changed(tmp_path, old, Embedder32(fail_after=32)).require_state(recover=True)
+    # Killed: the tree, its store and its queries are the old model's, the copy half done.
+    rows = RowStore.shared(state_path(old.context.models, "t"))
+    found = pending_change(rows)
+    assert found is not None
+    assert found[1] == 32
+    assert found[0].model == NEW
+    assert stored_model(state_path(old.context.models, "t")) == ("hash-48", 48)
+    store = old.context.store
+    assert isinstance(store, EdgeNodeStore)
+    assert store.embed_model() == "hash-48"
+    check_invariants(old)
+    # Run again: it takes up where the cursor is.
+    emb = Embedder32()
+    p = changed(tmp_path, old, emb)
+    p.require_state(recover=True)
+    assert len(emb.texts) == nodes - 32, "resumed, not started again"
+    assert summaries(p) == kept
+    check_invariants(p)
+
+
+def test_a_switch_killed_after_its_commit_is_finished_by_the_next_writer(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    old, _ = built
+    store = old.context.store
+    with pytest.raises(RuntimeError, match="before the swap"):
+        changed(tmp_path, old, Embedder32(), beside=FailingSwitch(store)).require_state(
+            recover=True
+        )
+    assert stored_model(state_path(old.context.models, "t")) == (NEW, 32)
+    assert (tmp_path / "qdrant.next").is_dir()
+    emb = Embedder32()
+    p = changed(tmp_path, old, emb)
+    p.require_state(recover=True)
+    assert emb.texts == [], "nothing embedded again: the switch alone was left"
+    assert isinstance(store, EdgeNodeStore)
+    assert store.embed_model() == NEW
+    check_invariants(p)
+
+
+def test_setting_the_model_back_abandons_the_copy(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    old, _ = built
+    with pytest.raises(RuntimeError):
+        changed(tmp_path, old, Embedder32(fail_after=16)).require_state(recover=True)
+    assert (tmp_path / "qdrant.next").is_dir()
+    back = changed(tmp_path, old, HashEmbedder(dim=48))
+    state = back.require_state(recover=True)
+    assert state.embed_model == "hash-48"
+    assert not (tmp_path / "qdrant.next").exists()
+    assert pending_change(RowStore.shared(state_path(old.context.models, "t"))) is None
+    check_invariants(back)
+
+
+def test_a_reader_with_another_model_is_told_how_the_tree_changes_model(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    with pytest.raises(IncompatibleModelError, match="any writing command"):
+        load_state(ModelStore(tmp_path / "models"), "t", Embedder32())
+
+
+def test_the_folder_swap_finishes_when_killed_between_its_renames(tmp_path: Path) -> None:
+    live, nxt = tmp_path / "qdrant", tmp_path / "qdrant.next"
+    live.mkdir()
+    (live / "a").write_text("old")
+    nxt.mkdir()
+    (nxt / "a").write_text("new")
+    live.rename(tmp_path / "qdrant.old")  # the first rename done, then killed
+    swap_folders(live, nxt)
+    assert (live / "a").read_text() == "new"
+    assert not nxt.exists()
+    assert not (tmp_path / "qdrant.old").exists()
+    swap_folders(live, nxt)  # again: nothing to do
+    assert (live / "a").read_text() == "new"
+
+
+def test_the_query_embedder_follows_the_switch() -> None:
+    old, new = HashEmbedder(dim=48), Embedder32()
+    follower = FollowingEmbedder(old, new, old.model_id)
+    assert (follower.model_id, follower.dim) == ("hash-48", 48)
+    assert follower.embed_query("apples").shape == (48,)
+    follower.switch()
+    assert (follower.model_id, follower.dim) == (NEW, 32)
+    assert follower.embed_query("apples").shape == (32,)
