@@ -66,8 +66,11 @@ log = logging.getLogger(__name__)
 NS = "model_change"
 COPY = "copy"
 SWITCH = "switch"
-#: Nodes embedded and written per step; the cursor is committed after each.
+#: Nodes embedded and written per step (the cursor is committed after each): at most this, and
+#: at least MIN_BATCH, a tree being copied in about STEPS steps (so a small tree's progress shows).
 BATCH = 512
+MIN_BATCH = 8
+STEPS = 16
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class ModelChange:
         beside: where the new store is built (default: beside ``store``, see
             :func:`~retriever.model_switch.next_store_for`).
         on_switch: called once the store switched (the daemon's query embedder follows).
-        batch: nodes per step.
+        batch: nodes per step (None: see :data:`BATCH`).
     """
 
     def __init__(
@@ -136,7 +139,7 @@ class ModelChange:
         *,
         beside: NextStore | None = None,
         on_switch: Callable[[], None] | None = None,
-        batch: int = BATCH,
+        batch: int | None = None,
         progress: Progress = no_progress,
     ) -> None:
         self.models = models
@@ -260,8 +263,9 @@ class ModelChange:
         """Embed and write ``ids[start:]`` into ``nxt``, committing the cursor after each batch;
         return the seconds spent embedding."""
         embed_s = 0.0
-        for at in range(start, len(ids), self.batch):
-            batch = ids[at : at + self.batch]
+        step = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
+        for at in range(start, len(ids), step):
+            batch = ids[at : at + step]
             state.nodes.prefetch(batch)
             nodes = [state.nodes[i] for i in batch]
             t = time.perf_counter()
@@ -296,8 +300,8 @@ class ModelChange:
         if not deltas:
             return 0
         stats = TreeUpdater(self.builder).regenerate(state, deltas)
-        for start in range(0, len(stats.upserted), self.batch):
-            batch = sorted(stats.upserted)[start : start + self.batch]
+        for start in range(0, len(stats.upserted), BATCH):
+            batch = sorted(stats.upserted)[start : start + BATCH]
             nxt.upsert(state.payloads(batch), state.matrix(batch))
         if stats.deleted:
             nxt.delete(sorted(stats.deleted))

