@@ -160,6 +160,15 @@ class ModelChange:
             self._beside = next_store_for(self.store, self.tree)
         return self._beside
 
+    def due(self) -> bool:
+        """Return whether the tree has a committed state of another model than ``embedder``'s,
+        or a change under way (read-only: what a daemon asks before it starts one)."""
+        found = stored_model(state_path(self.models, self.tree))
+        if found is None:
+            return False
+        rows = RowStore.shared(state_path(self.models, self.tree), readonly=True)
+        return found != (self.embedder.model_id, self.embedder.dim) or _plan(rows) is not None
+
     def __call__(self) -> bool:
         """Finish, abandon, resume or start the change the state and the embedder call for;
         return whether the tree's model changed.

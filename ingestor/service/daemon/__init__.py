@@ -258,6 +258,11 @@ class Daemon:
         """First run: build (cancellable). Else repair the store; file changes go to the worker."""
         t0 = time.perf_counter()
         with self.lock:
+            change = self.pipeline.context.model_change
+            if getattr(change, "due", lambda: False)():
+                # The tree's embedding model changes (tree.model_change) as the state is opened:
+                # the old model's tree answers queries meanwhile, as the store switches when done.
+                self.metrics.ready = True
             found = self.pipeline.open_state(recover=True)
             if found is not None:
                 state = found
