@@ -255,10 +255,14 @@ class FollowingEmbedder:
         self.new = new
         self.old_model = old_model
         self.switched = False
+        now = new if old is None else old
+        self.model_id: str = now.model_id
+        self.dim: int = now.dim
 
     def switch(self) -> None:
         """Embed with the new model from now on (the store switched)."""
         self.switched = True
+        self.model_id, self.dim = self.new.model_id, self.new.dim
 
     @property
     def current(self) -> Embedder:
@@ -271,14 +275,6 @@ class FollowingEmbedder:
                 "meanwhile; ask again once the change is done (the daemon logs it)"
             )
         return self.old
-
-    @property
-    def model_id(self) -> str:
-        return self.new.model_id if self.switched or self.old is None else self.old.model_id
-
-    @property
-    def dim(self) -> int:
-        return self.new.dim if self.switched or self.old is None else self.old.dim
 
     def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
         return self.current.embed_documents(texts)
