@@ -239,3 +239,33 @@ def test_the_query_embedder_follows_the_switch() -> None:
     follower.switch()
     assert (follower.model_id, follower.dim) == (NEW, 32)
     assert follower.embed_query("apples").shape == (32,)
+
+
+def test_a_server_collection_changes_model_through_its_alias(tmp_path: Path) -> None:
+    """The same change on the server adapter (qdrant-client local mode): the next generation of
+    the alias is written, then the alias switched and the old generation dropped."""
+    from qdrant_client import QdrantClient
+
+    from retriever import QdrantNodeStore
+
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(5), 12)
+    client = QdrantClient(":memory:")
+    old = make_pipeline(tmp_path, EchoSummarizer(), store=QdrantNodeStore(client, "adrap"))
+    old.build(root)
+    kept = summaries(old)
+    with pytest.raises(RuntimeError, match="killed"):
+        changed(tmp_path, old, Embedder32(fail_after=16)).require_state(recover=True)
+    assert {a.alias_name: a.collection_name for a in client.get_aliases().aliases} == {
+        "adrap": "adrap_v1"
+    }
+    emb = Embedder32()
+    p = changed(tmp_path, old, emb)
+    p.require_state(recover=True)
+    assert len(emb.texts) == len(p.require_state().nodes) - 16, "resumed from the cursor"
+    assert {a.alias_name: a.collection_name for a in client.get_aliases().aliases} == {
+        "adrap": "adrap_v2"
+    }
+    assert [c.name for c in client.get_collections().collections] == ["adrap_v2"]
+    assert summaries(p) == kept
+    check_invariants(p)
