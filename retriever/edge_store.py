@@ -41,13 +41,20 @@ from retriever.edge_translate import edge_search_params as edge_search_params  #
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
     META_POINT_ID,
+    SPARSE_VECTOR,
     VECTOR_NAME,
     F,
     NodePayload,
     ScoredNode,
     SearchFilter,
 )
-from retriever.sparse import bm25_query
+from retriever.sparse import (
+    DEFAULT_BOUND,
+    SAMPLE_POINTS,
+    HybridBound,
+    TermSample,
+    bounded_query,
+)
 from retriever.validation import (
     check_ids,
     check_node,
@@ -88,6 +95,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
     Raises:
         StoreError: the folder is locked by another process or is not a readable shard.
     """
+
+    #: How far a hybrid search's BM25 prefetch walks (:class:`~retriever.sparse.HybridBound`).
+    hybrid_bound: HybridBound = DEFAULT_BOUND
+    #: The document frequencies the bound is judged by, read when a hybrid search needs them.
+    term_sample: TermSample | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -355,9 +367,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         *,
         with_payload: bool = False,
     ) -> list[qe.ScoredPoint]:
-        """The planned query; hybrid (prefetches of ``depth`` hits, fused) given ``text`` in a
-        store with BM25 vectors. A hybrid query is not retried as an exact scan: its sparse
-        prefetch fills in what a cut-off walk misses."""
+        """The planned query; hybrid (a dense prefetch of ``depth`` hits and a BM25 prefetch cut
+        to :attr:`hybrid_bound`, fused) given ``text`` in a store with BM25 vectors. A hybrid
+        query is not retried as an exact scan: its sparse prefetch fills in what a cut-off walk
+        misses."""
         query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -367,7 +380,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
         shard = self.require()
 
         using = self.index.vector_for(flt)
-        sparse = bm25_query(text) if text is not None and self.index.sparse else None
+        dense_depth, sparse_depth = self.hybrid_bound.depths(limit, depth)
+        sparse = (
+            bounded_query(text, self._term_sample(), self.hybrid_bound, sparse_depth)
+            if text is not None and self.index.sparse
+            else None
+        )
 
         def run(plan: SearchPlan) -> list[qe.ScoredPoint]:
             request = edge_query_request(
@@ -379,13 +397,36 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 with_payload=with_payload,
                 sparse=sparse,
                 fusion=self.fusion,
-                prefetch_limit=depth,
+                prefetch_limit=dense_depth,
+                sparse_limit=sparse_depth,
             )
             with self.engine("search"):
                 return shard.query(request)
 
-        plan = self._plan(flt, edge_filter, max(limit, depth if sparse is not None else 0))
+        plan = self._plan(flt, edge_filter, dense_depth if sparse is not None else limit)
         return run(plan) if sparse is not None else search_planned(plan, limit, run)
+
+    def _term_sample(self) -> TermSample | None:
+        """Return the store's :class:`~retriever.sparse.TermSample` (read again once stale): the
+        BM25 vectors of the first :data:`~retriever.sparse.SAMPLE_POINTS` points in id order,
+        uuid5 hashes, so an even spread over the store's trees and files."""
+        if self.hybrid_bound.postings is None:
+            return None
+        sample = self.term_sample
+        if sample is None or sample.stale():
+            shard = self.require()
+            request = qe.ScrollRequest(
+                limit=SAMPLE_POINTS, with_payload=False, with_vector=[SPARSE_VECTOR]
+            )
+            with self.engine("sample the BM25 vectors"):
+                records, _ = shard.scroll(request)
+                points = shard.count(qe.CountRequest(exact=False))
+            named = (r.vector for r in records if isinstance(r.vector, dict))
+            vectors = (v.get(SPARSE_VECTOR) for v in named)
+            terms = (v.indices for v in vectors if isinstance(v, qe.SparseVector))
+            sample = TermSample.of(terms, points - 1)  # less the meta point
+            self.term_sample = sample
+        return sample
 
     def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
         ids: list[qe.PointId] = list(

@@ -126,10 +126,11 @@ def edge_query_request(
     sparse: qe.SparseVector | None = None,
     fusion: Fusion | None = None,
     prefetch_limit: int | None = None,
+    sparse_limit: int | None = None,
 ) -> qe.QueryRequest:
-    """Return a nearest query on ``using``, or with ``sparse`` a hybrid one: a dense and a BM25
-    prefetch of ``prefetch_limit`` hits each (default ``limit``), both filtered by ``flt``,
-    fused by ``fusion`` into the best ``limit``."""
+    """Return a nearest query on ``using``, or with ``sparse`` a hybrid one: a dense prefetch of
+    ``prefetch_limit`` hits (default ``limit``) and a BM25 prefetch of ``sparse_limit`` (default:
+    as many), both filtered by ``flt``, fused by ``fusion`` into the best ``limit``."""
     if sparse is None:
         return qe.QueryRequest(
             limit=limit,
@@ -144,7 +145,11 @@ def edge_query_request(
         qe.Prefetch(
             limit=depth, query=qe.Query.Nearest(dense, using=using), filter=flt, params=params
         ),
-        qe.Prefetch(limit=depth, query=qe.Query.Nearest(sparse, using=SPARSE_VECTOR), filter=flt),
+        qe.Prefetch(
+            limit=sparse_limit or depth,
+            query=qe.Query.Nearest(sparse, using=SPARSE_VECTOR),
+            filter=flt,
+        ),
     ]
     return qe.QueryRequest(
         limit=limit,

@@ -12,7 +12,13 @@ from qdrant_client import QdrantClient, models
 
 from retriever.plan import StoreIndex
 from retriever.schema import SPARSE_VECTOR, F, NodePayload, point_vectors
-from retriever.sparse import Fusion, bm25_documents, bm25_query, reindex_sparse
+from retriever.sparse import (
+    SAMPLE_POINTS,
+    Fusion,
+    TermSample,
+    bm25_documents,
+    reindex_sparse,
+)
 
 #: The sparse vector every new collection gets: BM25 term weights, IDF applied by the server, its
 #: inverted index in mapped files rather than RAM (as the embedded store's: 0.6-1.25 KB a point).
@@ -57,22 +63,38 @@ def fusion_query(fusion: Fusion) -> models.RrfQuery | models.FusionQuery:
 def hybrid_prefetch(
     dense: list[float],
     using: str,
-    text: str,
+    sparse: Any,
     query_filter: models.Filter,
     params: models.SearchParams | None,
-    depth: int,
+    depths: tuple[int, int],
 ) -> list[models.Prefetch]:
-    """Return the dense and BM25 prefetches of a hybrid query, ``depth`` hits each."""
-    sparse = bm25_query(text)
+    """Return the dense and BM25 prefetches of a hybrid query (``sparse``: the query's BM25
+    vector, :func:`~retriever.sparse.bounded_query`), ``depths`` hits (dense, BM25)."""
     return [
-        models.Prefetch(query=dense, using=using, filter=query_filter, params=params, limit=depth),
+        models.Prefetch(
+            query=dense, using=using, filter=query_filter, params=params, limit=depths[0]
+        ),
         models.Prefetch(
             query=sparse_vector(sparse.indices, sparse.values),
             using=SPARSE_VECTOR,
             filter=query_filter,
-            limit=depth,
+            limit=depths[1],
         ),
     ]
+
+
+def sample_terms(client: QdrantClient, collection: str, call: Callable[[str], Any]) -> TermSample:
+    """Return the :class:`~retriever.sparse.TermSample` of ``collection``: the BM25 vectors of
+    its first :data:`~retriever.sparse.SAMPLE_POINTS` points in id order (uuid5 hashes: an even
+    spread), as the embedded store reads its own."""
+    with call("sample the BM25 vectors"):
+        records, _ = client.scroll(
+            collection, limit=SAMPLE_POINTS, with_payload=False, with_vectors=[SPARSE_VECTOR]
+        )
+        points = client.count(collection, exact=False).count - 1  # less the meta point
+    named = (r.vector for r in records if isinstance(r.vector, dict))
+    vectors = (v.get(SPARSE_VECTOR) for v in named)
+    return TermSample.of((v.indices for v in vectors if isinstance(v, models.SparseVector)), points)
 
 
 def index_sparse_points(

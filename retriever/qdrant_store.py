@@ -22,7 +22,7 @@ from qdrant_client import QdrantClient, models
 from retriever.budget import fill
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
-from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points
+from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points, sample_terms
 from retriever.qdrant_translate import graph_filter as _graph_filter
 from retriever.qdrant_translate import qdrant_filter as _qdrant_filter
 from retriever.qdrant_translate import search_params
@@ -34,6 +34,7 @@ from retriever.schema import (
     ScoredNode,
     SearchFilter,
 )
+from retriever.sparse import DEFAULT_BOUND, HybridBound, TermSample, bounded_query
 from retriever.validation import (
     check_ids,
     check_node,
@@ -66,6 +67,11 @@ class QdrantNodeStore(QdrantCollection):
         hnsw: The HNSW graph and int8 quantization a new collection is created with (an existing
             one keeps its own, and is planned by it).
     """
+
+    #: How far a hybrid search's prefetches fetch (:class:`~retriever.sparse.HybridBound`).
+    hybrid_bound: HybridBound = DEFAULT_BOUND
+    #: The document frequencies the bound is judged by, read when a hybrid search needs them.
+    term_sample: TermSample | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -288,8 +294,9 @@ class QdrantNodeStore(QdrantCollection):
         *,
         with_payload: bool | list[str],
     ) -> list[models.ScoredPoint]:
-        """The planned query; hybrid (prefetches of ``depth`` hits, fused) given ``text`` in a
-        collection with BM25 vectors, then not retried as an exact scan."""
+        """The planned query; hybrid (prefetches of at most ``depth`` hits and the BM25 query cut
+        to :attr:`hybrid_bound`, as the embedded store's, fused) given ``text`` in a collection
+        with BM25 vectors, then not retried as an exact scan."""
         query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -299,12 +306,14 @@ class QdrantNodeStore(QdrantCollection):
         self.require_open()
         using = self.index.vector_for(flt)
         hybrid = text is not None and self.index.sparse
-        plan = self.plan(flt, max(limit, depth if hybrid else 0))
+        depths = self.hybrid_bound.depths(limit, depth)
+        plan = self.plan(flt, depths[0] if hybrid else limit)
         local = _is_local(self.client)  # always scans exactly and warns about search params
         if hybrid:
             assert text is not None
             params = None if local else search_params(plan)
-            prefetch = hybrid_prefetch(query, using, text, query_filter, params, max(limit, depth))
+            sparse = bounded_query(text, self._term_sample(), self.hybrid_bound, depths[1])
+            prefetch = hybrid_prefetch(query, using, sparse, query_filter, params, depths)
             with self.call("search"):
                 return self.client.query_points(
                     self.collection,
@@ -322,6 +331,14 @@ class QdrantNodeStore(QdrantCollection):
             limit,
             lambda p: self._run(query, using, query_filter, search_params(p), limit, with_payload),
         )
+
+    def _term_sample(self) -> TermSample | None:
+        """Return the collection's term sample (read again once stale; none unbounded)."""
+        if self.hybrid_bound.postings is None:
+            return None
+        if self.term_sample is None or self.term_sample.stale():
+            self.term_sample = sample_terms(self.client, self.collection, self.call)
+        return self.term_sample
 
     def _run(
         self,
