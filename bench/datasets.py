@@ -3,6 +3,7 @@ the repo)."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import resource
@@ -16,6 +17,8 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:  # for a script tha
 # Where the data lives, and a process's memory figures: testkit's (the tests' soak reads them).
 from testkit.data import HOTPOT, SHARED, SQUAD, proc_status_mb
 
+QUALITY = SHARED / "quality" / "quality_example_52845.jsonl"
+
 __all__ = [
     "HOTPOT",
     "SHARED",
@@ -24,6 +27,7 @@ __all__ = [
     "hotpot_folder",
     "peak_rss_mb",
     "proc_status_mb",
+    "quality_folder",
     "sample",
     "squad_folder",
     "squad_titles",
@@ -35,6 +39,8 @@ class Question:
     text: str
     answers: tuple[str, ...]
     gold_sources: tuple[str, ...] = ()
+    #: Sentences the answer rests on (HotpotQA's supporting facts), whitespace collapsed.
+    evidence: tuple[str, ...] = ()
 
 
 def _slug(title: str) -> str:
@@ -85,8 +91,32 @@ def hotpot_folder(dest: Path) -> tuple[list[Path], list[Question]]:
                 put(d.get("title", "distractor"), d.get("sentences", d.get("paragraph", [])))
             else:
                 put(d[0], d[1])
-        questions.append(Question(item["question"], (item["answer"],), gold))
+        facts = [
+            para[i]
+            for para, picks in zip(
+                (item["para_a"], item["para_b"]), item["supporting_facts"], strict=True
+            )
+            for i in picks
+            if i < len(para)
+        ]
+        evidence = tuple(" ".join(f.split()) for f in facts)
+        questions.append(Question(item["question"], (item["answer"],), gold, evidence))
     return list(written.values()), questions
+
+
+def quality_folder(dest: Path) -> tuple[list[Path], list[Question]]:
+    """Write the QuALITY story (HTML stripped) as one file; its questions with the gold option
+    as the one answer (scored by how many of its words the context holds)."""
+    item = json.loads(QUALITY.read_text().splitlines()[0])
+    text = html.unescape(re.sub(r"<[^>]+>", "", "".join(item["article"])))
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / f"{_slug(item['title'])}.txt"
+    path.write_text(re.sub(r"\n\s*\n+", "\n\n", text).strip() + "\n")
+    questions = []
+    for i in range(1, 6):
+        gold = item[f"question{i}option{item[f'question{i}_gold_label']}"]
+        questions.append(Question(item[f"question{i}"].strip(), (gold.strip(),), (path.name,)))
+    return [path], questions
 
 
 def peak_rss_mb() -> float:

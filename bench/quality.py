@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -36,12 +37,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from datasets import Question, hotpot_folder, peak_rss_mb, sample, squad_folder, squad_titles
+from datasets import (
+    Question,
+    hotpot_folder,
+    peak_rss_mb,
+    quality_folder,
+    sample,
+    squad_folder,
+    squad_titles,
+)
 
 from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0
 from ingestor.answer.provenance import SpanResolver
@@ -51,6 +61,7 @@ from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, SearchFilter, collapsed_tree, tree_traversal
 from retriever.edge_store import EdgeNodeStore
+from retriever.search import REDUNDANT_SHARE
 from retriever.sparse import Fusion
 
 
@@ -62,6 +73,8 @@ class Context:
     tokens: int
     retrieved_tokens: int
     calls: int = 0
+    summary_tokens: int = 0
+    summary_text: str = ""  # the summaries' text (evidence found there: "in a summary")
 
 
 Mode = Callable[[str, object], Context]
@@ -69,12 +82,15 @@ Mode = Callable[[str, object], Context]
 
 def plain(hits: list) -> Context:  # type: ignore[type-arg]
     tokens = sum(h.node.n_tokens for h in hits)
+    summaries = [h.node for h in hits if h.node.layer > 0]
     return Context(
         " ".join(h.node.text for h in hits),
         [set(h.node.sources) for h in hits],
         {h.node.source for h in hits if h.node.layer == 0},
         tokens,
         tokens,
+        summary_tokens=sum(n.n_tokens for n in summaries),
+        summary_text=" ".join(n.text for n in summaries),
     )
 
 
@@ -86,6 +102,13 @@ def parse_fusion(spec: str) -> Fusion:
     k = int(rest[0]) if rest else 60
     weights = (float(rest[1]), float(rest[2])) if len(rest) == 3 else None
     return Fusion("rrf", k, weights)
+
+
+def fusion_label(fusion: Fusion) -> str:
+    label = fusion.method if fusion.method == "dbsf" else f"rrf{fusion.k}"
+    if fusion.weights:
+        label += "w" + "/".join(f"{w:g}" for w in fusion.weights)
+    return label
 
 
 def postqfrap_mode(
@@ -118,7 +141,7 @@ def evaluate(
     corpus: Path,
     questions: list[Question],
     tmp: Path,
-    max_tokens: int,
+    budgets: tuple[int, ...],
     llm_questions: int,
     only_llm: bool = False,
     fusions: tuple[Fusion, ...] = (Fusion(),),
@@ -138,73 +161,128 @@ def evaluate(
     leaves = SearchFilter(tree=settings.tree, max_layer=0)
     qfs = QueryFocusedExtractiveSummarizer()
 
-    def collapsed(f: SearchFilter, hybrid: bool) -> Mode:
-        return lambda q, v: plain(
-            collapsed_tree(store, v, f, max_tokens=max_tokens, text=q if hybrid else None)  # type: ignore[arg-type]
-        )
+    def modes_at(max_tokens: int) -> dict[str, Mode]:
+        def collapsed(
+            f: SearchFilter, hybrid: bool, redundant: float | None = REDUNDANT_SHARE
+        ) -> Mode:
+            return lambda q, v: plain(
+                collapsed_tree(
+                    store,
+                    v,  # type: ignore[arg-type]
+                    f,
+                    max_tokens=max_tokens,
+                    text=q if hybrid else None,
+                    redundant=redundant,
+                )
+            )
 
-    def traversal(hybrid: bool) -> Mode:
-        return lambda q, v: plain(
-            tree_traversal(
-                store, v, flt, top_k=5, max_tokens=max_tokens, text=q if hybrid else None
-            )  # type: ignore[arg-type]
-        )
+        def traversal(hybrid: bool) -> Mode:
+            return lambda q, v: plain(
+                tree_traversal(
+                    store,
+                    v,  # type: ignore[arg-type]
+                    flt,
+                    top_k=5,
+                    max_tokens=max_tokens,
+                    text=q if hybrid else None,
+                )
+            )
 
-    modes: dict[str, Mode] = {
-        "collapsed tree": collapsed(flt, False),
-        "tree traversal": traversal(False),
-        "leaves only": collapsed(leaves, False),
-        "tree traversal +bm25": traversal(True),
-        "leaves only +bm25": collapsed(leaves, True),
-    }
-    for fusion in fusions:
-        label = fusion.method if fusion.method == "dbsf" else f"rrf{fusion.k}"
-        if fusion.weights:
-            label += "w" + "/".join(f"{w:g}" for w in fusion.weights)
-        modes[f"collapsed +bm25 {label}"] = collapsed(flt, True)
-    if with_postqfrap:
-        modes |= {
-            "postqfrap(leaves)": postqfrap_mode(store, embedder, flt, "leaves", max_tokens, qfs),
-            "postqfrap(leaves) +bm25": postqfrap_mode(
-                store, embedder, flt, "leaves", max_tokens, qfs, hybrid=True
-            ),
-            "postqfrap(collapsed)": postqfrap_mode(
-                store, embedder, flt, "collapsed", max_tokens, qfs
-            ),
+        modes: dict[str, Mode] = {
+            "collapsed tree": collapsed(flt, False),
+            "tree traversal": traversal(False),
+            "leaves only": collapsed(leaves, False),
+            "tree traversal +bm25": traversal(True),
+            "leaves only +bm25": collapsed(leaves, True),
+            "collapsed papers' fill +bm25": collapsed(flt, True, None),
         }
-    fusion_of = {
-        name: f for name, f in zip(list(modes)[5 : 5 + len(fusions)], fusions, strict=True)
-    }
-    if only_llm:
-        modes = {}
-    print(f"[{name}] {len(questions)} questions, context budget {max_tokens} tokens")
-    print(
-        f"  {'mode':<21} {'answer in ctx':>13} {'both gold rep.':>14} {'both gold leaves':>16} "
-        f"{'ctx tok':>8} {'read tok':>8} {'ms/query':>9}"
-    )
-    for mode, fn in modes.items():
-        store.fusion = fusion_of.get(mode, fusions[0])
-        hit = both = both_leaves = tokens = read = 0
-        t0 = time.perf_counter()
-        for q, v in zip(questions, qvecs, strict=True):
-            ctx = fn(q.text, v)
-            hit += any(a.lower() in ctx.text.lower() for a in q.answers)
-            tokens += ctx.tokens
-            read += ctx.retrieved_tokens
-            if len(q.gold_sources) == 2:
-                both += all(any(g in r for r in ctx.sources) for g in q.gold_sources)
-                both_leaves += all(g in ctx.leaf_sources for g in q.gold_sources)
-        n = len(questions)
-        ms = (time.perf_counter() - t0) * 1000 / n
-        gold = (
-            f"{both / n:14.1%} {both_leaves / n:16.1%}"
-            if name == "hotpotqa"
-            else f"{'-':>14} {'-':>16}"
+        for fusion in fusions:
+            modes[f"collapsed +bm25 {fusion_label(fusion)}"] = collapsed(flt, True)
+        if with_postqfrap:
+            modes |= {
+                "postqfrap(leaves)": postqfrap_mode(
+                    store, embedder, flt, "leaves", max_tokens, qfs
+                ),
+                "postqfrap(leaves) +bm25": postqfrap_mode(
+                    store, embedder, flt, "leaves", max_tokens, qfs, hybrid=True
+                ),
+                "postqfrap(collapsed)": postqfrap_mode(
+                    store, embedder, flt, "collapsed", max_tokens, qfs
+                ),
+            }
+        return {} if only_llm else modes
+
+    fusion_of = {f"collapsed +bm25 {fusion_label(f)}": f for f in fusions}
+    for max_tokens in budgets:
+        print(f"[{name}] {len(questions)} questions, context budget {max_tokens} tokens")
+        print(
+            f"  {'mode':<29} {'answer':>7} {'gold rep.':>9} {'evidence':>8}"
+            f" {'ev: summ/leaf/both':>18} {'summ tok':>8} {'ctx tok':>7} {'read tok':>8}"
+            f" {'ms/query':>8}"
         )
-        print(f"  {mode:<21} {hit / n:13.1%} {gold} {tokens / n:8.0f} {read / n:8.0f} {ms:9.1f}")
+        for mode, fn in modes_at(max_tokens).items():
+            store.fusion = fusion_of.get(mode, fusions[0])
+            print(f"  {mode:<29} {score(fn, questions, qvecs)}")
     if llm_questions:
-        llm_cost(store, embedder, flt, questions[:llm_questions], qvecs, max_tokens)
+        llm_cost(store, embedder, flt, questions[:llm_questions], qvecs, budgets[0])
     store.close()
+
+
+_STOP = frozenset(
+    re.findall(
+        r"\w+",
+        "the a an and or of to in on for with is are was were be he she it his her they them that"
+        " this as at by from has have had not but when there who which what why how does did do",
+    )
+)
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 2 and w not in _STOP}
+
+
+def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
+    """Run ``fn`` on every question; return the table's row (after the mode's name).
+
+    answer: a gold answer string in the context (a QuALITY answer, a sentence: the share of its
+    words the context holds); gold rep.: both gold files represented (HotpotQA); evidence: every
+    supporting sentence in the context's text, and where the evidence sentences were found
+    (summary text only, leaf text only, both); summ tok: share of the context's tokens that are
+    summaries'."""
+    hit = both = evidence = tokens = read = summ = 0.0
+    where = {"summ": 0, "leaf": 0, "both": 0}
+    t0 = time.perf_counter()
+    for q, v in zip(questions, qvecs, strict=True):  # type: ignore[call-overload]
+        ctx = fn(q.text, v)
+        text = " ".join(ctx.text.split()).lower()
+        if q.gold_sources and len(q.gold_sources) == 1 and len(q.answers[0].split()) > 4:
+            gold = _words(q.answers[0])
+            hit += len(gold & _words(ctx.text)) / max(1, len(gold))
+        else:
+            hit += any(a.lower() in text for a in q.answers)
+        tokens += ctx.tokens
+        read += ctx.retrieved_tokens
+        summ += ctx.summary_tokens / max(1, ctx.tokens)
+        if len(q.gold_sources) == 2:
+            both += all(any(g in r for r in ctx.sources) for g in q.gold_sources)
+        if q.evidence:
+            facts = [e.lower() for e in q.evidence]
+            evidence += all(f in text for f in facts)
+            in_summ = " ".join(ctx.summary_text.split()).lower()
+            for f in facts:
+                s_, l_ = f in in_summ, f in text.replace(in_summ, " ") if in_summ else f in text
+                if s_ or l_:
+                    where["both" if s_ and l_ else "summ" if s_ else "leaf"] += 1
+    n = len(questions)
+    ms = (time.perf_counter() - t0) * 1000 / n
+    has_ev = any(q.evidence for q in questions)
+    ev = f"{evidence / n:8.1%}" if has_ev else f"{'-':>8}"
+    loc = "/".join(str(where[k]) for k in ("summ", "leaf", "both")) if has_ev else "-"
+    rep = f"{both / n:9.1%}" if any(len(q.gold_sources) == 2 for q in questions) else f"{'-':>9}"
+    return (
+        f"{hit / n:7.1%} {rep} {ev} {loc:>18} {summ / n:8.1%} {tokens / n:7.0f} {read / n:8.0f}"
+        f" {ms:8.1f}"
+    )
 
 
 def llm_cost(
@@ -253,9 +331,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--articles", type=int, default=24)
     ap.add_argument("--questions", type=int, default=0, help="SQuAD questions, spread (0 = all)")
-    ap.add_argument("--max-tokens", type=int, default=2000)
+    ap.add_argument("--max-tokens", default="2000", help="context budgets, e.g. 2000,1000,500")
     ap.add_argument("--skip-squad", action="store_true")
     ap.add_argument("--skip-hotpot", action="store_true")
+    ap.add_argument("--skip-quality", action="store_true", help="skip the QuALITY story")
     ap.add_argument("--llm", type=int, default=0, help="HotpotQA questions with the local LLM")
     ap.add_argument("--only-llm", action="store_true", help="HotpotQA: skip the offline modes")
     ap.add_argument("--fusions", default="dbsf", help="hybrid fusions tried (first: the others')")
@@ -263,28 +342,21 @@ def main() -> None:
     ap.add_argument("--hotpot-questions", type=int, default=0, help="HotpotQA questions (0: all)")
     args = ap.parse_args()
     fusions = tuple(parse_fusion(f) for f in args.fusions.split(","))
-    extra = {"fusions": fusions, "with_postqfrap": not args.no_postqfrap}
+    budgets = tuple(int(b) for b in args.max_tokens.split(","))
+    extra: dict[str, Any] = {"fusions": fusions, "with_postqfrap": not args.no_postqfrap}
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp_s:
         tmp = Path(tmp_s)
         if not args.skip_squad:
             _, qs = squad_folder(tmp / "squad", squad_titles()[: args.articles])
-            evaluate(
-                "squad", tmp / "squad", sample(qs, args.questions), tmp, args.max_tokens, 0, **extra
-            )
+            evaluate("squad", tmp / "squad", sample(qs, args.questions), tmp, budgets, 0, **extra)
         if not args.skip_hotpot:
             _, hq = hotpot_folder(tmp / "hotpot")
             hq = sample(hq, args.hotpot_questions)
-            evaluate(
-                "hotpotqa",
-                tmp / "hotpot",
-                hq,
-                tmp,
-                args.max_tokens,
-                args.llm,
-                args.only_llm,
-                **extra,
-            )
+            evaluate("hotpotqa", tmp / "hotpot", hq, tmp, budgets, args.llm, args.only_llm, **extra)
+        if not args.skip_quality:
+            _, qq = quality_folder(tmp / "quality")
+            evaluate("quality", tmp / "quality", qq, tmp, budgets, 0, **extra)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

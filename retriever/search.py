@@ -3,7 +3,10 @@
 Collapsed tree [RAPTOR §3; adRAP App. A]: nearest nodes of every layer to the query, filtered by
 ``tree`` (and optionally a layer range and a source folder/file), then taken in score order while
 the running token total stays within ``max_tokens`` — stopping at the first node that does not fit,
-as the papers' reference implementation does (the one rule: :mod:`retriever.budget`).
+as the papers' reference implementation does (the one rule: :mod:`retriever.budget`). A summary
+that would sit in that context beside enough of its own children (:data:`REDUNDANT_SHARE`) is
+then left out and the fill runs again: its text is drawn from those children, so it repeated what
+the context held while taking budget from the next hits (measured: docs/retrieval.md).
 
 Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
 those, layer by layer down to the leaves. RAPTOR concatenates every selected node; under a token
@@ -26,6 +29,8 @@ from retriever.schema import ScoredNode, SearchFilter
 
 DEFAULT_MAX_TOKENS = 2000
 MAX_LAYERS = 8
+#: A summary is left out of a collapsed-tree context holding this share of its children.
+REDUNDANT_SHARE = 0.3
 
 
 def candidate_limit(max_tokens: int) -> int:
@@ -40,17 +45,65 @@ def collapsed_tree(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     text: str | None = None,
+    redundant: float | None = REDUNDANT_SHARE,
 ) -> list[ScoredNode]:
     """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill.
 
     Given the question's ``text``, the query is hybrid where the store has BM25 vectors (dense
-    and sparse prefetch fused, see :mod:`retriever.sparse`)."""
+    and sparse prefetch fused, see :mod:`retriever.sparse`). A summary that would share the
+    context with at least ``redundant`` of its children is left out (:func:`drop_redundant`);
+    None: the plain fill of the papers (a filter of leaves only is always that)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     limit = candidate_limit(max_tokens)
-    if text is None:
-        return store.search_budget(query_vector, flt, limit, max_tokens)
-    return store.search_budget(query_vector, flt, limit, max_tokens, text=text)
+    if redundant is None or flt.leaves_only:
+        if text is None:
+            return store.search_budget(query_vector, flt, limit, max_tokens)
+        return store.search_budget(query_vector, flt, limit, max_tokens, text=text)
+    # The fill's payloads are read as it goes (search_budget): read those of a larger budget,
+    # enough for what the left-out summaries free, and a larger one only if the fill without
+    # them took every hit read (it might have taken more).
+    wider, read = max_tokens * 3 // 2, -1
+    while True:
+        if text is None:
+            hits = store.search_budget(query_vector, flt, limit, wider)
+        else:
+            hits = store.search_budget(query_vector, flt, limit, wider, text=text)
+        chosen, took_all = _without_redundant(hits, max_tokens, redundant)
+        if not took_all or len(hits) == read or wider >= 16 * max_tokens:
+            return chosen
+        wider, read = wider * 2, len(hits)
+
+
+def drop_redundant(hits: Sequence[ScoredNode], max_tokens: int, share: float) -> list[ScoredNode]:
+    """Return the budget fill of ``hits`` (score order) without the summaries that would share
+    it with at least ``share`` of their children.
+
+    A summary's text is drawn from its children; with enough of them in the context it repeats
+    what the reader already has, and its tokens go to the next hit instead. Leaving one out
+    changes the fill, so the rule is applied again until no kept summary has its children in
+    the context."""
+    return _without_redundant(hits, max_tokens, share)[0]
+
+
+def _without_redundant(
+    hits: Sequence[ScoredNode], max_tokens: int, share: float
+) -> tuple[list[ScoredNode], bool]:
+    """:func:`drop_redundant`, and whether its fill took every hit it was not told to leave out."""
+    dropped: set[str] = set()
+    while True:
+        rest = [h for h in hits if h.node.node_id not in dropped]
+        chosen = fill_budget(rest, max_tokens)
+        ids = {h.node.node_id for h in chosen}
+        more = {
+            h.node.node_id
+            for h in chosen
+            if h.node.children
+            and sum(c in ids for c in h.node.children) >= share * len(h.node.children)
+        }
+        if not more:
+            return chosen, len(chosen) == len(rest)
+        dropped |= more
 
 
 def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:

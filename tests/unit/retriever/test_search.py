@@ -60,7 +60,8 @@ def test_collapsed_tree_stays_within_the_token_budget_in_score_order(tree) -> No
 def test_collapsed_tree_mixes_layers_and_honours_a_layer_range(tree) -> None:  # type: ignore[no-untyped-def]
     store, emb, _ = tree
     v = emb.embed_query("violins concert")
-    assert {h.node.layer for h in collapsed_tree(store, v, SearchFilter(tree="t"))} > {0}
+    hits = collapsed_tree(store, v, SearchFilter(tree="t"), redundant=None)
+    assert {h.node.layer for h in hits} > {0}
     leaves = collapsed_tree(store, v, SearchFilter(tree="t", max_layer=0))
     assert leaves
     assert all(h.node.layer == 0 for h in leaves)
@@ -69,7 +70,10 @@ def test_collapsed_tree_mixes_layers_and_honours_a_layer_range(tree) -> None:  #
 def test_a_source_folder_filter_reaches_summaries_too(tree) -> None:  # type: ignore[no-untyped-def]
     store, emb, _ = tree
     hits = collapsed_tree(
-        store, emb.embed_query("fruit"), SearchFilter(tree="t", source_prefix="apples/")
+        store,
+        emb.embed_query("fruit"),
+        SearchFilter(tree="t", source_prefix="apples/"),
+        redundant=None,
     )
     assert hits
     assert all(all(s.startswith("apples/") for s in h.node.sources) for h in hits)
@@ -112,3 +116,46 @@ def test_an_unknown_tree_returns_nothing(tree) -> None:  # type: ignore[no-untyp
     store, emb, _ = tree
     assert collapsed_tree(store, emb.embed_query("apples"), SearchFilter(tree="nope")) == []
     assert tree_traversal(store, emb.embed_query("apples"), SearchFilter(tree="nope")) == []
+
+
+def _redundant(hits, share: float) -> list[str]:  # type: ignore[no-untyped-def]
+    """The summaries among ``hits`` that share the context with ``share`` of their children."""
+    ids = {h.node.node_id for h in hits}
+    return [
+        h.node.node_id
+        for h in hits
+        if h.node.children
+        and sum(c in ids for c in h.node.children) >= share * len(h.node.children)
+    ]
+
+
+@pytest.mark.parametrize("question", ["rockets launch", "violins concert strings", "fruit"])
+def test_collapsed_tree_leaves_out_summaries_whose_children_are_in_the_context(  # type: ignore[no-untyped-def]
+    tree, question: str
+) -> None:
+    store, emb, _ = tree
+    v, flt = emb.embed_query(question), SearchFilter(tree="t")
+    repeated = 0
+    for budget in (120, 200, 300, 450, 700):
+        plain = collapsed_tree(store, v, flt, max_tokens=budget, redundant=None)
+        hits = collapsed_tree(store, v, flt, max_tokens=budget)
+        assert not _redundant(hits, 0.3)
+        assert sum(h.node.n_tokens for h in hits) <= budget
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        if _redundant(plain, 0.3):  # the papers' fill kept a summary beside its own children
+            repeated += 1
+            # ... whose budget goes to the next hits, in score order.
+            assert {h.node.node_id for h in hits} - {h.node.node_id for h in plain}
+        else:
+            assert hits == plain
+    assert repeated
+
+
+def test_drop_redundant_keeps_a_summary_whose_children_are_elsewhere(tree) -> None:  # type: ignore[no-untyped-def]
+    store, emb, _ = tree
+    v = emb.embed_query("rockets orbit")
+    summaries = collapsed_tree(store, v, SearchFilter(tree="t", min_layer=1), max_tokens=600)
+    assert summaries
+    assert summaries == collapsed_tree(
+        store, v, SearchFilter(tree="t", min_layer=1), max_tokens=600, redundant=None
+    )

@@ -109,15 +109,34 @@ def call(
 
 
 def fill_ids(hits: list[models.ScoredPoint], budget: int) -> list[Any]:
-    """docs/clients.md's recipe's fill: hits in score order while the token total fits ``budget``."""
-    ids, total = [], 0
-    for hit in hits:
-        assert hit.payload is not None
-        total += hit.payload[F.N_TOKENS]
-        if total > budget:
-            break
-        ids.append(hit.id)
-    return ids
+    """docs/clients.md's recipe's fill: hits in score order while the token total fits
+    ``budget``, then adrap's rule: summaries whose children make up ≥ 30 % of their children in
+    the context are left out and the fill runs again."""
+
+    def fill(points: list[models.ScoredPoint]) -> list[models.ScoredPoint]:
+        taken, total = [], 0
+        for hit in points:
+            assert hit.payload is not None
+            total += hit.payload[F.N_TOKENS]
+            if total > budget:
+                break
+            taken.append(hit)
+        return taken
+
+    taken, dropped = fill(hits), set()
+    while True:
+        ids = {str(h.id) for h in taken}
+        more = {
+            h.id
+            for h in taken
+            if h.payload
+            and (c := h.payload[F.CHILDREN])
+            and sum(i in ids for i in c) >= 0.3 * len(c)
+        }
+        if not more:
+            return [h.id for h in taken]
+        dropped |= more
+        taken = fill([h for h in hits if h.id not in dropped])
 
 
 def tree_filter() -> models.Filter:
@@ -566,10 +585,14 @@ def test_the_hybrid_recipe_through_the_client_gives_the_nodes_of_the_daemons_que
         ids = fill_ids(hits, budget)
         expected = served.daemon.api.query({"q": question, "max_tokens": str(budget)})
         assert ids == [h[F.NODE_ID] for h in expected["hits"]]
-        dense = served.daemon.api.query(
-            {"q": question, "max_tokens": str(budget), "hybrid": "false"}
+        dense = (
+            served.client()
+            .query_points(
+                "adrap", query=vector, using="dense", query_filter=tree_filter(), limit=limit
+            )
+            .points
         )
-        assert ids != [h[F.NODE_ID] for h in dense["hits"]]
+        assert [h.id for h in hits] != [h.id for h in dense]  # the fusion ranks differently
 
 
 def test_no_search_without_a_tree_filter_returns_the_meta_point(served: Served) -> None:
