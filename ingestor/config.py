@@ -232,6 +232,14 @@ class AdrapSettings(_Section):
     #: CPU, and every summary paid again with an LLM): adRAP goes on placing leaves, the update
     #: says so, and `adrap rebuild` rebuilds it when you choose. 0: never automatically.
     rebuild_max_leaves: int = Field(default=20_000, ge=0)
+    #: A subtree (a layer-0 global cluster) whose leaves changed by more than this share since it
+    #: was fitted is re-clustered alone, with its nearest ones (docs/operations.md, Drift).
+    repair_drift: float = Field(default=0.5, gt=0)
+    #: Summary tokens partial repairs may spend per hour (the daemon's, when idle; `adrap repair`
+    #: too); 0: no repair.
+    repair_tokens_per_hour: int = Field(default=50_000, ge=0)
+    #: The most leaves one repair re-clusters (the drifted subtree and its nearest neighbours).
+    repair_max_leaves: int = Field(default=2000, ge=1)
     greedy: bool = False
 
 

@@ -130,3 +130,43 @@ def refresh(ctx: Ctx) -> None:
         click.echo(report.summary())
 
     run(ctx, body)
+
+
+@main.command()
+@click.option(
+    "--all", "every", is_flag=True, help="Repair every drifted subtree the budget allows."
+)
+@tree_options()
+@click.pass_obj
+def repair(ctx: Ctx, every: bool) -> None:
+    """Repair the most drifted subtree now (re-cluster its leaves, regenerate the summaries whose
+    members changed) within ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR; the daemon does it by itself when
+    idle. A full rebuild stays `adrap rebuild`.
+
+    \b
+    Example:
+      adrap repair --all
+    """
+
+    def body() -> None:
+        from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+        from ingestor.pipeline.repair import run_repairs
+        from ingestor.tree.repair import RepairParams
+
+        s = ctx.settings
+        a = s.adrap
+        params = RepairParams(a.repair_drift, a.repair_tokens_per_hour, a.repair_max_leaves)
+        if params.tokens_per_hour <= 0:
+            raise click.UsageError(
+                "ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR is 0: repairs are off; set a budget "
+                "(e.g. 50000) to repair drifted subtrees"
+            )
+        embedder = make_embedder(s)
+        with writer_lock(s, "repair"), opened_store(s) as store:
+            p = make_pipeline(s, store, embedder)
+            done = run_repairs(
+                p.context, p.require_state(recover=True), params, limit=None if every else 1
+            )
+        click.echo(done.summary())
+
+    run(ctx, body)

@@ -32,7 +32,7 @@ from ingestor.cluster.gmm import REG_COVAR, gaussian_parameters, to_sklearn
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM, match_ids
 from ingestor.cluster.two_step import LocalModel
 
-__all__ = ["GroupFit", "group_fit", "match_ids", "refit_group", "two_steps"]
+__all__ = ["GroupFit", "fresh_clusterer", "group_fit", "match_ids", "refit_group", "two_steps"]
 
 #: A group refit runs the build's two steps past this many times the build's mean group size.
 TWO_STEPS_PAST = 2.0
@@ -144,6 +144,11 @@ def refit_group(
         ids=ids,
         random_state=c.random_state,
     )
+
+
+def fresh_clusterer(clusterer: Any) -> Any:
+    """An unfitted clusterer with the parameters of a layer's fitted one."""
+    return type(clusterer)(**{k: getattr(clusterer, k) for k in _PARAMS})
 
 
 def two_steps(clusterer: Any, m: int) -> bool:

@@ -147,7 +147,7 @@ class TreeContext:
             restore = [i for i in intent.upsert if i in state.nodes]
         for start in range(0, len(restore), UPSERT_BATCH):
             batch = restore[start : start + UPSERT_BATCH]
-            self.store.upsert(state.payloads(batch), self.vectors_of(state, batch))
+            self.store.upsert(state.payloads(batch), self.restored_vectors(state, batch))
         if doomed:
             self.store.delete(doomed)
         self.drop_intent(state)
@@ -158,6 +158,19 @@ class TreeContext:
             len(doomed),
         )
         return len(restore) + len(doomed)
+
+    def restored_vectors(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
+        """The vectors of nodes an interrupted update was writing: a summary's embedded again
+        from its committed text (the update may have rewritten it in place: same id, a new
+        vector in the store that the committed text does not have), a leaf's as stored."""
+        vecs = np.array(self.vectors_of(state, ids))  # a copy: the state's rows may be read-only
+        rows = [k for k, i in enumerate(ids) if state.nodes[i].layer > 0]
+        if rows:
+            fresh = self.embedder.embed_documents([state.nodes[ids[k]].text for k in rows])
+            for k, vec in zip(rows, fresh, strict=True):
+                vecs[k] = vec
+                state.vectors[ids[k]] = vec
+        return vecs
 
     def vectors_of(self, state: TreeState, ids: list[str]) -> NDArray[np.float32]:
         """Return the vectors of nodes, embedding their texts again where the store lost them."""

@@ -11,6 +11,7 @@ from typing import Any
 
 from ingestor.pipeline import UpdateReport
 from ingestor.service.summary_schedule import oldest_stale
+from ingestor.tree.drift import drift_summary
 from ingestor.tree.state import TreeState
 
 #: Upper bounds (seconds) of the update latency histogram.
@@ -43,6 +44,9 @@ class Metrics:
         self.stale_summaries = 0
         self.oldest_stale: float | None = None  # its stamp (summary_schedule.oldest_stale)
         self.rebuilds = 0
+        #: ``ADRAP_ADRAP__REPAIR_DRIFT``; the tree's drift per subtree (tree.drift), as last seen
+        self.repair_drift = 0.5
+        self.drift: dict[str, Any] = drift_summary(None, self.repair_drift)
         self.errors: Counter[str] = Counter()
         self.buckets = [0] * len(LATENCY_BUCKETS)
         self.latency_sum = 0.0
@@ -58,6 +62,7 @@ class Metrics:
             self.layers = state.layer_counts()
             self.stale_summaries = len(state.stale)
             self.oldest_stale = oldest_stale(state)
+            self.drift = drift_summary(state, self.repair_drift)
 
     def applied(self, report: UpdateReport, state: TreeState) -> None:
         """Count one applied update and refresh the tree snapshot."""
@@ -161,6 +166,7 @@ class Metrics:
                 "summaries_tolerated": self.summaries_tolerated,
                 "summary_refreshes": self.refreshes,
                 "stale_summaries": self.stale_summaries,
+                "drift": self.drift,
                 "errors": dict(self.errors),
                 "last_update": self.last,
             }
@@ -274,6 +280,22 @@ class _Collector:
                 m.stale_summaries,
             )
             yield counter("rebuilds", "Updates that ended in a full rebuild.", m.rebuilds)
+            yield gauge(
+                "subtree_drift_max",
+                "The largest drift of a subtree: the share of its leaves changed since it was fitted.",
+                m.drift["max"],
+            )
+            yield gauge(
+                "subtrees_drifted",
+                "Subtrees past ADRAP_ADRAP__REPAIR_DRIFT, waiting for their partial repair.",
+                m.drift["due"],
+            )
+            yield counter("repairs", "Partial repairs of drifted subtrees.", m.drift["repairs"])
+            yield counter(
+                "repair_tokens",
+                "Summary tokens spent by partial repairs.",
+                m.drift["repair_tokens"],
+            )
             errors = CounterMetricFamily(
                 "adrap_errors", "Failed updates by kind.", labels=["tree", "kind"]
             )

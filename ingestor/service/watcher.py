@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingestor.config import WatchSettings, default_of
 from ingestor.pipeline import Pipeline, UpdateReport
+from ingestor.pipeline.repair import RepairRun, run_repairs
 from ingestor.read.documents import Document
 from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
 from ingestor.service.clock import Clock, SystemClock
@@ -39,6 +40,7 @@ from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_obs
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
 from ingestor.tree.persist import shed_rows
+from ingestor.tree.repair import RepairParams
 from ingestor.tree.state import TreeState
 from retriever.heap import release_freed_heap
 
@@ -468,6 +470,25 @@ class Watcher:
                 self.on_applied(report, self.state)
         log.info("refreshed stale summaries: %s", report.summary())
         return report
+
+    def repair(self, params: RepairParams, limit: int | None = 1) -> RepairRun | None:
+        """Repair drifted subtrees (at most ``limit``, within the budget: tree.repair) under the
+        writer's lock, between batches, each one committed. A failure keeps the tree as last
+        committed (the state is read again) and is retried at the next idle time."""
+        if params.tokens_per_hour <= 0:
+            return None
+        with self.lock:
+            try:
+                if self._stale:
+                    self._reload()
+                run = run_repairs(self.pipeline.context, self.state, params, limit=limit)
+            except Exception as exc:  # the worker must survive anything
+                self._stale = True
+                log.warning("repairing a drifted subtree failed (%s); retried when idle", exc)
+                return None
+        if run.done:
+            log.info("drift repair: %s", run.summary())
+        return run
 
     def check_access(self) -> UpdateReport | None:
         """Apply permission changes (chmod, chown, setfacl, a folder's) found by reading every

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
@@ -30,6 +31,7 @@ from ingestor.tree.deferral import (
     naming_clusters,
     stale_seeds,
 )
+from ingestor.tree.drift import note_changes
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.state import Provenance, TreeState
 from ingestor.tree.tolerance import FloorRules
@@ -221,6 +223,7 @@ class TreeUpdater:
         # their predecessors during the online GMM's refits, and BIC cuts tight clusters around
         # the near-duplicates (soak, 320 ops: 117 layer-1 clusters vs 97, rebuild 56).
         al.prefetch(todo.remove + todo.move)
+        gone = Counter(al.point_of[n][0] for n in todo.remove if layer == 0 and n in al.point_of)
         for node_id in todo.remove:
             al.remove(node_id, delta)
         for node_id in todo.move:
@@ -229,6 +232,8 @@ class TreeUpdater:
             self._delete_node(state, node_id, stats)
         placing = todo.add + todo.move
         al.add_many(placing, state.matrix(placing), delta, vectors=state.matrix)
+        if layer == 0:  # each subtree's drift (tree.drift): a cost of the batch
+            note_changes(state, Counter(al.point_of[n][0] for n in todo.add), gone)
         stats.clusters_changed += len(delta.dirty - delta.created)
         stats.clusters_created += len(delta.created)
         stats.clusters_split += len(delta.split)

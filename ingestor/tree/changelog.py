@@ -38,7 +38,7 @@ MAX_FILES: Final = 1000
 MAX_SUMMARIES: Final = 500
 
 Action = Literal["added", "edited", "removed", "permissions"]
-Kind = Literal["build", "update", "rebuild", "refresh", "permissions"]
+Kind = Literal["build", "update", "rebuild", "refresh", "repair", "permissions"]
 
 
 @dataclass(frozen=True, slots=True)

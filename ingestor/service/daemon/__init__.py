@@ -46,6 +46,7 @@ from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Hooks, Timing, Watcher, make_observer
 from ingestor.tree.params import Progress, no_progress
+from ingestor.tree.repair import RepairParams
 from retriever.heap import limit_heap_arenas
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,9 @@ class Daemon:
             interval=w.root_check_interval,
         )
         self.metrics = Metrics(self.pipeline.context.tree)
+        a = settings.adrap
+        self.repair = RepairParams(a.repair_drift, a.repair_tokens_per_hour, a.repair_max_leaves)
+        self.metrics.repair_drift = a.repair_drift
         self.watcher: Watcher | None = None
         self.api = DaemonApi(
             self.metrics,
@@ -337,6 +341,8 @@ class Daemon:
             self.store.optimize()
         if self.watcher is not None:
             self.watcher.refresh(self.api.refresh_due)
+            if self.watcher.repair(self.repair) is not None:  # one drifted subtree per idle time
+                self.metrics.snapshot(self.watcher.state)
 
     def _check_access(self) -> None:
         """Every ``access_check_interval`` seconds, apply permission changes (the main loop's

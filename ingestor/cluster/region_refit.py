@@ -1,0 +1,205 @@
+"""Re-cluster a region of a layer (a few neighbouring global clusters) as a build would: a repair.
+
+adRAP keeps a layer's global clustering ("groups": the global UMAP + GMM) as built and refits a
+group's local model when its members changed enough (:mod:`ingestor.cluster.group_refit`). Points
+placed for months through a global UMAP fitted on other points end up in groups a rebuild would
+not give them, and that is what a local refit cannot mend: it only re-cuts one group's members.
+:func:`refit_region` runs the build's two steps (``TreeClusterer.fit``: a global UMAP + GMM by BIC,
+then a local UMAP + GMM in each part) on the members of several neighbouring groups at once, and
+the parts it finds replace those groups:
+
+* in the layer's global mixture, each part is the M-step of its members in the layer's global UMAP
+  space (as :func:`~ingestor.cluster.global_split.split_component` makes the halves of a cut
+  group), so later nodes are routed to the parts by the same ``predict_global``; the first parts
+  take the region's groups' places, more parts become new groups, and a region group left without
+  a part stays as an empty guarded group whose component is given no weight (never chosen);
+* each part's local model is the one the fit made, its clusters the fit's clusters;
+* clusters take the ids of the old clusters (of the whole region) they share most members with
+  (optimal matching, :func:`~ingestor.cluster.online_gmm.match_ids`), so a cluster that comes out
+  with the same members keeps its id and its summary; the delta gets the others.
+
+Cost: the fit of the region's points, never the layer's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from ingestor.cluster.gmm import GaussianParams, gaussian_parameters, params_of, to_sklearn
+from ingestor.cluster.group_refit import GroupFit, fresh_clusterer, group_fit
+from ingestor.cluster.group_upkeep import GroupUpkeep
+from ingestor.cluster.layer_state import LayerDelta, LayerState, Vectors
+from ingestor.cluster.online_gmm import match_ids
+from ingestor.cluster.two_step import LocalModel
+
+__all__ = ["neighbours", "refit_region"]
+
+log = logging.getLogger(__name__)
+
+#: The weight of an emptied group's global component: never the most probable one.
+_NO_WEIGHT = 1e-300
+
+
+def neighbours(al: LayerState, g: int, max_points: int, sizes: Sequence[int]) -> list[int]:
+    """Group ``g`` and its nearest groups (their global components' means, in the global UMAP
+    space), nearest first, while together they hold at most ``max_points`` points (``sizes``:
+    each group's). Empty groups are left out."""
+    c = al.clusterer
+    if getattr(c, "global_gmm_", None) is None:
+        return [g]
+    means = np.asarray(c.global_gmm_.means_)
+    comps = np.asarray(c.global_components_)
+    dist = np.linalg.norm(means[comps] - means[comps[g]], axis=1)
+    out, total = [g], sizes[g]
+    for h in np.argsort(dist, kind="stable").tolist():
+        if h == g or sizes[h] == 0:
+            continue
+        if total + sizes[h] > max_points:
+            break
+        out.append(int(h))
+        total += sizes[h]
+    return out
+
+
+def refit_region(
+    al: LayerState, groups: Sequence[int], vectors: Vectors, delta: LayerDelta
+) -> list[int]:
+    """Fit the members of ``groups`` afresh with the layer's clusterer's two steps and make the
+    parts found the region's groups (see the module). Return the groups the region now has.
+
+    Raises:
+        ValueError: the layer has no global model (it is one group) or ``groups`` is empty.
+    """
+    c = al.clusterer
+    if getattr(c, "global_umap_", None) is None or not groups:
+        raise ValueError(
+            f"layer {al.layer}: cannot re-cluster groups {list(groups)!r}: the layer has one "
+            "global cluster (too few nodes for a global UMAP); rebuild it instead (`adrap rebuild`)"
+        )
+    upkeep = GroupUpkeep(al)
+    nodes: list[str] = []
+    old: dict[int, frozenset[str]] = {}
+    for g in groups:
+        members, pids, clusters = upkeep.members_of(g)
+        nodes.extend(members)
+        old.update(clusters)
+        if al.gmms[g] is not None:
+            for p in pids:
+                del al.node_at[(g, p)]
+    nodes.sort()
+    X = vectors(nodes)
+    sub = fresh_clusterer(c).fit(X)
+    parts = [[nodes[r] for r in np.asarray(local.members).tolist()] for local in sub.local_models_]
+    columns = _columns(sub)
+    flat = [frozenset(nodes[r] for r in sub.clusters_[cid]) for cols in columns for cid in cols]
+    ids = iter(match_ids(flat, old))
+    slots = list(groups) + list(range(len(al.gmms), len(al.gmms) + len(parts) - len(groups)))
+    made: dict[int, frozenset[str]] = {}
+    for j, (local, members) in enumerate(zip(sub.local_models_, parts, strict=True)):
+        cids = [next(ids) for _ in columns[j]]
+        fit = _fit_of(sub, al, local, members, columns[j], cids)
+        upkeep.install(slots[j], fit, members, list(range(len(members))), placed=False)
+        made.update(fit.clusters)
+    for g in list(groups)[len(parts) :]:  # the region found fewer groups: these stay empty
+        cid = al.ids.take()
+        al.gmms[g] = None
+        c.local_models_[g] = LocalModel(np.zeros(0, dtype=np.intp), None, None, None, (cid,))
+        al.guarded[g] = (cid, set())
+    _route(al, list(groups), parts, X, nodes)
+    delta.refitted(old, made, split=False)
+    log.info(
+        "layer %d: %d nodes of global clusters %s re-clustered: %d groups, %d clusters (%d before)",
+        al.layer,
+        len(nodes),
+        list(groups),
+        len(parts),
+        len(made),
+        len(old),
+    )
+    return slots[: len(parts)]
+
+
+def _columns(sub: object) -> list[list[int]]:
+    """Per local model of a fresh fit, the fit's cluster ids of its components (non-empty)."""
+    return [[cid for cid in local.cluster_ids if cid >= 0] for local in sub.local_models_]  # type: ignore[attr-defined]
+
+
+def _fit_of(
+    sub: object,
+    al: LayerState,
+    local: LocalModel,
+    members: list[str],
+    columns: list[int],
+    cids: list[int],
+) -> GroupFit:
+    """One part's group model: its local model from the fit, its clusters the fit's."""
+    if local.gmm is None:  # guarded: one cluster, as the build leaves a small group
+        (cid,) = cids
+        cid = cid if cid >= 0 else al.ids.take()
+        rows = np.arange(len(members))
+        return GroupFit(LocalModel(rows, None, None, None, (cid,)), None, {cid: frozenset(members)})
+    at = {r: i for i, r in enumerate(np.asarray(local.members).tolist())}
+    chosen = np.zeros((len(members), len(columns)), dtype=bool)
+    for j, fid in enumerate(columns):
+        chosen[[at[r] for r in sub.clusters_[fid]], j] = True  # type: ignore[attr-defined]
+    c = al.clusterer
+    return group_fit(
+        np.asarray(local.embedding, dtype=np.float64),
+        chosen,
+        local.umap,
+        members,
+        list(range(len(members))),
+        cids,
+        threshold=c.threshold,
+        tau_n=al.tau_n,
+        tau_c=al.tau_c,
+        ids=al.ids,
+        random_state=c.random_state,
+    )
+
+
+def _route(
+    al: LayerState,
+    groups: list[int],
+    parts: list[list[str]],
+    X: np.ndarray,
+    nodes: list[str],
+) -> None:
+    """Give each part its component of the global mixture (the M-step of its members in the
+    global UMAP space), in the region's groups' places first, then appended."""
+    c = al.clusterer
+    Y = np.asarray(c.transform_global(X), dtype=np.float64)
+    row = {n: i for i, n in enumerate(nodes)}
+    resp = np.zeros((len(nodes), len(parts)))
+    for j, members in enumerate(parts):
+        resp[[row[n] for n in members], j] = 1.0
+    fitted = gaussian_parameters(Y, resp, reg_covar=float(c.global_gmm_.reg_covar))
+    old = params_of(c.global_gmm_)
+    comps = [int(c.global_components_[g]) for g in groups]
+    total = float(old.weights[comps].sum())
+    k = len(old.weights)
+    extra = max(0, len(parts) - len(groups))
+    weights = np.concatenate([old.weights, np.zeros(extra)])
+    means = np.concatenate([old.means, np.zeros((extra, *old.means.shape[1:]))])
+    covs = np.concatenate([old.covariances, np.zeros((extra, *old.covariances.shape[1:]))])
+    targets = comps + list(range(k, k + extra))
+    for j in range(len(parts)):
+        t = targets[j]
+        weights[t] = total * len(parts[j]) / len(nodes)
+        means[t], covs[t] = fitted.means[j], fitted.covariances[j]
+    for t in comps[len(parts) :]:
+        weights[t] = _NO_WEIGHT
+    weights = weights / weights.sum()
+    c.global_gmm_ = to_sklearn(
+        GaussianParams(weights, means, covs),
+        reg_covar=float(c.global_gmm_.reg_covar),
+        random_state=c.global_gmm_.random_state,
+    )
+    if extra:
+        c.global_components_ = np.concatenate(
+            [np.asarray(c.global_components_), np.arange(k, k + extra)]
+        ).astype(np.intp)
+    al.global_version += 1
