@@ -8,9 +8,11 @@ uses this one to chunk a changed document and for a drift rebuild.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ingestor.cluster.parallel import shared_pools, worker_pool
@@ -41,6 +43,19 @@ from retriever.heap import release_freed_heap
 __all__ = ["BuildStage"]
 
 log = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _timed(report: BuildReport, stage: str) -> Iterator[None]:
+    """Add the block's seconds to ``report``'s stage, its wall, and the builder's CPU."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    try:
+        yield
+    finally:
+        seconds = time.perf_counter() - t0
+        report.stats.add_time(stage, seconds)
+        report.seconds += seconds
+        report.cpu[stage] = report.cpu.get(stage, 0.0) + time.process_time() - c0
 
 
 class BuildStage:
@@ -106,17 +121,11 @@ class BuildStage:
         release_freed_heap()
         state = load_state(self.context.models, self.context.tree, layers=False)  # no model
         if state is not None and fill_pending(state):
-            t0 = time.perf_counter()
-            self.context.fill_store(state, progress)
-            seconds = time.perf_counter() - t0
-            report.stats.add_time("store", seconds)
-            report.seconds += seconds
+            with _timed(report, "store"):
+                self.context.fill_store(state, progress)
         del state
-        t0 = time.perf_counter()
-        self.context.store.optimize()
-        seconds = time.perf_counter() - t0
-        report.stats.add_time("index", seconds)
-        report.seconds += seconds
+        with _timed(report, "index"):
+            self.context.store.optimize()
         release_freed_heap()  # what the index build freed
         return report
 
@@ -158,8 +167,12 @@ class BuildStage:
         kept = CheckpointVectors(cache_rows) if first and cache_rows is not None else None
         ctx.store.ensure_collection(ctx.embedder.dim, ctx.embedder.model_id)  # fails early
         with bulk_writes(ctx.store):  # one index build, after every point is written
+            c0 = time.process_time()
             leaves = self._read_and_embed(state, report, progress, checkpoint=kept)
+            c1 = time.process_time()
             built = self.build_layers(state, cache_rows, progress, spill=first)
+            c2 = time.process_time()
+            report.cpu.update(read_embed=c1 - c0, layers=c2 - c1)
             built.seconds = stats.seconds | built.seconds  # read and embed stages first
             report.stats = stats = built
 
@@ -171,14 +184,17 @@ class BuildStage:
                 summaries=(i for i, n in state.nodes.items() if n.layer > 0),
             )
             record.leaves_added = state.layer_counts().get(0, 0)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             if kept is not None:  # its points are written once the tree is let go (build)
                 kept.put([i for i, n in state.nodes.items() if n.layer > 0], state.matrix)
                 state.vectors = VectorMap(state.clock)  # all in the checkpoint; none written
                 ctx.commit(state, unstored=True)
+                stage = "commit"
             else:
                 ctx.store_state(state, progress, index=False)  # indexed once let go
-            stats.add_time("store", time.perf_counter() - t0)
+                stage = "store"
+            stats.add_time(stage, time.perf_counter() - t0)
+            report.cpu[stage] = report.cpu.get(stage, 0.0) + time.process_time() - c0
         report.leaves = leaves.leaves
         report.layers = state.layer_counts()
         report.seconds = time.perf_counter() - t_start
@@ -210,7 +226,7 @@ class BuildStage:
         )
         waited = 0.0
         ctx.access.begin(state.root)
-        with worker_pool(ctx.builder.summaries.workers) as pool:
+        with leaves, worker_pool(ctx.builder.summaries.workers) as pool:
             docs = self.collector.iter_all(Path(state.root), report, progress, self.chunker, pool)
             while True:
                 t0 = time.perf_counter()

@@ -11,7 +11,7 @@ repairs the store from the intent alone.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import TypeVar
 
@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from ingestor.errors import TreeError
 from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.checkpoint import CheckpointVectors
+from ingestor.pipeline.overlap import ahead
 from ingestor.pipeline.vectors import vectors_of
 from ingestor.tree import changelog
 from ingestor.tree.build import TreeBuilder
@@ -40,6 +41,7 @@ from ingestor.tree.persist import (
 from ingestor.tree.state import TreeState
 from models_store import ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore
+from retriever.schema import NodePayload
 
 __all__ = ["UPSERT_BATCH", "TreeContext", "bulk_writes"]
 
@@ -242,7 +244,9 @@ class TreeContext:
         from the state database and the vectors its checkpoint kept; return how many.
 
         A batch at a time: its nodes are read, upserted and let go, so this process holds a
-        batch of the tree while the engine takes the points (docs/scale.md). Idempotent
+        few batches of the tree while the engine takes the points (docs/scale.md); the next
+        batches are read from the database on a thread while this one is upserted
+        (:func:`~ingestor.pipeline.overlap.ahead`, two ahead at most). Idempotent
         (upserts by id), so a fill killed half-way is simply run again by :meth:`recover`;
         vectors the checkpoint lacks are read from the store, else embedded again. Then points
         of no node are deleted (an older build's), the fill is recorded as done and the
@@ -256,21 +260,28 @@ class TreeContext:
             log.warning("cannot read the build's checkpoint %s (%s); embedding instead", path, exc)
         kept = CheckpointVectors(rows) if rows is not None else None
         ids = state.nodes.keys_with_prefix("")  # the ids alone: no node is loaded here
+
+        def batches() -> Iterator[tuple[int, list[NodePayload], NDArray[np.float32]]]:
+            """Each batch's payloads and vectors, read on a thread ahead of the upserts."""
+            for start in range(0, len(ids), UPSERT_BATCH):
+                batch = ids[start : start + UPSERT_BATCH]
+                state.nodes.prefetch(batch)
+                got = kept.get(batch) if kept is not None else {}
+                lost = [i for i in batch if i not in got]
+                if lost:
+                    got |= dict(zip(lost, self.vectors_of(state, lost), strict=True))
+                vectors = np.stack([got[i] for i in batch]).astype(np.float32, copy=False)
+                payloads = state.payloads(batch)
+                state.nodes.shed()
+                state.vectors.shed()
+                yield start + len(batch), payloads, vectors
+
         try:
             with bulk_writes(self.store):  # the index is built once, after
-                for start in range(0, len(ids), UPSERT_BATCH):
-                    batch = ids[start : start + UPSERT_BATCH]
-                    state.nodes.prefetch(batch)
-                    got = kept.get(batch) if kept is not None else {}
-                    lost = [i for i in batch if i not in got]
-                    if lost:
-                        got |= dict(zip(lost, self.vectors_of(state, lost), strict=True))
-                    vectors = np.stack([got[i] for i in batch]).astype(np.float32, copy=False)
-                    self.store.upsert(state.payloads(batch), vectors)
-                    state.nodes.shed()
-                    state.vectors.shed()
+                for done, payloads, vectors in ahead(batches(), what="store's next points"):
+                    self.store.upsert(payloads, vectors)
                     if progress is not None:
-                        progress("store", start + len(batch), len(ids))
+                        progress("store", done, len(ids))
         finally:
             if rows is not None:
                 rows.close()

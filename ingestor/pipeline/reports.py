@@ -19,6 +19,11 @@ class BuildReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     stats: BuildStats = field(default_factory=BuildStats)
     seconds: float = 0.0
+    #: The builder process's CPU seconds (all its threads; not its workers') per stage group:
+    #: ``read_embed`` (reading what workers did not, chunking, embedding, checkpoint writes),
+    #: ``layers`` (clustering, summaries, their embedding), ``commit``, ``store``, ``index``. With
+    #: two workers or more, what stays serial in the builder (``bench/memory.py`` projects from it).
+    cpu: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass

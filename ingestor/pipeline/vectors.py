@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.pipeline.checkpoint import CheckpointVectors
+from ingestor.pipeline.overlap import Behind
 from ingestor.tree.params import Progress
 from ingestor.tree.state import Node, TreeState
 from retriever import Embedder, NodeStore, StoreError
@@ -40,7 +41,10 @@ class LeafEmbedding:
     vectors are kept there as it is embedded (one small transaction), and leaves whose vector
     an interrupted build kept (same id, so same source and text) take it from there instead of
     the model, so a first build killed or stopped half-way resumes without redoing that work.
-    Nothing is written to the node store here (see :meth:`TreeContext.fill_store`).
+    Those writes run on a thread behind the embedding (:class:`~ingestor.pipeline.overlap.Behind`,
+    at most two batches waiting): the next batch is embedded while SQLite writes the last one.
+    :meth:`finish` (or :meth:`close`, on an error) waits for them. Nothing is written to the
+    node store here (see :meth:`TreeContext.fill_store`).
 
     Attributes:
         leaves: leaves added so far.
@@ -65,6 +69,9 @@ class LeafEmbedding:
         self.leaves = 0
         self.resumed = 0
         self.seconds = 0.0
+        self._writes = (
+            Behind("checkpoint writes of the leaves' vectors") if checkpoint is not None else None
+        )
 
     def add(self, leaves: Sequence[Node]) -> None:
         """Take one document's leaves; embed every full batch."""
@@ -79,12 +86,30 @@ class LeafEmbedding:
         if self.pending:
             batch, self.pending = self.pending, []
             self._embed(batch)
+        t0 = time.perf_counter()
+        self.close()  # every batch kept before the build goes on
+        self.seconds += time.perf_counter() - t0
         self.progress("embed leaves", self.leaves, self.leaves)  # known now: the stage's end
         if self.resumed:
             log.info(
                 "resumed an interrupted build: %d leaf vectors taken from its checkpoint",
                 self.resumed,
             )
+
+    def close(self) -> None:
+        """Wait for the checkpoint writes submitted so far; raise the first one's error."""
+        writes, self._writes = self._writes, None
+        if writes is not None:
+            writes.wait()
+
+    def __enter__(self) -> LeafEmbedding:
+        return self
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        """Wait for the checkpoint writes; on an error, without raising theirs over it."""
+        writes, self._writes = self._writes, None
+        if writes is not None:
+            writes.__exit__(kind, exc, tb)
 
     def _embed(self, batch: list[Node]) -> None:
         t0 = time.perf_counter()
@@ -97,15 +122,26 @@ class LeafEmbedding:
             todo = [n for n in batch if n.node_id not in got]
             self.resumed += len(got)
         if todo:
-            vecs = self.embedder.embed_documents([n.text for n in todo])
+            vecs = np.asarray(self.embedder.embed_documents([n.text for n in todo]))
             for node, vec in zip(todo, vecs, strict=True):
                 state.vectors[node.node_id] = vec
+            if self.checkpoint is not None:  # the batch's own rows: the state's matrix grows
+                if self._writes is None:
+                    raise RuntimeError("LeafEmbedding: a batch added after finish() or close()")
+                ids = [n.node_id for n in todo]
+                self._writes.submit(self.checkpoint.put, ids, _rows_of(ids, vecs))
         for node in batch:
             state.nodes[node.node_id] = node
-        if self.checkpoint is not None and todo:
-            self.checkpoint.put([n.node_id for n in todo], state.matrix)
         self.seconds += time.perf_counter() - t0
         self.progress("embed leaves", self.leaves - len(self.pending), 0)
+
+
+def _rows_of(
+    ids: list[str], vecs: NDArray[np.float32]
+) -> Callable[[list[str]], NDArray[np.float32]]:
+    """``CheckpointVectors.put``'s ``vectors`` for ``ids`` whose rows are ``vecs``, in order."""
+    at = {node_id: i for i, node_id in enumerate(ids)}
+    return lambda part: vecs[[at[i] for i in part]]
 
 
 def vectors_of(
