@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -54,6 +55,7 @@ def select_gmm_by_bic(
     max_iter: int = 100,
     exhaustive: bool = False,
     k_min: int = 1,
+    mapper: Mapper | None = None,
 ) -> GaussianMixture:
     """Return the mixture with the lowest BIC over k = k_min..k_max.
 
@@ -64,6 +66,10 @@ def select_gmm_by_bic(
         max_iter: EM iterations per fit.
         exhaustive: fit every k (RAPTOR's reference behaviour) instead of the coarse-to-fine search.
         k_min: smallest k tried (clipped to [1, k_max]): a bound on the mean cluster size.
+        mapper: ``mapper(fn, tasks) -> [fn(t) for t in tasks]``, on worker processes (a build's
+            global step): the fits the search needs at once (the coarse grid, each round's two
+            probes) are made there, the largest k first. Each fit is a pure function of the
+            points, k and the seed: the same mixture with or without.
 
     Returns:
         The fitted ``GaussianMixture`` with the lowest BIC among the k evaluated (ties: smaller k).
@@ -71,36 +77,72 @@ def select_gmm_by_bic(
     points = np.asarray(Y, dtype=np.float64)
     k_max = max(1, min(k_max, len(points)))
     k_min = max(1, min(k_min, k_max))
-    search = _BicSearch(points, random_state=random_state, max_iter=max_iter)
+    search = _BicSearch(points, random_state=random_state, max_iter=max_iter, mapper=mapper)
     with one_thread():
         if exhaustive:
+            search.prefetch(range(k_min, k_max + 1))
             for k in range(k_min, k_max + 1):
                 search.bic(k)
         else:  # the search runs on 1..(k_max - k_min + 1), shifted
-            _coarse_to_fine(lambda j: search.bic(j + k_min - 1), k_max - k_min + 1)
+            _coarse_to_fine(
+                lambda j: search.bic(j + k_min - 1),
+                k_max - k_min + 1,
+                prefetch=lambda js: search.prefetch([j + k_min - 1 for j in js]),
+            )
     return search.best()
+
+
+#: Runs a module-level function over tasks, results in task order (a build's worker pool).
+Mapper = Callable[[Callable[[Any], Any], list[Any]], list[Any]]
+
+
+def _fit_k(task: tuple[Array, int, int | None, int]) -> tuple[float, EMFit | None]:
+    """The BIC and fit of ``k`` components on ``Y`` (inf, None: a singular covariance), for
+    ``task = (Y, k, random_state, max_iter)``: a worker's task."""
+    Y, k, random_state, max_iter = task
+    with one_thread():
+        return _fit(EM(Y, REG_COVAR), Y, k, random_state, max_iter)
+
+
+def _fit(
+    em: EM, Y: Array, k: int, random_state: int | None, max_iter: int
+) -> tuple[float, EMFit | None]:
+    try:
+        fit = fit_from_kmeans(em, Y, k, random_state, max_iter)
+    except np.linalg.LinAlgError:
+        # A component collapsed onto identical points: this k is simply not a candidate.
+        log.debug("GMM with k=%d failed on %d points: singular covariance", k, len(Y))
+        return float("inf"), None
+    return em.bic(fit.params), fit
 
 
 class _BicSearch:
     """Memoised BIC of a k-component fit on fixed points (inf: the fit failed)."""
 
-    def __init__(self, Y: Array, *, random_state: int | None, max_iter: int) -> None:
+    def __init__(
+        self, Y: Array, *, random_state: int | None, max_iter: int, mapper: Mapper | None = None
+    ) -> None:
         self.Y = Y
         self.em = EM(Y, REG_COVAR)
         self.random_state = random_state
         self.max_iter = max_iter
+        self.mapper = mapper
         self.fits: dict[int, tuple[float, EMFit | None]] = {}
 
     def bic(self, k: int) -> float:
         if k not in self.fits:
-            try:
-                fit = fit_from_kmeans(self.em, self.Y, k, self.random_state, self.max_iter)
-                self.fits[k] = (self.em.bic(fit.params), fit)
-            except np.linalg.LinAlgError:
-                # A component collapsed onto identical points: this k is simply not a candidate.
-                log.debug("GMM with k=%d failed on %d points: singular covariance", k, len(self.Y))
-                self.fits[k] = (float("inf"), None)
+            self.fits[k] = _fit(self.em, self.Y, k, self.random_state, self.max_iter)
         return self.fits[k][0]
+
+    def prefetch(self, ks: Iterable[int]) -> None:
+        """Fit the ``ks`` not fitted yet at once through the mapper (the largest k first: the
+        slowest), if there is one and two fits or more to make."""
+        todo = sorted({k for k in ks if k not in self.fits}, reverse=True)
+        if self.mapper is None or len(todo) < 2:
+            return
+        tasks = [(self.Y, k, self.random_state, self.max_iter) for k in todo]
+        for k, result in zip(todo, self.mapper(_fit_k, tasks), strict=True):
+            self.fits[k] = result
 
     def best(self) -> GaussianMixture:
         fitted = {k: fit for k, (bic, fit) in self.fits.items() if fit is not None}
@@ -118,14 +160,21 @@ def _grid(k_max: int) -> list[int]:
     return sorted(ks)
 
 
-def _coarse_to_fine(bic: Callable[[int], float], k_max: int) -> None:
+def _coarse_to_fine(
+    bic: Callable[[int], float],
+    k_max: int,
+    prefetch: Callable[[list[int]], None] | None = None,
+) -> None:
     """Evaluate ``bic`` on a geometric grid, then narrow the bracket around the best grid point.
 
     The refinement is a discrete ternary search on the bracket (lo, best, hi): probe the midpoint
     of each half, move to a strictly better probe or shrink both halves around ``best``. Each
-    round halves the bracket, so a grid gap of g costs about 2·log2(g) extra fits.
+    round halves the bracket, so a grid gap of g costs about 2·log2(g) extra fits. ``prefetch``
+    is given the k each step needs at once (the grid, a round's probes) before ``bic`` is asked.
     """
     grid = _grid(k_max)
+    if prefetch is not None:
+        prefetch(grid)
     i = min(range(len(grid)), key=lambda j: (bic(grid[j]), grid[j]))
     lo, best, hi = grid[max(i - 1, 0)], grid[i], grid[min(i + 1, len(grid) - 1)]
     inf = float("inf")
@@ -134,6 +183,8 @@ def _coarse_to_fine(bic: Callable[[int], float], k_max: int) -> None:
         has_left, has_right = lo < left < best, best < right < hi
         if not (has_left or has_right):
             return
+        if prefetch is not None:
+            prefetch([k for k, has in ((left, has_left), (right, has_right)) if has])
         f_left = bic(left) if has_left else inf
         f_right = bic(right) if has_right else inf
         f_best = bic(best)

@@ -10,6 +10,7 @@ numbers (cluster ids follow the order of the global clusters, not the order fits
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -96,8 +97,24 @@ class FitSteps:
             )
         return reducer, Y
 
-    def select_gmm(self, Y: NDArray[np.float32], k_min: int = 1) -> GaussianMixture:
-        """Return the GMM of at least ``k_min`` components that BIC prefers on the rows of Y."""
+    def select_gmm(
+        self, Y: NDArray[np.float32], k_min: int = 1, pool: WorkerPool | None = None
+    ) -> GaussianMixture:
+        """Return the GMM of at least ``k_min`` components that BIC prefers on the rows of Y;
+        with ``pool`` (the global step), the search's fits are made on its workers."""
+        mapper = None
+        if pool is not None:
+            p = pool
+
+            def mapper(fn: Callable[[Any], Any], tasks: list[Any]) -> list[Any]:
+                return p.map(
+                    fn,
+                    tasks,
+                    count=len(tasks),
+                    rows=len(Y),  # a sample: processes only if started already
+                    what=lambda i: f"BIC fit {i + 1} of {len(tasks)} on {len(Y)} points",
+                )
+
         return select_gmm_by_bic(
             Y,
             bic_k_max(len(Y), self.max_clusters),
@@ -105,6 +122,7 @@ class FitSteps:
             max_iter=self.max_iter,
             exhaustive=self.exhaustive_bic,
             k_min=k_min,
+            mapper=mapper,
         )
 
     def fit_group(self, X: NDArray[np.float32], seed: int | None) -> LocalFit | None:

@@ -324,7 +324,7 @@ class TreeClusterer:
         steps = self._steps()
         fit_idx = steps.sample(len(X), rng)
         self.global_umap_, Y = steps.reduce(X, fit_idx, math.isqrt(len(fit_idx)), "global", pool)
-        self.global_gmm_ = steps.select_gmm(Y[fit_idx])
+        self.global_gmm_ = steps.select_gmm(Y[fit_idx], pool=pool)  # its fits on the workers
         component = predict_blocks(self.global_gmm_, Y)  # not (n, k) log-probabilities at once
         if self.max_group is not None:
             self.global_gmm_, component = bound_groups(

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ingestor.cluster import parallel
+from ingestor.cluster import bic_search, parallel
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline, collect, context, overlap
 from ingestor.summarize import extractive
@@ -123,3 +123,29 @@ def test_a_build_on_two_workers_is_the_serial_build_node_for_node(
     assert len(layers) >= 3, layers  # leaves and two summary layers at least
     assert count == sum(layers.values())
     assert built == serial
+
+
+def test_the_global_steps_bic_fits_run_on_the_workers_and_choose_the_same_mixture() -> None:
+    """The coarse grid and each round's probes go to the workers at once (largest k first); the
+    fits, their BIC values and the chosen mixture are those of the search in this process."""
+    rng = np.random.default_rng(7)
+    centres = rng.normal(size=(6, 4)) * 6
+    Y = np.concatenate([c + rng.normal(size=(60, 4)) for c in centres])
+    here = bic_search._BicSearch(Y, random_state=0, max_iter=100)
+    bic_search._coarse_to_fine(here.bic, 40)
+    batches: list[list[int]] = []
+    with parallel.worker_pool(2) as pool:
+
+        def mapper(fn: Any, tasks: list[Any]) -> list[Any]:
+            batches.append([k for _, k, _, _ in tasks])
+            return pool.map(fn, tasks, count=len(tasks), rows=10**6, what=str)
+
+        there = bic_search._BicSearch(Y, random_state=0, max_iter=100, mapper=mapper)
+        bic_search._coarse_to_fine(there.bic, 40, prefetch=there.prefetch)
+        assert pool.started
+    assert batches[0] == sorted(bic_search._grid(40), reverse=True)
+    assert there.fits.keys() == here.fits.keys()
+    assert {k: b for k, (b, _) in there.fits.items()} == {k: b for k, (b, _) in here.fits.items()}
+    a, b = here.best(), there.best()
+    assert a.n_components == b.n_components
+    assert np.array_equal(a.means_, b.means_)
