@@ -97,6 +97,7 @@ class Comparison:
     n_questions: int
     ari_reference: float | None = None  # a rebuild against a rebuild with another seed
     origin: str = ""  # where the largest cluster stands against its group's fit
+    rebuild_tokens: int = 0  # the rebuild's summary tokens (as a repair is charged: tree.repair)
 
 
 def compare_with_rebuild(
@@ -120,7 +121,7 @@ def compare_with_rebuild(
         state_dir, ctx.embedder, summarizer, chunk_tokens=chunk_tokens, n_epochs=epochs
     )
     try:
-        full.build(root)
+        built = full.build(root).stats
         qs = present_questions(corpus, root, questions, rng)
         cmp = compare_trees(
             (p.require_state(), ctx.store),
@@ -129,6 +130,7 @@ def compare_with_rebuild(
             TREE,
             qs,
         )
+        cmp.rebuild_tokens = max(built.summary_tokens, built.summary_input_tokens)
         if reference_seed is not None:
             other = make_pipeline(
                 state_dir / "reference",

@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ingestor.cluster.gmm import GaussianParams, gaussian_parameters, params_of, to_sklearn
 from ingestor.cluster.group_refit import GroupFit, fresh_clusterer, group_fit
@@ -35,7 +38,7 @@ from ingestor.cluster.layer_state import LayerDelta, LayerState, Vectors
 from ingestor.cluster.online_gmm import match_ids
 from ingestor.cluster.two_step import LocalModel
 
-__all__ = ["neighbours", "refit_region"]
+__all__ = ["RegionFit", "fit_region", "install_region", "neighbours", "refit_region"]
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +67,30 @@ def neighbours(al: LayerState, g: int, max_points: int, sizes: Sequence[int]) ->
     return out
 
 
-def refit_region(
-    al: LayerState, groups: Sequence[int], vectors: Vectors, delta: LayerDelta
-) -> list[int]:
-    """Fit the members of ``groups`` afresh with the layer's clusterer's two steps and make the
-    parts found the region's groups (see the module). Return the groups the region now has.
+@dataclass
+class RegionFit:
+    """A region's fresh fit, not installed yet (:func:`fit_region`): the region's groups, its
+    nodes (sorted) and their vectors, the fit, its clusters (``flat``, in the fit's order) and the
+    old id each takes (-1: a new cluster), the old clusters and each group's point ids."""
+
+    groups: list[int]
+    nodes: list[str]
+    X: NDArray[np.float32]
+    sub: Any
+    flat: list[frozenset[str]]
+    ids: list[int]
+    old: dict[int, frozenset[str]]
+    pids: dict[int, list[int]]
+
+    def changed(self) -> list[frozenset[str]]:
+        """The members of each cluster the fit changes or makes (its summary is regenerated);
+        a cluster that keeps an old one's id and members keeps its summary."""
+        return [m for m, i in zip(self.flat, self.ids, strict=True) if i < 0 or self.old[i] != m]
+
+
+def fit_region(al: LayerState, groups: Sequence[int], vectors: Vectors) -> RegionFit:
+    """Fit the members of ``groups`` afresh with the layer's clusterer's two steps; the layer is
+    not changed (:func:`install_region` makes the fit the region's groups).
 
     Raises:
         ValueError: the layer has no global model (it is one group) or ``groups`` is empty.
@@ -82,34 +104,45 @@ def refit_region(
     upkeep = GroupUpkeep(al)
     nodes: list[str] = []
     old: dict[int, frozenset[str]] = {}
+    pids: dict[int, list[int]] = {}
     for g in groups:
-        members, pids, clusters = upkeep.members_of(g)
+        members, pids[g], clusters = upkeep.members_of(g)
         nodes.extend(members)
         old.update(clusters)
-        if al.gmms[g] is not None:
-            for p in pids:
-                del al.node_at[(g, p)]
     nodes.sort()
     X = vectors(nodes)
     sub = fresh_clusterer(c).fit(X)
+    flat = [
+        frozenset(nodes[r] for r in sub.clusters_[cid]) for cols in _columns(sub) for cid in cols
+    ]
+    return RegionFit(list(groups), nodes, X, sub, flat, match_ids(flat, old), old, pids)
+
+
+def install_region(al: LayerState, fit: RegionFit, delta: LayerDelta) -> list[int]:
+    """Make a region's fit its groups (see the module); return the groups the region now has."""
+    c, sub, groups, nodes = al.clusterer, fit.sub, fit.groups, fit.nodes
+    upkeep = GroupUpkeep(al)
+    for g in groups:
+        if al.gmms[g] is not None:
+            for p in fit.pids[g]:
+                del al.node_at[(g, p)]
     parts = [[nodes[r] for r in np.asarray(local.members).tolist()] for local in sub.local_models_]
     columns = _columns(sub)
-    flat = [frozenset(nodes[r] for r in sub.clusters_[cid]) for cols in columns for cid in cols]
-    ids = iter(match_ids(flat, old))
+    ids = iter(fit.ids)
     slots = list(groups) + list(range(len(al.gmms), len(al.gmms) + len(parts) - len(groups)))
     made: dict[int, frozenset[str]] = {}
     for j, (local, members) in enumerate(zip(sub.local_models_, parts, strict=True)):
         cids = [next(ids) for _ in columns[j]]
-        fit = _fit_of(sub, al, local, members, columns[j], cids)
-        upkeep.install(slots[j], fit, members, list(range(len(members))), placed=False)
-        made.update(fit.clusters)
+        group = _fit_of(sub, al, local, members, columns[j], cids)
+        upkeep.install(slots[j], group, members, list(range(len(members))), placed=False)
+        made.update(group.clusters)
     for g in list(groups)[len(parts) :]:  # the region found fewer groups: these stay empty
         cid = al.ids.take()
         al.gmms[g] = None
         c.local_models_[g] = LocalModel(np.zeros(0, dtype=np.intp), None, None, None, (cid,))
         al.guarded[g] = (cid, set())
-    _route(al, list(groups), parts, X, nodes)
-    delta.refitted(old, made, split=False)
+    _route(al, list(groups), parts, fit.X, nodes)
+    delta.refitted(fit.old, made, split=False)
     log.info(
         "layer %d: %d nodes of global clusters %s re-clustered: %d groups, %d clusters (%d before)",
         al.layer,
@@ -117,9 +150,16 @@ def refit_region(
         list(groups),
         len(parts),
         len(made),
-        len(old),
+        len(fit.old),
     )
     return slots[: len(parts)]
+
+
+def refit_region(
+    al: LayerState, groups: Sequence[int], vectors: Vectors, delta: LayerDelta
+) -> list[int]:
+    """:func:`fit_region` then :func:`install_region`."""
+    return install_region(al, fit_region(al, groups, vectors), delta)
 
 
 def _columns(sub: object) -> list[list[int]]:

@@ -102,8 +102,10 @@ def note_changes(state: TreeState, added: Counter[int], removed: Counter[int]) -
     al = state.layers[0]
     before = len(rec["size"])
     _grow(rec, len(al.gmms))
+    waits = rec.get("waits", {})  # a region that waited for the budget is estimated again
     for g, n in (added + removed).items():
         rec["changed"][g] += n
+        waits.pop(str(g), None)
     for g in {*added, *removed, *range(before, len(al.gmms))}:
         gmm = al.gmms[g]
         rec["size"][g] = len(al.guarded[g][1]) if gmm is None else int(gmm.n)

@@ -9,11 +9,12 @@ what that moves above (:meth:`~ingestor.tree.adrap.TreeUpdater.regenerate`, adRA
 Everything happens on the in-memory state: the caller commits it as one update (the journalled
 commit: a kill before the commit leaves the old subtree, after it the new one).
 
-The budget: a repair is started only when its estimate fits in what is left of the hour's
+The budget: a repair is installed only when its estimate fits in what is left of the hour's
 ``tokens_per_hour`` (spent over the last hour, from the ledger kept in the state, so a restart
-does not refill it). The estimate is twice the region's leaf tokens: every layer-1 summary over
-them paid again, and as much again for the summaries above and the text written; a repair that
-spent more than its estimate (logged) is charged what it spent. Charged: the tokens the summariser
+does not refill it). The region is fitted first, the layer untouched, so the estimate counts only
+the clusters that change: twice the prompts of their layer-1 summaries (the prompt and the text
+written) and the prompts of the summaries above them; a repair that spent more than its estimate
+(logged) is charged what it spent. Charged: the tokens the summariser
 reports (prompt + completion), or the children's tokens of the summaries paid when it reports none.
 """
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingestor.cluster.layer_state import LayerDelta
-from ingestor.cluster.region_refit import neighbours, refit_region
+from ingestor.cluster.region_refit import RegionFit, fit_region, install_region, neighbours
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.drift import drift_record, group_drifts, reset_groups
@@ -124,13 +125,40 @@ def plan(state: TreeState, params: RepairParams) -> list[list[int]]:
     return out
 
 
-def estimate(state: TreeState, region: list[int]) -> tuple[int, int]:
-    """The region's leaves and its token estimate (twice the leaves' tokens)."""
-    upkeep = state.layers[0].groups
-    leaves = [n for g in region for n in upkeep.members_of(g)[0]]
-    state.nodes.prefetch(leaves)
-    tokens = sum(node.n_tokens for n in leaves if (node := state.nodes.peek(n)) is not None)
-    return len(leaves), 2 * tokens
+def estimate(state: TreeState, fit: RegionFit, limit: int) -> int:
+    """A region fit's token estimate: twice the prompts of the layer-1 summaries it changes (each
+    its members' tokens, at most the summariser's ``limit``: the prompt and the text written),
+    plus the prompt of every ancestor of the summaries it changes or drops (each its children's
+    tokens), counted once."""
+    changed = fit.changed()
+    state.nodes.prefetch({n for m in changed for n in m})
+    tokens = {
+        n: node.n_tokens for m in changed for n in m if (node := state.nodes.peek(n)) is not None
+    }
+    first = sum(min(limit, sum(tokens.get(n, 0) for n in m)) for m in changed)
+    kept = {i for i, m in zip(fit.ids, fit.flat, strict=True) if i >= 0 and fit.old[i] == m}
+    al = state.layers[0]
+    olds = [n for cid in fit.old if cid not in kept for n in al.cluster_nodes.get(cid, [])]
+    return 2 * first + _ancestors(state, olds, limit)
+
+
+def _ancestors(state: TreeState, starts: list[str], limit: int) -> int:
+    """The prompts of the ancestors of ``starts`` (each at most ``limit``), each counted once."""
+    seen: set[str] = set()
+    todo, total = list(starts), 0
+    while todo:
+        state.nodes.prefetch(todo)
+        node = state.nodes.peek(todo.pop())
+        for p in node.parents if node is not None else []:
+            parent = state.nodes.peek(p)
+            if p in seen or parent is None:
+                continue
+            seen.add(p)
+            state.nodes.prefetch(parent.children)
+            kids = [k.n_tokens for c in parent.children if (k := state.nodes.peek(c)) is not None]
+            total += min(limit, sum(kids))
+            todo.append(p)
+    return total
 
 
 def repair_region(
@@ -142,25 +170,40 @@ def repair_region(
     now: float | None = None,
 ) -> Repaired | None:
     """Repair one region when its estimate fits the budget (None: it does not; nothing
-    changed). The state is changed in memory only: the caller commits it."""
+    changed). The state is changed in memory only: the caller commits it.
+
+    The region is fitted first, the layer left as it is, to know which clusters change: only
+    their summaries are paid. A region that did not fit is not fitted again until the budget
+    left reaches what it needed then (``waits`` in the drift record).
+    """
     now = time.time() if now is None else now
-    leaves, cost = estimate(state, region)
-    if cost > budget.left(now):
+    rec = drift_record(state)
+    waits: dict[str, int] = rec.setdefault("waits", {}) if rec is not None else {}
+    key = str(region[0])
+    left = budget.left(now)
+    if left <= 0 or left < waits.get(key, 0):
+        return None
+    al = state.layers[0]
+    fit = fit_region(al, region, state.matrix)
+    cost = estimate(state, fit, builder.summaries.params.max_input_tokens or 1 << 40)
+    if cost > left:
+        waits[key] = cost
         log.info(
             "repair of global clusters %s (%d leaves) waits: estimated %d tokens, %d left of "
             "ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR %d",
             region,
-            leaves,
+            len(fit.nodes),
             cost,
-            budget.left(now),
+            left,
             budget.per_hour,
         )
         return None
+    waits.pop(key, None)
     delta = LayerDelta()
-    now_groups = refit_region(state.layers[0], region, state.matrix, delta)
+    now_groups = install_region(al, fit, delta)
     reset_groups(state, sorted(set(region) | set(now_groups)))
     stats = TreeUpdater(builder).regenerate(state, {0: delta})
-    done = Repaired(list(region), now_groups, leaves, cost, stats)
+    done = Repaired(list(region), now_groups, len(fit.nodes), cost, stats)
     if done.tokens > cost:
         log.warning(
             "repair of global clusters %s spent %d tokens, past its estimate %d",

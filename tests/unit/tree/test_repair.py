@@ -136,3 +136,29 @@ def test_a_repair_that_fails_before_its_commit_leaves_the_old_subtree(
     assert run.done, "the repair runs again from the committed tree"
     check_invariants(again)
     again.context.store.close()
+
+
+def test_status_and_metrics_show_the_drift_per_subtree(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+
+    from ingestor.service.metrics import Metrics
+
+    p, _ = drifted(tmp_path)
+    state = p.require_state()
+    m = Metrics("t")
+    m.repair_drift = 0.2
+    assert m.status(0)["drift"]["subtrees"] == 0, "nothing known before the first snapshot"
+    m.snapshot(state)
+    shown = m.status(0)["drift"]
+    assert shown == drift_summary(state, 0.2)
+    assert shown["due"] >= 1
+    text = generate_latest(m.registry(lambda: 0, dict)).decode()
+    assert f'adrap_subtree_drift_max{{tree="t"}} {shown["max"]}' in text
+    assert f'adrap_subtrees_drifted{{tree="t"}} {float(shown["due"])}' in text
+    run_repairs(p.context, state, ANY, now=5.0)
+    m.snapshot(state)
+    text = generate_latest(m.registry(lambda: 0, dict)).decode()
+    assert 'adrap_subtrees_drifted{tree="t"} 0.0' in text
+    assert f'adrap_repairs_total{{tree="t"}} {float(m.drift["repairs"])}' in text
+    assert m.drift["repairs"] >= 1
+    p.context.store.close()

@@ -19,6 +19,9 @@ export function statusFacts(u) {
   add("deletions paused", u.deletions_paused);
   add("awaiting confirmation", u.awaiting_confirmation);
   for (const [k, v] of Object.entries(u.state || {})) add(k.replaceAll("_", " "), v);
+  const d = u.drift; // per subtree (docs/operations.md, Drift): the largest, how many due, repairs
+  if (d) add("drift", "max " + d.max + ", " + d.due + " of " + d.subtrees + " subtrees past " +
+    d.threshold + "; " + d.repairs + " repairs, " + d.repair_tokens + " tokens");
   return facts;
 }
 

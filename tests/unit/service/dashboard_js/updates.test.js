@@ -10,6 +10,11 @@ test("updates: statusFacts lists what the document has, ready as text", () => {
   eq(statusFacts({}), []);
 });
 
+test("updates: statusFacts shows the drift per subtree and the repairs", () => {
+  const drift = { max: 0.8, due: 2, subtrees: 9, threshold: 0.5, repairs: 3, repair_tokens: 1200 };
+  eq(statusFacts({ drift }), [["drift", "max 0.8, 2 of 9 subtrees past 0.5; 3 repairs, 1200 tokens"]]);
+});
+
 test("updates: unreadList lists the files of a kind and how many more the daemon holds", () => {
   const u = { unread: { stale: 5, stale_files: [{ source: "a.pdf", since: 10, reason: "locked" }] } };
   eq(unreadList(u, "stale"), {
