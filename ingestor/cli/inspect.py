@@ -84,6 +84,8 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             click.echo(json.dumps(out, indent=2))
             return
         listed = out.pop("unread")
+        if "drift" in out:  # one line: the most drifted subtrees are in --json
+            out["drift"] = {k: v for k, v in out["drift"].items() if k != "most"}
         for k, v in out.items():
             click.echo(f"{k:<28} {_shown(v)}")
         _echo_unread(listed)
