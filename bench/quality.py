@@ -1,27 +1,31 @@
 """Retrieval quality on real data, the numbers later work is compared against.
 
-SQuAD (24 articles, 4,961 questions): does the context (2,000 tokens) contain a gold answer string?
-HotpotQA (50 multi-hop items, paragraphs of all items in one tree): rate at which both gold
-paragraphs are represented in the context (a node whose sources include the paragraph's file; for
-postQFRAP a context part with a span in that file), the stricter rate where both appear as leaves
-(postQFRAP: exact spans, which come from leaves); plus answer-string recall.
+Sets (each its own tree): SQuAD (24 articles, 4,961 questions; a gold answer string in the
+context); HotpotQA (50 multi-hop items, the paragraphs of all items in one tree: the answer
+string, both gold paragraphs represented (a context piece whose sources include the paragraph's
+file), and *evidence*: every supporting sentence in the context's text, with where each sat:
+a summary's text only, a leaf's only, or both); the QuALITY story (5 thematic "why" questions over
+one long story: the share of the gold option's words the context holds). Scores are string
+matches, never an LLM judge.
 
-Modes at the same budget: collapsed tree, tree traversal, leaves only (flat RAG), and postQFRAP
-(Algorithm 3; k0 = 20 retrieved by leaves or by the collapsed tree; the offline query-focused
-extractive summariser). Per mode: tokens of the context (what a reader reads), tokens retrieved
-(postQFRAP reads k0 nodes to write its context) and ms per query.
+Modes at the same budgets (``--max-tokens 2000,1000,500``): collapsed tree (the default, which
+leaves out summaries that repeat their own children), the papers' collapsed fill, tree traversal,
+leaves only (flat RAG), and postQFRAP (Algorithm 3; k0 = 20 retrieved by leaves or by the
+collapsed tree; the offline query-focused extractive summariser). Per mode: the summaries' share
+of the context's tokens, tokens of the context (what a reader reads), tokens retrieved (postQFRAP
+reads k0 nodes to write its context) and ms per query.
 
-Each retrieval mode runs dense (the question's dense vector alone) and hybrid (``+bm25``: one
-Query API request, a dense and a BM25 prefetch fused; ``--fusions`` lists the fusions tried on
-the collapsed tree, e.g. ``dbsf,rrf:60,rrf:2,rrf:60:1.0:0.5``, the first being the one the other
-hybrid modes use).
+Each retrieval mode runs dense and hybrid (``+bm25``: one Query API request, a dense and a BM25
+prefetch fused; ``--fusions`` lists the fusions tried on the collapsed tree, e.g.
+``dbsf,rrf:60,rrf:2,rrf:60:1.0:0.5``, the first being the one the other hybrid modes use).
 
-``--llm N``: postQFRAP(leaves) with the local SmolLM2-135M server (xllamacpp, as in the integration
-tests) on N HotpotQA questions: seconds, summariser calls and tokens per query. A 135M model's
-summaries are not meaningful for quality; this measures cost only.
+``--llm-summaries``: every tree summarised by the local SmolLM2-135M server (xllamacpp, as in the
+integration tests) instead of the offline extractive summariser. ``--llm N``: postQFRAP(leaves)
+with that server on N HotpotQA questions: seconds, calls and tokens per query (cost only).
 
-    python bench/quality.py [--articles N] [--max-tokens 2000] [--questions N] [--llm N]
-        [--fusions rrf:60,dbsf] [--no-postqfrap] [--hotpot-questions N]
+    python bench/quality.py [--articles N] [--max-tokens 2000,1000,500] [--questions N]
+        [--llm N] [--llm-summaries] [--fusions rrf:60,dbsf] [--no-postqfrap]
+        [--hotpot-questions N] [--skip-squad] [--skip-hotpot] [--skip-quality]
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +61,7 @@ from datasets import (
 from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0
 from ingestor.answer.provenance import SpanResolver
 from ingestor.cli.factories import make_embedder, make_pipeline
-from ingestor.config import Settings
+from ingestor.config import Settings, SummarySettings
 from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, SearchFilter, collapsed_tree, tree_traversal
@@ -146,15 +151,20 @@ def evaluate(
     only_llm: bool = False,
     fusions: tuple[Fusion, ...] = (Fusion(),),
     with_postqfrap: bool = True,
+    summary: dict[str, Any] | None = None,
 ) -> None:
-    settings = Settings(_env_file=None, state_dir=tmp / f"state-{name}")  # type: ignore[call-arg]
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        state_dir=tmp / f"state-{name}",
+        summary=SummarySettings.model_validate(summary or {}),
+    )
     embedder = make_embedder(settings)
     store = EdgeNodeStore(settings.state_dir / "qdrant")
     t0 = time.perf_counter()
     report = make_pipeline(settings, store, embedder).build(corpus)
     print(
         f"[{name}] built {report.leaves} leaves, layers {report.layers} "
-        f"in {time.perf_counter() - t0:.0f}s"
+        f"in {time.perf_counter() - t0:.0f}s, summaries by {settings.summary.backend}"
     )
     qvecs = embedder.embed_documents([q.text for q in questions])
     flt = SearchFilter(tree=settings.tree)
@@ -335,6 +345,9 @@ def main() -> None:
     ap.add_argument("--skip-squad", action="store_true")
     ap.add_argument("--skip-hotpot", action="store_true")
     ap.add_argument("--skip-quality", action="store_true", help="skip the QuALITY story")
+    ap.add_argument(
+        "--llm-summaries", action="store_true", help="trees summarised by the local SmolLM2"
+    )
     ap.add_argument("--llm", type=int, default=0, help="HotpotQA questions with the local LLM")
     ap.add_argument("--only-llm", action="store_true", help="HotpotQA: skip the offline modes")
     ap.add_argument("--fusions", default="dbsf", help="hybrid fusions tried (first: the others')")
@@ -345,18 +358,32 @@ def main() -> None:
     budgets = tuple(int(b) for b in args.max_tokens.split(","))
     extra: dict[str, Any] = {"fusions": fusions, "with_postqfrap": not args.no_postqfrap}
     logging.basicConfig(level=logging.WARNING)
-    with tempfile.TemporaryDirectory() as tmp_s:
+    with tempfile.TemporaryDirectory() as tmp_s, ExitStack() as stack:
         tmp = Path(tmp_s)
+        if args.llm_summaries:  # every tree's summaries by SmolLM2 on a local llama.cpp server
+            from testkit.servers import running_llm_server
+
+            server = stack.enter_context(running_llm_server(n_ctx=8192, parallel=2))
+            extra["summary"] = {
+                "backend": "openai",
+                "openai": {
+                    "base_url": server.base_url,
+                    "model": server.model,
+                    "api_key": "none",
+                    "concurrency": 2,
+                    "timeout": 600,
+                },
+            }
         if not args.skip_squad:
             _, qs = squad_folder(tmp / "squad", squad_titles()[: args.articles])
             evaluate("squad", tmp / "squad", sample(qs, args.questions), tmp, budgets, 0, **extra)
+        if not args.skip_quality:
+            _, qq = quality_folder(tmp / "quality")
+            evaluate("quality", tmp / "quality", qq, tmp, budgets, 0, **extra)
         if not args.skip_hotpot:
             _, hq = hotpot_folder(tmp / "hotpot")
             hq = sample(hq, args.hotpot_questions)
             evaluate("hotpotqa", tmp / "hotpot", hq, tmp, budgets, args.llm, args.only_llm, **extra)
-        if not args.skip_quality:
-            _, qq = quality_folder(tmp / "quality")
-            evaluate("quality", tmp / "quality", qq, tmp, budgets, 0, **extra)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

@@ -47,7 +47,7 @@ def run(params: dict[str, str], defaults: QueryDefaults | None = None) -> list[s
 
 
 def test_collapsed_and_postqfrap_bases_search_hybrid_and_traversal_dense() -> None:
-    assert run({}) == ["who is zx4711"]
+    assert set(run({})) == {"who is zx4711"}
     assert set(run({"mode": "postqfrap", "base": "leaves"})) == {"who is zx4711"}
     assert set(run({"mode": "postqfrap", "base": "collapsed"})) == {"who is zx4711"}
     assert set(run({"mode": "traversal"})) == {None}
@@ -55,8 +55,8 @@ def test_collapsed_and_postqfrap_bases_search_hybrid_and_traversal_dense() -> No
 
 
 def test_hybrid_false_or_the_setting_searches_dense_only() -> None:
-    assert run({"hybrid": "false"}) == [None]
-    assert run({}, QueryDefaults(hybrid=False)) == [None]
-    assert run({"hybrid": "true"}, QueryDefaults(hybrid=False)) == ["who is zx4711"]
+    assert set(run({"hybrid": "false"})) == {None}
+    assert set(run({}, QueryDefaults(hybrid=False))) == {None}
+    assert set(run({"hybrid": "true"}, QueryDefaults(hybrid=False))) == {"who is zx4711"}
     with pytest.raises(ValueError, match="hybrid must be true or false"):
         parse_request({"q": "x", "hybrid": "maybe"}, tree="t1", defaults=QueryDefaults())
