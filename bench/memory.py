@@ -7,7 +7,8 @@ embeddings (the same vector size as the default model, without its ~20 chunks/s)
 summaries, the embedded qdrant-edge store. Printed per size: leaves, build seconds, RSS before the
 build (imports), peak RSS, RSS after the build (what a watcher holds while idle; ``--one`` also
 prints its heap and mapped-file parts), the state dir on disk, the build's seconds per stage
-(which part is still serial), and the peaks of the build process with its workers
+(which part is still serial), the builder's own CPU per stage group, a 16-core projection from
+those (with several ``--workers``), and the peaks of the build process with its workers
 (``--workers``: the processes it reads, clusters and summarises on; 1, the default, starts
 none; several counts compare each build's wall, and each stage's, with the first count's and
 with this machine's floor for that many processes), sampled every 20 ms from this process
@@ -114,6 +115,7 @@ def one(size: int, workers: int = 1) -> dict[str, Any]:
         "rss_after_file": after_file,
         "disk": disk,
         "stages": report.stats.seconds,
+        "builder_cpu": report.cpu,
     }
 
 
@@ -200,9 +202,12 @@ def main() -> None:
                 f"{'':8} {workers} worker(s): {r['cpu']:.1f} s of CPU, {r['cpu'] / r['seconds']:.2f} "
                 f"cores used on average; stages, s: {stages}"
             )
+            own = ", ".join(f"{k} {v:.1f}" for k, v in r["builder_cpu"].items())
+            print(f"{'':8} the builder's own CPU per stage group, s: {own}")
             if first is None:
                 first = r
                 continue
+            print(f"{'':8} {projection(first, r, cores=16)}")
             ratio = r["seconds"] / first["seconds"]
             per_stage = ", ".join(
                 f"{k} {v / first['stages'][k]:.2f}x"
@@ -213,6 +218,32 @@ def main() -> None:
                 f"{'':8} wall {ratio:.2f}x the {args.workers[0]}-worker build's (this machine's "
                 f"floor {floors.get(workers, 1.0):.2f}x; target 0.55x); per stage: {per_stage}"
             )
+
+
+def projection(one: dict[str, Any], many: dict[str, Any], cores: int) -> str:
+    """The build's wall on ``cores`` cores, projected from per-stage CPU: each stage group's
+    work is the builder's CPU with one worker (it does all of it then); its serial part, the
+    builder's CPU with several workers (what the workers did not take); the rest shares out
+    over the cores. The index runs on the engine's threads: kept at its CPU seconds (as if on
+    one core; a loaded machine's wall would count others' work). Upper bound
+    ``serial + rest / cores`` (stages one after another), lower ``max(serial, work / cores)``
+    (each stage's builder and workers fully overlapped)."""
+    upper = lower = 0.0
+    parts = []
+    for stage, work in one["builder_cpu"].items():
+        if stage == "index":
+            upper += work
+            lower += work
+            continue
+        serial = min(work, many["builder_cpu"].get(stage, work))
+        upper += serial + (work - serial) / cores
+        lower += max(serial, work / cores)
+        parts.append(f"{stage} {serial:.1f} of {work:.1f}")
+    return (
+        f"{cores} cores, projected from per-stage CPU: {lower:.1f}-{upper:.1f} s "
+        f"({one['seconds'] / upper:.1f}-{one['seconds'] / max(lower, 1e-9):.1f}x the 1-worker "
+        f"wall); serial s of each stage group's CPU s: {', '.join(parts)}, index one core"
+    )
 
 
 def _spin(n: int) -> int:
