@@ -22,10 +22,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ingestor.cluster.adaptive import AdaptiveLayer
 from ingestor.tree.state import TreeState
+
+if TYPE_CHECKING:  # adrap status reads the record without sklearn (cluster imports it)
+    from ingestor.cluster.adaptive import AdaptiveLayer
 
 __all__ = [
     "DRIFT_PARAM",
