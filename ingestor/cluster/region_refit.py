@@ -4,9 +4,12 @@ adRAP keeps a layer's global clustering ("groups": the global UMAP + GMM) as bui
 group's local model when its members changed enough (:mod:`ingestor.cluster.group_refit`). Points
 placed for months through a global UMAP fitted on other points end up in groups a rebuild would
 not give them, and that is what a local refit cannot mend: it only re-cuts one group's members.
-:func:`refit_region` runs the build's two steps (``TreeClusterer.fit``: a global UMAP + GMM by BIC,
-then a local UMAP + GMM in each part) on the members of several neighbouring groups at once, and
-the parts it finds replace those groups:
+:func:`refit_region` re-runs both steps on the members of several neighbouring groups at once: the
+global cut again, in the layer's own global UMAP space (k-means into as many parts as the build's
+mean group size gives the region: a fresh global BIC on a few hundred points cut them into groups
+of a handful, most too small for a local model, and repeated repairs fragmented the layer), then
+the build's local step (``TreeClusterer.fit_local``: a local UMAP + GMM by BIC) in each part; the
+parts replace those groups:
 
 * in the layer's global mixture, each part is the M-step of its members in the layer's global UMAP
   space (as :func:`~ingestor.cluster.global_split.split_component` makes the halves of a cut
@@ -26,7 +29,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -34,6 +36,7 @@ from numpy.typing import NDArray
 from ingestor.cluster.gmm import GaussianParams, gaussian_parameters, params_of, to_sklearn
 from ingestor.cluster.group_refit import GroupFit, fresh_clusterer, group_fit
 from ingestor.cluster.group_upkeep import GroupUpkeep
+from ingestor.cluster.kmeans import kmeans_labels
 from ingestor.cluster.layer_state import LayerDelta, LayerState, Vectors
 from ingestor.cluster.online_gmm import match_ids
 from ingestor.cluster.two_step import LocalModel
@@ -70,13 +73,18 @@ def neighbours(al: LayerState, g: int, max_points: int, sizes: Sequence[int]) ->
 @dataclass
 class RegionFit:
     """A region's fresh fit, not installed yet (:func:`fit_region`): the region's groups, its
-    nodes (sorted) and their vectors, the fit, its clusters (``flat``, in the fit's order) and the
-    old id each takes (-1: a new cluster), the old clusters and each group's point ids."""
+    nodes (sorted), their vectors and global UMAP points, the parts (rows of ``nodes``), each
+    part's local model and clusters (rows of the part), every cluster's members (``flat``, in
+    part order) and the old id it takes (-1: a new cluster), the old clusters and each group's
+    point ids."""
 
     groups: list[int]
     nodes: list[str]
     X: NDArray[np.float32]
-    sub: Any
+    Y: NDArray[np.float64]
+    parts: list[NDArray[np.intp]]
+    locals: list[LocalModel]
+    clusters: list[list[tuple[int, ...]]]
     flat: list[frozenset[str]]
     ids: list[int]
     old: dict[int, frozenset[str]]
@@ -89,8 +97,8 @@ class RegionFit:
 
 
 def fit_region(al: LayerState, groups: Sequence[int], vectors: Vectors) -> RegionFit:
-    """Fit the members of ``groups`` afresh with the layer's clusterer's two steps; the layer is
-    not changed (:func:`install_region` makes the fit the region's groups).
+    """Fit the members of ``groups`` afresh (see the module); the layer is not changed
+    (:func:`install_region` makes the fit the region's groups).
 
     Raises:
         ValueError: the layer has no global model (it is one group) or ``groups`` is empty.
@@ -111,29 +119,50 @@ def fit_region(al: LayerState, groups: Sequence[int], vectors: Vectors) -> Regio
         old.update(clusters)
     nodes.sort()
     X = vectors(nodes)
-    sub = fresh_clusterer(c).fit(X)
-    flat = [
-        frozenset(nodes[r] for r in sub.clusters_[cid]) for cols in _columns(sub) for cid in cols
-    ]
-    return RegionFit(list(groups), nodes, X, sub, flat, match_ids(flat, old), old, pids)
+    Y = np.asarray(c.transform_global(X), dtype=np.float64)
+    m = len(nodes)
+    size = c.build_group_size() or m
+    k = max(1, min(m, round(m / size)))
+    labels = np.zeros(m, dtype=np.intp)
+    if k > 1:  # cut in a UMAP of the region's own points: the layer's was fitted on others
+        _, fresh = fresh_clusterer(c).reduce_local(X)
+        labels = kmeans_labels(np.asarray(fresh, dtype=np.float64), k, random_state=c.random_state)
+    parts = [rows for j in range(k) if len(rows := np.flatnonzero(labels == j))]
+    locals_: list[LocalModel] = []
+    found_of: list[list[tuple[int, ...]]] = []
+    flat: list[frozenset[str]] = []
+    for rows in parts:
+        if len(rows) <= c.n_components + 1:  # the build's guard: one cluster
+            local = LocalModel(np.arange(len(rows)), None, None, None, (0,))
+            found: list[tuple[int, ...]] = [tuple(range(len(rows)))]
+        else:
+            sub = fresh_clusterer(c)
+            local, found = sub.fit_local(X[rows]), list(sub.clusters_)
+        locals_.append(local)
+        found_of.append(found)
+        for cid in _columns(local):
+            flat.append(frozenset(nodes[rows[r]] for r in found[cid]))
+    ids = match_ids(flat, old)
+    return RegionFit(list(groups), nodes, X, Y, parts, locals_, found_of, flat, ids, old, pids)
 
 
 def install_region(al: LayerState, fit: RegionFit, delta: LayerDelta) -> list[int]:
     """Make a region's fit its groups (see the module); return the groups the region now has."""
-    c, sub, groups, nodes = al.clusterer, fit.sub, fit.groups, fit.nodes
+    c, groups, nodes = al.clusterer, fit.groups, fit.nodes
     upkeep = GroupUpkeep(al)
     for g in groups:
         if al.gmms[g] is not None:
             for p in fit.pids[g]:
                 del al.node_at[(g, p)]
-    parts = [[nodes[r] for r in np.asarray(local.members).tolist()] for local in sub.local_models_]
-    columns = _columns(sub)
+    parts = [[nodes[r] for r in rows.tolist()] for rows in fit.parts]
     ids = iter(fit.ids)
     slots = list(groups) + list(range(len(al.gmms), len(al.gmms) + len(parts) - len(groups)))
     made: dict[int, frozenset[str]] = {}
-    for j, (local, members) in enumerate(zip(sub.local_models_, parts, strict=True)):
-        cids = [next(ids) for _ in columns[j]]
-        group = _fit_of(sub, al, local, members, columns[j], cids)
+    for j, members in enumerate(parts):
+        local, found = fit.locals[j], fit.clusters[j]
+        columns = _columns(local)
+        cids = [next(ids) for _ in columns]
+        group = _fit_of(al, local, found, members, columns, cids)
         upkeep.install(slots[j], group, members, list(range(len(members))), placed=False)
         made.update(group.clusters)
     for g in list(groups)[len(parts) :]:  # the region found fewer groups: these stay empty
@@ -141,7 +170,7 @@ def install_region(al: LayerState, fit: RegionFit, delta: LayerDelta) -> list[in
         al.gmms[g] = None
         c.local_models_[g] = LocalModel(np.zeros(0, dtype=np.intp), None, None, None, (cid,))
         al.guarded[g] = (cid, set())
-    _route(al, list(groups), parts, fit.X, nodes)
+    _route(al, list(groups), parts, fit.Y, nodes)
     delta.refitted(fit.old, made, split=False)
     log.info(
         "layer %d: %d nodes of global clusters %s re-clustered: %d groups, %d clusters (%d before)",
@@ -162,29 +191,28 @@ def refit_region(
     return install_region(al, fit_region(al, groups, vectors), delta)
 
 
-def _columns(sub: object) -> list[list[int]]:
-    """Per local model of a fresh fit, the fit's cluster ids of its components (non-empty)."""
-    return [[cid for cid in local.cluster_ids if cid >= 0] for local in sub.local_models_]  # type: ignore[attr-defined]
+def _columns(local: LocalModel) -> list[int]:
+    """A local model's cluster ids of its components that hold points."""
+    return [cid for cid in local.cluster_ids if cid >= 0]
 
 
 def _fit_of(
-    sub: object,
     al: LayerState,
     local: LocalModel,
+    found: list[tuple[int, ...]],
     members: list[str],
     columns: list[int],
     cids: list[int],
 ) -> GroupFit:
-    """One part's group model: its local model from the fit, its clusters the fit's."""
+    """One part's group model: its local model, its clusters the local step's."""
     if local.gmm is None:  # guarded: one cluster, as the build leaves a small group
         (cid,) = cids
         cid = cid if cid >= 0 else al.ids.take()
         rows = np.arange(len(members))
         return GroupFit(LocalModel(rows, None, None, None, (cid,)), None, {cid: frozenset(members)})
-    at = {r: i for i, r in enumerate(np.asarray(local.members).tolist())}
     chosen = np.zeros((len(members), len(columns)), dtype=bool)
     for j, fid in enumerate(columns):
-        chosen[[at[r] for r in sub.clusters_[fid]], j] = True  # type: ignore[attr-defined]
+        chosen[list(found[fid]), j] = True
     c = al.clusterer
     return group_fit(
         np.asarray(local.embedding, dtype=np.float64),
@@ -205,13 +233,12 @@ def _route(
     al: LayerState,
     groups: list[int],
     parts: list[list[str]],
-    X: np.ndarray,
+    Y: NDArray[np.float64],
     nodes: list[str],
 ) -> None:
     """Give each part its component of the global mixture (the M-step of its members in the
     global UMAP space), in the region's groups' places first, then appended."""
     c = al.clusterer
-    Y = np.asarray(c.transform_global(X), dtype=np.float64)
     row = {n: i for i, n in enumerate(nodes)}
     resp = np.zeros((len(nodes), len(parts)))
     for j, members in enumerate(parts):
