@@ -16,8 +16,8 @@ Vectors are hashed (384-d bag of words, fast) unless --real-embeddings (all-Mini
 Partial repairs of drifted subtrees (issue 55, ingestor/tree/repair.py) run after every batch, as
 the daemon runs them when idle (one region at a time), each batch counting --batch-seconds on the
 repair budget's clock; the budget per hour spreads --repair-share of the first build's summary
-tokens over the soak's expected length (0: no repair). At the end: the repairs' tokens against a
-full rebuild's (target <= 0.3x), with the ARI and recall above.
+tokens over the soak's expected length, at least an hour (0: no repair). At the end: the
+repairs' tokens against a full rebuild's (target <= 0.3x), with the ARI and recall above.
 
     python bench/soak.py [--ops 5000] [--seed 0] [--real-embeddings] [--summarizer extractive|echo]
                          [--repair-share 0.3] [--repair-drift 0.5] [--repair-max-leaves 2000]
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         hours = args.ops / ((args.max_batch + 1) / 2) * args.batch_seconds / 3600
         repair = RepairParams(
             args.repair_drift,
-            int(args.repair_share * build_tokens / max(hours, 1e-9)),
+            int(args.repair_share * build_tokens / max(hours, 1.0)),  # the soak's total too
             args.repair_max_leaves,
         )
         repairs = Repairs(repair, args.batch_seconds)
