@@ -141,15 +141,7 @@ class QdrantCollection:
         physical = f"{base}_v{max(generations.values(), default=0) + 1}"
         with self.call(f"create collection {physical}"):
             self._create(physical, dim)
-        store = type(self)(
-            self.client,
-            physical,
-            planner=self.planner,
-            hnsw=self.hnsw,
-            shard_number=self.shard_number,
-            replication_factor=self.replication_factor,
-            write_consistency_factor=self.write_consistency_factor,
-        )
+        store = self._sibling(physical)
         store.alias = base
         store.ensure_collection(dim, embed_model)
         return store
@@ -174,15 +166,7 @@ class QdrantCollection:
         Raises:
             SchemaMismatchError: it holds another model's vectors.
         """
-        store = type(self)(
-            self.client,
-            physical,
-            planner=self.planner,
-            hnsw=self.hnsw,
-            shard_number=self.shard_number,
-            replication_factor=self.replication_factor,
-            write_consistency_factor=self.write_consistency_factor,
-        )
+        store = self._sibling(physical)
         store.alias = self.alias or self.collection
         store.ensure_collection(dim, embed_model)
         return store
@@ -267,6 +251,18 @@ class QdrantCollection:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def _sibling(self, physical: str) -> Self:
+        """Return this store's settings over the collection ``physical`` (another generation)."""
+        return type(self)(
+            self.client,
+            physical,
+            planner=self.planner,
+            hnsw=self.hnsw,
+            shard_number=self.shard_number,
+            replication_factor=self.replication_factor,
+            write_consistency_factor=self.write_consistency_factor,
+        )
 
     def _create(self, physical: str, dim: int) -> None:
         self.client.create_collection(
