@@ -154,7 +154,8 @@ def test_read_only_opening_creates_nothing(tmp_path: Path) -> None:
 def test_a_state_of_another_embedding_model_is_refused_with_how_to_change_model(
     built: tuple[Pipeline, Path],
 ) -> None:
-    p, _ = built  # a reader: a writer changes the tree's model (tests/unit/tree/test_model_change.py)
+    # A reader: a writer changes the tree's model (tests/unit/tree/test_model_change.py).
+    p, _ = built
     with pytest.raises(IncompatibleModelError, match=r"hash-48.*any writing command"):
         load_state(p.context.models, "t", HashEmbedder(dim=16))
 
