@@ -130,11 +130,7 @@ class QdrantCollection:
         Write the rebuilt tree into the returned store, then call its :meth:`promote`.
         """
         base = self.alias or self.collection
-        pattern = re.compile(rf"{re.escape(base)}_v(\d+)")
-        with self.call("list collections"):
-            names = [c.name for c in self.client.get_collections().collections]
-            live = self._aliases().get(base)
-        generations = {name: int(m.group(1)) for name in names if (m := pattern.fullmatch(name))}
+        generations, live = self._generations(base)
         stale = sorted(name for name in generations if name != live)
         if stale:
             log.warning("unaliased generations %s (an interrupted rebuild?); drop them", stale)
@@ -150,11 +146,7 @@ class QdrantCollection:
         """Return the newest physical generation ``<name>_v<N>`` that no alias names and that is
         newer than the live one (a model change's, under way), or None."""
         base = self.alias or self.collection
-        pattern = re.compile(rf"{re.escape(base)}_v(\d+)")
-        with self.call("list collections"):
-            names = [c.name for c in self.client.get_collections().collections]
-            live = self._aliases().get(base)
-        generations = {name: int(m.group(1)) for name in names if (m := pattern.fullmatch(name))}
+        generations, live = self._generations(base)
         floor = generations.get(live, 0) if live is not None else 0
         newer = [name for name, n in generations.items() if n > floor]
         return max(newer, key=generations.__getitem__) if newer else None
@@ -251,6 +243,15 @@ class QdrantCollection:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def _generations(self, base: str) -> tuple[dict[str, int], str | None]:
+        """Return the physical collections ``<base>_v<N>`` with their N, and the one the alias
+        ``base`` names (None: no alias)."""
+        pattern = re.compile(rf"{re.escape(base)}_v(\d+)")
+        with self.call("list collections"):
+            names = [c.name for c in self.client.get_collections().collections]
+            live = self._aliases().get(base)
+        return {name: int(m.group(1)) for name in names if (m := pattern.fullmatch(name))}, live
 
     def _sibling(self, physical: str) -> Self:
         """Return this store's settings over the collection ``physical`` (another generation)."""

@@ -56,19 +56,20 @@ def collapsed_tree(
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     limit = candidate_limit(max_tokens)
-    if redundant is None or flt.leaves_only:
+
+    def fill(budget: int) -> list[ScoredNode]:
         if text is None:
-            return store.search_budget(query_vector, flt, limit, max_tokens)
-        return store.search_budget(query_vector, flt, limit, max_tokens, text=text)
+            return store.search_budget(query_vector, flt, limit, budget)
+        return store.search_budget(query_vector, flt, limit, budget, text=text)
+
+    if redundant is None or flt.leaves_only:
+        return fill(max_tokens)
     # The fill's payloads are read as it goes (search_budget): read those of a larger budget,
     # enough for what the left-out summaries free, and a larger one only if the fill without
     # them took every hit read (it might have taken more).
     wider, read = max_tokens * 3 // 2, -1
     while True:
-        if text is None:
-            hits = store.search_budget(query_vector, flt, limit, wider)
-        else:
-            hits = store.search_budget(query_vector, flt, limit, wider, text=text)
+        hits = fill(wider)
         chosen, took_all = _without_redundant(hits, max_tokens, redundant)
         if not took_all or len(hits) == read or wider >= 16 * max_tokens:
             return chosen
