@@ -80,6 +80,7 @@ class Context:
     calls: int = 0
     summary_tokens: int = 0
     summary_text: str = ""  # the summaries' text (evidence found there: "in a summary")
+    leaf_text: str = ""  # the leaves' text (evidence found there: "in a leaf")
 
 
 Mode = Callable[[str, object], Context]
@@ -96,6 +97,7 @@ def plain(hits: list) -> Context:  # type: ignore[type-arg]
         tokens,
         summary_tokens=sum(n.n_tokens for n in summaries),
         summary_text=" ".join(n.text for n in summaries),
+        leaf_text=" ".join(h.node.text for h in hits if h.node.layer == 0),
     )
 
 
@@ -279,8 +281,9 @@ def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
             facts = [e.lower() for e in q.evidence]
             evidence += all(f in text for f in facts)
             in_summ = " ".join(ctx.summary_text.split()).lower()
+            in_leaf = " ".join(ctx.leaf_text.split()).lower()
             for f in facts:
-                s_, l_ = f in in_summ, f in text.replace(in_summ, " ") if in_summ else f in text
+                s_, l_ = f in in_summ, f in in_leaf
                 if s_ or l_:
                     where["both" if s_ and l_ else "summ" if s_ else "leaf"] += 1
     n = len(questions)
