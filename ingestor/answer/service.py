@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -152,6 +152,8 @@ class Context:
     #: The best hit's cosine similarity to the question where the hits' scores are not (a fused
     #: hybrid score): what "nothing matches" compares with ``min_score``.
     similarity: float | None = None
+    #: The model that embedded the question (its ``min_score`` applies).
+    model: str = ""
 
 
 class QueryService:
@@ -167,7 +169,9 @@ class QueryService:
         lock: held around every use of the store and embedder.
         random_state: seed of postQFRAP's clustering.
         min_score: below this best-hit similarity, an answer says ``no_match`` (nothing in the
-            tree seems to answer; the hits are still returned); None: never.
+            tree seems to answer; the hits are still returned); None: never. A function of the
+            model id is asked at each answer for the model that embedded its question (the
+            threshold follows a daemon's query embedder when its tree changes model).
         classes: the tree's access classes, which decide what a restricted caller may read
             (None: an empty registry, so a restricted caller reads nothing).
     """
@@ -183,7 +187,7 @@ class QueryService:
         llm: OpenAISummarizer | None = None,
         lock: contextlib.AbstractContextManager[Any] | None = None,
         random_state: int | None = 0,
-        min_score: float | None = None,
+        min_score: float | Callable[[str], float | None] | None = None,
         classes: ClassRegistry | None = None,
         answer_input_limit: int | None = None,
     ) -> None:
@@ -234,7 +238,8 @@ class QueryService:
         return out | self._match(ctx)
 
     def _match(self, ctx: Context) -> dict[str, Any]:
-        return match_fields(ctx.similarity, ctx.hits, self.min_score)
+        low = self.min_score(ctx.model) if callable(self.min_score) else self.min_score
+        return match_fields(ctx.similarity, ctx.hits, low)
 
     def ask(self, params: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations, from
@@ -315,6 +320,7 @@ class QueryService:
         """Retrieve the context of ``req`` (parts with spans: always for postQFRAP, else on ask)."""
         t0 = time.perf_counter()
         with self.lock:
+            model = self.embedder.model_id  # a daemon's follows a change of model
             vector = self.embedder.embed_query(req.question)
             # Hybrid where it measured better (docs/retrieval.md): the collapsed tree and
             # postQFRAP's leaves/collapsed base; traversal stays dense (it lost 8 points).
@@ -331,7 +337,7 @@ class QueryService:
                 )
                 parts = self._hit_parts(hits) if with_parts else []
                 sim = self._similarity(vector, hits) if text is not None else None
-                return Context(hits, parts, None, time.perf_counter() - t0, sim)
+                return Context(hits, parts, None, time.perf_counter() - t0, sim, model)
             from ingestor.answer.postqfrap import PostQFRAP, retrieve_k0  # sklearn: when used
 
             retrieved = retrieve_k0(
@@ -346,7 +352,7 @@ class QueryService:
             summary_tokens=self.defaults.summary_tokens,
             random_state=self.random_state,
         ).run(req.question, retrieved, vectors, SpanResolver(self.store, self.lock))
-        return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0, sim)
+        return Context(qf.retrieved, qf.parts, qf, time.perf_counter() - t0, sim, model)
 
     def _default_summarizer(self) -> Summarizer:
         self.summarizer = QueryFocusedExtractiveSummarizer()

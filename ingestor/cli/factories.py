@@ -6,6 +6,7 @@ Each library is imported by the function that needs it, so a command loads only 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -207,7 +208,7 @@ def make_query_service(
         summarizer=llm,
         llm=llm,
         random_state=settings.cluster.random_state,
-        min_score=min_score(settings, embedder.model_id),
+        min_score=functools.partial(min_score, settings),  # the model that embeds, each time
         classes=classes,
         lock=lock,
         answer_input_limit=settings.summary.openai.max_input_tokens if llm is not None else None,
@@ -216,7 +217,8 @@ def make_query_service(
 
 def min_score(settings: Settings, model_id: str) -> float | None:
     """Return the no-match threshold: the setting, else the calibrated one of the packaged model
-    when ``model_id`` (the query embedder's) is it, else None (no check)."""
+    when ``model_id`` (the model that embedded the question: a daemon's follows a change of
+    model) is it, else None (no check)."""
     from ingestor.config import NO_MATCH_SCORE, PACKAGED_MODEL
 
     if settings.query.min_score is not None:

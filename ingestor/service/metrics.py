@@ -1,5 +1,6 @@
 """The daemon's counters and tree snapshot behind ``/metrics`` (Prometheus, through
-``prometheus-client`` with a registry of the daemon's own) and ``/status``."""
+``prometheus-client`` with a registry of the daemon's own) and ``/status``; a change of embedding
+model under way is read from the state database's committed rows at each of them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 from ingestor.pipeline import UpdateReport
 from ingestor.service.summary_schedule import oldest_stale
 from ingestor.tree.drift import drift_summary
+from ingestor.tree.model_progress import ChangeProgress
 from ingestor.tree.state import TreeState
 
 #: Upper bounds (seconds) of the update latency histogram.
@@ -20,11 +22,24 @@ LATENCY_BUCKETS: tuple[float, ...] = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 HISTORY = 20
 
 
-class Metrics:
-    """Counters and the tree snapshot behind ``/metrics`` and ``/status`` (thread-safe)."""
+def _no_change() -> ChangeProgress | None:
+    return None
 
-    def __init__(self, tree: str) -> None:
+
+class Metrics:
+    """Counters and the tree snapshot behind ``/metrics`` and ``/status`` (thread-safe).
+
+    Args:
+        tree: the tree's name.
+        model_change: returns the change of embedding model under way, as committed
+            (:func:`~ingestor.tree.model_progress.change_in`), or None.
+    """
+
+    def __init__(
+        self, tree: str, model_change: Callable[[], ChangeProgress | None] = _no_change
+    ) -> None:
         self.tree = tree
+        self.model_change = model_change
         self._lock = threading.Lock()
         self.ready = False
         self.files = 0
@@ -149,6 +164,7 @@ class Metrics:
 
     def status(self, pending: int) -> dict[str, Any]:
         """Return the ``/status`` document."""
+        change = self.model_change()  # the state database's rows: outside the lock
         with self._lock:
             return {
                 "tree": self.tree,
@@ -167,6 +183,7 @@ class Metrics:
                 "summary_refreshes": self.refreshes,
                 "stale_summaries": self.stale_summaries,
                 "drift": self.drift,
+                "model_change": None if change is None else change.to_json(),
                 "errors": dict(self.errors),
                 "last_update": self.last,
             }
@@ -196,6 +213,7 @@ class _Collector:
         t = [m.tree]
         pending = self.pending()
         extra = self.extra()
+        change = m.model_change()
 
         def gauge(name: str, help_: str, value: float) -> GaugeMetricFamily:
             g = GaugeMetricFamily(f"adrap_{name}", help_, labels=["tree"])
@@ -296,6 +314,32 @@ class _Collector:
                 "Summary tokens spent by partial repairs.",
                 m.drift["repair_tokens"],
             )
+            yield gauge(
+                "model_change_nodes_done",
+                "Nodes embedded with the new model by the change of embedding model under way "
+                "(0: none).",
+                0 if change is None else change.done,
+            )
+            yield gauge(
+                "model_change_nodes_total",
+                "Nodes the change of embedding model under way embeds again (0: none).",
+                0 if change is None else change.plan.total,
+            )
+            yield gauge(
+                "model_change_started_seconds",
+                "Unix time the change of embedding model under way started (0: none).",
+                0 if change is None else change.plan.started_at,
+            )
+            info = GaugeMetricFamily(
+                "adrap_model_change",
+                "1 while the tree changes embedding model, from one model to another, in a phase "
+                "(copy, refit, switch); no sample when none.",
+                labels=["tree", "from_model", "to_model", "phase"],
+            )
+            if change is not None:
+                p = change.plan
+                info.add_metric([m.tree, p.old, p.model, p.phase], 1.0)
+            yield info
             errors = CounterMetricFamily(
                 "adrap_errors", "Failed updates by kind.", labels=["tree", "kind"]
             )

@@ -12,7 +12,8 @@ tree is moved to the new model in place of being refused:
    cursor (the last node id written, in id order) is committed to the state database
    (namespace ``model_change``). A kill resumes from the cursor, never from zero. The live store
    and the state are not touched: queries keep reading the old model's points meanwhile.
-2. **refit**: every layer's fitted models are fitted again around the clusters the layer has,
+2. **refit** (recorded as the plan's phase, so ``status`` shows it): the new store is indexed,
+   and every layer's fitted models are fitted again around the clusters the layer has,
    from the new vectors, as after a library upgrade (:mod:`ingestor.cluster.model_refit`: a
    global UMAP with one component per group, each group's local UMAP with an online GMM whose
    components are the M-step of its clusters). No cluster changes, so no summary is written.
@@ -28,6 +29,9 @@ model restarts the copy for it. Updates wait: the change runs where a writer ope
 (``TreeContext.open_state``), before its update; the daemon's watcher starts after it, and finds
 by its scan what changed meanwhile.
 
+``adrap status``, ``/status``, ``/metrics`` and the dashboard show the change under way from
+these rows (:mod:`ingestor.tree.model_progress`, read without the clustering libraries).
+
 The one case where a summary may be paid: a group with a local model but too few members left
 for a UMAP becomes one cluster (as a refit after a library upgrade does); its summary is
 regenerated (logged with its tokens). A tree as built has none.
@@ -40,8 +44,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from pathlib import Path
+from dataclasses import asdict, replace
 from typing import Any
 
 from ingestor.cluster.adaptive import LayerDelta
@@ -49,6 +52,16 @@ from ingestor.cluster.digest import vector_digest
 from ingestor.cluster.model_refit import refit_global, refit_local
 from ingestor.tree.adrap import TreeUpdater
 from ingestor.tree.build import TreeBuilder
+from ingestor.tree.model_progress import (
+    COPY,
+    NS,
+    REFIT,
+    SWITCH,
+    ChangePlan,
+    pending_change,
+    read_plan,
+    stored_model,
+)
 from ingestor.tree.model_repair import repair_models
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import commit_state, drop_checkpoint, load_state, state_path
@@ -58,59 +71,15 @@ from models_store import Changes, ModelStore, RowStore
 from retriever import Embedder, NodeStore
 from retriever.model_switch import NextStore, next_store_for
 
-__all__ = ["BATCH", "ChangePlan", "ModelChange", "pending_change", "stored_model"]
+__all__ = ["BATCH", "NS", "ChangePlan", "ModelChange", "pending_change", "stored_model"]
 
 log = logging.getLogger(__name__)
 
-#: The namespace of a change's rows in the state database: ``plan`` and ``cursor``.
-NS = "model_change"
-COPY = "copy"
-SWITCH = "switch"
 #: Nodes embedded and written per step (the cursor is committed after each): at most this, and
 #: at least MIN_BATCH, a tree being copied in about STEPS steps (so a small tree's progress shows).
 BATCH = 512
 MIN_BATCH = 8
 STEPS = 16
-
-
-@dataclass(frozen=True)
-class ChangePlan:
-    """A model change under way: from ``old`` to ``model`` (``dim``-d), in ``phase``."""
-
-    old: str
-    model: str
-    dim: int
-    phase: str
-    total: int
-    started_at: float
-
-
-def _plan(rows: RowStore) -> ChangePlan | None:
-    raw = rows.get(NS, "plan")
-    return None if raw is None else ChangePlan(**loads(raw))  # type: ignore[arg-type]
-
-
-def pending_change(rows: RowStore) -> tuple[ChangePlan, int] | None:
-    """Return the change under way in a state database and the nodes written so far (for
-    ``status``), or None."""
-    plan = _plan(rows)
-    if plan is None:
-        return None
-    cursor = rows.get(NS, "done")
-    return plan, int(loads(cursor)) if cursor is not None else 0  # type: ignore[call-overload]
-
-
-def stored_model(path: Path) -> tuple[str, int] | None:
-    """Return the embedding model and dimension the committed state in the database ``path``
-    names (what its live store holds, or will once a committed switch is finished), or None when
-    there is none. Opens it read-only: creates nothing."""
-    if not path.exists():
-        return None
-    rows = RowStore.shared(path, readonly=True)
-    m = rows.manifest()
-    if "tree_name" not in m:
-        return None
-    return str(m.get("embed_model")), int(m.get("dim") or 0)
 
 
 class ModelChange:
@@ -167,7 +136,7 @@ class ModelChange:
         if found is None:
             return False
         rows = RowStore.shared(state_path(self.models, self.tree), readonly=True)
-        return found != (self.embedder.model_id, self.embedder.dim) or _plan(rows) is not None
+        return found != (self.embedder.model_id, self.embedder.dim) or read_plan(rows) is not None
 
     def __call__(self) -> bool:
         """Finish, abandon, resume or start the change the state and the embedder call for;
@@ -185,7 +154,7 @@ class ModelChange:
             return False
         want = (self.embedder.model_id, self.embedder.dim)
         have = (str(manifest.get("embed_model")), int(manifest.get("dim") or 0))
-        plan = _plan(rows)
+        plan = read_plan(rows)
         changed = False
         if plan is not None and plan.phase == SWITCH:
             self._switch(rows, plan)  # committed before a kill: finish it first
@@ -231,6 +200,8 @@ class ModelChange:
         t_embed = time.perf_counter()
         embed_s = self._copy(rows, state, nxt, ids, start, model)
         copy_s = time.perf_counter() - t_embed
+        plan = replace(plan, phase=REFIT)  # what status shows; a kill from here resumes here
+        self._write(rows, state, {"plan": dumps(asdict(plan))})
         t_index = time.perf_counter()
         nxt.flush()
         nxt.optimize()

@@ -45,7 +45,9 @@ from ingestor.service.mounts import polls_by_default
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Hooks, Timing, Watcher, make_observer
+from ingestor.tree.model_progress import change_in
 from ingestor.tree.params import Progress, no_progress
+from ingestor.tree.persist import state_path
 from ingestor.tree.repair import RepairParams
 from retriever.heap import limit_heap_arenas
 
@@ -149,7 +151,8 @@ class Daemon:
             lambda: self.metrics.files,  # the writer's snapshot: the state is the writer's alone
             interval=w.root_check_interval,
         )
-        self.metrics = Metrics(self.pipeline.context.tree)
+        db = state_path(self.pipeline.context.models, self.pipeline.context.tree)
+        self.metrics = Metrics(self.pipeline.context.tree, lambda: change_in(db))
         a = settings.adrap
         self.repair = RepairParams(a.repair_drift, a.repair_tokens_per_hour, a.repair_max_leaves)
         self.metrics.repair_drift = a.repair_drift
@@ -346,12 +349,14 @@ class Daemon:
 
     def _check_access(self) -> None:
         """Every ``access_check_interval`` seconds, apply permission changes (the main loop's
-        thread; skipped while the writer applies a batch: the next round takes them)."""
+        thread; skipped while the writer applies a batch: the next round takes them, and while
+        the share is missing or hung: its files keep their classes until it answers again)."""
         now = time.monotonic()
         if (
             self.watcher is None
             or not self.access_check_interval
             or now - self._access_checked < self.access_check_interval
+            or not self.root_monitor.status()["available"]
         ):
             return
         self._access_checked = now

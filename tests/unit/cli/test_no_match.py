@@ -9,9 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from ingestor.cli import main
-from ingestor.cli.factories import min_score
+from ingestor.cli.factories import make_query_service, min_score, opened_store
 from ingestor.cli.query import NO_MATCH_EXIT
-from ingestor.config import NO_MATCH_SCORE, Settings
+from ingestor.config import NO_MATCH_SCORE, PACKAGED_MODEL, Settings
+from retriever.model_switch import FollowingEmbedder
+from testkit.fakes import HashEmbedder
 
 
 def test_a_query_below_the_threshold_says_so_shows_the_hits_and_exits_3(
@@ -42,6 +44,32 @@ def test_the_threshold_is_calibrated_for_the_packaged_model_only() -> None:
     assert min_score(s, "/models/bge") is None
     chosen = Settings(_env_file=None, query={"min_score": 0.5})  # type: ignore[call-arg]
     assert min_score(chosen, "/models/bge") == 0.5
+
+
+@pytest.mark.parametrize(("setting", "before", "after"), [
+    (None, NO_MATCH_SCORE, None),
+    ("0.5", 0.5, 0.5),
+])  # fmt: skip
+def test_the_threshold_follows_the_daemons_query_embedder_across_a_model_switch(
+    built: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    setting: str | None,
+    before: float | None,
+    after: float | None,
+) -> None:
+    """A daemon's questions are embedded with the old model until the switch, then the new one:
+    the packaged model's calibrated threshold applies before it only (the setting always)."""
+    if setting is not None:
+        monkeypatch.setenv("ADRAP_QUERY__MIN_SCORE", setting)
+    old, new = HashEmbedder(), HashEmbedder(seed=1)
+    old.model_id, new.model_id = PACKAGED_MODEL, "/models/e5"  # same size: one store serves
+    follower = FollowingEmbedder(old, new, PACKAGED_MODEL)
+    settings = Settings()
+    with opened_store(settings) as store:
+        queries = make_query_service(settings, store, follower)
+        assert queries.query({"q": "sour grapes"})["min_score"] == before
+        follower.switch()
+        assert queries.query({"q": "sour grapes"})["min_score"] == after
 
 
 def test_ask_with_nothing_matching_exits_3_too(

@@ -19,6 +19,7 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.model_change import NS, ModelChange, pending_change, stored_model
+from ingestor.tree.model_progress import REFIT, SWITCH, change_in
 from ingestor.tree.persist import load_state, state_path
 from models_store import IncompatibleModelError, ModelStore, RowStore
 from retriever import SearchFilter
@@ -185,12 +186,41 @@ def test_a_switch_killed_after_its_commit_is_finished_by_the_next_writer(
         )
     assert stored_model(state_path(old.context.models, "t")) == (NEW, 32)
     assert (tmp_path / "qdrant.next").is_dir()
+    shown = change_in(state_path(old.context.models, "t"))
+    assert shown is not None
+    assert shown.plan.phase == SWITCH, "status shows the switch"
     emb = Embedder32()
     p = changed(tmp_path, old, emb)
     p.require_state(recover=True)
     assert emb.texts == [], "nothing embedded again: the switch alone was left"
     assert isinstance(store, EdgeNodeStore)
     assert store.embed_model() == NEW
+    check_invariants(p)
+
+
+def test_a_change_killed_in_its_refit_shows_that_phase_and_resumes_there(
+    tmp_path: Path, built: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, _ = built
+    nodes = len(old.require_state().nodes)
+    db = state_path(old.context.models, "t")
+
+    def killed(*_: object) -> int:
+        raise RuntimeError("killed in the refit")
+
+    with monkeypatch.context() as m:
+        m.setattr(ModelChange, "_refit", killed)
+        with pytest.raises(RuntimeError, match="in the refit"):
+            changed(tmp_path, old, Embedder32()).require_state(recover=True)
+    shown = change_in(db)
+    assert shown is not None
+    assert (shown.plan.phase, shown.done, shown.plan.total) == (REFIT, nodes, nodes)
+    assert stored_model(db) == ("hash-48", 48)
+    emb = Embedder32()
+    p = changed(tmp_path, old, emb)
+    assert p.require_state(recover=True).embed_model == NEW
+    assert emb.texts == [], "every node was copied: the refit alone was left"
+    assert change_in(db) is None
     check_invariants(p)
 
 

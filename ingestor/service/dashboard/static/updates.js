@@ -22,6 +22,9 @@ export function statusFacts(u) {
   const d = u.drift; // per subtree (docs/operations.md, Drift): the largest, how many due, repairs
   if (d) add("drift", "max " + d.max + ", " + d.due + " of " + d.subtrees + " subtrees past " +
     d.threshold + "; " + d.repairs + " repairs, " + d.repair_tokens + " tokens");
+  const c = u.model_change; // a change of embedding model under way (docs/operations.md)
+  if (c) add("model change", c.from + " → " + c.to + ": " + c.phase + ", " + c.nodes_done +
+    " of " + c.nodes_total + " nodes embedded, started " + localTime(c.started_at));
   return facts;
 }
 

