@@ -10,10 +10,12 @@ a folder of one owner builds the tree it always built.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ingestor.read.access_classes import ClassRegistry
+from ingestor.read.access_classes import UNKNOWN_CLASS, ClassRegistry
+from ingestor.read.names import fs_name
 from ingestor.read.permissions import AccessFile, AccessReader
 from ingestor.tree.state import Node, TreeState
 
@@ -58,7 +60,12 @@ class TreeAccess:
 
     def changed(self, state: TreeState, sources: Iterable[str] | None = None) -> dict[str, str]:
         """Return ``{source: new class}`` for the indexed files whose class is not the one their
-        leaves carry (every source, or ``sources``); reads permissions only, never content."""
+        leaves carry (every source, or ``sources``); reads permissions only, never content.
+
+        A file that is not there (the share went away or was unmounted, or the file was removed
+        or renamed) keeps its class: what cannot be found now is the watcher's to judge (a
+        removal, or a share that comes back), and its text was its readers' already. Only a file
+        that is there but whose permissions cannot be read becomes readable by nobody."""
         self.begin(state.root)
         out = {}
         if sources is None:
@@ -68,12 +75,27 @@ class TreeAccess:
         counts: dict[str, int] = {}
         for source, entry in pairs:
             new = self.class_of(state.root, source)
+            if new == UNKNOWN_CLASS and not _present(state.root, source):
+                new = entry.access
             counts[new] = counts.get(new, 0) + 1
             if new != entry.access:
                 out[source] = new
         if sources is None:
             self.counts = counts
         return out
+
+
+def _present(root: str, source: str) -> bool:
+    """Return whether ``source`` (relative to ``root``) is there to judge: found, or refused
+    (``EACCES``/``EPERM``: there, and its permissions are what stops the daemon). Not found, or
+    a share that does not answer (``ENOTCONN``, ``ESTALE``, ``EIO``...), is not there."""
+    try:
+        os.lstat(os.path.join(root, fs_name(source)))
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def set_leaf_access(state: TreeState, leaf_ids: Iterable[str], access: str) -> list[str]:

@@ -3,12 +3,14 @@ applied without reading, embedding or summarising anything (issue 53)."""
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
 from ingestor.answer.service import QueryService
+from ingestor.read import permissions
 from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
@@ -121,4 +123,41 @@ def test_a_name_that_is_not_utf8_gets_its_file_s_class_not_unknown(tmp_path: Pat
     cls = p.context.access.registry.get(entry.access)
     assert cls is not None
     assert not cls.allows(ANONYMOUS)
+    p.context.store.close()
+
+
+@root_only
+def test_files_not_there_keep_their_readers_and_files_still_there_but_unreadable_lose_them(
+    share: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share that went away (or a mountpoint left empty) is not a permission change: the
+    public files stay readable to everyone until the share answers again. A file that is there
+    but whose permissions cannot be read is still readable by nobody (but the owner)."""
+    p = make_pipeline(tmp_path)
+    p.build(share)
+    anonymous = _texts(p, ANONYMOUS)
+    assert anonymous
+    assert not any(SECRET in t for t in anonymous)
+    away = share.with_name("away")
+    share.rename(away)
+    assert p.update_access(p.require_state()).files_reclassed == 0
+    share.mkdir()  # an unmounted share: its mountpoint, empty
+    assert p.update_access(p.require_state()).files_reclassed == 0
+    assert sorted(_texts(p, ANONYMOUS)) == sorted(anonymous)
+    share.rmdir()
+    away.rename(share)
+    assert p.update_access(p.require_state()).files_reclassed == 0
+    # There, but behind a folder whose ACL cannot be read (root reads any file system's, so
+    # the failure is made): readable by nobody.
+    real = permissions.read_acl
+
+    def failing(path: str):  # type: ignore[no-untyped-def]
+        if path.endswith("/hr"):
+            raise OSError(errno.EIO, "Input/output error", path)
+        return real(path)
+
+    monkeypatch.setattr(permissions, "read_acl", failing)
+    assert p.update_access(p.require_state()).files_reclassed == 1
+    assert not any(SECRET in t for t in _texts(p, HR))
+    assert any(SECRET in t for t in _texts(p, UNRESTRICTED))
     p.context.store.close()

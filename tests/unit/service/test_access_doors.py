@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -279,3 +280,32 @@ def test_a_chmod_and_a_setfacl_while_the_daemon_runs_change_who_reads(
     wait_until(lambda: not _leaks(_http(daemon, "/query", q)[1]), what="private again")
     assert not _leaks(_as_user(users["carol"], daemon, "/query", q)), "600: the owner alone"
     assert _reads(_as_user(users["alice"], daemon, "/query", q))
+
+
+def test_a_share_that_went_away_keeps_who_reads_what(daemon: Daemon) -> None:
+    """The share away (an unmount, a pulled disk) is not a permission change: the public files
+    stay readable to anonymous callers and the secret stays private, until it is back."""
+    q = {"q": f"salary review {SECRET} and the seven percent", "max_tokens": "4000"}
+
+    def public_sources() -> set[str]:
+        body = json.loads(_http(daemon, "/query", q)[1])
+        assert not _leaks(body)
+        return {s for hit in body["hits"] for s in hit["sources"]}
+
+    before = public_sources()
+    assert before
+    away = daemon.root.with_name("away")
+    daemon.root.rename(away)
+    try:
+        wait_until(lambda: _status_available(daemon) is False, what="the share seen missing")
+        time.sleep(1.0)  # ten permission checks at 0.1 s
+        assert public_sources() == before
+    finally:
+        away.rename(daemon.root)
+    wait_until(lambda: _status_available(daemon) is True, what="the share seen back")
+    assert public_sources() == before
+
+
+def _status_available(d: Daemon) -> bool:
+    body = json.loads(_http(d, "/status", {}, headers={"Authorization": f"Bearer {OWNER}"})[1])
+    return bool(body["watched_folder"]["available"])
