@@ -50,14 +50,21 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         models = (
             ModelStore(s.state_dir / MODELS_DIR) if (s.state_dir / MODELS_DIR).is_dir() else None
         )
-        built = models is not None and state_exists(models, s.tree)
+        try:
+            built: bool | None = models is not None and state_exists(models, s.tree)
+        except PermissionError:  # another account's tree: only its daemon answers this caller
+            built, models = None, None
         out: dict[str, Any] = {
             "tree": s.tree,
             "state_dir": str(s.state_dir.resolve()),
             "store_mode": s.store_mode,
             "store": where(s),
-            "built": built,
+            "built": "-" if built is None else built,
         }
+        if built is None:
+            out["state"] = (
+                f"private to {_owner_of(s.state_dir)}: only what its daemon tells you is shown"
+            )
         if s.store_mode == "embedded" and built:
             out.update(_store_index(s.state_dir / STORE_DIR))
         # counts only: no layer's fitted models, so neither UMAP nor scikit-learn is imported
@@ -99,6 +106,17 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         _echo_unread(listed)
 
     run(ctx, body)
+
+
+def _owner_of(path: Path) -> str:
+    """Return the account that owns ``path`` (its uid where it has no name)."""
+    import pwd
+
+    uid = path.stat().st_uid
+    try:
+        return f"the account {pwd.getpwuid(uid).pw_name!r}"
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _shown(value: Any) -> str:

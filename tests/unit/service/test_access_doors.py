@@ -309,3 +309,28 @@ def test_a_share_that_went_away_keeps_who_reads_what(daemon: Daemon) -> None:
 def _status_available(d: Daemon) -> bool:
     body = json.loads(_http(d, "/status", {}, headers={"Authorization": f"Bearer {OWNER}"})[1])
     return bool(body["watched_folder"]["available"])
+
+
+def test_adrap_status_by_another_account_says_the_state_is_private_and_asks_the_daemon(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    """`adrap status` run by a local user who may not open the state dir's files answers from
+    the daemon's socket (who they are, what they may read) instead of a PermissionError."""
+    from click.testing import CliRunner
+
+    from ingestor.cli.app import main
+    from ingestor.service.locking import state_lock
+
+    def status() -> dict[str, Any]:
+        env = {"ADRAP_STATE_DIR": str(daemon.state_dir), "ADRAP_TREE": "t"}
+        result = CliRunner().invoke(main, ["status", "--json"], env=env)
+        return {"code": result.exit_code, "out": result.output, "error": repr(result.exception)}
+
+    # The writer's lock, as `adrap watch` holds it: its state dir private, its file too.
+    with state_lock(daemon.state_dir, "watch"):
+        got = as_user(users["bob"], status)
+    assert got["code"] == 0, got
+    out = json.loads(got["out"])
+    assert out["state"].startswith("private to"), out
+    assert out["caller"]["unrestricted"] is False, out
+    assert "hr/pay.txt" not in got["out"]
