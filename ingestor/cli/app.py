@@ -182,12 +182,39 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
         return fn()
     except click.ClickException:
         raise
+    except PermissionError as exc:  # another account's tree: say whose, and the way in
+        if ctx.verbose:
+            log.exception("failed")
+        raise click.ClickException(_not_yours(exc)) from exc
     except Exception as exc:
         if not _domain_error(exc):
             raise
         if ctx.verbose:
             log.exception("failed")
         raise click.ClickException(_mask(str(exc))) from exc
+
+
+def _not_yours(exc: PermissionError) -> str:
+    """The one line for a file this account may not use: whose it is and what to do instead."""
+    import pwd
+
+    path = Path(str(exc.filename)) if exc.filename else None
+    owner = ""
+    for folder in [] if path is None else [path, *path.parents]:
+        try:
+            uid = folder.stat().st_uid
+        except OSError:
+            continue
+        try:
+            owner = f" (it belongs to the account {pwd.getpwuid(uid).pw_name!r})"
+        except KeyError:
+            owner = f" (it belongs to uid {uid})"
+        break
+    return (
+        f"permission denied: {exc.filename or exc}{owner}; a tree's state dir is its writer's "
+        "alone: run this command as that account, or ask its running daemon (`adrap query`, "
+        "`adrap ask`, `adrap status` reach it over its socket as you)"
+    )
 
 
 def _domain_error(exc: Exception) -> bool:

@@ -6,6 +6,8 @@ a token is shown once, when it is made. A running daemon sees a change at its ne
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 
 import click
@@ -21,7 +23,10 @@ def _book(ctx: Ctx):  # type: ignore[no-untyped-def]
         raise click.ClickException(
             f"no tree in {s.state_dir}: build it first (adrap build DIR / adrap watch DIR)"
         )
-    return TokenBook(s.state_dir / TOKENS_FILE)
+    path = s.state_dir / TOKENS_FILE
+    if os.geteuid() not in (0, s.state_dir.stat().st_uid):  # else "no tokens", or a traceback
+        raise PermissionError(errno.EACCES, "the tokens are the tree owner's", str(path))
+    return TokenBook(path)
 
 
 @main.group()

@@ -334,3 +334,27 @@ def test_adrap_status_by_another_account_says_the_state_is_private_and_asks_the_
     assert out["state"].startswith("private to"), out
     assert out["caller"]["unrestricted"] is False, out
     assert "hr/pay.txt" not in got["out"]
+
+
+def test_the_owner_s_commands_run_by_another_account_fail_in_one_line_naming_the_owner(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    """`adrap token list` listed nothing and `adrap token add` raised a PermissionError
+    traceback for another account; both now say whose tree it is and what to do."""
+    from click.testing import CliRunner
+
+    from ingestor.cli.app import main
+    from ingestor.service.locking import state_lock
+
+    def run(args: list[str]) -> dict[str, Any]:
+        env = {"ADRAP_STATE_DIR": str(daemon.state_dir), "ADRAP_TREE": "t"}
+        result = CliRunner().invoke(main, args, env=env)
+        return {"code": result.exit_code, "out": result.output}
+
+    with state_lock(daemon.state_dir, "watch"):
+        for args in (["token", "list"], ["token", "add", "bobs", "--user", _user("bob")]):
+            got = as_user(users["bob"], lambda args=args: run(args))
+            assert got["code"] == 1, (args, got)
+            assert "Traceback" not in got["out"]
+            assert "permission denied" in got["out"]
+            assert "belongs to the account 'root'" in got["out"], got["out"]
