@@ -470,8 +470,9 @@ def _has_store(path: Path) -> bool:
     except PermissionError as exc:
         raise TreeError(
             f"the tree's store in {path.parent} is private to the account that keeps it; ask its "
-            "daemon instead (it answers over its socket with what you may read: start `adrap "
-            "watch` as that account)"
+            "daemon instead, which answers with what you may read: `adrap query`, `adrap ask` and "
+            "`adrap status` over its socket, its /dashboard with a named token from that account "
+            "(`adrap token add NAME --user YOU`); if none runs, start `adrap watch` as that account"
         ) from exc
 
 

@@ -358,3 +358,30 @@ def test_the_owner_s_commands_run_by_another_account_fail_in_one_line_naming_the
             assert "Traceback" not in got["out"]
             assert "permission denied" in got["out"]
             assert "belongs to the account 'root'" in got["out"], got["out"]
+
+
+def test_adrap_explore_by_another_account_points_to_the_daemon_s_doors(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    """Another account's `adrap explore` reads nothing and names the doors that serve it."""
+    from click.testing import CliRunner
+
+    from ingestor.cli.app import main
+    from ingestor.service.locking import state_lock
+
+    out = Path(tempfile.mkdtemp(prefix="adrap-explore-"))
+    os.chmod(out, 0o777)
+
+    def run() -> dict[str, Any]:
+        env = {"ADRAP_STATE_DIR": str(daemon.state_dir), "ADRAP_TREE": "t"}
+        result = CliRunner().invoke(main, ["explore", "-o", str(out / "t.html")], env=env)
+        return {"code": result.exit_code, "out": result.output}
+
+    try:
+        with state_lock(daemon.state_dir, "watch"):
+            got = as_user(users["bob"], run)
+        assert got["code"] == 1
+        assert "/dashboard with a named token" in got["out"]
+        assert not (out / "t.html").exists()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
