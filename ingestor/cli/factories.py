@@ -250,13 +250,15 @@ def make_pipeline(
     *,
     defer_summaries: Callable[[], bool] | None = None,
     on_model_switch: Callable[[], None] | None = None,
+    queries_lock: Any = None,
 ) -> Pipeline:
     """Return the tree's pipeline over ``store`` (``defer_summaries``: asked at each update
     whether its summaries wait for the daemon's schedule; None: they are paid at once).
 
     Its writers move a tree built with another embedding model to ``embedder``'s before they
     open it (:mod:`ingestor.tree.model_change`); ``on_model_switch`` is called when the store
-    switches (the daemon's query embedder follows)."""
+    switches (the daemon's query embedder follows), both under ``queries_lock`` (the daemon's
+    query lock: no question is embedded with one model and searched in the other's store)."""
     from ingestor.cluster.parallel import worker_count
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
@@ -305,7 +307,15 @@ def make_pipeline(
         workers=workers,
     )
     models = ModelStore(settings.state_dir / MODELS_DIR)
-    change = ModelChange(models, settings.tree, store, embedder, builder, on_switch=on_model_switch)
+    change = ModelChange(
+        models,
+        settings.tree,
+        store,
+        embedder,
+        builder,
+        on_switch=on_model_switch,
+        queries=queries_lock,
+    )
     pipeline = Pipeline(
         tree=settings.tree,
         embedder=embedder,
@@ -361,12 +371,9 @@ def make_daemon_parts(
     summaries = make_summary_schedule(settings)
     question_embedder = make_query_embedder(settings)
     follower = following_embedder(settings, embedder, question_embedder)
+    query_lock = BoundedLock("the query embedder")  # queries; the writer only at a model switch
     queries = make_query_service(
-        settings,
-        locked,
-        follower or question_embedder,
-        access.registry,
-        lock=BoundedLock("the query embedder"),  # queries only; never the writer's
+        settings, locked, follower or question_embedder, access.registry, lock=query_lock
     )
     pipeline = make_pipeline(
         settings,
@@ -375,6 +382,7 @@ def make_daemon_parts(
         access,
         defer_summaries=summaries.defers_now,
         on_model_switch=None if follower is None else follower.switch,
+        queries_lock=query_lock,
     )
     return DaemonParts(
         pipeline,

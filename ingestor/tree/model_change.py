@@ -40,6 +40,7 @@ regenerated (logged with its tokens). A tree as built has none.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import inspect
 import logging
 import time
@@ -95,6 +96,8 @@ class ModelChange:
         beside: where the new store is built (default: beside ``store``, see
             :func:`~retriever.model_switch.next_store_for`).
         on_switch: called once the store switched (the daemon's query embedder follows).
+        queries: held while the store switches and ``on_switch`` runs (the daemon's query
+            lock): no question is embedded with one model and searched in the other's store.
         batch: nodes per step (None: see :data:`BATCH`).
     """
 
@@ -108,6 +111,7 @@ class ModelChange:
         *,
         beside: NextStore | None = None,
         on_switch: Callable[[], None] | None = None,
+        queries: contextlib.AbstractContextManager[Any] | None = None,
         batch: int | None = None,
         progress: Progress = no_progress,
     ) -> None:
@@ -118,6 +122,7 @@ class ModelChange:
         self.builder = builder
         self._beside = beside
         self.on_switch = on_switch
+        self.queries = queries
         self.batch = batch
         self.progress = progress
         #: What the last run did: nodes embedded, seconds per step, summaries regenerated.
@@ -299,9 +304,10 @@ class ModelChange:
         """Make the new store live (idempotent), let queries follow, forget the change."""
         if self.beside.exists():
             self.beside.open(plan.dim, plan.model)
-        self.beside.switch()
-        if self.on_switch is not None:
-            self.on_switch()
+        with self.queries or contextlib.nullcontext():  # questions wait for both to switch
+            self.beside.switch()
+            if self.on_switch is not None:
+                self.on_switch()
         ch = Changes()
         ch.clear.add(NS)
         rows.commit(ch)
