@@ -339,7 +339,9 @@ class AccessSettings(_Section):
     """Who may read what (docs/security.md): permissions re-read, and a trusted proxy's header."""
 
     #: Seconds between two readings of every indexed file's permissions by the daemon (a chmod,
-    #: chown or setfacl reaches the points within it; 10,000 files: ~60 ms a reading); 0: never.
+    #: chown or setfacl reaches the points within it; 10,000 files: ~0.2 s a reading); 0: never.
+    #: Longer where a reading takes over a tenth of it; at once on an attribute event the
+    #: observer sees (``ingestor.service.daemon.ACCESS_PASS_SHARE``).
     check_seconds: float = Field(default=2.0, ge=0)
     #: A header naming the user, set by an authenticating reverse proxy (e.g. X-Forwarded-User);
     #: trusted only from ``proxy_addresses``. Unset: no header is trusted.

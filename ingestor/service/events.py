@@ -12,11 +12,13 @@ import fnmatch
 import os
 import queue
 import stat
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 from watchdog.events import (
+    EVENT_TYPE_ATTRIB,
     EVENT_TYPE_CLOSED,
     EVENT_TYPE_CREATED,
     EVENT_TYPE_DELETED,
@@ -79,14 +81,21 @@ class EnqueueHandler(FileSystemEventHandler):
 
     Opened, closed-without-write and attribute events and directory "modified" events (a child
     changed, which has its own event) carry no content change and are not queued: reading a file
-    must not trigger a batch. A close after a write is queued as a completion mark only.
+    must not trigger a batch. A close after a write is queued as a completion mark only. An
+    attribute event (a chmod, chown or setfacl of a file or folder, where the observer sees them)
+    sets :attr:`attributes`: the daemon reads the permissions again soon, not at its next pass.
     """
 
     def __init__(self, paths: queue.Queue[Change | None]) -> None:
         self.paths = paths
+        #: Set by an attribute event; cleared by the permission pass that follows.
+        self.attributes = threading.Event()
 
     def on_any_event(self, event: FileSystemEvent) -> None:
         kind = event.event_type
+        if kind == EVENT_TYPE_ATTRIB:
+            self.attributes.set()
+            return
         src = Path(os.fsdecode(event.src_path))
         if kind == EVENT_TYPE_CLOSED and not event.is_directory:
             self.paths.put(Change(src, changed=False, complete=True))

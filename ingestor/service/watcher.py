@@ -492,8 +492,10 @@ class Watcher:
 
     def check_access(self) -> UpdateReport | None:
         """Apply permission changes (chmod, chown, setfacl, a folder's) found by reading every
-        indexed file's permissions again, under the writer's lock (not waited for: a batch in
-        hand applies them itself next time); nothing is read, embedded or summarised."""
+        indexed file's permissions again, under the writer's lock (not waited for: the caller
+        tries again); nothing is read, embedded or summarised. Return the pass's report (no
+        file reclassed where nothing changed), or None where no pass ran (the writer busy, or
+        the pass failed)."""
         if not self.lock.acquire(blocking=False):
             return None
         try:
@@ -506,7 +508,7 @@ class Watcher:
                 log.warning("applying permission changes failed (%s); retried next time", exc)
                 return None
             if not report.files_reclassed:
-                return None
+                return report
             if self.on_applied:
                 self.on_applied(report, self.state)
         finally:
