@@ -89,6 +89,8 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             change = change_in(state_path(models, s.tree)) if models else None
             out["model_change"] = None if change is None else change.to_json()
         out |= _service_status(s)
+        if out.get("model_change") is not None:
+            out["model_change"]["running"] = _writer(s.state_dir)
         unread = Unread(s.state_dir / UNREAD_FILE)  # read only: written by writers
         out["unread"] = unread_status(unread, offset=offset, limit=limit)
         if as_json:
@@ -106,6 +108,19 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         _echo_unread(listed)
 
     run(ctx, body)
+
+
+def _writer(state_dir: Path) -> str | None:
+    """Return the writer holding the state dir's lock (``adrap watch (pid 12)``), or None."""
+    from ingestor.service.locking import read_holder
+
+    try:
+        holder = read_holder(state_dir)
+    except OSError:  # another account's lock file: its daemon answered for it
+        return "its daemon"
+    if not holder:
+        return None
+    return f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
 
 
 def _owner_of(path: Path) -> str:

@@ -79,10 +79,15 @@ def change_line(doc: dict[str, Any]) -> str:
     """A ``model_change`` block (:meth:`ChangeProgress.to_json`) in one line for a person:
     ``a -> b: copy, 10 of 90 nodes embedded, started 2026-01-31T12:00:00Z``."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(doc["started_at"]))
-    return (
+    line = (
         f"{doc['from']} -> {doc['to']}: {doc['phase']}, {doc['nodes_done']} of "
         f"{doc['nodes_total']} nodes embedded, started {started}"
     )
+    if "running" not in doc:
+        return line
+    if doc["running"] is None:
+        return f"{line}; stopped: the next `adrap watch` or writing command resumes it"
+    return f"{line}; run by {doc['running']}"
 
 
 def read_plan(rows: RowStore) -> ChangePlan | None:

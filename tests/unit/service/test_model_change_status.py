@@ -158,7 +158,9 @@ def test_adrap_status_shows_the_change_the_state_records(
         "phase": "copy",
         "nodes_done": STEP,
         "nodes_total": nodes,
+        "running": None,  # killed: nothing runs it until a writer starts
     }
     text = CliRunner().invoke(main, ["status"]).stdout
     line = next(ln for ln in text.splitlines() if ln.startswith("model_change"))
     assert f"hash-48 -> hash-16: copy, {STEP} of {nodes} nodes embedded, started 20" in line
+    assert "stopped: the next `adrap watch` or writing command resumes it" in line
