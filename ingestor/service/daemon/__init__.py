@@ -57,6 +57,8 @@ log = logging.getLogger(__name__)
 #: with the pass's length (10,000 files: ~0.2 s a pass, every 2 s; 100,000: ~2.5 s, every 25 s).
 #: An attribute event seen by the observer asks for a pass sooner (local file systems).
 ACCESS_PASS_SHARE: Final = 0.1
+#: Seconds a stopping daemon waits for a permission pass in hand (one on a hung share is left).
+ACCESS_STOP_WAIT: Final = 10.0
 
 QUERY_MODES = ("collapsed", "traversal")
 
@@ -145,6 +147,7 @@ class Daemon:
         self._access_checked = 0.0  # when the last permission pass ended (monotonic)
         self._access_took = 0.0  # how long it took
         self._access_gap = self.access_check_interval  # until the next scheduled pass
+        self._access_thread: threading.Thread | None = None  # the pass running, if any
         self.unix_server: UnixHttpServer | None = None
         self.quarantine = Quarantine(self.state_dir / QUARANTINE_FILE)
         self.guard = ShareGuard(
@@ -252,6 +255,8 @@ class Daemon:
                 self.root_monitor.stop()
                 observer.stop()
                 observer.join()
+                if self._access_thread is not None:  # a pass in hand ends (a hung one is left)
+                    self._access_thread.join(timeout=ACCESS_STOP_WAIT)
                 self.watcher.stop()
         finally:
             self.stop_http()
@@ -355,24 +360,36 @@ class Daemon:
                 self.metrics.snapshot(self.watcher.state)
 
     def _check_access(self) -> None:
-        """Apply permission changes: a pass over every indexed file's permissions every
-        ``access_check_interval`` seconds, stretched so that passes take at most
-        :data:`ACCESS_PASS_SHARE` of a core on a big share, and one as soon as the last pass's
-        length after an attribute event (a chmod seen by the observer). The main loop's thread;
-        skipped while the writer applies a batch (the next round takes it) and while the share is
-        missing or hung (its files keep their classes until it answers again)."""
+        """Start a permission pass when one is due: every ``access_check_interval`` seconds,
+        stretched so that passes take at most :data:`ACCESS_PASS_SHARE` of a core on a big share,
+        and as soon as the last pass's length has gone by after an attribute event (a chmod seen
+        by the observer). The pass runs on its own thread, one at a time, so that a share that
+        hangs in it (``stat`` blocks) never blocks the main loop: it still sees the share hang,
+        and stops. Not started while the share is missing or hung (its files keep their classes
+        until it answers again); a pass that found the writer busy is tried the next round."""
         if self.watcher is None or not self.access_check_interval:
+            return
+        if self._access_thread is not None and self._access_thread.is_alive():
             return
         since = time.monotonic() - self._access_checked
         asked = self.watcher.handler.attributes.is_set() and since >= self._access_took
         if not (asked or since >= self._access_gap) or not self.root_monitor.status()["available"]:
             return
         self.watcher.handler.attributes.clear()
+        self._access_thread = threading.Thread(
+            target=self._access_pass, args=(asked,), name="adrap-permissions", daemon=True
+        )
+        self._access_thread.start()
+
+    def _access_pass(self, asked: bool) -> None:
+        """One permission pass (:meth:`_check_access`); sets when the next is due."""
+        watcher = self.watcher
+        assert watcher is not None
         t0 = time.monotonic()
-        if self.watcher.check_access() is None:  # no pass ran (the writer busy, or it failed)
+        if watcher.check_access() is None:  # no pass ran (the writer busy, or it failed)
             self._access_checked = t0  # the next scheduled pass, one gap on
             if asked:  # the event's pass: the next round
-                self.watcher.handler.attributes.set()
+                watcher.handler.attributes.set()
             return
         self._access_checked = time.monotonic()
         self._access_took = self._access_checked - t0

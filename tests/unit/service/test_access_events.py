@@ -85,29 +85,39 @@ class _Watcher:
 
 
 def _daemon(watcher: _Watcher, interval: float) -> Any:
-    """The fields ``Daemon._check_access`` reads, around ``watcher``."""
+    """The fields ``Daemon._check_access`` reads, around ``watcher``; :func:`_check` runs it."""
     available = SimpleNamespace(status=lambda: {"available": True})
-    return SimpleNamespace(
+    d = SimpleNamespace(
         watcher=watcher,
         access_check_interval=interval,
         root_monitor=available,
         _access_checked=0.0,
         _access_took=0.0,
         _access_gap=interval,
+        _access_thread=None,
     )
+    d._access_pass = lambda asked: Daemon._access_pass(d, asked)  # type: ignore[arg-type]
+    return d
+
+
+def _check(d: Any) -> None:
+    """One round of the main loop's check, and the pass it started (if any) to its end."""
+    Daemon._check_access(d)
+    if d._access_thread is not None:
+        d._access_thread.join(10)
 
 
 def test_the_scheduled_pass_stretches_to_a_share_of_a_core_and_an_event_comes_sooner() -> None:
     w = _Watcher(took=0.05)
     d = _daemon(w, interval=0.01)
-    Daemon._check_access(d)  # the first pass
+    _check(d)  # the first pass
     assert w.passes == 1
     assert d._access_gap >= 0.05 / ACCESS_PASS_SHARE * 0.9  # ~0.5 s, not 0.01
-    Daemon._check_access(d)
+    _check(d)
     assert w.passes == 1, "the next scheduled pass waits its stretched gap"
     w.handler.attributes.set()
     time.sleep(0.06)  # one pass's length after the last
-    Daemon._check_access(d)
+    _check(d)
     assert w.passes == 2, "an attribute event asks for a pass sooner"
     assert not w.handler.attributes.is_set()
 
@@ -117,6 +127,45 @@ def test_an_event_whose_pass_could_not_run_is_kept_for_the_next_round() -> None:
     d = _daemon(w, interval=60.0)
     d._access_checked = time.monotonic()  # the scheduled pass is a minute away
     w.handler.attributes.set()
-    Daemon._check_access(d)
+    _check(d)
     assert w.passes == 1
     assert w.handler.attributes.is_set(), "the writer was busy: asked again next round"
+
+
+def test_a_permission_pass_that_hangs_blocks_neither_the_main_loop_nor_the_stop(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A share that hangs in a pass (``stat`` blocks on a dead NFS server) left the daemon's
+    main loop stuck in it: the share's hang never reported, SIGTERM never finishing. The pass
+    runs on its own thread now."""
+    from ingestor.service import daemon as daemon_module
+    from ingestor.service.watcher import Watcher
+
+    root = tmp_path / "share"
+    write_corpus(root, 3)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    hung, release = threading.Event(), threading.Event()
+
+    def hanging(self: Watcher) -> Any:
+        hung.set()
+        release.wait(120)
+        return None
+
+    monkeypatch.setattr(Watcher, "check_access", hanging)
+    monkeypatch.setattr(daemon_module, "ACCESS_STOP_WAIT", 0.5)
+    d = make_daemon(p, root, access_check_interval=0.1, debounce=0.05)
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        assert hung.wait(60), "no permission pass started"
+        time.sleep(1.5)  # main-loop rounds go by while the pass hangs
+        stop.set()
+        t.join(20)
+        assert not t.is_alive(), "the daemon did not stop while a permission pass hung"
+    finally:
+        release.set()
+        stop.set()
+        t.join(60)
+        p.context.store.close()
