@@ -88,12 +88,14 @@ def give_members(state: TreeState, node_id: str, members: list[str]) -> tuple[No
 
 
 def mark_stale(state: TreeState, node_id: str, members: list[str]) -> None:
-    """Give summary ``node_id`` its cluster's new ``members`` and their sources, keep its text
-    and vector, and mark it stale."""
+    """Mark summary ``node_id`` stale, keeping its text and vector, and give it its cluster's
+    new ``members`` and their sources (stale first: it keeps the access classes its text came
+    from, :meth:`~ingestor.tree.state.Provenance.set_on`)."""
+    was_stale = state.nodes.edit(node_id).stale
+    state.nodes.edit(node_id).stale = True
     node, _ = give_members(state, node_id, members)
     node.updated_at = time.time()
-    if not node.stale:
-        node.stale = True
+    if not was_stale:
         state.stale[node_id] = node.updated_at
 
 

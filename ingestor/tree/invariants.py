@@ -9,6 +9,7 @@ and benchmarks, not for the update path.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from ingestor.cluster.adaptive import GUARDED, same_digest, vector_digest
@@ -106,7 +107,15 @@ def _links(state: Any, n_leaves: int, min_top_nodes: int) -> list[str]:
             if not node.children:
                 bad.append(f"{nid}: summary without children")
             kids = [k for k in (_peek(nodes, c) for c in node.children) if k is not None]
-            if Provenance.merge(kids, limit) != Provenance.of(node):
+            merged, held = Provenance.merge(kids, limit), Provenance.of(node)
+            if node.stale:  # its text may hold files gone since: their classes stay too
+                if not merged.access <= held.access:
+                    bad.append(f"{nid}: a stale summary lacks a class of its children's")
+                merged, held = (
+                    replace(merged, access=frozenset()),
+                    replace(held, access=frozenset()),
+                )
+            if merged != held:
                 bad.append(
                     f"{nid}: sources differ from the union of its children's (capped past {limit})"
                 )

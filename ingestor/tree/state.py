@@ -106,10 +106,13 @@ class Provenance:
         )
 
     def set_on(self, node: Node) -> None:
-        """Give ``node`` this provenance."""
+        """Give ``node`` this provenance. A stale summary keeps the access classes it had as
+        well: its text, kept until its regeneration, was written from files that may have left
+        it since (a removed file's text is purged only then), so until then it is served only to
+        who could read those too; never to fewer classes than its text came from."""
         node.sources, node.sources_capped = self.sources, self.sources_capped
         node.dirs, node.dirs_capped = self.dirs, self.dirs_capped
-        node.access = self.access
+        node.access = self.access | node.access if node.stale else self.access
 
 
 def _union(sets: list[tuple[frozenset[str], bool]], limit: int) -> tuple[frozenset[str], bool]:

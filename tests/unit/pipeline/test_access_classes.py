@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ from ingestor.read import permissions
 from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
+from testkit.corpus import make_pipeline as corpus_pipeline
+from testkit.fakes import EchoSummarizer
 from tests.unit.service.test_watcher import CountingEmbedder, make_pipeline, write_corpus
 
 SECRET = "zanzibarquokka"
@@ -160,4 +163,51 @@ def test_files_not_there_keep_their_readers_and_files_still_there_but_unreadable
     assert p.update_access(p.require_state()).files_reclassed == 1
     assert not any(SECRET in t for t in _texts(p, HR))
     assert any(SECRET in t for t in _texts(p, UNRESTRICTED))
+    p.context.store.close()
+
+
+class _Verbatim(EchoSummarizer):
+    """Keeps the first words of every child: each summary quotes all of its files."""
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        self.calls += len(groups)
+        return [" ".join(" ".join(t.split()[:3]) for t in texts) for texts in groups]
+
+
+def test_a_stale_summary_keeps_the_readers_of_a_removed_file_it_still_quotes(
+    tmp_path: Path,
+) -> None:
+    """A summary whose regeneration waits (deferred) keeps the text of a file removed under it
+    until then: it must stay readable only by who could read that file. It lost the file's
+    class and served the secret to everyone until its refresh."""
+    root = tmp_path / "share"
+    write_corpus(root, 12)
+    secret = root / "hr" / "pay.txt"
+    secret.parent.mkdir()
+    secret.write_text(f"{SECRET} salary review. Only {SECRET} and the board know the pool.\n")
+    os.chmod(secret.parent, 0o700)
+    defer = {"now": False}
+    p = corpus_pipeline(tmp_path, _Verbatim(), defer_summaries=lambda: defer["now"])
+    p.build(root)
+    assert any(SECRET in t for t in _texts(p, UNRESTRICTED))
+    assert not any(SECRET in t for t in _texts(p, ANONYMOUS))
+    defer["now"] = True
+    secret.unlink()
+    assert p.reconcile(root).stats.summaries_deferred > 0
+    state = p.require_state()
+    quoting = [n for n in state.nodes.values() if SECRET in n.text]
+    assert quoting, "the deferred summary still quotes the removed file"
+    assert all(n.stale and len(n.access) > 1 for n in quoting)
+    assert violations(state) == []
+    assert not any(SECRET in t for t in _texts(p, ANONYMOUS)), "a stale summary leaked it"
+    os.chmod(root / "d0.txt", 0o600)  # a permission change under it keeps the old class too
+    p.update_access(p.require_state())
+    assert not any(SECRET in t for t in _texts(p, ANONYMOUS))
+    defer["now"] = False
+    p.refresh()  # the regeneration purges the text, and the summary's readers are its files'
+    state = p.require_state()
+    assert not any(SECRET in n.text for n in state.nodes.values())
+    assert violations(state) == []
     p.context.store.close()
