@@ -137,11 +137,14 @@ class Step:
     acl: tuple[AclEntry, ...] = ()
 
     def allows(self, who: Identity) -> bool:
-        """Whether ``who`` gets ``need`` here (acl(5)'s access check algorithm)."""
+        """Whether ``who`` gets ``need`` here (acl(5)'s access check algorithm, as the kernel
+        runs it: where the mode's group bits, the ACL's mask, are all clear, the kernel skips
+        the ACL and the mode bits decide, so a named user then gets what "other" gets; Linux
+        ``acl_permission_check``)."""
         need = self.need
         if who.uid is not None and who.uid == self.uid:
             return bool((self.mode >> 6) & need)
-        if not self.acl:
+        if not self.acl or not self.mode & 0o070:
             if self.gid in who.gids:
                 return bool((self.mode >> 3) & need)
             return bool(self.mode & need)

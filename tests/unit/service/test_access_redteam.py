@@ -1,20 +1,25 @@
 """A soak of random permission changes, checked against the kernel after every step (issue 53).
 
 Each step changes a share the way its users do (chmod and chown of files and folders, an ACL set
-and cleared, a file moved between folders, an edit) and brings the tree up to date; then, for each
-user made for the test, the **kernel** says which files they may read (a forked process that
-switched to the user asks ``os.access``), and the tree must agree: every node the user's filter
-lets through lies only over files they may read (no leak, through leaves or summaries), and every
-leaf of a file they may read is let through (nothing withheld). The tree's invariants hold too.
+and cleared, a file moved between folders, an edit, a file deleted) and brings the tree up to date,
+its summaries regenerated at once or deferred (stale until a refresh, as the daemon's window
+does); then, for each user made for the test, the **kernel** says which files they may read (a
+forked process that switched to the user asks ``os.access``), and the tree must agree: every node
+the user's filter lets through lies only over files they may read (no leak, through leaves or
+summaries), its **text** quotes only files they may read or deleted files they could read when
+they were deleted (each file carries a word of its own, which summaries quote), and every leaf of
+a file they may read is let through (nothing withheld). The tree's invariants hold too.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -23,6 +28,7 @@ from ingestor.answer.service import QueryService
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
+from testkit.fakes import EchoSummarizer
 from tests.unit.service.test_access_doors import (  # noqa: F401 (users: a fixture)
     GROUP,
     _user,
@@ -36,7 +42,7 @@ pytestmark = pytest.mark.skipif(
     reason="needs root and useradd to make the users the kernel is asked about",
 )
 NOBODY = 65534  # in no group of the share: the kernel's answer for an anonymous caller
-STEPS = 24
+STEPS = 80
 
 
 def _kernel_readable(uid: int, root: Path, sources: list[str]) -> set[str]:
@@ -44,10 +50,37 @@ def _kernel_readable(uid: int, root: Path, sources: list[str]) -> set[str]:
     return set(as_user(uid, lambda: [s for s in sources if os.access(root / s, os.R_OK)]))
 
 
+class _Quoting(EchoSummarizer):
+    """Quotes every child's first words (its file's own word among them): a summary's text says
+    which files it came from."""
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        self.calls += len(groups)
+        return [" ".join(" ".join(t.split()[:2]) for t in texts) for texts in groups]
+
+
+def _write(rng: random.Random, path: Path) -> None:
+    """A document that starts with a word of its own (summaries quote first words)."""
+    path.write_text(f"{_mark()} {doc_text(rng, rng.randint(3, 6))}")
+
+
+_marks = iter(range(10**6))
+
+
+def _mark() -> str:
+    return f"mk{next(_marks):05d}q"
+
+
+MARK = re.compile(r"mk\d{5}q")
+
+
 def _step(rng: random.Random, root: Path, uids: list[int]) -> str:
     files = sorted(p for p in root.rglob("*.txt"))
     dirs = sorted(p for p in root.iterdir() if p.is_dir())
-    op = rng.choice(["chmod-file", "chmod-dir", "chown", "acl", "acl-clear", "move", "edit"])
+    ops = ["chmod-file", "chmod-dir", "chown", "acl", "acl-clear", "move", "edit", "delete"]
+    op = rng.choice(ops if len(files) > 8 else ops[:-1])
     f, d = rng.choice(files), rng.choice(dirs)
     if op == "chmod-file":
         os.chmod(f, rng.choice([0o600, 0o640, 0o644, 0o604]))
@@ -66,8 +99,10 @@ def _step(rng: random.Random, root: Path, uids: list[int]) -> str:
     elif op == "move":
         other = rng.choice(dirs)
         f.rename(other / f"m{rng.randrange(10**6)}.txt")  # public to private, and back
+    elif op == "delete":
+        f.unlink()
     else:
-        f.write_text(doc_text(rng, rng.randint(2, 5)))
+        _write(rng, f)
     return f"{op} {f.relative_to(root)} {d.relative_to(root)}"
 
 
@@ -83,18 +118,34 @@ def test_random_permission_changes_never_leak_and_never_withhold(
     for j, name in enumerate(["pub", "hr", "mgmt"]):
         for i in range(7):
             (root / name).mkdir(parents=True, exist_ok=True)
-            (root / name / f"d{j}{i}.txt").write_text(doc_text(rng, rng.randint(3, 6)))
-    p = make_pipeline(base)
+            _write(rng, root / name / f"d{j}{i}.txt")
+    defer = {"now": False}
+    p = make_pipeline(base, _Quoting(), defer_summaries=lambda: defer["now"])
     p.build(root)
     service = QueryService(
         p.context.store, p.context.embedder, "t", classes=p.context.access.registry
     )
     uids = list(users.values())
     who = {uid: Identity.of_uid(uid) for uid in uids} | {NOBODY: ANONYMOUS}
+    marks = {
+        MARK.findall(f.read_text())[0]: f.relative_to(root).as_posix() for f in root.rglob("*.txt")
+    }
+    could: dict[int, set[str]] = {uid: set() for uid in who}  # words of gone text they could read
     try:
         for step in range(STEPS):
+            before = {uid: _kernel_readable(uid, root, sorted(set(marks.values()))) for uid in who}
+            was = dict(marks)
             did = _step(rng, root, uids)
+            defer["now"] = rng.random() < 0.5
+            if not defer["now"] and rng.random() < 0.5:
+                p.refresh()  # a refresh window: the stale summaries regenerated
             p.reconcile(root)
+            marks = {  # the files' words now; a removed or rewritten one's stays its readers'
+                MARK.findall(f.read_text())[0]: f.relative_to(root).as_posix()
+                for f in root.rglob("*.txt")
+            }
+            for uid in who:
+                could[uid] |= {m for m, f in was.items() if m not in marks and f in before[uid]}
             state = p.require_state()
             assert violations(state) == [], f"step {step} ({did})"
             sources = sorted(state.sources.keys())
@@ -104,6 +155,10 @@ def test_random_permission_changes_never_leak_and_never_withhold(
                 seen, _ = p.context.store.scroll(flt, 100_000)
                 leaked = {s for n in seen for s in n.sources} - allowed
                 assert not leaked, f"step {step} ({did}): {identity.name} got {sorted(leaked)}"
+                quoted = {m for n in seen for m in MARK.findall(n.text)}
+                mine = {m for m, f in marks.items() if f in allowed} | could[uid]
+                told = sorted(marks.get(m, m) for m in quoted - mine)
+                assert not told, f"step {step} ({did}): {identity.name} read the text of {told}"
                 shown = {n.source for n in seen if n.layer == 0}
                 assert shown == allowed, f"step {step} ({did}): {identity.name} withheld"
     finally:
