@@ -185,7 +185,7 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
     except PermissionError as exc:  # another account's tree: say whose, and the way in
         if ctx.verbose:
             log.exception("failed")
-        raise click.ClickException(_not_yours(exc)) from exc
+        raise click.ClickException(_not_yours(exc, ctx._settings)) from exc
     except Exception as exc:
         if not _domain_error(exc):
             raise
@@ -194,8 +194,9 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
         raise click.ClickException(_mask(str(exc))) from exc
 
 
-def _not_yours(exc: PermissionError) -> str:
-    """The one line for a file this account may not use: whose it is and what to do instead."""
+def _not_yours(exc: PermissionError, settings: Settings | None) -> str:
+    """The one line for a file this account may not use: whose it is and what to do instead
+    (a file of the tree's state dir: its writer's alone; the daemon's doors serve the others)."""
     import pwd
 
     path = Path(str(exc.filename)) if exc.filename else None
@@ -210,8 +211,14 @@ def _not_yours(exc: PermissionError) -> str:
         except KeyError:
             owner = f" (it belongs to uid {uid})"
         break
+    state = settings.state_dir.resolve() if settings is not None else None
+    if path is None or state is None or not path.resolve().is_relative_to(state):
+        return (
+            f"permission denied: {exc.filename or exc}{owner}; run the command as an account "
+            "that may use it, or give this one access to it"
+        )
     return (
-        f"permission denied: {exc.filename or exc}{owner}; a tree's state dir is its writer's "
+        f"permission denied: {exc.filename}{owner}; a tree's state dir is its writer's "
         "alone: run this command as that account, or ask its running daemon (`adrap query`, "
         "`adrap ask`, `adrap status` reach it over its socket as you)"
     )

@@ -385,3 +385,20 @@ def test_adrap_explore_by_another_account_points_to_the_daemon_s_doors(
         assert not (out / "t.html").exists()
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def test_a_denied_file_outside_the_state_dir_is_not_called_the_tree_s(tmp_path: Path) -> None:
+    """The one line names the state dir's owner only for the state dir's files."""
+    from types import SimpleNamespace
+
+    from ingestor.cli.app import _not_yours
+
+    state = tmp_path / "state"
+    state.mkdir()
+    inside = PermissionError(13, "Permission denied", str(state / "tokens.json"))
+    outside = PermissionError(13, "Permission denied", str(tmp_path / "share" / "a.txt"))
+    settings: Any = SimpleNamespace(state_dir=state)
+    assert "state dir is its writer's alone" in _not_yours(inside, settings)
+    said = _not_yours(outside, settings)
+    assert "state dir" not in said
+    assert "belongs to the account" in said
