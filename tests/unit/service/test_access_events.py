@@ -11,13 +11,20 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from ingestor.answer.service import QueryService
+from ingestor.read.access_classes import ANONYMOUS
 from ingestor.service.daemon import ACCESS_PASS_SHARE, Daemon
 from ingestor.service.events import EnqueueHandler
+from ingestor.service.summary_schedule import SummarySchedule
+from retriever import SearchFilter
+from testkit.corpus import make_pipeline as corpus_pipeline
 from testkit.daemons import make_daemon
+from testkit.fakes import EchoSummarizer
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -166,6 +173,56 @@ def test_a_permission_pass_that_hangs_blocks_neither_the_main_loop_nor_the_stop(
         assert not t.is_alive(), "the daemon did not stop while a permission pass hung"
     finally:
         release.set()
+        stop.set()
+        t.join(60)
+        p.context.store.close()
+
+
+class _Quoting(EchoSummarizer):
+    """Quotes every child's first words: a summary's text holds every file under it."""
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        self.calls += len(groups)
+        return [" ".join(" ".join(t.split()[:3]) for t in texts) for texts in groups]
+
+
+def test_a_removed_private_file_s_text_in_a_stale_summary_reaches_no_stranger(
+    tmp_path: Path,
+) -> None:
+    """The daemon defers summaries to its refresh window by default: a summary over a private
+    file removed just now keeps quoting it until the refresh, and must stay its readers' (any
+    Qdrant client scrolls what the reader filter lets through, ranked or not)."""
+    root = tmp_path / "share"
+    write_corpus(root, 10)
+    secret = root / "hr" / "pay.txt"
+    secret.parent.mkdir()
+    secret.write_text(f"{SECRET} ledger lists every payment. Only {SECRET} holders know it.\n")
+    os.chmod(secret.parent, 0o700)
+    schedule = SummarySchedule(window=300.0, idle=0.0)
+    p = corpus_pipeline(tmp_path, _Quoting(), defer_summaries=schedule.defers_now)
+    p.build(root)
+    d = make_daemon(p, root, http_port=0, summaries=schedule, debounce=0.05)
+    stop = threading.Event()
+    t = threading.Thread(target=d.run, args=(stop,))
+    t.start()
+    try:
+        wait_until(lambda: d.metrics.ready and d.address is not None, timeout=60)
+        applied = d.metrics.updates
+        secret.unlink()
+        wait_until(lambda: d.metrics.updates > applied, what="the removal applied")
+        state = p.require_state()
+        assert any(n.stale and SECRET in n.text for n in state.nodes.values()), "no stale quote"
+        service = QueryService(
+            p.context.store, p.context.embedder, "t", classes=p.context.access.registry
+        )
+        readable, _ = p.context.store.scroll(
+            service.reader_filter(SearchFilter(tree="t"), ANONYMOUS), 10_000
+        )
+        assert not any(SECRET in n.text for n in readable), "a stale summary quotes it to all"
+        assert not _anonymous_reads(d)
+    finally:
         stop.set()
         t.join(60)
         p.context.store.close()
