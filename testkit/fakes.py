@@ -93,6 +93,22 @@ class EchoSummarizer:
         return out
 
 
+class QuotingSummarizer(EchoSummarizer):
+    """Quotes the first ``words`` words of every child, uncapped: a summary's text holds a word
+    of every file under it (tests of who may read a summary's text)."""
+
+    def __init__(self, words: int = 3) -> None:
+        super().__init__()
+        self.words = words
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        self.calls += len(groups)
+        n = self.words
+        return [" ".join(" ".join(t.split()[:n]) for t in texts) for texts in groups]
+
+
 class ByteTokenizer:
     """One token per UTF-8 byte: splits characters the way byte-level BPE does."""
 

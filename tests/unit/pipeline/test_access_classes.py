@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
 from testkit.corpus import make_pipeline as corpus_pipeline
-from testkit.fakes import EchoSummarizer
+from testkit.fakes import QuotingSummarizer
 from tests.unit.service.test_watcher import CountingEmbedder, make_pipeline, write_corpus
 
 SECRET = "zanzibarquokka"
@@ -166,16 +165,6 @@ def test_files_not_there_keep_their_readers_and_files_still_there_but_unreadable
     p.context.store.close()
 
 
-class _Verbatim(EchoSummarizer):
-    """Keeps the first words of every child: each summary quotes all of its files."""
-
-    def summarize_many(
-        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
-    ) -> list[str]:
-        self.calls += len(groups)
-        return [" ".join(" ".join(t.split()[:3]) for t in texts) for texts in groups]
-
-
 def test_a_stale_summary_keeps_the_readers_of_a_removed_file_it_still_quotes(
     tmp_path: Path,
 ) -> None:
@@ -189,7 +178,7 @@ def test_a_stale_summary_keeps_the_readers_of_a_removed_file_it_still_quotes(
     secret.write_text(f"{SECRET} salary review. Only {SECRET} and the board know the pool.\n")
     os.chmod(secret.parent, 0o700)
     defer = {"now": False}
-    p = corpus_pipeline(tmp_path, _Verbatim(), defer_summaries=lambda: defer["now"])
+    p = corpus_pipeline(tmp_path, QuotingSummarizer(), defer_summaries=lambda: defer["now"])
     p.build(root)
     assert any(SECRET in t for t in _texts(p, UNRESTRICTED))
     assert not any(SECRET in t for t in _texts(p, ANONYMOUS))

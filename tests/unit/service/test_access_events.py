@@ -11,7 +11,6 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,7 +23,7 @@ from ingestor.service.summary_schedule import SummarySchedule
 from retriever import SearchFilter
 from testkit.corpus import make_pipeline as corpus_pipeline
 from testkit.daemons import make_daemon
-from testkit.fakes import EchoSummarizer
+from testkit.fakes import QuotingSummarizer
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -178,16 +177,6 @@ def test_a_permission_pass_that_hangs_blocks_neither_the_main_loop_nor_the_stop(
         p.context.store.close()
 
 
-class _Quoting(EchoSummarizer):
-    """Quotes every child's first words: a summary's text holds every file under it."""
-
-    def summarize_many(
-        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
-    ) -> list[str]:
-        self.calls += len(groups)
-        return [" ".join(" ".join(t.split()[:3]) for t in texts) for texts in groups]
-
-
 def test_a_removed_private_file_s_text_in_a_stale_summary_reaches_no_stranger(
     tmp_path: Path,
 ) -> None:
@@ -201,7 +190,7 @@ def test_a_removed_private_file_s_text_in_a_stale_summary_reaches_no_stranger(
     secret.write_text(f"{SECRET} ledger lists every payment. Only {SECRET} holders know it.\n")
     os.chmod(secret.parent, 0o700)
     schedule = SummarySchedule(window=300.0, idle=0.0)
-    p = corpus_pipeline(tmp_path, _Quoting(), defer_summaries=schedule.defers_now)
+    p = corpus_pipeline(tmp_path, QuotingSummarizer(), defer_summaries=schedule.defers_now)
     p.build(root)
     d = make_daemon(p, root, http_port=0, summaries=schedule, debounce=0.05)
     stop = threading.Event()

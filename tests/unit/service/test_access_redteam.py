@@ -19,7 +19,6 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from ingestor.answer.service import QueryService
 from ingestor.read.access_classes import ANONYMOUS, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
-from testkit.fakes import EchoSummarizer
+from testkit.fakes import QuotingSummarizer
 from tests.unit.service.test_access_doors import (  # noqa: F401 (users: a fixture)
     GROUP,
     _user,
@@ -48,17 +47,6 @@ STEPS = 80
 def _kernel_readable(uid: int, root: Path, sources: list[str]) -> set[str]:
     """Return the sources ``uid`` may read, as the kernel says (a fork that became ``uid``)."""
     return set(as_user(uid, lambda: [s for s in sources if os.access(root / s, os.R_OK)]))
-
-
-class _Quoting(EchoSummarizer):
-    """Quotes every child's first words (its file's own word among them): a summary's text says
-    which files it came from."""
-
-    def summarize_many(
-        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
-    ) -> list[str]:
-        self.calls += len(groups)
-        return [" ".join(" ".join(t.split()[:2]) for t in texts) for texts in groups]
 
 
 def _write(rng: random.Random, path: Path) -> None:
@@ -120,7 +108,7 @@ def test_random_permission_changes_never_leak_and_never_withhold(
             (root / name).mkdir(parents=True, exist_ok=True)
             _write(rng, root / name / f"d{j}{i}.txt")
     defer = {"now": False}
-    p = make_pipeline(base, _Quoting(), defer_summaries=lambda: defer["now"])
+    p = make_pipeline(base, QuotingSummarizer(words=2), defer_summaries=lambda: defer["now"])
     p.build(root)
     service = QueryService(
         p.context.store, p.context.embedder, "t", classes=p.context.access.registry
