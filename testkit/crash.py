@@ -106,6 +106,17 @@ class Writer:
                     return None
                 self.cond.wait(0.05)
 
+    def wait_line(self, prefix: str, timeout: float, poll: float = 0.02) -> bool:
+        """Wait until a log line starts with ``prefix``; return whether one did before the
+        writer exited or ``timeout`` seconds went by."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                if any(m.startswith(prefix) for _, m in self.lines):
+                    return True
+                self.cond.wait(poll)
+        return False
+
     def kill(self) -> bool:
         """SIGKILL the writer; return whether it was still running."""
         alive = self.proc.poll() is None

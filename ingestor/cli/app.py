@@ -197,20 +197,12 @@ def run(ctx: Ctx, fn: Callable[[], T]) -> T:
 def _not_yours(exc: PermissionError, settings: Settings | None) -> str:
     """The one line for a file this account may not use: whose it is and what to do instead
     (a file of the tree's state dir: its writer's alone; the daemon's doors serve the others)."""
-    import pwd
+    from ingestor.tree.changelog import owner_of
 
     path = Path(str(exc.filename)) if exc.filename else None
-    owner = ""
-    for folder in [] if path is None else [path, *path.parents]:
-        try:
-            uid = folder.stat().st_uid
-        except OSError:
-            continue
-        try:
-            owner = f" (it belongs to the account {pwd.getpwuid(uid).pw_name!r})"
-        except KeyError:
-            owner = f" (it belongs to uid {uid})"
-        break
+    folders = [] if path is None else [path, *path.parents]  # the nearest one this account sees
+    name = next((o for f in folders if (o := owner_of(str(f.parent), f.name))), None)
+    owner = f" (it belongs to the account {name!r})" if name else ""
     state = settings.state_dir.resolve() if settings is not None else None
     if path is None or state is None or not path.resolve().is_relative_to(state):
         return (

@@ -39,6 +39,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
       adrap status --offset 20 --limit 100
     """
     from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
+    from ingestor.tree.changelog import owner_of
     from ingestor.tree.drift import drift_summary
     from ingestor.tree.model_progress import change_in, change_line
     from ingestor.tree.persist import load_state, state_exists, state_path
@@ -62,8 +63,9 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             "built": "-" if built is None else built,
         }
         if built is None:
+            owner = owner_of(str(s.state_dir.parent), s.state_dir.name)
             out["state"] = (
-                f"private to {_owner_of(s.state_dir)}: only what its daemon tells you is shown"
+                f"private to the account {owner!r}: only what its daemon tells you is shown"
             )
         if s.store_mode == "embedded" and built:
             out.update(_store_index(s.state_dir / STORE_DIR))
@@ -121,17 +123,6 @@ def _writer(state_dir: Path) -> str | None:
     if not holder:
         return None
     return f"adrap {holder.get('command', '?')} (pid {holder.get('pid', '?')})"
-
-
-def _owner_of(path: Path) -> str:
-    """Return the account that owns ``path`` (its uid where it has no name)."""
-    import pwd
-
-    uid = path.stat().st_uid
-    try:
-        return f"the account {pwd.getpwuid(uid).pw_name!r}"
-    except KeyError:
-        return f"uid {uid}"
 
 
 def _shown(value: Any) -> str:

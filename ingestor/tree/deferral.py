@@ -91,8 +91,8 @@ def mark_stale(state: TreeState, node_id: str, members: list[str]) -> None:
     """Mark summary ``node_id`` stale, keeping its text and vector, and give it its cluster's
     new ``members`` and their sources (stale first: it keeps the access classes its text came
     from, :meth:`~ingestor.tree.state.Provenance.set_on`)."""
-    was_stale = state.nodes.edit(node_id).stale
-    state.nodes.edit(node_id).stale = True
+    node = state.nodes.edit(node_id)
+    was_stale, node.stale = node.stale, True
     node, _ = give_members(state, node_id, members)
     node.updated_at = time.time()
     if not was_stale:

@@ -64,12 +64,7 @@ def test_a_model_change_killed_half_way_resumes_and_keeps_every_summary(
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | new
     # Any writing command starts the change; killed once its first batch is written.
     writer = Writer(["refresh"], env)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and writer.proc.poll() is None:
-        with writer.cond:
-            if any(m.startswith("model change: ") for _, m in writer.lines):
-                break
-            writer.cond.wait(0.02)
+    writer.wait_line("model change: ", timeout=300)
     assert writer.kill(), "the change ended before its first batch could be killed"
     writer.finish()
     said = [m for _, m in writer.lines]

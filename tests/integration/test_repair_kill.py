@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -47,12 +46,7 @@ def test_a_repair_killed_half_way_loses_nothing(tmp_path: Path) -> None:
     assert status["drift"]["due"] >= 1, status["drift"]
     before = leaves(tmp_path / "state")
     writer = Writer(["repair", "--all"], env | {"ADRAP_STATE_DIR": str(tmp_path / "state")})
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and writer.proc.poll() is None:
-        with writer.cond:
-            if any(m.startswith("update: intent recorded") for _, m in writer.lines):
-                break
-            writer.cond.wait(0.01)
+    writer.wait_line("update: intent recorded", timeout=600, poll=0.01)
     assert writer.kill(), "the repair ended before it could be killed"
     writer.finish()
     assert leaves(tmp_path / "state") == before, "killed: no leaf lost or added"
