@@ -124,7 +124,8 @@ def _echo(out: dict[str, Any]) -> None:
         if r["summaries"]:
             counts.append(f"{len(r['summaries']) + r.get('summaries_omitted', 0)} summaries")
         click.echo(
-            f"{at}  {r['kind']:<11} {shown}{f' (+{more} more)' if more > 0 else ''}"
+            f"{at}  {r['kind']:<11} {shown or r.get('detail', '')}"
+            f"{f' (+{more} more)' if more > 0 else ''}"
             f"{'  (' + '; '.join(counts) + ')' if counts else ''}"
         )
     dig = out.get("digest")

@@ -38,7 +38,7 @@ MAX_FILES: Final = 1000
 MAX_SUMMARIES: Final = 500
 
 Action = Literal["added", "edited", "removed", "permissions"]
-Kind = Literal["build", "update", "rebuild", "refresh", "repair", "permissions"]
+Kind = Literal["build", "update", "rebuild", "refresh", "repair", "permissions", "model"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,7 @@ _SCALARS: Final = (
     "summaries_deferred",
     "summaries_tolerated",
     "summary_tokens",
+    "detail",
     "key",
 )
 
@@ -81,11 +82,14 @@ class ChangeRecord:
 
     Attributes:
         at: when the update started (seconds since the epoch).
-        kind: build, update, rebuild (drift), refresh (stale summaries) or permissions.
+        kind: build, update, rebuild (drift), refresh (stale summaries), permissions, or model
+            (the tree's embedding model changed: :mod:`ingestor.tree.model_change`).
         files, files_omitted: the files it changed (at most :data:`MAX_FILES`) and the others.
         summaries, summaries_omitted: the summaries it regenerated, likewise.
         leaves_added, leaves_removed, summaries_deferred, summaries_tolerated, summary_tokens:
             its counts (a reader who may not read every file gets none of them).
+        detail: what a record without files says (a model change: from which model to which;
+            it names no file, so every reader sees it).
         key: its key in the log, once written or read.
     """
 
@@ -100,6 +104,7 @@ class ChangeRecord:
     summaries_deferred: int = 0
     summaries_tolerated: int = 0
     summary_tokens: int = 0
+    detail: str = ""
     key: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -143,9 +148,11 @@ def seen_by(record: dict[str, Any], readable: frozenset[str] | None) -> dict[str
         for s in record.get("summaries", ())
         if s.get("access") and readable.issuperset(s["access"])
     ]
-    if not files and not summaries:
+    detail = record.get("detail", "") if record["kind"] == "model" else ""
+    if not files and not summaries and not detail:
         return None
-    return {"at": record["at"], "kind": record["kind"], "files": files, "summaries": summaries}
+    out = {"at": record["at"], "kind": record["kind"], "files": files, "summaries": summaries}
+    return out | ({"detail": detail} if detail else {})
 
 
 def owner_of(root: str, source: str) -> str | None:
@@ -277,6 +284,7 @@ def note(
     files: Iterable[FileChange] = (),
     stats: _Counts | None = None,
     summaries: Iterable[str] = (),
+    detail: str = "",
 ) -> ChangeRecord:
     """Add the record of a change to ``state``'s journal (written by its next commit).
 
@@ -298,6 +306,7 @@ def note(
         files_omitted=files_omitted,
         summaries=kept,
         summaries_omitted=summaries_omitted,
+        detail=detail,
     )
     if stats is not None:
         record.leaves_added, record.leaves_removed = stats.leaves_added, stats.leaves_removed

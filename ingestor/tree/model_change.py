@@ -51,6 +51,7 @@ from typing import Any
 from ingestor.cluster.adaptive import LayerDelta
 from ingestor.cluster.digest import vector_digest
 from ingestor.cluster.model_refit import refit_global, refit_local
+from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.model_progress import (
@@ -216,6 +217,14 @@ class ModelChange:
         state.vectors.fetch = nxt.retrieve_vectors
         regenerated = self._refit(state, nxt)
         refit_s = time.perf_counter() - t_refit
+        changelog.note(  # written by the commit below, with the new model
+            state,
+            "model",
+            started_at=plan.started_at,
+            summaries=(i for i, n in state.nodes.items() if n.layer > 0),
+            detail=f"embedding model {old} -> {model}: every node's text embedded again, "
+            f"{regenerated} summaries paid",
+        )
         plan = replace(plan, phase=SWITCH)
         also = Changes()
         also.set(NS, "plan", dumps(asdict(plan)))

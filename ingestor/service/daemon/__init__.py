@@ -47,7 +47,7 @@ from ingestor.service.summary_schedule import SummarySchedule
 from ingestor.service.watcher import Hooks, Timing, Watcher, make_observer
 from ingestor.tree.model_progress import change_in
 from ingestor.tree.params import Progress, no_progress
-from ingestor.tree.persist import state_path
+from ingestor.tree.persist import load_state, state_path
 from ingestor.tree.repair import RepairParams
 from retriever.heap import limit_heap_arenas
 
@@ -280,15 +280,24 @@ class Daemon:
             change = self.pipeline.context.model_change
             if getattr(change, "due", lambda: False)():
                 # The tree's embedding model changes (tree.model_change) as the state is opened:
-                # the old model's tree answers queries meanwhile, as the store switches when done.
+                # the old model's tree answers queries meanwhile, as the store switches when done:
+                # /status and /metrics show that tree's size (counts only, no layer's models).
+                built = load_state(
+                    self.pipeline.context.models, self.pipeline.context.tree, layers=False
+                )
+                if built is not None:
+                    self.metrics.snapshot(built)
                 self.metrics.ready = True
             found = self.pipeline.open_state(recover=True)
             if found is not None:
                 state = found
                 if Path(state.root) != self.root:
                     self.pipeline.reconcile(self.root)  # raises: built over another folder
-                self.pipeline.reconcile_store(state)
-                summary = "store repaired; changed files are applied by the worker"
+                deleted, restored = self.pipeline.reconcile_store(state)
+                summary = (
+                    f"store checked ({deleted} orphan points deleted, {restored} nodes "
+                    "re-stored); changed files are applied by the worker"
+                )
             else:
                 report = self.pipeline.reconcile(self.root, cancellable(progress, stop))
                 state = self.pipeline.require_state()

@@ -64,3 +64,18 @@ def test_changes_asks_the_running_daemon(tmp_path: Any, monkeypatch: pytest.Monk
         assert sent[-1][0] == method  # an LLM digest spends tokens: POST, as /ask
         assert sent[-1][1] == "/changes"
     assert changes_cli.SHOWN_FILES > 0
+
+
+def test_a_model_change_is_printed_by_what_it_did(capsys: pytest.CaptureFixture[str]) -> None:
+    record = {
+        "at_iso": "2026-11-29T20:44:17+00:00",
+        "kind": "model",
+        "files": [],
+        "summaries": [],
+        "detail": "embedding model a -> b: every node's text embedded again, 0 summaries paid",
+    }
+    changes_cli._echo({"tree": "t", "since": "2026-11-28", "records": [record]})
+    line = capsys.readouterr().out.splitlines()[1]
+    assert line.endswith(
+        "model       embedding model a -> b: every node's text embedded again, 0 summaries paid"
+    )

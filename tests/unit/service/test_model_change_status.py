@@ -89,7 +89,8 @@ def test_a_daemon_shows_the_change_under_way_then_nothing_once_switched(
     tree: Tree, tmp_path: Path
 ) -> None:
     old, root = tree
-    nodes = len(old.require_state().nodes)
+    built = old.require_state()
+    nodes, counts = len(built.nodes), built.layer_counts()
     gate = GatedEmbedder()
     p = changing(old, gate)
     d = make_daemon(
@@ -117,7 +118,12 @@ def test_a_daemon_shows_the_change_under_way_then_nothing_once_switched(
                 "started_at": shown["started_at"],
             }
             assert t0 - 1 <= shown["started_at"] <= time.time()
+            # the tree answering meanwhile is the one built, not an empty one
+            assert status["documents"] == len(built.sources) > 0
+            assert status["leaves"] == counts[0]
+            assert status["nodes_per_layer"] == {str(k): v for k, v in counts.items()}
             text = client.get("/metrics").text
+            assert _metric(text, "adrap_leaves") == counts[0]
             assert _metric(text, "adrap_model_change_nodes_done") == STEP
             assert _metric(text, "adrap_model_change_nodes_total") == nodes
             assert _metric(text, "adrap_model_change_started_seconds") == shown["started_at"]

@@ -17,6 +17,7 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
+from ingestor.tree import changelog
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.model_change import NS, ModelChange, pending_change, stored_model
 from ingestor.tree.model_progress import REFIT, SWITCH, change_in
@@ -137,6 +138,14 @@ def test_a_new_model_re_embeds_every_node_and_keeps_every_summary(
     assert not (tmp_path / "qdrant.old").exists()
     rows = RowStore.shared(state_path(p.context.models, "t"))
     assert rows.count(NS) == 0
+    # The change is a record of the change log, which every reader may see (it names no file).
+    for readable in (None, frozenset()):
+        newest = changelog.read(rows, limit=1, readable=readable)[0]
+        assert newest["kind"] == "model"
+        assert newest["detail"].startswith(f"embedding model {old.context.embedder.model_id} ->")
+        assert NEW in newest["detail"]
+        assert newest["files"] == []
+        assert newest["summaries"] == [], "no summary was regenerated"
     hits = store.search(emb.embed_query(state.nodes[some[0]].text), SearchFilter(tree="t"), 3)
     assert hits
     assert hits[0].node.node_id == some[0]

@@ -60,7 +60,8 @@ export function changeLine(r, shown = 6) {
   const more = Math.max(0, files.length - shown) + (r.files_omitted || 0);
   const names = files.slice(0, shown).map((f) => (marks[f.action] || "?") + f.source);
   const summaries = (r.summaries || []).length + (r.summaries_omitted || 0);
-  return localTime(r.at) + " · " + r.kind + (names.length ? ": " + names.join(" ") : "") +
+  const what = names.length ? ": " + names.join(" ") : r.detail ? ": " + r.detail : "";
+  return localTime(r.at) + " · " + r.kind + what +
     (more > 0 ? " (+" + more + " more)" : "") + (summaries ? "; " + summaries + " summaries" : "");
 }
 

@@ -57,6 +57,8 @@ test("updates: changeLine gives a change record's time, kind, files and summarie
   eq(changeLine({ at: 5, kind: "refresh", files: [], files_omitted: 0 }), localTime(5) + " · refresh");
   eq(changeLine({ at: 5, kind: "build", files: [], files_omitted: 40 }),
     localTime(5) + " · build (+40 more)");
+  eq(changeLine({ at: 5, kind: "model", files: [], detail: "embedding model a -> b" }),
+    localTime(5) + " · model: embedding model a -> b");
 });
 
 test("updates: the tree changed when the newest update differs, never at the first look", () => {
