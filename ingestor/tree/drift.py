@@ -145,7 +145,8 @@ def group_drifts(state: TreeState) -> list[GroupDrift]:
 
 def drift_summary(state: TreeState | None, threshold: float) -> dict[str, Any]:
     """The drift block of ``adrap status`` and ``/status``: groups (subtrees), the largest and
-    the leaf-weighted mean drift, how many are past ``threshold`` (due for a repair), the most
+    the leaf-weighted mean drift, how many with leaves are past ``threshold`` (due for a repair:
+    the ones :func:`ingestor.tree.repair.plan` takes), the most
     drifted few, and the repairs made and their tokens."""
     drifts = group_drifts(state) if state is not None else []
     rec = (drift_record(state, create=False) if state is not None else None) or {}
@@ -154,7 +155,8 @@ def drift_summary(state: TreeState | None, threshold: float) -> dict[str, Any]:
         "subtrees": len(drifts),
         "max": round(drifts[0].value, 3) if drifts else 0.0,
         "mean": round(sum(d.value * d.size for d in drifts) / max(1, leaves), 3),
-        "due": sum(d.value > threshold for d in drifts),
+        # a subtree whose leaves were all removed has nothing to re-cluster (repair.plan)
+        "due": sum(d.value > threshold and d.size > 0 for d in drifts),
         "threshold": threshold,
         "most": [
             {"group": d.group, "leaves": d.size, "changed": d.changed, "drift": round(d.value, 3)}

@@ -12,7 +12,7 @@ from ingestor.pipeline import Pipeline
 from ingestor.pipeline.repair import run_repairs
 from ingestor.tree.drift import drift_record, drift_summary, group_drifts
 from ingestor.tree.persist import load_state
-from ingestor.tree.repair import RepairBudget, RepairParams
+from ingestor.tree.repair import RepairBudget, RepairParams, plan
 from testkit.corpus import doc_text
 from testkit.fakes import EchoSummarizer
 from tests.unit.tree.test_adrap import check_invariants, make_pipeline, write_corpus
@@ -161,4 +161,21 @@ def test_status_and_metrics_show_the_drift_per_subtree(tmp_path: Path) -> None:
     assert 'adrap_subtrees_drifted{tree="t"} 0.0' in text
     assert f'adrap_repairs_total{{tree="t"}} {float(m.drift["repairs"])}' in text
     assert m.drift["repairs"] >= 1
+    p.context.store.close()
+
+
+def test_a_subtree_whose_leaves_were_all_removed_is_not_due(tmp_path: Path) -> None:
+    """Its drift stays past the threshold (its changes counted, its base kept), but a repair has
+    nothing to re-cluster there: status must not say a repair is due that never comes."""
+    p, _ = drifted(tmp_path)
+    state = p.require_state()
+    before = drift_summary(state, ANY.threshold)["due"]
+    top = group_drifts(state)[0]
+    assert top.value > ANY.threshold
+    rec = drift_record(state)
+    assert rec is not None
+    rec["size"][top.group] = 0  # every leaf of that subtree removed
+    assert group_drifts(state)[0].group == top.group, "still the most drifted"
+    assert drift_summary(state, ANY.threshold)["due"] == before - 1
+    assert all(top.group not in region for region in plan(state, ANY))
     p.context.store.close()
