@@ -138,8 +138,9 @@ class ChangeRecord:
 
 def seen_by(record: dict[str, Any], readable: frozenset[str] | None) -> dict[str, Any] | None:
     """Return a record's JSON as a reader of the access classes ``readable`` may see it (None:
-    every class: the record itself): only the files of a readable class and the summaries whose
-    every class is readable, no counts; None when nothing is left."""
+    every class: the record itself): only the files of a readable class, the summaries whose
+    every class is readable and the detail (it names no file), no counts; None when nothing is
+    left."""
     if readable is None:
         return record
     files = [f for f in record.get("files", ()) if f.get("access") in readable]
@@ -148,7 +149,7 @@ def seen_by(record: dict[str, Any], readable: frozenset[str] | None) -> dict[str
         for s in record.get("summaries", ())
         if s.get("access") and readable.issuperset(s["access"])
     ]
-    detail = record.get("detail", "") if record["kind"] == "model" else ""
+    detail = record.get("detail", "")  # names no file (ChangeRecord.detail)
     if not files and not summaries and not detail:
         return None
     out = {"at": record["at"], "kind": record["kind"], "files": files, "summaries": summaries}

@@ -52,7 +52,7 @@ from ingestor.cluster.adaptive import LayerDelta
 from ingestor.cluster.digest import vector_digest
 from ingestor.cluster.model_refit import refit_global, refit_local
 from ingestor.tree import changelog
-from ingestor.tree.adrap import TreeUpdater
+from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.model_progress import (
     COPY,
@@ -215,13 +215,14 @@ class ModelChange:
         t_refit = time.perf_counter()
         state.embed_model, state.dim = model, dim
         state.vectors.fetch = nxt.retrieve_vectors
-        regenerated = self._refit(state, nxt)
+        refitted = self._refit(state, nxt)
+        regenerated = refitted.summaries_regenerated if refitted is not None else 0
         refit_s = time.perf_counter() - t_refit
         changelog.note(  # written by the commit below, with the new model
             state,
             "model",
             started_at=plan.started_at,
-            summaries=(i for i, n in state.nodes.items() if n.layer > 0),
+            stats=refitted,
             detail=f"embedding model {old} -> {model}: every node's text embedded again, "
             f"{regenerated} summaries paid",
         )
@@ -274,9 +275,10 @@ class ModelChange:
             self.progress("re-embed", done, len(ids))
         return embed_s
 
-    def _refit(self, state: TreeState, nxt: NodeStore) -> int:
-        """Fit every layer's models again from the new vectors around its clusters; return the
-        summaries regenerated (only for clusters a refit had to change: usually none)."""
+    def _refit(self, state: TreeState, nxt: NodeStore) -> UpdateStats | None:
+        """Fit every layer's models again from the new vectors around its clusters; return what
+        regenerating the summaries of the clusters a refit had to change did (usually none
+        changes: None)."""
         make = self.builder.summaries.make_clusterer
         deltas = repair_models(state, make)  # models the libraries cannot read: refitted first
         for i, al in enumerate(state.layers):
@@ -292,7 +294,7 @@ class ModelChange:
             log.debug("model change: refitted layer %d (%d groups)", i, len(al.gmms))
         deltas = {i: d for i, d in deltas.items() if d.dirty or d.created or d.removed}
         if not deltas:
-            return 0
+            return None
         stats = TreeUpdater(self.builder).regenerate(state, deltas)
         for start in range(0, len(stats.upserted), BATCH):
             batch = sorted(stats.upserted)[start : start + BATCH]
@@ -307,7 +309,7 @@ class ModelChange:
             stats.summaries_regenerated,
             stats.summary_tokens,
         )
-        return stats.summaries_regenerated
+        return stats
 
     def _switch(self, rows: RowStore, plan: ChangePlan) -> None:
         """Make the new store live (idempotent), let queries follow, forget the change."""
