@@ -90,11 +90,15 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             }
             change = change_in(state_path(models, s.tree)) if models else None
             out["model_change"] = None if change is None else change.to_json()
-        out |= _service_status(s)
+        private = built is None
+        out |= _service_status(s, private)
         if out.get("model_change") is not None:
             out["model_change"]["running"] = _writer(s.state_dir)
-        unread = Unread(s.state_dir / UNREAD_FILE)  # read only: written by writers
-        out["unread"] = unread_status(unread, offset=offset, limit=limit)
+        if private:  # its ledgers are the owner's: the daemon's counts (no names), if it runs
+            out["unread"] = out.pop("unread", None) or {"skipped": "-", "stale": "-"}
+        else:
+            unread = Unread(s.state_dir / UNREAD_FILE)  # read only: written by writers
+            out["unread"] = unread_status(unread, offset=offset, limit=limit)
         if as_json:
             click.echo(json.dumps(out, indent=2))
             return
@@ -141,6 +145,8 @@ def _echo_unread(listed: dict[str, Any]) -> None:
         ("skipped", "skipped (content cannot be used; retried when changed)"),
     ):
         click.echo(f"{what:<28} {listed[kind]}")
+        if f"{kind}_files" not in listed:  # another account's tree: counts only
+            continue
         for row in listed[f"{kind}_files"]:
             since = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["since"]))
             click.echo(f"  {row['source']}  (since {since}) {row['reason']}")
@@ -179,14 +185,17 @@ def _layer_graph(has: bool, walks: str, instead: str) -> str:
     return f"no: the store predates it; {instead} (index into a fresh ADRAP_STATE_DIR to get it)"
 
 
-def _service_status(s: Any) -> dict[str, Any]:
-    """Quarantined files and the running daemon's state (read-only; nothing is created)."""
+def _service_status(s: Any, private: bool = False) -> dict[str, Any]:
+    """Quarantined files and the running daemon's state (read-only; nothing is created).
+
+    ``private``: the state is another account's; its ledgers are not read (the daemon tells
+    this caller the tree's size and how many files it could not read, never their names)."""
     from ingestor.service.failures import QUARANTINE_FILE, read_quarantine
 
     out: dict[str, Any] = {
-        "quarantined": {
-            k: v.reason for k, v in read_quarantine(s.state_dir / QUARANTINE_FILE).items()
-        }
+        "quarantined": "-"
+        if private
+        else {k: v.reason for k, v in read_quarantine(s.state_dir / QUARANTINE_FILE).items()}
     }
     from ingestor.cli.daemon_client import DaemonClient, DaemonError
 
@@ -211,6 +220,10 @@ def _service_status(s: Any) -> dict[str, Any]:
                 "summaries_tolerated",
             ):
                 out[key] = live.get(key)
+            if private:
+                for key in ("documents", "leaves", "nodes_per_layer", "unread"):
+                    if key in live:
+                        out[key] = live[key]
     return out
 
 

@@ -99,8 +99,8 @@ class DaemonApi:
         out = self.metrics.status(self.pending()) | {"root": str(self.root)}
         out["caller"] = caller.to_json()
         out["access"] = self.access_status(caller)
-        if not caller.unrestricted:
-            return public_status(out)
+        if not caller.unrestricted:  # how many files could not be read; their names are not
+            return public_status(out) | {"unread": self.unread().counts()}
         w = self.watcher()
         if w is not None:
             out["summaries"] = self.summaries.status(time.monotonic(), *self.metrics.stale())

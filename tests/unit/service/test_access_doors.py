@@ -306,9 +306,15 @@ def test_a_share_that_went_away_keeps_who_reads_what(daemon: Daemon) -> None:
     assert public_sources() == before
 
 
+def _owner_status(d: Daemon) -> dict[str, Any]:
+    out: dict[str, Any] = json.loads(
+        _http(d, "/status", {}, headers={"Authorization": f"Bearer {OWNER}"})[1]
+    )
+    return out
+
+
 def _status_available(d: Daemon) -> bool:
-    body = json.loads(_http(d, "/status", {}, headers={"Authorization": f"Bearer {OWNER}"})[1])
-    return bool(body["watched_folder"]["available"])
+    return bool(_owner_status(d)["watched_folder"]["available"])
 
 
 def test_adrap_status_by_another_account_says_the_state_is_private_and_asks_the_daemon(
@@ -326,6 +332,9 @@ def test_adrap_status_by_another_account_says_the_state_is_private_and_asks_the_
         result = CliRunner().invoke(main, ["status", "--json"], env=env)
         return {"code": result.exit_code, "out": result.output, "error": repr(result.exception)}
 
+    blob = daemon.root / "blob.txt"  # a file the daemon skips (binary): its name is the owner's
+    blob.write_bytes(b"\x00\x01" * 200)
+    wait_until(lambda: _owner_status(daemon)["unread"]["skipped"] == 1, timeout=30)
     # The writer's lock, as `adrap watch` holds it: its state dir private, its file too.
     with state_lock(daemon.state_dir, "watch"):
         got = as_user(users["bob"], status)
@@ -334,6 +343,10 @@ def test_adrap_status_by_another_account_says_the_state_is_private_and_asks_the_
     assert out["state"].startswith("private to"), out
     assert out["caller"]["unrestricted"] is False, out
     assert "hr/pay.txt" not in got["out"]
+    # what the daemon counts, not the owner's private ledger read as empty; no names
+    assert out["unread"] == {"skipped": 1, "stale": 0}, out
+    assert out["documents"] == _owner_status(daemon)["documents"], out
+    assert "blob.txt" not in got["out"] and "ignored the unreadable" not in got["out"]
 
 
 def test_the_owner_s_commands_run_by_another_account_fail_in_one_line_naming_the_owner(
