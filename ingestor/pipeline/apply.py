@@ -173,6 +173,12 @@ class ApplyStage:
         needs_layers = not state.layers and n_leaves > ctx.builder.summaries.params.min_top_nodes
         drifted = drift > self.drift_threshold
         if needs_layers or (drifted and n_leaves <= self.rebuild_max_leaves):
+            report.rebuilt_why = (
+                f"the first summaries: {n_leaves} leaves"
+                if needs_layers
+                else f"drift {drift:.2f} > ADRAP_ADRAP__DRIFT_THRESHOLD {self.drift_threshold:g}"
+                f" on {n_leaves} leaves <= ADRAP_ADRAP__REBUILD_MAX_LEAVES"
+            )
             self._rebuild_layers(state, changes, report)
             return
         if drifted:

@@ -230,7 +230,7 @@ class Pipeline:
                 summaries_regenerated=built.stats.summary_calls,
                 summary_cache_hits=built.stats.cache_hits,
             )
-            report.rebuilt = True
+            report.rebuilt, report.rebuilt_why = True, "first build"
             report.seconds = time.perf_counter() - t0
             return report
         if Path(state.root) != root:

@@ -41,6 +41,8 @@ class UpdateReport:
     stale: list[tuple[str, str]] = field(default_factory=list)
     stats: UpdateStats = field(default_factory=UpdateStats)
     rebuilt: bool = False
+    #: Why the layers were built again (``first build``, the drift past the threshold, ...).
+    rebuilt_why: str = ""
     seconds: float = 0.0
     #: Wall-clock time the update started (every node it wrote is stamped at or after it).
     started_at: float = field(default_factory=time.time)
@@ -50,6 +52,9 @@ class UpdateReport:
     refresh: bool = False
     #: The drift past the threshold of a tree too large to rebuild by itself (None: not past).
     drift_past: float | None = None
+
+    def _rebuilt_line(self) -> str:
+        return f"full rebuild ({self.rebuilt_why or 'drift'}); " if self.rebuilt else ""
 
     def summary(self) -> str:
         """Return the one-line account printed by the CLI and logged by the daemon."""
@@ -64,7 +69,7 @@ class UpdateReport:
             f"(cache hits {s.summary_cache_hits}, {s.summary_input_tokens} input tokens"
             f"{f', {s.summary_tokens} billed' if s.summary_tokens else ''}), deferred "
             f"{s.summaries_deferred}, within tolerance {s.summaries_tolerated}; "
-            f"{'full rebuild (drift); ' if self.rebuilt else ''}"
+            f"{self._rebuilt_line()}"
             f"{f'drift {self.drift_past:.2f}: run `adrap rebuild`; ' if self.drift_past else ''}"
             f"{self.seconds:.2f}s"
         )

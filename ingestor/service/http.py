@@ -302,6 +302,7 @@ class _Served:
             app,
             http=protocol,  # idle connections timed out, capped per client (ConnectionGuard)
             log_config=None,  # our logging, configured by the CLI
+            log_level="warning",  # each server's "Started server process": our own line says it
             access_log=False,
             limit_concurrency=None,  # requests in progress, not connections: the guard's
             timeout_keep_alive=keep_alive,

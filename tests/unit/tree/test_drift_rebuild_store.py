@@ -63,9 +63,26 @@ def test_a_tree_past_the_rebuild_bound_is_placed_by_adrap_and_says_so(
             report = p.update([root / f"late{bound}.txt"])
         assert report.rebuilt is rebuilt
         assert (report.drift_past is None) is rebuilt
+        if rebuilt:  # the line says why: the drift and the bound that let it rebuild
+            assert "full rebuild (drift " in report.summary(), report.summary()
+            assert "ADRAP_ADRAP__DRIFT_THRESHOLD 0.01" in report.summary()
         if not rebuilt:
             assert report.stats.leaves_added > 0  # placed by adRAP
             assert "adrap rebuild" in report.summary()
             assert "ADRAP_ADRAP__REBUILD_MAX_LEAVES" in caplog.text
             check_invariants(p)
         p.context.store.close()
+
+
+def test_the_first_build_of_a_watched_folder_is_not_called_a_drift(tmp_path: Path) -> None:
+    """The daemon's first pass over a folder with no tree builds it: its line says so (it said
+    "full rebuild (drift)", which sent a new user looking for a drift that was never there)."""
+    rng = random.Random(7)
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(12):
+        (root / f"d{i}.txt").write_text(doc_text(rng, rng.randint(4, 10)))
+    report = make_pipeline(tmp_path, EchoSummarizer()).reconcile(root)
+    assert report.rebuilt
+    assert "full rebuild (first build)" in report.summary(), report.summary()
+    assert "drift" not in report.summary()
