@@ -14,11 +14,11 @@ Routes (``{c}`` = ``/collections/{name}``, the name being ``ADRAP_QDRANT__COLLEC
 - ``GET /collections``, ``GET {c}``, ``GET {c}/exists``, ``GET /aliases``, ``GET {c}/aliases``.
 - ``POST {c}/points/query`` (and ``/query/batch``), ``POST {c}/points/search`` (and
   ``/search/batch``), ``POST {c}/points/scroll``, ``POST {c}/points`` (retrieve),
-  ``GET {c}/points/{id}``, ``POST {c}/points/count``.
+  ``GET {c}/points/{id}``, ``POST {c}/points/count``, ``POST {c}/facet``.
 - Any write (``PUT``/``POST``/``PATCH``/``DELETE`` on another path under ``/collections``,
   ``/aliases``, ``/snapshots`` or ``/cluster``) gets 403 saying that adrap owns the collection and
-  how to change the tree; Qdrant's other read endpoints (recommend, discover, groups, facet,
-  matrix) get 501.
+  how to change the tree; Qdrant's other read endpoints (recommend, discover, groups, matrix)
+  get 501.
 
 Replies use Qdrant's envelope ``{"result": ..., "status": "ok", "time": seconds}``; errors are
 ``{"status": {"error": "..."}, "time": seconds}``: 400 invalid body, 404 unknown collection or
@@ -30,11 +30,12 @@ api-key is its principal.
 
 Who may read what (issue 53): every read runs as the request's caller (``caller_of``): the
 reader filter of the classes it may read (``readable``) is ANDed with whatever filter the client
-sent, in search, query (prefetches and a query by point id too), scroll, count and retrieve; a
+sent, in search, query (prefetches and a query by point id too), scroll, count, facet and
+retrieve; a
 point it may not read is not found (404 for ``GET {c}/points/{id}``, left out of ``POST
 {c}/points``); the collection's counts are of what it may read. The meta point stays readable
-to everyone (its model name is how a client embeds queries). Facet, recommend and discover are
-not served (501), so they need no filter.
+to everyone (its model name is how a client embeds queries). Recommend and discover are not
+served (501), so they need no filter.
 
 Concurrency: like ``/query``, each request runs in a worker thread under ``query_timeout`` (past
 it, the request takes no further store lock), and each engine call holds only the store's short
@@ -79,7 +80,6 @@ UNSERVED_READS: Final = (
     "/points/search/groups",
     "/points/search/matrix/{rest:path}",
     "/points/query/groups",
-    "/facet",
 )
 
 
@@ -258,6 +258,7 @@ def qdrant_routes(
         Route(c + "/points/search/batch", answer(search_batch, SearchBatch), methods=["POST"]),
         Route(c + "/points/scroll", answer(reader.scroll, models.ScrollRequest), methods=["POST"]),
         Route(c + "/points/count", answer(reader.count, models.CountRequest), methods=["POST"]),
+        Route(c + "/facet", answer(reader.facet, models.FacetRequest), methods=["POST"]),
         Route(c + "/points", answer(reader.retrieve, models.PointRequest), methods=["POST"]),
         Route(c + "/points/{id}", answer(point), methods=["GET"]),
         *(Route(c + path, unserved, methods=["POST"]) for path in UNSERVED_READS),

@@ -291,6 +291,20 @@ class EdgeRestReader:
         request = qe.CountRequest(exact=req.exact is not False, filter=flt)
         return models.CountResult(count=self.store.read_shard("count", lambda s: s.count(request)))
 
+    def facet(
+        self, req: models.FacetRequest, readable: tuple[str, ...] | None = None
+    ) -> models.FacetResponse:
+        """Count the values of an indexed payload key among the points matching the filter that
+        a caller who may read ``readable`` may read (``POST /collections/{name}/facet``)."""
+        refuse_part(req.shard_key, "shard_key")
+        flt = restrict(edge_filter(req.filter), access_filter(readable))
+        limit, _ = bounded_page(req.limit, 0)
+        request = qe.FacetRequest(key=req.key, limit=limit, exact=bool(req.exact), filter=flt)
+        got = self.store.read_shard(f"facet on {req.key!r}", lambda s: s.facet(request))
+        return models.FacetResponse(
+            hits=[models.FacetValueHit(value=h.value, count=h.count) for h in got.hits]
+        )
+
     def _composite(
         self, req: models.QueryRequest, access: qe.Filter | None
     ) -> list[qe.ScoredPoint]:

@@ -234,6 +234,21 @@ class ServerRestReader:
         flt = _restrict(req.filter, server_access_filter(readable))
         return self.client.count(self.collection, count_filter=flt, exact=req.exact is not False)
 
+    def facet(
+        self, req: models.FacetRequest, readable: tuple[str, ...] | None = None
+    ) -> models.FacetResponse:
+        """Count a payload key's values among the points matching the filter that the caller
+        may read."""
+        refuse_part(req.shard_key, "shard_key")
+        limit, _ = bounded_page(req.limit, 0)
+        return self.client.facet(
+            self.collection,
+            key=req.key,
+            facet_filter=_restrict(req.filter, server_access_filter(readable)),
+            limit=limit,
+            exact=bool(req.exact),
+        )
+
     # -- the queries a caller may send on ------------------------------------------------------
 
     def _checked_query(self, query: Any, access: models.Filter | None) -> Any:

@@ -4,6 +4,7 @@ stands in for the server; the daemon-level doors run in tests/unit/service/test_
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -49,6 +50,10 @@ def test_every_read_keeps_what_the_caller_may_read(
         assert {str(p.id) for p in scrolled} - {META_POINT_ID} <= public
         counted = r.count(models.CountRequest(filter=flt), PUBLIC).count
         assert counted == len(scrolled)
+        facet = r.facet(models.FacetRequest(key="access", filter=flt, exact=True), PUBLIC)
+        held = Counter(a for p in scrolled for a in (p.payload or {}).get("access", ()))
+        assert {str(h.value): h.count for h in facet.hits} == dict(held), (flt, facet)
+        assert flt is not None or dict(held) == {"pub": 2}
     inner = models.Prefetch(query=vec, filter=hostile, limit=50)
     fused = r.query(
         models.QueryRequest(prefetch=[inner], query=models.FusionQuery(fusion="rrf"), limit=50),

@@ -16,6 +16,7 @@ import grp
 import json
 import os
 import warnings
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -202,6 +203,16 @@ def test_the_facade_gives_the_anonymous_caller_no_hidden_node_whatever_its_filte
         scrolled = anon.scroll("adrap", scroll_filter=flt, limit=10_000, with_payload=True)[0]
         got += scrolled
         assert anon.count("adrap", count_filter=flt, exact=True).count == len(scrolled)
+        for key in (F.SOURCE, F.ACCESS):  # a facet counts what the caller may read, no more
+            facet = anon.facet("adrap", key=key, facet_filter=flt, limit=1000, exact=True)
+            values = {str(h.value) for h in facet.hits}
+            assert "hr/pay.txt" not in values, (flt, facet)
+            assert share.secret_class not in values, (flt, facet)
+        by_source = anon.facet("adrap", key=F.SOURCE, facet_filter=flt, limit=1000, exact=True)
+        shown = Counter(str((p.payload or {}).get(F.SOURCE)) for p in scrolled)
+        assert {str(h.value): h.count for h in by_source.hits} == {
+            s: n for s, n in shown.items() if s != "None"
+        }, flt
         got += anon.query_points(
             "adrap", query=vec, query_filter=flt, limit=1000, with_payload=True, with_vectors=True
         ).points
