@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import grp
 import hashlib
+import itertools
 import json
 import os
 import pwd
@@ -240,8 +241,14 @@ class AccessClass:
 
     @classmethod
     def of(cls, steps: Iterable[Step | AceStep | Rule]) -> AccessClass:
+        """The class of a chain of checks; its id is the same for every chain that lets the
+        same callers through (:func:`decision_key`), so a share of many owners, folders and
+        modes has as many classes as it has audiences."""
         steps = tuple(steps)
-        digest = hashlib.sha256(json.dumps([s.key() for s in steps]).encode()).hexdigest()
+        key = decision_key(steps)
+        if key is None:  # too many groups to tabulate: the chain itself
+            key = [s.key() for s in steps]
+        digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
         return cls("a" + digest[:20], steps)
 
     def allows(self, who: Identity) -> bool:
@@ -299,6 +306,81 @@ class AccessClass:
 
 
 UNKNOWN: Final = AccessClass(UNKNOWN_CLASS)
+
+#: A chain naming more groups than this keeps its own digest as its class (its decision table
+#: would have 2^(groups + 1) rows per user).
+TABLE_MAX_GROUPS: Final = 8
+#: A uid or gid no step names (ids are >= 0): every id a chain does not name acts as this one.
+_ANY_OTHER: Final = -1
+
+
+def _named(steps: tuple[Step | AceStep | Rule, ...]) -> tuple[set[int], set[int]]:
+    """The uids and gids the checks of ``steps`` compare a caller with (a step's group where its
+    mode gives the group what it gives everyone, and no ACL is read, is left out: it changes
+    nothing there)."""
+    uids: set[int] = set()
+    gids: set[int] = set()
+    for s in steps:
+        if isinstance(s, Rule):
+            uids |= s.uids
+            gids |= s.gids
+            continue
+        uids.add(s.uid)
+        if isinstance(s, Step):
+            plain = not s.acl or not s.mode & 0o070  # the mode bits decide (Step.allows)
+            if not plain or bool((s.mode >> 3) & s.need) != bool(s.mode & s.need):
+                gids.add(s.gid)
+            uids.update(i for tag, i, _ in s.acl if tag == _USER)
+            gids.update(i for tag, i, _ in s.acl if tag == _GROUP)
+            continue
+        gids.add(s.gid)
+        for _, principal in s.aces:
+            kind, _, ident = principal.partition(":")
+            if kind in ("u", "g") and ident.lstrip("-").isdigit():
+                (uids if kind == "u" else gids).add(int(ident))
+    return uids, gids
+
+
+def decision_key(steps: tuple[Step | AceStep | Rule, ...]) -> list[object] | None:
+    """Who ``steps`` let through, as a canonical table: equal for two chains exactly when every
+    caller gets the same answer from both (None: too many groups named to tabulate).
+
+    A caller is its uid (None, one the chain names, or any other) and its groups (a subset of
+    those named, plus "some other group"): the chain answers every combination. A named id that
+    acts as an unnamed one everywhere (an owner whose bits equal "other", a folder's group on a
+    mode-755 folder) is dropped, so the table does not depend on ids that change nothing. A
+    caller maps onto the table by its kept uid (else "other"), its kept groups, and whether it
+    has any group not kept; mapped so, both chains answer it from the same row.
+    """
+    uids, gids = _named(steps)
+    if len(gids) > TABLE_MAX_GROUPS:
+        return None
+    pool = (_ANY_OTHER, *sorted(gids))
+    subsets = [frozenset(c) for r in range(len(pool) + 1) for c in itertools.combinations(pool, r)]
+    people: tuple[int | None, ...] = (None, _ANY_OTHER, *sorted(uids))
+    answer = {
+        (u, g): all(s.allows(Identity("", u, g)) for s in steps) for u in people for g in subsets
+    }
+    kept_u = [
+        u for u in sorted(uids) if any(answer[u, g] != answer[_ANY_OTHER, g] for g in subsets)
+    ]
+    kept_g = [  # a group that acts as an unnamed one, whatever else the caller is in
+        x
+        for x in sorted(gids)
+        if any(
+            answer[u, g | {x}] != answer[u, g | {_ANY_OTHER}]
+            for u in people
+            for g in subsets
+            if x not in g
+        )
+    ]
+    rows = [
+        [u, sorted(g)]
+        for u in (None, _ANY_OTHER, *kept_u)
+        for g in subsets
+        if g <= {_ANY_OTHER, *kept_g} and answer[u, g]
+    ]
+    return ["table", kept_u, kept_g, rows]
 
 
 def _principal(who: str, step: AceStep) -> str:

@@ -95,6 +95,25 @@ def test_a_chmod_changes_who_reads_without_embedding_again(share: Path, tmp_path
     p.context.store.close()
 
 
+def test_a_chmod_that_changes_no_reader_rewrites_nothing(tmp_path: Path) -> None:
+    """A class is its audience: a group's write bit, or a file of another mode that the same
+    callers may read, is not a new class (every point of the file was rewritten, and a share of
+    many owners and modes had a class per combination)."""
+    root = tmp_path / "docs"
+    write_corpus(root, 10)
+    os.chmod(root / "d1.txt", 0o444)
+    p = make_pipeline(tmp_path / "t")
+    p.build(root)
+    classes = {n.access for n in p.require_state().nodes.values() if n.layer == 0}
+    assert len(classes) == 1, classes  # 0o644 and 0o444 files: the same readers
+    os.chmod(root / "d0.txt", 0o664)
+    os.chmod(root, 0o775)
+    assert p.update_access(p.require_state()).files_reclassed == 0
+    os.chmod(root / "d0.txt", 0o660)  # others lose it: a new class
+    assert p.update_access(p.require_state()).files_reclassed == 1
+    p.context.store.close()
+
+
 def test_a_single_owner_folder_builds_the_tree_it_always_built(tmp_path: Path) -> None:
     """Access classes never steer the clustering: one class, the same nodes."""
     root = tmp_path / "docs"
