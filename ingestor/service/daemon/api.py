@@ -153,12 +153,13 @@ class DaemonApi:
         caller may read."""
         classes = self.queries.classes
         readable = classes.readable(caller)
+        files = self.access_counts()  # the classes files are in now (the registry keeps old ones)
+        in_use = {cid for cid, n in files.items() if n and cid != UNKNOWN_CLASS}
         out: dict[str, Any] = {
-            "classes": len(classes),
-            "readable_by_caller": "all" if readable is None else len(readable),
+            "classes": len(in_use),
+            "readable_by_caller": "all" if readable is None else len(in_use.intersection(readable)),
         }
         if caller.unrestricted:
-            files = self.access_counts()
             out["by_class"] = [
                 {"id": cid, "files": n, "readers": c.principals() if c else []}
                 for cid, n in sorted(files.items(), key=lambda kv: -kv[1])[:100]
