@@ -39,6 +39,7 @@ from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
+from ingestor.service.large_docs import EMBED_SLICE, LARGE_DOC_LEAVES, large_groups
 from ingestor.tree.persist import shed_rows
 from ingestor.tree.repair import RepairParams
 from ingestor.tree.state import TreeState
@@ -52,12 +53,6 @@ log = logging.getLogger(__name__)
 __all__ = ["EnqueueHandler", "Hooks", "Timing", "Watcher", "make_observer"]
 
 _TICK = 0.25  # seconds between checks of the stop flag while idle
-#: A document with more leaves to embed than this is applied after the rest of its batch, its
-#: leaves embedded outside the writer's lock (a 200 KB file: ~400 leaves, about a minute here).
-LARGE_DOC_LEAVES = 32
-#: A large document's leaves are embedded this many at a time; between two slices, the changes
-#: that arrived meanwhile land (an ordinary file waits at most one slice, ~0.6 s here).
-EMBED_SLICE = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,8 +359,8 @@ class Watcher:
         names = [source_text(p.relative_to(self.root).as_posix()) for p in paths[:10]]
         more = f" (+{len(paths) - 10} more)" if len(paths) > 10 else ""
         log.info("applied update: %s; paths: %s%s", report.summary(), ", ".join(names), more)
-        for doc, texts in large:
-            self._apply_large(doc, texts)
+        for group in large_groups(large):
+            self._apply_large(group)
         return True
 
     def _landed(self, report: UpdateReport, t0: float) -> None:
@@ -398,48 +393,60 @@ class Watcher:
                 now.append(doc)
         return now, large
 
-    def _apply_large(self, doc: Document, texts: list[str]) -> None:
-        """Apply one large document after the batch it came in: its leaves are embedded
-        :data:`EMBED_SLICE` at a time outside the writer's lock, and between two slices the
-        batches that arrived meanwhile land first; then the document is applied with those
-        vectors, unless the file changed meanwhile (it is queued again) or the watcher stops
-        (nothing is recorded: the next start reads it again)."""
-        path = source_path(self.real_root, doc.source)
+    def _apply_large(self, group: list[tuple[Document, list[str]]]) -> None:
+        """Apply large documents after the batch they came in, as one update: their leaves are
+        embedded :data:`EMBED_SLICE` at a time outside the writer's lock, and between two slices
+        the batches that arrived meanwhile land first; then the documents are applied with those
+        vectors, but for those whose file changed meanwhile (queued again), those whose leaves
+        could not be embedded (failed, as any file) and all when the watcher stops (nothing is
+        recorded: the next start reads them again)."""
         t0 = time.perf_counter()
         known: dict[str, Any] = {}
-        for i in range(0, len(texts), EMBED_SLICE):
-            if self._stopping.is_set():
-                log.info("stopping: %s is left for the next start", doc.source)
-                return
-            self._in_hand = 1
-            part = texts[i : i + EMBED_SLICE]
-            try:
-                vectors = self.pipeline.context.embedder.embed_documents(part)
+        embedded: list[Document] = []
+        for doc, texts in group:
+            path = source_path(self.real_root, doc.source)
+            for i in range(0, len(texts), EMBED_SLICE):
+                if self._stopping.is_set():
+                    log.info("stopping: %s is left for the next start", doc.source)
+                    return
+                self._in_hand = 1
+                part = texts[i : i + EMBED_SLICE]
+                try:
+                    vectors = self.pipeline.context.embedder.embed_documents(part)
+                except Exception as exc:
+                    self._failed([path], exc)
+                    break
                 known.update(zip(part, vectors, strict=True))
-            except Exception as exc:
-                self._failed([path], exc)
-                return
-            self._serve_arrivals()
+                self._serve_arrivals()
+            else:
+                embedded.append(doc)
         report = UpdateReport()
         try:
             with self.lock:
-                if changed_since_read(doc, path):
-                    log.info(
-                        "%s changed while its leaves were embedded; it is read again", doc.source
-                    )
-                    self.paths.put(Change(path))
+                docs = []
+                for doc in embedded:
+                    path = source_path(self.real_root, doc.source)
+                    if changed_since_read(doc, path):
+                        log.info(
+                            "%s changed while its leaves were embedded; read again", doc.source
+                        )
+                        self.paths.put(Change(path))
+                    else:
+                        docs.append(doc)
+                if not docs:
                     return
                 try:
                     if self._stale:
                         self._reload()
-                    self.pipeline.apply_batch(self.state, [doc], [], report, known)
+                    self.pipeline.apply_batch(self.state, docs, [], report, known)
                 except Exception as exc:
-                    self._failed([path], exc)
+                    self._failed([source_path(self.real_root, d.source) for d in docs], exc)
                     return
                 self._landed(report, t0)
         finally:
             self._in_hand = 0
-        log.info("applied large document %s: %s", doc.source, report.summary())
+        names = ", ".join(d.source for d in docs[:10])
+        log.info("applied large documents %s: %s", names, report.summary())
 
     def _serve_arrivals(self) -> None:
         """Apply the changes that arrived while a large document is embedded (once their burst

@@ -15,7 +15,8 @@ from numpy.typing import NDArray
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.service.events import Change
-from ingestor.service.watcher import EMBED_SLICE, LARGE_DOC_LEAVES, Watcher, changed_since_read
+from ingestor.service.large_docs import EMBED_SLICE, LARGE_DOC_LEAVES, large_groups
+from ingestor.service.watcher import Watcher, changed_since_read
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from testkit.corpus import doc_text, make_pipeline
@@ -192,3 +193,28 @@ def test_a_file_replaced_by_another_of_the_same_size_and_time_is_read_again(
     assert [c.path for c in list(w.paths.queue)] == [path]
     path.unlink()
     assert changed_since_read(doc, path)
+
+
+def test_large_files_of_one_batch_land_in_one_update_not_one_each(
+    built: tuple[Pipeline, Path, Arrivals],
+) -> None:
+    """A folder of large files copied in at once: one update for them all (each update of a
+    small tree past the drift threshold is a full rebuild, its summaries paid again: eight files
+    made eight rebuilds), and a group bounded in leaves past that."""
+    p, root, _ = built
+    rng = random.Random(11)
+    bigs = []
+    for i in range(3):
+        path = root / f"big{i}.txt"
+        path.write_text(doc_text(rng, 120))
+        bigs.append(path)
+    landed: list[set[str]] = []
+    w = watcher(p, root, landed)
+    assert w.apply(set(bigs))
+    names = {b.name for b in bigs}
+    first = next(s for s in landed if s & names)
+    assert names <= first, "the large files of one batch landed in several updates"
+    assert violations(p.require_state()) == []
+    sizes = [(None, ["x"] * n) for n in (40, 30, 50, 10, 90)]
+    groups = [[len(t) for _, t in g] for g in large_groups(sizes, leaves=80)]  # type: ignore[arg-type]
+    assert groups == [[40, 30], [50, 10], [90]]
