@@ -40,5 +40,27 @@ class SummarizationError(IngestError):
     """A summary could not be produced."""
 
 
+class ContextWindowError(SummarizationError):
+    """The model refused a request longer than its context window, whose size its server named.
+
+    Attributes:
+        window: the context window in tokens, as the server counts them.
+        requested: the request's tokens as the server counted them, where it said so.
+    """
+
+    def __init__(self, message: str, window: int, requested: int | None = None) -> None:
+        super().__init__(message)
+        self.window = window
+        self.requested = requested
+
+    def fitting_limit(self, counted: int, margin: float = 0.95) -> int:
+        """An input limit in adrap's own tokens (``counted`` of this request) that fits the
+        window in the server's: scaled by the ratio of the two counts where the server gave
+        its count, else four fifths of the window."""
+        if self.requested:
+            return int(self.window * counted / self.requested * margin)
+        return int(self.window * 0.8)
+
+
 class TreeError(IngestError):
     """The tree state cannot be used as it is."""

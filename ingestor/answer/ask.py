@@ -94,16 +94,17 @@ def fit_prompt(
     dropped."""
     if limit is None:
         return 0
-    from ingestor.read.tokens import default_tokenizer
-
-    tokenizer = default_tokenizer()
-
-    def size() -> int:
-        messages = qa_messages(question, parts, answer_tokens)
-        return sum(tokenizer.count(str(m["content"])) for m in messages) + answer_tokens
-
     dropped = 0
-    while parts and size() > limit:
+    while parts and prompt_size(question, parts, answer_tokens) > limit:
         parts.pop()
         dropped += 1
     return dropped
+
+
+def prompt_size(question: str, parts: list[ContextPart], answer_tokens: int) -> int:
+    """The answer's prompt over ``parts`` and its ``answer_tokens``, in adrap's tokens."""
+    from ingestor.read.tokens import default_tokenizer
+
+    tokenizer = default_tokenizer()
+    messages = qa_messages(question, parts, answer_tokens)
+    return sum(tokenizer.count(str(m["content"])) for m in messages) + answer_tokens

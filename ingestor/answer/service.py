@@ -24,6 +24,7 @@ from ingestor.answer.ask import (
     citations_in,
     fit_prompt,
     numbered_context,
+    prompt_size,
     qa_messages,
 )
 from ingestor.answer.modes import BASES, MODES
@@ -38,6 +39,7 @@ from ingestor.config import (
     bound_of,
     default_of,
 )
+from ingestor.errors import ContextWindowError, SummarizationError
 from ingestor.protocols import Summarizer
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
@@ -255,6 +257,11 @@ class QueryService:
         t0 = time.perf_counter()
         ctx = self.context(req, with_parts=True)
         dropped = self._fit_prompt(req, ctx) if self.llm is not None else 0
+        text: str | None = None
+        calls, prompt, completion = self._llm_counters()
+        if self.llm is not None and ctx.parts:
+            text, more = self._answer(req, ctx)
+            dropped += more
         out: dict[str, Any] = {
             "question": req.question,
             "mode": req.mode,
@@ -286,12 +293,7 @@ class QueryService:
             )
         elif not ctx.parts:
             out["reason"] = "nothing was retrieved for the question; no answer"
-        else:
-            calls, prompt, completion = self._llm_counters()
-            text = self.llm.complete(
-                qa_messages(req.question, ctx.parts, req.answer_tokens),
-                max_tokens=req.answer_tokens,
-            )
+        elif text is not None:
             used, unknown = citations_in(text, ctx.parts)
             c2, p2, d2 = self._llm_counters()
             out |= {
@@ -306,6 +308,35 @@ class QueryService:
             }
         out["seconds"] = round(time.perf_counter() - t0, 4)
         return out
+
+    def _answer(self, req: QueryRequest, ctx: Context) -> tuple[str, int]:
+        """The model's answer over ``ctx.parts``, and the parts dropped to get it: a model that
+        refuses the prompt as longer than its context window, naming the window, is asked
+        again with the parts that fit it, and the window is kept for the next questions.
+
+        Raises:
+            SummarizationError: the call failed, or no part fits the window.
+        """
+        assert self.llm is not None
+        dropped = 0
+        for _ in range(3):
+            messages = qa_messages(req.question, ctx.parts, req.answer_tokens)
+            try:
+                return self.llm.complete(messages, max_tokens=req.answer_tokens), dropped
+            except ContextWindowError as exc:
+                counted = prompt_size(req.question, ctx.parts, req.answer_tokens)
+                limit = min(exc.fitting_limit(counted), counted - 1)
+                log.warning(
+                    "%s; answers now keep to %d tokens (adrap's count) for this model", exc, limit
+                )
+                self.answer_input_limit = limit
+                dropped += fit_prompt(req.question, ctx.parts, req.answer_tokens, limit)
+                if not ctx.parts:
+                    raise
+        raise SummarizationError(
+            f"the answering model kept refusing the prompt as too long after {dropped} context "
+            "parts were dropped; set ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS lower"
+        )
 
     def _fit_prompt(self, req: QueryRequest, ctx: Context) -> int:
         """Drop the context's last (least relevant) parts until the answer's prompt and its

@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from ingestor.errors import SummarizationError
+from ingestor.errors import ContextWindowError, SummarizationError
 from ingestor.waiting import wait_interruptibly
 
 __all__ = [
@@ -66,6 +67,32 @@ _FIXES = {
     404: "the model or endpoint does not exist; check ADRAP_SUMMARY__OPENAI__MODEL and "
     "ADRAP_SUMMARY__OPENAI__BASE_URL (it usually ends in /v1)",
 }
+
+
+#: How servers say a request is longer than the model's context: llama.cpp ("request (2077
+#: tokens) exceeds the available context size (2048 tokens)"), OpenAI and vLLM ("This model's
+#: maximum context length is 8192 tokens. However, you requested 9000 tokens").
+_WINDOW = (
+    re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+)"),
+    re.compile(r"maximum context length is (\d+) tokens.*?(?:requested|resulted in) (\d+)", re.S),
+    re.compile(r"maximum context length is (\d+) tokens"),
+    re.compile(r"context (?:size|window|length) (?:of |is )?\(?(\d+)"),
+)
+
+
+def context_window(message: str) -> tuple[int, int | None] | None:
+    """Return ``(window, requested)`` tokens if ``message`` is a server's "longer than the
+    context" refusal that names the window (``requested`` None where it gives no count)."""
+    for i, pattern in enumerate(_WINDOW):
+        m = pattern.search(message)
+        if m is None:
+            continue
+        if i == 0:
+            return int(m.group(2)), int(m.group(1))
+        if i == 1:
+            return int(m.group(1)), int(m.group(2))
+        return int(m.group(1)), None
+    return None
 
 
 class _Cancelled(Exception):
@@ -300,6 +327,18 @@ class OpenAISummarizer:
                 self._sleep(delay)
                 continue
             except openai.APIStatusError as exc:
+                window = context_window(str(exc)) if exc.status_code == 400 else None
+                if window is not None:
+                    size, asked = window
+                    raise ContextWindowError(
+                        f"{what} by {self._where()} was refused: the request"
+                        f"{f' ({asked} tokens as the server counts them)' if asked else ''} is "
+                        f"longer than the model's context window of {size} tokens; set "
+                        f"ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS to at most {int(size * 0.8)}, "
+                        "or give the model a larger context (llama.cpp: --ctx-size, per slot)",
+                        size,
+                        asked,
+                    ) from exc
                 fix = _FIXES.get(exc.status_code, "see the server's message")
                 raise SummarizationError(
                     f"{what} by {self._where()} was refused ({self._describe(exc)}); {fix}"

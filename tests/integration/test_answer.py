@@ -161,3 +161,53 @@ def test_changes_digest_by_the_real_server_cites_the_summaries_that_changed(
     numbers = {p["n"] for p in digest["parts"]}
     for citation in digest["citations"]:  # SmolLM2 may cite nothing; what it cites must exist
         assert citation["n"] in numbers
+
+
+def test_ask_fits_a_model_whose_context_window_is_smaller_than_the_setting(
+    built: tuple[Path, Path],
+) -> None:
+    """A local server with a 1,024-token context and ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS at
+    its 12,000 default: the first answer's prompt is refused as too long (HTTP 400, the server
+    naming its window); adrap drops the least relevant parts to fit that window and asks again,
+    and the next question fits at once (it answered 502 with the summary setting's advice)."""
+    from testkit.servers import running_llm_server
+
+    state, _ = built
+    statuses: list[int] = []
+    http = httpx.Client(
+        event_hooks={"response": [lambda r: statuses.append(r.status_code)]}, timeout=300
+    )
+    with running_llm_server(n_ctx=1024, parallel=1) as server:
+        client = openai.OpenAI(
+            api_key="none",
+            base_url=server.base_url,
+            max_retries=0,
+            http_client=http,  # type: ignore[arg-type]
+        )
+        llm = OpenAISummarizer(client, server.model, timeout=300.0)
+        settings = Settings(_env_file=None, state_dir=state)  # type: ignore[call-arg]
+        store = EdgeNodeStore(state / "qdrant")
+        try:
+            service = QueryService(
+                store,
+                make_embedder(settings),
+                settings.tree,
+                defaults=QueryDefaults(answer_tokens=60),
+                llm=llm,
+                answer_input_limit=settings.summary.openai.max_input_tokens,
+            )
+            out = service.ask({"q": QUESTION, "max_tokens": 2000})
+            assert statuses == [400, 200], statuses
+            assert out["answered"] is True
+            assert out["answer"].strip()
+            assert out["parts_dropped"] > 0
+            assert out["parts"], "the parts that fit are kept"
+            assert service.answer_input_limit is not None
+            assert service.answer_input_limit < 1024
+            statuses.clear()
+            again = service.ask({"q": "Who was at the ball?", "max_tokens": 2000})
+            assert statuses == [200], "the window was kept for the next question"
+            assert again["answered"] is True
+        finally:
+            store.close()
+            client.close()

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingestor.errors import SummarizationError
+from ingestor.errors import ContextWindowError, SummarizationError
 from ingestor.protocols import Summarizer
 from ingestor.read.chunking import chunk_text
 from ingestor.read.tokens import count_tokens, default_tokenizer
@@ -25,6 +25,7 @@ from ingestor.summarize.openai_compat import (
     SUMMARY_PROMPT,
     SYSTEM_PROMPT,
     OpenAISummarizer,
+    context_window,
 )
 from testkit.fakes import ByteTokenizer
 
@@ -351,6 +352,35 @@ def test_transient_failures_are_retried(failure: httpx.Response | Exception) -> 
     recorder = Recorder(failure, failure, completion("fine"))
     assert make_summarizer(recorder).summarize_many([["t"]], max_tokens=8) == ["fine"]
     assert len(recorder.bodies) == 3
+
+
+@pytest.mark.parametrize(
+    ("message", "window", "requested"),
+    [  # llama.cpp's server; OpenAI; vLLM
+        ("request (2077 tokens) exceeds the available context size (2048 tokens)", 2048, 2077),
+        (
+            "This model's maximum context length is 8192 tokens. However, your messages "
+            "resulted in 9000 tokens. Please reduce the length of the messages.",
+            8192,
+            9000,
+        ),
+        ("This model's maximum context length is 4096 tokens.", 4096, None),
+    ],
+)
+def test_a_refusal_that_names_the_context_window_says_the_setting_that_fits(
+    message: str, window: int, requested: int | None
+) -> None:
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": 400}}
+    summarizer = make_summarizer(Recorder(httpx.Response(400, json=body)))
+    with pytest.raises(SummarizationError) as info:
+        summarizer.summarize_many([["t"]], max_tokens=8)
+    refused = info.value.__cause__
+    assert isinstance(refused, ContextWindowError)
+    assert (refused.window, refused.requested) == (window, requested)
+    assert f"context window of {window} tokens" in str(info.value)
+    fits = f"ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS to at most {int(window * 0.8)}"
+    assert fits in str(info.value)
+    assert context_window("status 400: the server rejects parameter 'foo'") is None
 
 
 @pytest.mark.parametrize(
