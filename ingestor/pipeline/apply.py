@@ -335,6 +335,7 @@ class ApplyStage:
             summaries_regenerated=stats.summary_calls,
             summary_cache_hits=stats.cache_hits,
             summary_tokens=stats.summary_tokens,
+            summary_input_tokens=stats.summary_input_tokens,
         )
         changelog.note(
             state,

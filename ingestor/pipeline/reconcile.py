@@ -229,6 +229,8 @@ class Pipeline:
                 leaves_added=built.leaves,
                 summaries_regenerated=built.stats.summary_calls,
                 summary_cache_hits=built.stats.cache_hits,
+                summary_tokens=built.stats.summary_tokens,
+                summary_input_tokens=built.stats.summary_input_tokens,
             )
             report.rebuilt, report.rebuilt_why = True, "first build"
             report.seconds = time.perf_counter() - t0

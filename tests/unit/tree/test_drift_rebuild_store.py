@@ -86,3 +86,6 @@ def test_the_first_build_of_a_watched_folder_is_not_called_a_drift(tmp_path: Pat
     assert report.rebuilt
     assert "full rebuild (first build)" in report.summary(), report.summary()
     assert "drift" not in report.summary()
+    # what its summaries read is counted, as for any update (it said 0 input tokens)
+    assert report.stats.summaries_regenerated > 0
+    assert report.stats.summary_input_tokens > 0, report.summary()
