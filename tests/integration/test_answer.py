@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,15 +55,31 @@ def recorded(llm_server: LLMServer) -> Iterator[tuple[OpenAISummarizer, list[dic
         if response.status_code == 200:  # a timed-out attempt that was retried has no response
             bodies.append(json.loads(response.request.content))
 
-    http = httpx.Client(event_hooks={"response": [record]}, timeout=300)
+    llm, client = real_llm(llm_server, record)
+    yield llm, bodies
+    client.close()
+
+
+def real_llm(
+    server: LLMServer, hook: Callable[[httpx.Response], None]
+) -> tuple[OpenAISummarizer, openai.OpenAI]:
+    """The adapter over ``server``, each response seen by ``hook``; and its client, to close."""
+    http = httpx.Client(event_hooks={"response": [hook]}, timeout=300)
     client = openai.OpenAI(
         api_key="none",
-        base_url=llm_server.base_url,
+        base_url=server.base_url,
         max_retries=0,
         http_client=http,  # type: ignore[arg-type]  # openai annotates httpx2.Client
     )
-    yield OpenAISummarizer(client, llm_server.model, timeout=300.0), bodies
-    client.close()
+    return OpenAISummarizer(client, server.model, timeout=300.0), client
+
+
+def service_over(
+    state: Path, store: EdgeNodeStore, defaults: QueryDefaults, **kwargs: Any
+) -> QueryService:
+    """A query service over the built tree's ``store``, its model the state's."""
+    settings = Settings(_env_file=None, state_dir=state)  # type: ignore[call-arg]
+    return QueryService(store, make_embedder(settings), settings.tree, defaults=defaults, **kwargs)
 
 
 def squash(text: str) -> str:
@@ -75,16 +91,10 @@ def test_postqfrap_and_ask_with_the_real_server_send_the_papers_prompts_and_cite
 ) -> None:
     state, docs = built
     llm, bodies = recorded
-    settings = Settings(_env_file=None, state_dir=state)  # type: ignore[call-arg]
     store = EdgeNodeStore(state / "qdrant")
     try:
-        service = QueryService(
-            store,
-            make_embedder(settings),
-            settings.tree,
-            defaults=QueryDefaults(k0=4, answer_tokens=60),
-            summarizer=llm,
-            llm=llm,
+        service = service_over(
+            state, store, QueryDefaults(k0=4, answer_tokens=60), summarizer=llm, llm=llm
         )
         out = service.ask({"q": QUESTION, "mode": "postqfrap", "max_tokens": 120})
     finally:
@@ -174,27 +184,16 @@ def test_ask_fits_a_model_whose_context_window_is_smaller_than_the_setting(
 
     state, _ = built
     statuses: list[int] = []
-    http = httpx.Client(
-        event_hooks={"response": [lambda r: statuses.append(r.status_code)]}, timeout=300
-    )
     with running_llm_server(n_ctx=1024, parallel=1) as server:
-        client = openai.OpenAI(
-            api_key="none",
-            base_url=server.base_url,
-            max_retries=0,
-            http_client=http,  # type: ignore[arg-type]
-        )
-        llm = OpenAISummarizer(client, server.model, timeout=300.0)
-        settings = Settings(_env_file=None, state_dir=state)  # type: ignore[call-arg]
+        llm, client = real_llm(server, lambda r: statuses.append(r.status_code))
         store = EdgeNodeStore(state / "qdrant")
         try:
-            service = QueryService(
+            service = service_over(
+                state,
                 store,
-                make_embedder(settings),
-                settings.tree,
-                defaults=QueryDefaults(answer_tokens=60),
+                QueryDefaults(answer_tokens=60),
                 llm=llm,
-                answer_input_limit=settings.summary.openai.max_input_tokens,
+                answer_input_limit=Settings(_env_file=None).summary.openai.max_input_tokens,  # type: ignore[call-arg]
             )
             out = service.ask({"q": QUESTION, "max_tokens": 2000})
             assert statuses == [400, 200], statuses
