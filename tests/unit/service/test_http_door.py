@@ -136,6 +136,9 @@ class FakeReader:
     def retrieve(self, req: Any, *_: Any) -> list[Any]:
         return []
 
+    def facet(self, req: Any, *_: Any) -> models.FacetResponse:
+        return models.FacetResponse(hits=[])
+
 
 def fake_view() -> Any:
     return SimpleNamespace(
