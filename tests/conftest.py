@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -70,3 +71,10 @@ def wait_until(predicate: Callable[[], object], timeout: float = 20.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"{what or 'condition'} not met within {timeout} s")
         time.sleep(0.02)
+
+
+def interruptible() -> None:
+    """``preexec_fn`` of a child a test sends Ctrl-C: SIGINT back to its default action. A shell
+    without job control starts a background job (``make test &``) with SIGINT ignored, the
+    ignoring is inherited down to the child, and Python then installs no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

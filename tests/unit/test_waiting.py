@@ -13,6 +13,7 @@ from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, FIRST_EXCEPTION, 
 from pathlib import Path
 
 from ingestor.waiting import wait_interruptibly
+from tests.conftest import interruptible
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,6 +79,11 @@ def test_a_ctrl_c_handled_in_another_thread_is_raised_in_the_waiting_one(tmp_pat
     script.write_text(_WAITER)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=60
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        preexec_fn=interruptible,  # the suite may run in a background job (SIGINT ignored)
     )
     assert (run.returncode, run.stdout) == (0, "interrupted\n"), run.stderr

@@ -19,7 +19,7 @@ import pytest
 
 from ingestor.cluster.parallel import WorkerPool, shared_pools, worker_count, worker_pool
 from ingestor.config import Settings
-from tests.conftest import wait_until
+from tests.conftest import interruptible, wait_until
 from tests.unit.cluster.pool_tasks import die, fail_on_three, gated, square_after
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -124,6 +124,7 @@ def _workers_of_a_parent(tmp_path: Path) -> tuple[subprocess.Popen[str], list[in
         stderr=subprocess.DEVNULL,  # a traceback at Ctrl-C, the killed parent's leaked semaphores
         text=True,
         env=env,
+        preexec_fn=interruptible,  # the suite may run in a background job (SIGINT ignored)
     )
     assert parent.stdout is not None
     with parent.stdout:
