@@ -326,6 +326,8 @@ class QueryService:
             except ContextWindowError as exc:
                 counted = prompt_size(req.question, ctx.parts, req.answer_tokens)
                 limit = min(exc.fitting_limit(counted), counted - 1)
+                known = self.answer_input_limit  # questions in other threads learn it too
+                limit = limit if known is None else min(known, limit)
                 log.warning(
                     "%s; answers now keep to %d tokens (adrap's count) for this model", exc, limit
                 )

@@ -336,7 +336,7 @@ def _named(steps: tuple[Step | AceStep | Rule, ...]) -> tuple[set[int], set[int]
         gids.add(s.gid)
         for _, principal in s.aces:
             kind, _, ident = principal.partition(":")
-            if kind in ("u", "g") and ident.lstrip("-").isdigit():
+            if kind in ("u", "g") and ident.isdigit():  # ids are >= 0: never _ANY_OTHER
                 (uids if kind == "u" else gids).add(int(ident))
     return uids, gids
 
