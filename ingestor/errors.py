@@ -40,6 +40,11 @@ class SummarizationError(IngestError):
     """A summary could not be produced."""
 
 
+#: The share of a model's context window (in its server's tokens) an input limit in adrap's own
+#: tokens keeps to when the server did not say how it counted the request.
+UNCOUNTED_SHARE = 0.8
+
+
 class ContextWindowError(SummarizationError):
     """The model refused a request longer than its context window, whose size its server named.
 
@@ -56,10 +61,10 @@ class ContextWindowError(SummarizationError):
     def fitting_limit(self, counted: int, margin: float = 0.95) -> int:
         """An input limit in adrap's own tokens (``counted`` of this request) that fits the
         window in the server's: scaled by the ratio of the two counts where the server gave
-        its count, else four fifths of the window."""
+        its count, else :data:`UNCOUNTED_SHARE` of the window."""
         if self.requested:
             return int(self.window * counted / self.requested * margin)
-        return int(self.window * 0.8)
+        return int(self.window * UNCOUNTED_SHARE)
 
 
 class TreeError(IngestError):

@@ -364,7 +364,7 @@ def decision_key(steps: tuple[Step | AceStep | Rule, ...]) -> list[object] | Non
     kept_u = [
         u for u in sorted(uids) if any(answer[u, g] != answer[_ANY_OTHER, g] for g in subsets)
     ]
-    kept_g = [  # a group that acts as an unnamed one, whatever else the caller is in
+    kept_g = [  # dropped: a group that acts as an unnamed one, whatever else the caller is in
         x
         for x in sorted(gids)
         if any(

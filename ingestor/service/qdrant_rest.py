@@ -31,9 +31,8 @@ api-key is its principal.
 Who may read what (issue 53): every read runs as the request's caller (``caller_of``): the
 reader filter of the classes it may read (``readable``) is ANDed with whatever filter the client
 sent, in search, query (prefetches and a query by point id too), scroll, count, facet and
-retrieve; a
-point it may not read is not found (404 for ``GET {c}/points/{id}``, left out of ``POST
-{c}/points``); the collection's counts are of what it may read. The meta point stays readable
+retrieve; a point it may not read is not found (404 for ``GET {c}/points/{id}``, left out of
+``POST {c}/points``); the collection's counts are of what it may read. The meta point stays readable
 to everyone (its model name is how a client embeds queries). Recommend and discover are not
 served (501), so they need no filter.
 

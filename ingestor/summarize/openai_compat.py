@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessageParam
 
-from ingestor.errors import ContextWindowError, SummarizationError
+from ingestor.errors import UNCOUNTED_SHARE, ContextWindowError, SummarizationError
 from ingestor.waiting import wait_interruptibly
 
 __all__ = [
@@ -73,25 +73,26 @@ _FIXES = {
 #: tokens) exceeds the available context size (2048 tokens)"), OpenAI and vLLM ("This model's
 #: maximum context length is 8192 tokens. However, you requested 9000 tokens").
 _WINDOW = (
-    re.compile(r"request \((\d+) tokens\) exceeds the available context size \((\d+)"),
-    re.compile(r"maximum context length is (\d+) tokens.*?(?:requested|resulted in) (\d+)", re.S),
-    re.compile(r"maximum context length is (\d+) tokens"),
-    re.compile(r"context (?:size|window|length) (?:of |is )?\(?(\d+)"),
+    re.compile(
+        r"request \((?P<asked>\d+) tokens\) exceeds the available context size \((?P<size>\d+)"
+    ),
+    re.compile(
+        r"maximum context length is (?P<size>\d+) tokens.*?(?:requested|resulted in) (?P<asked>\d+)",
+        re.S,
+    ),
+    re.compile(r"maximum context length is (?P<size>\d+) tokens"),
+    re.compile(r"context (?:size|window|length) (?:of |is )?\(?(?P<size>\d+)"),
 )
 
 
 def context_window(message: str) -> tuple[int, int | None] | None:
     """Return ``(window, requested)`` tokens if ``message`` is a server's "longer than the
     context" refusal that names the window (``requested`` None where it gives no count)."""
-    for i, pattern in enumerate(_WINDOW):
+    for pattern in _WINDOW:
         m = pattern.search(message)
-        if m is None:
-            continue
-        if i == 0:
-            return int(m.group(2)), int(m.group(1))
-        if i == 1:
-            return int(m.group(1)), int(m.group(2))
-        return int(m.group(1)), None
+        if m is not None:
+            asked = m.groupdict().get("asked")
+            return int(m["size"]), None if asked is None else int(asked)
     return None
 
 
@@ -334,7 +335,8 @@ class OpenAISummarizer:
                         f"{what} by {self._where()} was refused: the request"
                         f"{f' ({asked} tokens as the server counts them)' if asked else ''} is "
                         f"longer than the model's context window of {size} tokens; set "
-                        f"ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS to at most {int(size * 0.8)}, "
+                        f"ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS to at most "
+                        f"{int(size * UNCOUNTED_SHARE)}, "
                         "or give the model a larger context (llama.cpp: --ctx-size, per slot)",
                         size,
                         asked,

@@ -296,8 +296,9 @@ class ModelChange:
         if not deltas:
             return None
         stats = TreeUpdater(self.builder).regenerate(state, deltas)
-        for start in range(0, len(stats.upserted), BATCH):
-            batch = sorted(stats.upserted)[start : start + BATCH]
+        upserted = sorted(stats.upserted)
+        for start in range(0, len(upserted), BATCH):
+            batch = upserted[start : start + BATCH]
             nxt.upsert(state.payloads(batch), state.matrix(batch))
         if stats.deleted:
             nxt.delete(sorted(stats.deleted))
