@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -169,11 +169,16 @@ class Pipeline:
         texts embedded ahead; :meth:`ApplyStage.apply_batch`)."""
         self.apply_stage.apply_batch(state, docs, gone, report, known)
 
-    def new_leaf_texts(self, state: TreeState, doc: Document) -> list[str]:
-        """Return the texts of ``doc``'s leaves that ``state`` does not hold yet: what applying
-        it would embed."""
+    def new_leaf_texts(
+        self, state: TreeState, doc: Document, reused: Collection[str] = frozenset()
+    ) -> list[str]:
+        """Return the texts of ``doc``'s leaves that ``state`` does not hold yet, less those in
+        ``reused`` (:func:`~ingestor.pipeline.vectors.removed_leaf_texts` of the same update's
+        removed sources: a rename): what applying it would embed."""
         leaves = self.build_stage.leaves_of(doc)
-        return [n.text for n in leaves if state.nodes.peek(n.node_id) is None]
+        return [
+            n.text for n in leaves if state.nodes.peek(n.node_id) is None and n.text not in reused
+        ]
 
     def update_access(self, state: TreeState, report: UpdateReport | None = None) -> UpdateReport:
         """Read every indexed file's permissions again and apply the changed ones as one update

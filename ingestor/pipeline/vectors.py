@@ -25,7 +25,14 @@ from retriever import Embedder, NodeStore, StoreError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EMBED_BATCH", "LeafEmbedding", "ReusingEmbedder", "reuse_removed", "vectors_of"]
+__all__ = [
+    "EMBED_BATCH",
+    "LeafEmbedding",
+    "ReusingEmbedder",
+    "removed_leaf_texts",
+    "reuse_removed",
+    "vectors_of",
+]
 
 EMBED_BATCH = 128
 
@@ -182,12 +189,7 @@ def reuse_removed(
     not be paid for again. Vectors the store lost (after a crash) are not reused: those texts
     are embedded again.
     """
-    old = [
-        node
-        for source in gone
-        for node_id in getattr(state.sources.peek(source), "node_ids", ())
-        if (node := state.nodes.peek(node_id)) is not None
-    ]
+    old = _removed_leaves(state, gone)
     try:
         vectors = state.matrix([n.node_id for n in old])
     except StoreError as exc:  # points missing after a crash: embed those texts again
@@ -197,6 +199,21 @@ def reuse_removed(
     for node, vec in zip(old, vectors, strict=False):
         given[node.text] = vec
     return ReusingEmbedder(embedder, given) if given else embedder
+
+
+def removed_leaf_texts(state: TreeState, gone: list[str]) -> set[str]:
+    """The leaf texts of the sources ``gone``: those a document of the same update takes the
+    vectors of (:func:`reuse_removed`) instead of embedding them."""
+    return {node.text for node in _removed_leaves(state, gone)}
+
+
+def _removed_leaves(state: TreeState, gone: list[str]) -> list[Node]:
+    return [
+        node
+        for source in gone
+        for node_id in getattr(state.sources.peek(source), "node_ids", ())
+        if (node := state.nodes.peek(node_id)) is not None
+    ]
 
 
 class ReusingEmbedder:

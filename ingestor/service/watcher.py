@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ingestor.config import WatchSettings, default_of
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.pipeline.repair import RepairRun, run_repairs
+from ingestor.pipeline.vectors import removed_leaf_texts
 from ingestor.read.documents import Document
 from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
 from ingestor.service.clock import Clock, SystemClock
@@ -345,7 +346,7 @@ class Watcher:
                     if self.guard is not None:
                         gone = self.guard.allow(self.state, gone)
                     if not inline:
-                        docs, large = self._set_aside_large(docs)
+                        docs, large = self._set_aside_large(docs, gone)
                     self.pipeline.apply_batch(self.state, docs, gone, report)
                     if self.failures:  # an earlier failure may have left orphans after a commit
                         self.pipeline.reconcile_store(self.state)
@@ -379,14 +380,16 @@ class Watcher:
     # -- large documents -------------------------------------------------------------------------
 
     def _set_aside_large(
-        self, docs: list[Document]
+        self, docs: list[Document], gone: list[str]
     ) -> tuple[list[Document], list[tuple[Document, list[str]]]]:
         """Split ``docs`` into those applied now and the large ones, with the leaf texts each
-        would embed (an edit of a large file that changes a few chunks is not large)."""
+        would embed (an edit of a large file that changes a few chunks is not large, nor is a
+        rename: the removed ``gone`` give their vectors back)."""
         now: list[Document] = []
         large: list[tuple[Document, list[str]]] = []
+        reused = removed_leaf_texts(self.state, gone) if docs else set()
         for doc in docs:
-            texts = self.pipeline.new_leaf_texts(self.state, doc)
+            texts = self.pipeline.new_leaf_texts(self.state, doc, reused)
             if len(texts) > LARGE_DOC_LEAVES:
                 large.append((doc, texts))
             else:

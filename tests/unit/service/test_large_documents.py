@@ -218,3 +218,28 @@ def test_large_files_of_one_batch_land_in_one_update_not_one_each(
     sizes = [(None, ["x"] * n) for n in (40, 30, 50, 10, 90)]
     groups = [[len(t) for _, t in g] for g in large_groups(sizes, leaves=80)]  # type: ignore[arg-type]
     assert groups == [[40, 30], [50, 10], [90]]
+
+
+def test_a_renamed_large_file_lands_in_one_update_with_its_vectors_reused(
+    built: tuple[Pipeline, Path, Arrivals],
+) -> None:
+    """A rename is not a large document: its leaves' vectors come back from the old name's, so the
+    old name's removal and the new name's leaves land together (before: the removal landed first,
+    the file was missing from the tree until the new name's leaves were embedded again)."""
+    p, root, emb = built
+    big = write_big(root, p, emb)
+    landed: list[set[str]] = []
+    w = watcher(p, root, landed)
+    assert w.apply({big})
+    before, landed[:] = len(emb.texts), []
+    moved = root / "moved.txt"
+    big.rename(moved)
+    assert w.apply({big, moved})
+    assert [s for s in landed if BIG not in s and "moved.txt" not in s] == [], (
+        "the file was missing from the tree between two updates"
+    )
+    assert len(landed) == 1
+    assert not emb.big & set(emb.texts[before:]), "no leaf of the renamed file is embedded again"
+    state = p.require_state()
+    assert violations(state) == []
+    assert set(state.sources) == {q.name for q in root.iterdir()}
