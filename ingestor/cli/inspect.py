@@ -91,7 +91,15 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             change = change_in(state_path(models, s.tree)) if models else None
             out["model_change"] = None if change is None else change.to_json()
         private = built is None
-        out |= _service_status(s, private)
+        service = _service_status(s, private)
+        live_drift = service.pop("drift", None)  # judged by the daemon's threshold, not ours
+        if isinstance(live_drift, dict) and "threshold" in live_drift:
+            out["drift"] = (
+                drift_summary(state, float(live_drift["threshold"]))
+                if state is not None
+                else live_drift
+            )
+        out |= service
         if out.get("model_change") is not None:
             out["model_change"]["running"] = _writer(s.state_dir)
         if private:  # its ledgers are the owner's: the daemon's counts (no names), if it runs
@@ -209,6 +217,7 @@ def _service_status(s: Any, private: bool = False) -> dict[str, Any]:
             out["daemon"] = f"{client.who} at {client.url}"
             out["caller"] = live.get("caller")
             out["access"] = live.get("access")
+            out["drift"] = live.get("drift")
             if live.get("model_change") is not None:  # the daemon's, as it runs the change
                 out["model_change"] = live["model_change"]
             for key in (
