@@ -1,7 +1,8 @@
 """The reader process's side of :mod:`ingestor.pipeline.budget`: read and chunk what it is sent.
 
 It takes ``(index, task)`` messages, one file each, and answers ``("start", index, when)`` as
-it begins one, then ``("done", index, read_then(task))``, ``("memory", index, None)`` (the file
+it begins one, ``("took", index, seconds)`` as it ends it (its own reading time: the parent may
+take the answer much later), then ``("done", index, read_then(task))``, ``("memory", index, None)`` (the file
 needed more than its memory budget: it then exits, a fresh reader takes over) or
 ``("error", index, exception)`` (a bug, raised in the parent). ``None`` asks it to exit.
 """
@@ -40,7 +41,8 @@ def serve(conn: Connection, parent: int, memory_bytes: int) -> None:
         if message is None:
             return
         index, task = message
-        conn.send(("start", index, time.monotonic()))
+        started = time.monotonic()
+        conn.send(("start", index, started))
         try:
             answer: tuple[str, int, Any] = ("done", index, read_then(task))
             if _out_of_memory(answer[2][1]):
@@ -49,6 +51,7 @@ def serve(conn: Connection, parent: int, memory_bytes: int) -> None:
             answer = ("memory", index, None)
         except Exception as exc:
             answer = ("error", index, _portable(exc))
+        conn.send(("took", index, time.monotonic() - started))
         try:
             conn.send(answer)
         except MemoryError:  # pickling the leaves of a huge text needed more

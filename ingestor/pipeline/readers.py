@@ -218,7 +218,7 @@ class _Run:
         self.done: dict[int, ReadThen[Any]] = {}
         self.drawn = 0
         self.exhausted = False
-        self.busy = 0.0  # seconds spent reading, summed over files
+        self.busy = 0.0  # seconds the readers spent reading, summed over files
         self.last_wait = 0.0  # when the last wait ended (the consumer has run since)
         self.watching = 0.0  # since when the readers have been watched without a break
 
@@ -298,11 +298,12 @@ class _Run:
             if kind == "start":
                 reader.started, reader.reading = value, True
                 continue
+            if kind == "took":  # the reader's own time: not the consumer's between two waits
+                self.busy += value
+                continue
             head, task = reader.sent.popleft()
             if head != index:
                 raise IngestError(f"a reader answered task {index} where {head} was due (a bug)")
-            if reader.started is not None:
-                self.busy += time.monotonic() - reader.started
             reader.started = None
             if kind == "done":
                 self.done[index] = value

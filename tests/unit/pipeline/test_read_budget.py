@@ -11,9 +11,11 @@ processes, real limits (``RLIMIT_AS``, SIGKILL), small budgets: 300 MiB and 2 s.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
+import time
 import zipfile
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from ingestor.pipeline import Pipeline
 from ingestor.pipeline.budget import ReadBudget, ReadBudgetError, ReadStopped
 from ingestor.pipeline.chunker import ChunkedDocument, Chunker
 from ingestor.pipeline.collect import Collector
-from ingestor.pipeline.readers import ReadWorkers
+from ingestor.pipeline.readers import PARALLEL_READ_SECONDS, ReadWorkers
 from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
 from ingestor.read.documents import Document, ReadOptions
@@ -292,3 +294,24 @@ def write_repeating_ods(path: Path) -> None:
 
 def wait_for_file(path: Path) -> None:
     wait_until(path.exists, timeout=HANG_GUARD, what=f"{path} written by a reader")
+
+
+def test_a_slow_consumer_is_not_counted_as_reading_time(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """More readers start when *reading* has taken PARALLEL_READ_SECONDS, not when the consumer
+    (the build's embedding) held the results that long: before, the time between a reader's
+    start and the parent's next look at it was counted, and a daemon batch of small files whose
+    embedding took seconds logged 'read for 53.7 s' and started reader processes for nothing."""
+    names = [f"f{i}.txt" for i in range(6)]
+    for name in names:
+        (tmp_path / name).write_text(TEXT["a.txt"])
+    workers = ReadWorkers(BUDGET)
+    tasks = [(tmp_path / name, tmp_path, None, OPTIONS, reader_pid) for name in names]
+    caplog.set_level(logging.INFO, logger="ingestor.pipeline.readers")
+    try:
+        for _ in workers.map(tasks, workers=2):
+            time.sleep(PARALLEL_READ_SECONDS / 3)  # the consumer: 2x the threshold in all
+    finally:
+        workers.close()
+    assert "reader processes read the rest" not in caplog.text, "reading took milliseconds"
