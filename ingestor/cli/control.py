@@ -140,8 +140,8 @@ def refresh(ctx: Ctx) -> None:
 @click.pass_obj
 def repair(ctx: Ctx, every: bool) -> None:
     """Repair the most drifted subtree now (re-cluster its leaves, regenerate the summaries whose
-    members changed) within ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR; the daemon does it by itself when
-    idle. A full rebuild stays `adrap rebuild`.
+    members changed) within ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR, through the running daemon if
+    there is one; the daemon does it by itself when idle. A full rebuild stays `adrap rebuild`.
 
     \b
     Example:
@@ -154,6 +154,10 @@ def repair(ctx: Ctx, every: bool) -> None:
         from ingestor.tree.repair import RepairParams
 
         s = ctx.settings
+        out = post_daemon(s, "/repair" + ("?all=1" if every else ""))
+        if out is not None:  # the daemon repairs between its batches, by its own settings
+            click.echo(out["summary"])
+            return
         a = s.adrap
         params = RepairParams(a.repair_drift, a.repair_tokens_per_hour, a.repair_max_leaves)
         if params.tokens_per_hour <= 0:

@@ -179,6 +179,7 @@ class Daemon:
             watcher=lambda: self.watcher,
             access_counts=lambda: self.pipeline.context.access.counts,
             changes=parts.changes,
+            repair=self.repair,
         )
         self.registry = self.api.registry
         self.server: HttpServer | None = None

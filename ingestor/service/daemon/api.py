@@ -20,6 +20,7 @@ from ingestor.service.identity import public_status
 from ingestor.service.metrics import Metrics
 from ingestor.service.share import RootMonitor, ShareGuard
 from ingestor.service.summary_schedule import SummarySchedule, oldest_stale, stale_age
+from ingestor.tree.repair import RepairParams
 from ingestor.tree.state import TreeState
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class DaemonApi:
         watcher: returns the writer (None while reconciling).
         access_counts: returns the files per access class (the last reading of permissions).
         changes: reads the change log (``/changes``).
+        repair: the daemon's partial repairs (``ADRAP_ADRAP__REPAIR_*``), for ``/repair``.
     """
 
     def __init__(
@@ -60,6 +62,7 @@ class DaemonApi:
         watcher: Callable[[], Watcher | None],
         access_counts: Callable[[], dict[str, int]] = dict,
         changes: ChangeFeed | None = None,
+        repair: RepairParams | None = None,
     ) -> None:
         self.metrics = metrics
         self.summaries = summaries
@@ -71,6 +74,7 @@ class DaemonApi:
         self.unread = unread
         self.watcher = watcher
         self.access_counts = access_counts
+        self.repair_params = repair
         self.feed = changes if changes is not None else ChangeFeed.over(lambda: None, queries)
         self.registry = metrics.registry(self.pending, self.gauges)
 
@@ -218,3 +222,26 @@ class DaemonApi:
             "summary": None if report is None else report.summary(),
             "summaries": self.summaries.status(time.monotonic(), *self.metrics.stale()),
         }
+
+    def repair_now(self, every: bool = False) -> dict[str, Any]:
+        """Repair the most drifted subtree now (``every``: all the budget allows) under the
+        writer's lock, between batches (``POST /repair``, ``adrap repair``).
+
+        Raises:
+            ValueError: the daemon is still reconciling, repairs are off, or the repair failed
+                (the tree stays as last committed).
+        """
+        w = self.watcher()
+        if w is None:
+            raise ValueError("the daemon is still reconciling; retry shortly")
+        params = self.repair_params
+        if params is None or params.tokens_per_hour <= 0:
+            raise ValueError(
+                "ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR is 0 for this daemon: repairs are off; "
+                "restart it with a budget (e.g. 50000) to repair drifted subtrees"
+            )
+        run = w.repair(params, limit=None if every else 1)
+        if run is None:
+            raise ValueError("the repair failed (see the daemon's log); the tree is unchanged")
+        return {"repaired": len(run.done), "due": run.due, "tokens": run.tokens,
+                "summary": run.summary()}  # fmt: skip

@@ -63,6 +63,8 @@ class Served(Protocol):
 
     def refresh(self) -> dict[str, Any]: ...
 
+    def repair_now(self, every: bool = False) -> dict[str, Any]: ...
+
 
 def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
     """Return the daemon's own routes."""
@@ -131,6 +133,16 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
             return error_response(503, str(exc))
         return JSONResponse(out)
 
+    async def repair(request: Request) -> Response:  # spends LLM tokens: POST, behind the token
+        if (refused := _owner_only(request)) is not None:
+            return refused
+        every = request.query_params.get("all", "").lower() in ("1", "true", "yes")
+        try:
+            out = await anyio.to_thread.run_sync(daemon.repair_now, every)
+        except ValueError as exc:
+            return error_response(503, str(exc))
+        return JSONResponse(out)
+
     async def confirm(request: Request) -> Response:
         if (refused := _owner_only(request)) is not None:
             return refused
@@ -148,6 +160,7 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
         Route("/retry", retry, methods=["POST"]),
         Route("/confirm-deletions", confirm, methods=["POST"]),
         Route("/refresh", refresh, methods=["POST"]),
+        Route("/repair", repair, methods=["POST"]),
         Route(
             MCP_PATH,
             mcp_endpoint(

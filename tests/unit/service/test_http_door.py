@@ -39,6 +39,7 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/retry", None),
     ("POST", "/confirm-deletions", None),
     ("POST", "/refresh", None),
+    ("POST", "/repair", None),
     ("GET", "/dashboard", None),
     ("GET", "/dashboard/api/layers", None),
     ("GET", "/dashboard/api/layer/0", None),
@@ -105,6 +106,10 @@ class FakeDaemon:
     def refresh(self) -> dict[str, Any]:
         self.changed.append("refresh")
         return {"refreshed": True}
+
+    def repair_now(self, every: bool = False) -> dict[str, Any]:
+        self.changed.append("repair")
+        return {"summary": "no subtree has drifted past the repair threshold"}
 
 
 class FakeReader:
@@ -193,7 +198,7 @@ def send(
 
 def test_non_browser_clients_reach_every_route(daemon: FakeDaemon) -> None:
     """curl, qdrant-client and the JS client send no Origin: nothing changes for them (with the
-    owner's token: retry, confirm and refresh are the owner's actions)."""
+    owner's token: retry, confirm, refresh and repair are the owner's actions)."""
     owner = {"Authorization": "Bearer owner-token"}
     with TestClient(make_app(daemon, token="owner-token"), base_url=BASE) as client:
         responses = [
@@ -202,7 +207,7 @@ def test_non_browser_clients_reach_every_route(daemon: FakeDaemon) -> None:
     for path, resp in responses:
         assert resp.status_code != 403 or path == "/collections/adrap/points", (path, resp.text)
         assert resp.status_code < 500 or resp.status_code == 501, (path, resp.text)
-    assert daemon.changed == ["ask", "changes-llm", "retry", "confirm", "refresh"]
+    assert daemon.changed == ["ask", "changes-llm", "retry", "confirm", "refresh", "repair"]
 
 
 @pytest.mark.parametrize(
@@ -272,7 +277,7 @@ def test_a_link_from_another_site_opens_the_page_but_nothing_else(client: TestCl
 def test_state_changing_and_paying_routes_are_post_only(
     client: TestClient, daemon: FakeDaemon
 ) -> None:
-    for path in ("/ask?q=zebras", "/retry", "/confirm-deletions", "/refresh"):
+    for path in ("/ask?q=zebras", "/retry", "/confirm-deletions", "/refresh", "/repair"):
         resp = client.get(path)
         assert resp.status_code == 405, path
         assert "POST" in resp.headers["allow"]

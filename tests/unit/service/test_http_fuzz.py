@@ -36,6 +36,7 @@ TEMPLATES = [
     "/retry",
     "/confirm-deletions",
     "/refresh",
+    "/repair",
     "/dashboard",
     "/dashboard/api/layers",
     "/dashboard/api/layer/{n}",
