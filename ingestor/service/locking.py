@@ -28,6 +28,8 @@ from ingestor.errors import IngestError
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "adrap.lock"
+#: Commands a running ``adrap watch`` makes needless: it applies the folder's changes itself.
+WATCHED = frozenset({"add", "remove"})
 
 
 #: Seconds a writer waits for read-only commands (shared lock holders) to finish. Long: once it
@@ -209,6 +211,13 @@ def state_lock(
                     f"(queries) after {reader_wait:.0f} s; let them finish and try again"
                 ) from None
             who = f"process {holder.get('pid', '?')} (adrap {holder.get('command', '?')})"
+            if holder.get("command") == "watch" and command in WATCHED:
+                raise LockedError(
+                    f"state dir {str(state_dir)!r} is kept by {who}: it applies what changes in "
+                    "its folder by itself (a file saved there is added, one deleted or moved "
+                    f"out is removed), so `adrap {command}` is not needed while it runs; "
+                    "`adrap status` shows what it has pending"
+                ) from None
             raise LockedError(
                 f"state dir {str(state_dir)!r} is locked by {who}; stop it first (`kill "
                 f"{holder.get('pid', 'PID')}` sends SIGTERM) or use another ADRAP_STATE_DIR"

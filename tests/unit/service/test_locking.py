@@ -49,6 +49,21 @@ def test_a_second_writer_in_another_process_is_refused_with_the_holders_pid(tmp_
     assert try_lock_in_another_process(tmp_path).stdout.strip() == "locked"
 
 
+def test_adding_beside_the_daemon_says_it_applies_the_folder_by_itself(tmp_path: Path) -> None:
+    """`adrap add` while `adrap watch` runs: not "stop it first" (the user would stop the
+    daemon to do by hand what it does by itself) but what the daemon does with the file."""
+    with state_lock(tmp_path, "watch"):
+        for command in ("add", "remove"):
+            with pytest.raises(LockedError) as caught, state_lock(tmp_path, command):
+                pass
+            said = str(caught.value)
+            assert "(adrap watch)" in said
+            assert "applies what changes in its folder by itself" in said
+            assert "stop it first" not in said
+        with pytest.raises(LockedError, match="stop it first"), state_lock(tmp_path, "rebuild"):
+            pass
+
+
 def test_the_lock_is_also_exclusive_within_a_process(tmp_path: Path) -> None:
     with (
         state_lock(tmp_path, "build"),
