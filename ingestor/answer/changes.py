@@ -53,14 +53,19 @@ _UNIT = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 def parse_time(value: str, now: float, what: str = "since") -> float:
     """Return the epoch seconds of ``value``: a duration back from ``now`` (``90m``, ``36h``,
-    ``2d``, ``1w``), an ISO date or date-time (``2026-11-23``, ``2026-11-23T09:00``; local time
-    unless it names its zone), or epoch seconds.
+    ``2d``, ``1w``), a day by its name (``today``, ``yesterday``, ``monday`` or ``mon``: the
+    most recent one, today if it is that day; from its midnight, local time), an ISO date or
+    date-time (``2026-11-23``, ``2026-11-23T09:00``; local time unless it names its zone), or
+    epoch seconds.
 
     Raises:
         ValueError: none of those; the message shows the forms.
     """
     if m := _DURATION.match(value):
         return now - float(m.group(1)) * _UNIT[m.group(2)]
+    if (back := _days_back(value, now)) is not None:
+        midnight = dt.datetime.fromtimestamp(now).replace(hour=0, minute=0, second=0, microsecond=0)
+        return (midnight - dt.timedelta(days=back)).timestamp()
     try:
         return float(value)
     except ValueError:
@@ -70,9 +75,24 @@ def parse_time(value: str, now: float, what: str = "since") -> float:
     except ValueError:
         raise ValueError(
             f"{what}={value!r} is not a time; give a duration back from now (90m, 36h, 2d, 1w), "
-            "an ISO date or date-time (2026-11-23, 2026-11-23T09:00+01:00) or epoch seconds"
+            "a day (today, yesterday, monday), an ISO date or date-time (2026-11-23, "
+            "2026-11-23T09:00+01:00) or epoch seconds"
         ) from None
     return when.timestamp()
+
+
+_WEEKDAYS: Final = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+
+def _days_back(value: str, now: float) -> int | None:
+    """Days from ``now``'s day back to the day ``value`` names (local time), or None."""
+    word = value.strip().lower()
+    if word in ("today", "yesterday"):
+        return 0 if word == "today" else 1
+    for i, day in enumerate(_WEEKDAYS):
+        if len(word) >= 3 and day.startswith(word):
+            return (dt.datetime.fromtimestamp(now).weekday() - i) % 7
+    return None
 
 
 def iso(at: float) -> str:

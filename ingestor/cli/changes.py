@@ -23,7 +23,8 @@ SHOWN_FILES = 8
     "--since",
     default="7d",
     show_default=True,
-    help="How far back: a duration (90m, 36h, 2d, 1w), an ISO date or date-time, epoch seconds.",
+    help="How far back: a duration (90m, 36h, 2d, 1w), a day (today, yesterday, monday), an ISO "
+    "date or date-time, epoch seconds.",
 )
 @click.option("--until", default=None, help="Up to this time (same forms as --since).")
 @click.option(

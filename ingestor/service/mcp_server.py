@@ -268,8 +268,9 @@ NodeId = Annotated[str, Field(description="A node_id from a search hit.")]
 Since = Annotated[
     str | None,
     Field(
-        description="How far back: a duration (90m, 36h, 2d, 1w), an ISO date or date-time "
-        "(2026-11-23T09:00), or epoch seconds; default 7d."
+        description="How far back: a duration (90m, 36h, 2d, 1w), a day (today, yesterday, "
+        "monday: from its midnight), an ISO date or date-time (2026-11-23T09:00), or epoch "
+        "seconds; default 7d."
     ),
 ]
 Limit = Annotated[int | None, Field(ge=1, le=1000, description="Records at most (default 50).")]
