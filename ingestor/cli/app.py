@@ -47,10 +47,18 @@ class JsonFormatter(logging.Formatter):
 
 
 class MaskingFormatter(logging.Formatter):
-    """Plain log lines with credentials in URLs (``https://user:pass@host``) masked."""
+    """Plain log lines (a terminal's) with credentials in URLs (``https://user:pass@host``)
+    masked, and the message's control characters escaped: a file's name can hold a newline or
+    an escape sequence (:func:`~ingestor.read.names.shown`)."""
 
     def format(self, record: logging.LogRecord) -> str:
         return _mask(super().format(record))
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        from ingestor.read.names import shown
+
+        record.message = shown(record.message)
+        return super().formatMessage(record)
 
 
 class _ProgressLine:

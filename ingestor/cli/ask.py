@@ -15,6 +15,7 @@ from ingestor.cli.query import (
     format_spans,
     request_params,
 )
+from ingestor.read.names import shown
 
 
 @main.command()
@@ -68,7 +69,7 @@ def ask(
     if show_context:
         _echo_context(out)
         click.echo()
-    click.echo(out["answer"])
+    click.echo(shown(out["answer"], lines=True))  # an LLM may copy a document's escapes
     if out["citations"]:
         click.echo()
         for c in out["citations"]:
@@ -86,4 +87,4 @@ def ask(
 def _echo_context(out: dict[str, Any]) -> None:
     for n, part in enumerate(out["parts"], 1):
         click.echo(click.style(f"[{n}] {format_spans(part['spans'])}", bold=True))
-        click.echo(part["text"] + "\n")
+        click.echo(shown(part["text"], lines=True) + "\n")

@@ -109,6 +109,7 @@ def _read_locally(s: Settings, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _echo(out: dict[str, Any]) -> None:
+    from ingestor.read.names import shown
     from retriever import F
 
     records = out["records"]
@@ -117,7 +118,7 @@ def _echo(out: dict[str, Any]) -> None:
         at = dt.datetime.fromisoformat(r["at_iso"]).astimezone().strftime("%Y-%m-%d %H:%M:%S")
         files = r["files"]
         marks = {"added": "+", "edited": "~", "removed": "-", "permissions": "!"}
-        shown = " ".join(f"{marks[f['action']]}{f['source']}" for f in files[:SHOWN_FILES])
+        listed = " ".join(f"{marks[f['action']]}{shown(f['source'])}" for f in files[:SHOWN_FILES])
         more = len(files) - SHOWN_FILES + r.get("files_omitted", 0)
         counts = []
         if r.get("leaves_added") or r.get("leaves_removed"):
@@ -125,17 +126,18 @@ def _echo(out: dict[str, Any]) -> None:
         if r["summaries"]:
             counts.append(f"{len(r['summaries']) + r.get('summaries_omitted', 0)} summaries")
         click.echo(
-            f"{at}  {r['kind']:<11} {shown or r.get('detail', '')}"
+            f"{at}  {r['kind']:<11} {listed or shown(r.get('detail', ''))}"
             f"{f' (+{more} more)' if more > 0 else ''}"
             f"{'  (' + '; '.join(counts) + ')' if counts else ''}"
         )
     dig = out.get("digest")
     if dig:
         if dig.get("answer"):
-            click.echo("\n" + dig["answer"])
+            click.echo("\n" + shown(dig["answer"], lines=True))
         click.echo(f"\nWhat the changed parts are about now ({len(dig['parts'])} parts):")
         for p in dig["parts"]:
             layer = p.get(F.LAYER, 0)
             where = ", ".join(p.get(F.SOURCES) or ([p[F.FILE]] if F.FILE in p else []))
-            click.echo(f"[{p['n']}] (layer {layer}{'; ' + where[:200] if where else ''})")
-            click.echo(f"    {p[F.TEXT]}")
+            where = shown(where[:200])
+            click.echo(f"[{p['n']}] (layer {layer}{'; ' + where if where else ''})")
+            click.echo(f"    {shown(p[F.TEXT], lines=True)}")

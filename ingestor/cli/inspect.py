@@ -12,6 +12,7 @@ import click
 
 from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.factories import MODELS_DIR, STORE_DIR, where
+from ingestor.read.names import shown
 
 
 @main.command()
@@ -143,7 +144,7 @@ def _shown(value: Any) -> str:
         return "-"
     if isinstance(value, dict):
         return ", ".join(f"{k}: {_shown(v)}" for k, v in value.items()) or "none"
-    return str(value)
+    return shown(str(value))  # a quarantined file's name and reason come from the share
 
 
 def _echo_unread(listed: dict[str, Any]) -> None:
@@ -157,10 +158,10 @@ def _echo_unread(listed: dict[str, Any]) -> None:
             continue
         for row in listed[f"{kind}_files"]:
             since = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["since"]))
-            click.echo(f"  {row['source']}  (since {since}) {row['reason']}")
-        shown = listed["offset"] + len(listed[f"{kind}_files"])
-        if shown < listed[kind]:
-            click.echo(f"  ... {listed[kind] - shown} more: adrap status --offset {shown}")
+            click.echo(f"  {shown(row['source'])}  (since {since}) {shown(row['reason'])}")
+        upto = listed["offset"] + len(listed[f"{kind}_files"])
+        if upto < listed[kind]:
+            click.echo(f"  ... {listed[kind] - upto} more: adrap status --offset {upto}")
 
 
 def _store_index(store: Path) -> dict[str, str]:

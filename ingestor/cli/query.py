@@ -18,6 +18,7 @@ from ingestor.cli.factories import (
     require_built,
     where,
 )
+from ingestor.read.names import shown
 from ingestor.service.locking import WriterActiveError
 
 if TYPE_CHECKING:
@@ -300,9 +301,9 @@ def _echo_answer(out: dict[str, Any], as_json: bool) -> None:
         return
     for h in out["hits"]:
         where = _where(h)
-        head = f"[{h['score']:.3f}] layer {h[F.LAYER]} · {h[F.N_TOKENS]} tok · {where}"
+        head = f"[{h['score']:.3f}] layer {h[F.LAYER]} · {h[F.N_TOKENS]} tok · {shown(where)}"
         click.echo(click.style(head, bold=True))
-        click.echo(h[F.TEXT] + "\n")
+        click.echo(shown(h[F.TEXT], lines=True) + "\n")
     click.echo(
         f"{len(out['hits'])} nodes, {out['total_tokens']}/{out['max_tokens']} tokens, {out['mode']}, "
         f"{out['seconds'] * 1000:.0f} ms{by}",
@@ -313,7 +314,7 @@ def _echo_answer(out: dict[str, Any], as_json: bool) -> None:
 def _echo_postqfrap(out: dict[str, Any], by: str) -> None:
     for part in out["parts"]:
         click.echo(click.style(format_spans(part["spans"]), bold=True))
-        click.echo(part["text"] + "\n")
+        click.echo(shown(part["text"], lines=True) + "\n")
     q = out["postqfrap"]
     click.echo(
         f"postqfrap({q['base']}): {q['retrieved']} nodes ({q['retrieved_tokens']} tok) -> "
@@ -324,12 +325,15 @@ def _echo_postqfrap(out: dict[str, Any], by: str) -> None:
 
 
 def format_spans(spans: list[dict[str, Any]]) -> str:
-    """Return spans as ``file:start-end, file`` (a whole file has no offsets)."""
-    return ", ".join(
-        s["source"]
-        if s["char_start"] is None
-        else f"{s['source']}:{s['char_start']}-{s['char_end']}"
-        for s in spans
+    """Return spans as ``file:start-end, file`` (a whole file has no offsets), as a terminal may
+    print them (:func:`~ingestor.read.names.shown`)."""
+    return shown(
+        ", ".join(
+            s["source"]
+            if s["char_start"] is None
+            else f"{s['source']}:{s['char_start']}-{s['char_end']}"
+            for s in spans
+        )
     )
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["fs_name", "source_text"]
+__all__ = ["fs_name", "shown", "source_text"]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _ESCAPE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
@@ -83,3 +83,29 @@ def fs_name(source: str) -> str:
         pos = match.end()
     data += source[pos:].encode("utf-8", "surrogateescape")
     return os.fsdecode(bytes(data))
+
+
+#: What a terminal acts on instead of showing: C0 and C1 controls, DEL, and the bidirectional
+#: formatting characters that reorder what follows them ("Trojan source").
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSHOWN_IN_TEXT = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+_NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escaped(m: re.Match[str]) -> str:
+    ch = m.group()
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def shown(text: str, *, lines: bool = False) -> str:
+    """Return ``text`` as a terminal may print it: every control character (and bidirectional
+    override) written as an escape (``\\n``, ``\\x1b``, ``\\u202e``) instead of acted on.
+
+    A file's name or text comes from the share: a name with a newline forged a line of
+    ``adrap changes``, and an escape sequence in a document's text (a window title, a clipboard
+    write, a hyperlink) reached the terminal of whoever ran ``adrap query``. ``lines``: text,
+    whose newlines and tabs are kept."""
+    pattern = _UNSHOWN_IN_TEXT if lines else _UNSHOWN
+    return pattern.sub(_escaped, text) if pattern.search(text) else text
