@@ -25,6 +25,7 @@ from ingestor.read.names import fs_name, source_text
 
 __all__ = [
     "DEFAULT_IGNORE",
+    "MAX_DEPTH",
     "Listings",
     "confirmed_gone",
     "iter_files",
@@ -47,6 +48,12 @@ _LIST = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0
 _PASS = (_LIST & ~os.O_RDONLY) | getattr(os, "O_PATH", os.O_RDONLY)
 # what opening a name with O_NOFOLLOW | O_DIRECTORY says when it is a link or no folder
 _NOT_A_FOLDER = {errno.ELOOP, errno.ENOTDIR, getattr(errno, "EMLINK", errno.ELOOP)}
+
+#: Folders listed below the root, at most. A deeper one is skipped, saying why: a share's user can
+#: make a chain of thousands (``mkdir -p``), whose walk ran out of Python's stack (every listing
+#: of the share failed) and of file descriptors, and a file at its bottom would carry every one
+#: of its folders in its points (``source_dirs``: the square of the depth in bytes).
+MAX_DEPTH = 64
 
 #: Folders' listings (their names, or why listing failed) kept for a batch of :func:`confirmed_gone`.
 Listings = dict[Path, frozenset[str] | OSError]
@@ -104,10 +111,11 @@ def iter_files(
 
 def listed_path(root: Path, path: Path) -> bool:
     """Return False if :func:`iter_files` of ``root`` could never list ``path``: a folder on its
-    way is a symlink, which the walk never enters. Only the folders above ``path`` are looked
-    at (``lstat``); one that cannot be looked at now does not decide (True)."""
+    way is a symlink, which the walk never enters, or it is more than :data:`MAX_DEPTH` folders
+    down. Only the folders above ``path`` are looked at (``lstat``); one that cannot be looked
+    at now does not decide (True)."""
     rel = _lexical(path, root)
-    if rel is None:
+    if rel is None or len(rel.parts) - 1 > MAX_DEPTH:  # under a folder too deep to be listed
         return False
     cur = Path(os.path.abspath(root))
     for part in rel.parts[:-1]:
@@ -152,6 +160,8 @@ def _descend(
             st = os.fstat(fd)
             if (st.st_dev, st.st_ino) in chain:
                 return cur, _loop(cur, root)
+            if len(chain) > MAX_DEPTH:
+                return cur, _too_deep(cur, root)
             chain.append((st.st_dev, st.st_ino))
         try:
             return cur, os.open(".", _LIST, dir_fd=fd)
@@ -215,6 +225,9 @@ def _walk_open(
         if not is_dir:
             yield path, None
             continue
+        if len(chain) > MAX_DEPTH:  # ``chain``: the root and each folder down to this one
+            yield path, _too_deep(path, root)
+            continue
         try:
             sub = os.open(entry.name, _LIST, dir_fd=fd)
         except OSError as exc:  # EACCES; ELOOP/ENOTDIR: replaced since it was listed
@@ -267,6 +280,14 @@ def _unlistable(folder: Path, root: Path, exc: OSError) -> SourceError:
         f"folder {_rel(folder, root)!r} cannot be listed now ({exc.strerror or exc}); "
         "what was read under it is kept and it is tried again; grant read access or add "
         "it to ADRAP_READ__IGNORE"
+    )
+
+
+def _too_deep(folder: Path, root: Path) -> SourceError:
+    return SourceError(
+        f"folder {_rel(folder, root)!r} is more than {MAX_DEPTH} folders below the root, "
+        "deeper than adrap lists; nothing under it is read: move it up, or add it to "
+        "ADRAP_READ__IGNORE"
     )
 
 
