@@ -264,6 +264,7 @@ def make_pipeline(
     from ingestor.pipeline import Pipeline
     from ingestor.pipeline.budget import ReadBudget
     from ingestor.pipeline.unread import UNREAD_FILE, Unread
+    from ingestor.pipeline.vectors import DedupingEmbedder
     from ingestor.tree.build import TreeBuilder, TreeParams
     from ingestor.tree.changelog import Retention
     from ingestor.tree.model_change import ModelChange
@@ -273,6 +274,8 @@ def make_pipeline(
     r = settings.read
     summary = settings.summary
     limit = summary.openai.max_input_tokens if summary.backend == "openai" else None
+    if not isinstance(embedder, DedupingEmbedder):  # a share's copies: one text, one embedding
+        embedder = DedupingEmbedder(embedder)
     workers = worker_count(settings.build.workers)
 
     def make_clusterer() -> TreeClusterer:

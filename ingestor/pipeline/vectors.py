@@ -10,8 +10,11 @@ where the store lost its point; an update that removes a source and adds one wit
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -27,6 +30,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "EMBED_BATCH",
+    "DedupingEmbedder",
     "LeafEmbedding",
     "ReusingEmbedder",
     "removed_leaf_texts",
@@ -247,3 +251,64 @@ class ReusingEmbedder:
 
     def embed_query(self, text: str) -> NDArray[np.float32]:
         return self.inner.embed_query(text)
+
+
+#: Texts whose vectors :class:`DedupingEmbedder` keeps after embedding them (1.5 KB each at 384-d).
+RECENT_TEXTS = 4096
+
+
+class DedupingEmbedder:
+    """An embedder that embeds each distinct text once: within a call, and across calls while the
+    text is among the last :data:`RECENT_TEXTS` embedded.
+
+    A share is full of copies (``report.docx`` and ``report (1).docx``, a file saved in two
+    folders, its hard links): each copy's leaves are their own nodes, but one text has one
+    vector. Twenty copies of a document cost twenty embeddings of every chunk (a build of them
+    embedded 746 texts, 138 distinct); now one. Copies read near each other (one batch, or the
+    batches around it) are embedded once; each gets the vector the model gave the first (a
+    model's output for a text differs with its batch by float rounding at most).
+
+    Attributes:
+        inner: embeds the texts not seen lately.
+        reused: how many texts were given a vector already computed.
+    """
+
+    def __init__(self, inner: Embedder, keep: int = RECENT_TEXTS) -> None:
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.dim = inner.dim
+        self.keep = keep
+        self.reused = 0
+        self._recent: OrderedDict[bytes, NDArray[np.float32]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        keys = [_text_key(t) for t in texts]
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        todo: dict[bytes, list[int]] = {}
+        with self._lock:
+            for i, key in enumerate(keys):
+                vec = self._recent.get(key)
+                if vec is None:
+                    todo.setdefault(key, []).append(i)
+                else:
+                    out[i] = vec
+                    self._recent.move_to_end(key)
+        if todo:
+            firsts = [texts[rows[0]] for rows in todo.values()]
+            vecs = np.asarray(self.inner.embed_documents(firsts), dtype=np.float32)
+            with self._lock:
+                for (key, rows), vec in zip(todo.items(), vecs, strict=True):
+                    out[rows] = vec
+                    self._recent[key] = vec.copy()
+                while len(self._recent) > self.keep:
+                    self._recent.popitem(last=False)
+        self.reused += len(texts) - len(todo)
+        return out
+
+    def embed_query(self, text: str) -> NDArray[np.float32]:
+        return self.inner.embed_query(text)
+
+
+def _text_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()

@@ -10,6 +10,7 @@ from pydantic import SecretStr
 
 from ingestor.cli.factories import make_daemon_parts, make_pipeline
 from ingestor.config import Settings
+from ingestor.pipeline.vectors import DedupingEmbedder
 from ingestor.service.concurrency import LockedStore
 from ingestor.service.daemon import Daemon, DaemonParts
 from retriever.edge_store import EdgeNodeStore
@@ -38,7 +39,9 @@ def test_the_daemon_uses_its_parts_as_given(tmp_path: Path) -> None:
     assert parts.store.inner is store
     assert pipeline.context.store is parts.store
     assert queries.store is parts.store
-    assert pipeline.context.embedder is writer
+    used = pipeline.context.embedder
+    assert isinstance(used, DedupingEmbedder), "a share's copies: one text, one embedding"
+    assert used.inner is writer
     assert queries.embedder is not writer, "queries: their own"
     assert queries.defaults.max_tokens_limit == 40_000, "the setting raises the bound"
     # The pipeline's updates ask the schedule (a 300 s window defers the summaries).
