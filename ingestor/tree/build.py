@@ -17,6 +17,7 @@ from ingestor.cluster.parallel import shared_pools
 from ingestor.cluster.threads import one_thread
 from ingestor.protocols import Summarizer
 from ingestor.read.tokens import Tokenizer, default_tokenizer
+from ingestor.tree.drift import drift_record
 from ingestor.tree.model_rows import spilled_models
 from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
 from ingestor.tree.state import MAX_NODE_SOURCES_PARAM, TreeState
@@ -140,6 +141,9 @@ class TreeBuilder:
         state.built_at = time.time()
         state.leaves_at_build = len(state.ids_in_layer(0))
         state.added_since_build = state.removed_since_build = 0
+        drift_record(
+            state
+        )  # every subtree at drift 0 (status showed "subtrees: 0" until an update)
         return stats
 
     def settle_top(self, state: TreeState, stats: BuildStats) -> tuple[set[str], set[str]]:

@@ -36,6 +36,21 @@ def drifted(tmp: Path, seed: int = 3) -> tuple[Pipeline, Path]:
     return p, root
 
 
+def test_a_build_commits_every_subtree_at_drift_zero(tmp_path: Path) -> None:
+    """Status right after a build (or a drift rebuild) lists the tree's subtrees, each at 0; it
+    said ``subtrees: 0`` until the next update made the record."""
+    root = tmp_path / "docs"
+    write_corpus(root, random.Random(3), 40)
+    p = make_pipeline(tmp_path, EchoSummarizer())
+    p.build(root)
+    again = load_state(p.context.models, "t", readonly=True, layers=False)
+    assert again is not None
+    shown = drift_summary(again, 0.2)
+    assert shown["subtrees"] == len(p.require_state().layers[0].gmms) > 1
+    assert (shown["max"], shown["due"]) == (0.0, 0)
+    p.context.store.close()
+
+
 def test_each_subtree_counts_its_changed_leaves_and_the_count_is_committed(
     tmp_path: Path,
 ) -> None:
