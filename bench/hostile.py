@@ -14,7 +14,9 @@ Cases: ``ods-repeat`` (a ~700-byte .ods, one empty cell repeated 10^9 times), ``
 ``parens`` (6 KB of ``)``), ``json-brackets`` (200 KB of ``[[[...]]]``), ``bad-name`` (a name
 that is not UTF-8), ``idle-connections`` (31 idle TCP connections held through the case),
 ``parent-link`` (a symlink to the share's root inside it), ``fifo``, ``link-out`` (a symlink to
-a file outside the share), ``oversize`` (a sparse file past the size limit). Targets: peak RSS
+a file outside the share), ``oversize`` (a sparse file past the size limit), ``deep-chain`` (a
+``mkdir -p`` 2,000 folders deep), ``copies`` (50 hard links of one 40 KB text), ``control-name``
+(a newline and an escape sequence in a file's name). Targets: peak RSS
 <= without + 300 MB, /healthz <= 1 s, the ordinary file within ~2 s, SIGTERM -> exit <= 5 s.
 """
 
@@ -172,6 +174,32 @@ def cases(share: Path, outside: Path) -> dict[str, Callable[[], str]]:
         (share / "app.conf").symlink_to(outside / "secret.conf")
         return "app.conf"
 
+    def deep_chain() -> str:  # `mkdir -p` 2,000 deep, a file at the bottom (through descriptors)
+        fd = os.open(share, os.O_RDONLY)
+        for _ in range(2000):
+            os.mkdir("d", dir_fd=fd)
+            sub = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+        out = os.open("bottom.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(out, b"The bottom of a very deep chain of folders.\n")
+        os.close(out)
+        os.close(fd)
+        return "d/d/d"
+
+    def copies() -> str:  # 50 hard links of one 40 KB text: one embedding of its chunks
+        text = " ".join(
+            f"The ferry timetable row {i} lists the crossing at noon." for i in range(700)
+        )
+        (share / "timetable.txt").write_text(text)
+        for i in range(50):
+            os.link(share / "timetable.txt", share / f"timetable ({i}).txt")
+        return "timetable (49).txt"
+
+    def control_name() -> str:  # a newline and an escape sequence in a name
+        (share / "notes\n2026-01-01 forged line\x1b[2J.txt").write_text("Minutes of the board.\n")
+        return "notes\\n2026"
+
     def oversize() -> str:
         with (share / "huge.txt").open("wb") as f:
             f.truncate(60 * 10**6)
@@ -194,6 +222,9 @@ def cases(share: Path, outside: Path) -> dict[str, Callable[[], str]]:
         "fifo": fifo,
         "link-out": link_out,
         "oversize": oversize,
+        "deep-chain": deep_chain,
+        "copies": copies,
+        "control-name": control_name,
         "idle-connections": lambda: "",
     }  # fmt: skip
 
