@@ -28,9 +28,10 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserverVFS
+
+from ingestor.service.observers import bounded_observer
 
 #: Names whose ignore verdict :class:`PathFilter` keeps (then it starts again).
 NAMES_HELD = 65_536
@@ -40,17 +41,21 @@ _CHANGES = frozenset(
 )
 
 
-def make_observer(*, polling: bool = False, interval: float = 2.0) -> BaseObserver:
+def make_observer(
+    *, polling: bool = False, interval: float = 2.0, root: Path | None = None
+) -> BaseObserver:
     """Return watchdog's native observer, or its polling one (NFS/SMB, Docker bind mounts).
 
     Neither enters a symlinked folder, as the listing never does
     (:func:`~ingestor.read.listing.iter_files`): the native one watches no link (watchdog's
     default), and the polling one looks at a link to a folder as the link itself
     (:func:`poll_stat`), so a link to a parent folder is not walked until the path is too long.
+    Neither watches a folder deeper than the listing lists, nor recurses to reach one
+    (:mod:`ingestor.service.observers`): the polling one given the ``root`` it will watch.
     """
-    if polling:
+    if polling and root is None:
         return PollingObserverVFS(poll_stat, os.scandir, polling_interval=interval)
-    return Observer()
+    return bounded_observer(root or Path("/"), polling=polling, interval=interval, stat=poll_stat)
 
 
 def poll_stat(path: str) -> os.stat_result:

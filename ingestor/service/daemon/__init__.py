@@ -215,7 +215,9 @@ class Daemon:
             except (Cancelled, ReadStopped):
                 log.info("stopped during the first build; nothing was committed")
                 return
-            observer = make_observer(polling=self.polling, interval=self.watch.poll_interval)
+            observer = make_observer(
+                polling=self.polling, interval=self.watch.poll_interval, root=self.root
+            )
             self.watcher = Watcher(
                 self.pipeline,
                 state,
