@@ -160,7 +160,7 @@ def read_document(
             f"{name!r} is not inside the root {source_text(str(root))!r}; move it into the folder"
         )
     data, st = _read_bytes(path, root, name, max_bytes)
-    extracted = formats.extract(data, name, suffix, ocr=ocr, text_suffixes=extra)
+    extracted = _extracted(data, name, suffix, ocr, extra)
     text, regions = join_normalised(extracted.parts, normalise_text)
     if not text:
         raise SourceError(
@@ -180,6 +180,34 @@ def read_document(
         encoding=extracted.encoding,
         regions=regions,
     )
+
+
+def _extracted(
+    data: bytes, name: str, suffix: str, ocr: bool, extra: Collection[str]
+) -> formats.Extracted:
+    """:func:`formats.extract`, where a converter that fails on the file's content is the
+    file's failure (skipped, saying why), never the build's: one bad file never stops the others.
+
+    A mail nested 3,000 multiparts deep made the standard library's parser recurse past Python's
+    stack, and the RecursionError stopped `adrap build` (and a daemon's first build: a restart
+    loop) over a share holding one 150 KB `.eml`."""
+    try:
+        return formats.extract(data, name, suffix, ocr=ocr, text_suffixes=extra)
+    except SourceError:
+        raise
+    except RecursionError as exc:
+        raise SourceError(
+            f"{name!r} nests deeper than its {suffix or 'text'} reader can follow; flatten or "
+            "remove it (it is read again when it changes)"
+        ) from exc
+    except MemoryError:
+        raise  # the reader process's budget says why (ingestor.pipeline.budget)
+    except Exception as exc:
+        raise SourceError(
+            f"{name!r} cannot be read: its {suffix or 'text'} reader failed "
+            f"({type(exc).__name__}: {str(exc)[:200]}); it is read again when it changes; if "
+            "it opens in its own application, report it with the file"
+        ) from exc
 
 
 @dataclass(frozen=True)
