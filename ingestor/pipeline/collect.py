@@ -413,9 +413,4 @@ def outermost(paths: Iterable[Path]) -> list[Path]:
             continue  # under the last one kept (sorted: its descendants follow it)
         kept.add(path)
         last = path.parts
-    out: list[Path] = []
-    for path in given:
-        if path in kept:
-            out.append(path)
-            kept.discard(path)
-    return out
+    return [path for path in dict.fromkeys(given) if path in kept]

@@ -29,7 +29,6 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers.api import BaseObserver
-from watchdog.observers.polling import PollingObserverVFS
 
 from ingestor.service.observers import bounded_observer
 
@@ -53,9 +52,7 @@ def make_observer(
     Neither watches a folder deeper than the listing lists, nor recurses to reach one
     (:mod:`ingestor.service.observers`): the polling one given the ``root`` it will watch.
     """
-    if polling and root is None:
-        return PollingObserverVFS(poll_stat, os.scandir, polling_interval=interval)
-    return bounded_observer(root or Path("/"), polling=polling, interval=interval, stat=poll_stat)
+    return bounded_observer(root, polling=polling, interval=interval, stat=poll_stat)
 
 
 def poll_stat(path: str) -> os.stat_result:

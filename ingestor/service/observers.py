@@ -79,8 +79,8 @@ if InotifyWatchGroup is not None:
             self._add_callback(path)
             if self.is_recursive and os.path.isdir(path):
                 for folder, dirs, _ in walk_down(path, self.path):
-                    for name in dirs:
-                        if depth_below(folder, self.path) < MAX_DEPTH:
+                    if depth_below(folder, self.path) < MAX_DEPTH:  # its folders are listed
+                        for name in dirs:
                             self._add_callback(os.path.join(folder, name))
 
         def _recursive_simulate(self, src_path: bytes) -> list[Any]:
@@ -115,15 +115,18 @@ if InotifyWatchGroup is not None:
 
 
 def bounded_observer(
-    root: Path,
+    root: Path | None,
     *,
     polling: bool,
     interval: float,
     stat: Callable[[str], os.stat_result],
 ) -> BaseObserver:
-    """The native observer (inotify where there is one), or the polling one with ``stat``, each
-    watching no folder more than :data:`MAX_DEPTH` below ``root``."""
+    """The native observer (inotify where there is one: no folder watched more than
+    :data:`MAX_DEPTH` below the folder it watches), or the polling one with ``stat`` (none
+    listed that deep below ``root``; unbounded without one)."""
     if polling:
+        if root is None:
+            return PollingObserverVFS(stat, os.scandir, polling_interval=interval)
         top = os.path.abspath(root)
 
         def listdir(path: str | None) -> Iterator[os.DirEntry[Any]]:

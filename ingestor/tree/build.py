@@ -141,9 +141,8 @@ class TreeBuilder:
         state.built_at = time.time()
         state.leaves_at_build = len(state.ids_in_layer(0))
         state.added_since_build = state.removed_since_build = 0
-        drift_record(
-            state
-        )  # every subtree at drift 0 (status showed "subtrees: 0" until an update)
+        # every subtree at drift 0 (status said "subtrees: 0" until the first update)
+        drift_record(state)
         return stats
 
     def settle_top(self, state: TreeState, stats: BuildStats) -> tuple[set[str], set[str]]:
