@@ -375,6 +375,10 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".adrap")
     tree: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    #: MiB a write of the embedded store leaves free on the state dir's disk: a writing command
+    #: or update is refused before (the daemon retries it), an index build skipped; 0: never
+    #: checked. A write into the store's mapped files on a full disk kills the process (SIGBUS).
+    min_free_mb: int = Field(default=256, ge=0)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embed: EmbedSettings = Field(default_factory=EmbedSettings)
     read: ReadSettings = Field(default_factory=ReadSettings)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
 from pathlib import Path
 
-from models_store.errors import CorruptModelError
+from models_store.errors import CorruptModelError, ModelStoreError
 from models_store.rows_format import SCHEMA, migrate
 
 __all__ = ["PAGE_SIZE", "WAL_KEEP_BYTES", "connect", "file_identity", "fsync_dir", "trim_log"]
@@ -41,7 +42,9 @@ def connect(path: Path, *, created: bool, readonly: bool) -> sqlite3.Connection:
     caller opening each transaction.
 
     Raises:
-        CorruptModelError: the file is not a readable SQLite database.
+        CorruptModelError: the file is not a SQLite database, or a damaged one.
+        ModelStoreError: it cannot be opened now (a full disk, an I/O error, no permission):
+            nothing was changed, and the same call succeeds once that is fixed.
     """
     uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
     try:
@@ -63,11 +66,30 @@ def connect(path: Path, *, created: bool, readonly: bool) -> sqlite3.Connection:
             db.executescript(SCHEMA)
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache
     except sqlite3.DatabaseError as exc:
-        raise CorruptModelError(
-            f"{path} is not a readable state database ({exc}); delete it and rebuild "
-            "with `adrap build DIR`"
+        if getattr(exc, "sqlite_errorname", "") in _DAMAGED:
+            raise CorruptModelError(
+                f"{path} is not a readable state database ({exc}); delete it and rebuild "
+                "with `adrap build DIR`"
+            ) from exc
+        # A full disk, an I/O error, a permission: the file is fine, never advise deleting it.
+        raise ModelStoreError(
+            f"cannot open the state database {path} ({exc}); nothing was changed: check that "
+            f"the disk holding it has free space ({_free_mib(path)} MiB now) and can be read "
+            "and written by this user, then run the command again"
         ) from exc
     return db
+
+
+#: SQLite's answers for a file that is not a database or a damaged one (all others: the file
+#: cannot be used now, e.g. SQLITE_FULL, SQLITE_IOERR_*, SQLITE_CANTOPEN, SQLITE_READONLY).
+_DAMAGED = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
+
+
+def _free_mib(path: Path) -> str:
+    try:
+        return f"{shutil.disk_usage(path.parent).free >> 20}"
+    except OSError:
+        return "?"
 
 
 def trim_log(db: sqlite3.Connection, path: Path, written: int) -> None:

@@ -12,6 +12,7 @@ from retriever.errors import (
     SchemaMismatchError,
     StoreBusyError,
     StoreError,
+    StoreFullError,
 )
 from retriever.protocols import Embedder, NodeStore
 from retriever.schema import (
@@ -93,6 +94,7 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "StoreBusyError",
     "StoreError",
+    "StoreFullError",
     "answer_json",
     "collapsed_tree",
     "connect",

@@ -19,6 +19,15 @@ import qdrant_edge as qe
 
 from retriever.errors import RetrieverError, SchemaMismatchError, StoreBusyError, StoreError
 from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
+from retriever.room import (
+    DEFAULT_RESERVE,
+    MIB,
+    check_open,
+    check_room,
+    free_bytes,
+    room_problem,
+    used_bytes,
+)
 from retriever.schema import (
     LEAF_VECTOR,
     META_POINT_ID,
@@ -62,8 +71,12 @@ class EdgeShardLifecycle:
         hnsw_ef: int | None = None,
         planner: Planner | None = None,
         hnsw: HnswConfig | None = None,
+        reserve: int = DEFAULT_RESERVE,
     ) -> None:
         self.path = Path(path)
+        #: Bytes every write leaves free on the store's disk (:mod:`retriever.room`).
+        self.reserve = reserve
+        self._short_logged = False  # an optimize skipped for want of space was said once
         self.auto_optimize_points = auto_optimize_points
         self.deferred_optimize_points: int | None = None
         self.planner = planner if planner is not None else Planner(hnsw_ef=hnsw_ef)
@@ -79,6 +92,7 @@ class EdgeShardLifecycle:
         self._shard: qe.EdgeShard | None = None
         self._closed = False
         if self.path.is_dir() and any(self.path.iterdir()):
+            check_open(self.path)
             with self.engine("open the store"):
                 self._shard = qe.EdgeShard.load(str(self.path))
             try:
@@ -104,6 +118,7 @@ class EdgeShardLifecycle:
         if self._closed:
             raise StoreError(f"embedded store {self.path} is closed")
         if self._shard is None:
+            self.room("create the store")
             graph = qe.HnswIndexConfig(
                 m=self.hnsw.m,
                 ef_construct=self.hnsw.ef_construct,
@@ -159,6 +174,7 @@ class EdgeShardLifecycle:
         shard = self.require()
         if self.index.sparse:
             return 0
+        self.room("add the BM25 sparse vector")
         with self.engine("add the BM25 sparse vector"):
             shard.update(
                 qe.UpdateOperation.create_sparse_vector(SPARSE_VECTOR, modifier=qe.Modifier.Idf)
@@ -239,6 +255,15 @@ class EdgeShardLifecycle:
             True if any segment was rebuilt, False if the store was already optimal.
         """
         shard = self.require()
+        problem = room_problem(
+            self.path, self.reserve, "build the search index", extra=used_bytes(self.path)
+        )
+        if problem is not None:  # searches still answer: unindexed points are scanned
+            if not self._short_logged:
+                log.warning("embedded store %s: %s", self.path, problem)
+            self._short_logged = True
+            return False
+        self._short_logged = False
         start = time.perf_counter()
         self.estimates.clear()  # merged segments estimate anew
         with self.engine("optimize (build the HNSW index)"):
@@ -278,6 +303,7 @@ class EdgeShardLifecycle:
                 f"cannot move the embedded store {other} into {self.path}: {exc}; check the "
                 "permissions of the state dir, then run the command again (it finishes the switch)"
             ) from exc
+        check_open(self.path)
         with self.engine("open the store"):
             self._shard = qe.EdgeShard.load(str(self.path))
         self._closed = False
@@ -363,6 +389,10 @@ class EdgeShardLifecycle:
                 "rebuild the tree, or set ADRAP_EMBED__MODEL to the model it was built with"
             ) from exc
 
+    def room(self, action: str) -> None:
+        """Raise :class:`StoreFullError` before a write when less than :attr:`reserve` is free."""
+        check_room(self.path, self.reserve, action)
+
     @contextmanager
     def engine(self, action: str) -> Iterator[None]:
         """Translate engine failures into StoreError naming the store and the fix."""
@@ -381,6 +411,13 @@ class EdgeShardLifecycle:
                 f"state dir {self.path} is in use by another adrap process (embedded Qdrant "
                 "allows one); stop it, query through it (daemon /query), or use server mode "
                 "ADRAP_QDRANT__URL"
+            )
+        if "No space left" in text or "os error 28" in text:  # ENOSPC: nothing is damaged
+            return (
+                f"embedded Qdrant store {self.path}: failed to {action}: the disk holding it is "
+                f"full ({free_bytes(self.path) / MIB:.0f} MiB free; {text}); free space on it and "
+                "run the command again: what was committed is kept, and the next writer deletes "
+                "the points this one left"
             )
         return (
             f"embedded Qdrant store {self.path}: failed to {action}: {text}; check that the "

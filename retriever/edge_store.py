@@ -91,6 +91,9 @@ class EdgeNodeStore(EdgeShardLifecycle):
             :mod:`retriever.plan`.
         hnsw: The HNSW graph and int8 quantization a new shard is created with (an existing
             shard keeps its own, and is planned by it).
+        reserve: Bytes every write leaves free on the store's disk (a write is refused with
+            :class:`~retriever.errors.StoreFullError` before, an index build skipped; 0: never
+            checked). See :mod:`retriever.room`.
 
     Raises:
         StoreError: the folder is locked by another process or is not a readable shard.
@@ -118,6 +121,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if not nodes:
             return
         shard = self.require()
+        self.room(f"write {len(nodes)} points")
         self.estimates.clear()
         with self.engine(f"upsert {len(nodes)} points"):
             for start in range(0, len(nodes), UPSERT_BATCH):
@@ -136,6 +140,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if not ids:
             return
         shard = self.require()
+        self.room(f"delete {len(ids)} points")
         self.estimates.clear()
         with self.engine(f"delete {len(ids)} points"):
             for start in range(0, len(ids), SCROLL_PAGE):
@@ -144,7 +149,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
 
     def set_access(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
         """Set the ``access`` field of existing points (see ``NodeStore.set_access``)."""
+        if not groups:
+            return
         shard = self.require()
+        self.room(f"set the access of {sum(map(len, groups.values()))} points")
         self.estimates.clear()
         with self.engine(f"set the access of {sum(map(len, groups.values()))} points"):
             for classes, node_ids in groups.items():

@@ -3,7 +3,8 @@
 RetrieverError
 ├── SchemaMismatchError   a point, collection or meta point does not match this contract
 ├── StoreError            the Qdrant engine (embedded or server) failed or is unreachable
-│   └── StoreBusyError    the embedded store is held by another process (retry, or ask it)
+│   ├── StoreBusyError    the embedded store is held by another process (retry, or ask it)
+│   └── StoreFullError    too little free disk space for the embedded store to write safely
 └── EmbeddingError        the query/document embedder failed to load or run
 """
 
@@ -22,6 +23,10 @@ class StoreError(RetrieverError):
 
 class StoreBusyError(StoreError):
     """Another process holds the embedded store (one process at a time): wait, or ask it."""
+
+
+class StoreFullError(StoreError):
+    """Too little free space on the embedded store's disk to write safely: free some, retry."""
 
 
 class EmbeddingError(RetrieverError):

@@ -119,6 +119,7 @@ class EdgeNext:
                 auto_optimize_points=None,
                 planner=self.store.planner,
                 hnsw=self.store.hnsw,
+                reserve=self.store.reserve,
             )
             try:
                 opened.ensure_collection(dim, embed_model)

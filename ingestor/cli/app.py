@@ -7,6 +7,8 @@ command's first use of :attr:`Ctx.settings`, after its ``--tree`` / ``--state-di
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import json
 import logging
 import sys
@@ -293,6 +295,11 @@ def main(
     Example:
       adrap build examples/sample && adrap query "Why did the fox call the grapes sour?"
     """
+    # A fault in native code (SIGBUS: a write into a mapped file on a full disk; SIGSEGV) says
+    # where it happened on stderr, instead of the bare exit status it gives otherwise.
+    if not faulthandler.is_enabled() and sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):  # a stderr without a descriptor
+            faulthandler.enable(sys.__stderr__)
     click_ctx.obj = Ctx(verbose, env_file, state_dir, tree)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,8 +102,9 @@ def make_store(settings: Settings) -> NodeStore:
             write_consistency_factor=q.write_consistency_factor,
         )
     from retriever import EdgeNodeStore
+    from retriever.room import MIB
 
-    return EdgeNodeStore(settings.state_dir / STORE_DIR)
+    return EdgeNodeStore(settings.state_dir / STORE_DIR, reserve=settings.min_free_mb * MIB)
 
 
 def make_summarizer(settings: Settings) -> Any:
@@ -430,9 +431,24 @@ def following_embedder(settings: Settings, embedder: Embedder, questions: Embedd
     return FollowingEmbedder(before, questions, old)
 
 
-def writer_lock(settings: Settings, command: str) -> AbstractContextManager[StateLock]:
-    """Return the state dir's one-writer lock (entering raises ``LockedError`` naming the holder)."""
-    return state_lock(settings.state_dir, command)
+@contextmanager
+def writer_lock(settings: Settings, command: str) -> Iterator[StateLock]:
+    """Hold the state dir's one-writer lock (entering raises ``LockedError`` naming the holder).
+
+    A command that writes an embedded store is refused next, before it reads anything, when
+    its disk has less than ``ADRAP_MIN_FREE_MB`` free (``watch`` starts anyway: it serves
+    queries, and holds each update until there is room).
+
+    Raises:
+        LockedError: another writer holds it.
+        StoreFullError: too little free space (the message says how much is free and needed).
+    """
+    with state_lock(settings.state_dir, command) as lock:
+        if settings.store_mode == "embedded" and command != "watch":
+            from retriever.room import MIB, check_room
+
+            check_room(settings.state_dir, settings.min_free_mb * MIB, f"run adrap {command}")
+        yield lock
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +71,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             )
         if s.store_mode == "embedded" and built:
             out.update(_store_index(s.state_dir / STORE_DIR))
+            out["disk_free"] = _disk_free(s.state_dir, s.min_free_mb)
         # counts only: no layer's fitted models, so neither UMAP nor scikit-learn is imported
         state = (
             load_state(models, s.tree, readonly=True, layers=False) if models and built else None
@@ -186,6 +188,17 @@ def _store_index(store: Path) -> dict[str, str]:
         if index.sparse
         else "no: the store predates it and searches dense only; add it with `adrap index-sparse`",
     }
+
+
+def _disk_free(state_dir: Path, reserve_mb: int) -> str:
+    """The free space of the embedded store's disk, and whether writes wait for more."""
+    free = shutil.disk_usage(state_dir).free >> 20
+    if free >= reserve_mb:
+        return f"{free} MiB (writes keep {reserve_mb} MiB free: ADRAP_MIN_FREE_MB)"
+    return (
+        f"{free} MiB: below ADRAP_MIN_FREE_MB {reserve_mb}, so updates wait (adrap add and "
+        "build are refused) until there is room"
+    )
 
 
 def _layer_graph(has: bool, walks: str, instead: str) -> str:

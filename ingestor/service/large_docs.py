@@ -5,10 +5,17 @@ of one batch land together in updates of a bounded size (ingestor.service.watche
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from ingestor.read.documents import Document
 
-__all__ = ["EMBED_SLICE", "LARGE_DOC_LEAVES", "LARGE_GROUP_LEAVES", "large_groups"]
+__all__ = [
+    "EMBED_SLICE",
+    "LARGE_DOC_LEAVES",
+    "LARGE_GROUP_LEAVES",
+    "changed_since_read",
+    "large_groups",
+]
 
 #: A document with more leaves to embed than this is applied after the rest of its batch, its
 #: leaves embedded outside the writer's lock (a 200 KB file: ~400 leaves, about a minute here).
@@ -37,3 +44,14 @@ def large_groups(
         n += len(texts)
     if group:
         yield group
+
+
+def changed_since_read(doc: Document, path: Path) -> bool:
+    """Whether the file ``doc`` was read from is gone, or another file or version now (its
+    size, modification time or, where it was read, inode differ)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return True
+    replaced = bool(doc.inode) and st.st_ino != doc.inode
+    return replaced or st.st_size != doc.size or st.st_mtime != doc.mtime

@@ -148,7 +148,8 @@ class Metrics:
         Args:
             pending: returns the number of paths waiting.
             extra: returns ``{"quarantined": n, "unread": {"skipped": n, "stale": m},
-                "deletions_paused": bool, "watched_folder_missing": bool}``.
+                "deletions_paused": bool, "watched_folder_missing": bool}``, and the embedded
+                store's ``"disk_free_bytes"``.
         """
         from prometheus_client import CollectorRegistry
 
@@ -262,6 +263,12 @@ class _Collector:
                 "1 while the watched folder is missing, empty, unreachable or not answering.",
                 float(bool(extra.get("watched_folder_missing"))),
             )
+            if "disk_free_bytes" in extra:  # the embedded store's disk
+                yield gauge(
+                    "disk_free_bytes",
+                    "Bytes free on the embedded store's disk; below ADRAP_MIN_FREE_MB, updates wait.",
+                    extra["disk_free_bytes"],
+                )
             yield counter("updates", "Batches applied.", m.updates)
             yield counter("files_changed", "Files added, changed or removed.", m.files_changed)
             yield counter("leaves_added", "Leaves inserted.", m.leaves_added)

@@ -83,6 +83,26 @@ if InotifyWatchGroup is not None:
                         for name in dirs:
                             self._add_callback(os.path.join(folder, name))
 
+        def _add_callback(self, path: bytes) -> None:
+            # A folder made while its parent is walked is reached twice (by the walk, then by its
+            # own event): watchdog then warns that it overwrites its callback (a RuntimeWarning
+            # per folder of a `mkdir -p`, which ended the observer's thread where warnings are
+            # errors). Its callback is replaced here without the warning, as watchdog does.
+            fd = self._inotify_fd
+            try:
+                with fd._lock:
+                    known = self._active_callbacks_by_path.get(path)
+                    old = None if known is None else fd._watch_for_wd.get(known)
+                    if old is not None:
+                        old.callbacks.pop(self._id, None)
+                    wd = fd._add_callback(path, self.event_mask, self._callback, self._id)
+            except OSError:  # a folder gone meanwhile; the root's own failure reaches the caller
+                if path == self.path:
+                    raise
+                return
+            self._active_callbacks_by_path[path] = wd
+            self._active_callbacks_by_watch[wd] = path
+
         def _recursive_simulate(self, src_path: bytes) -> list[Any]:
             events = []
             for folder, dirs, files in walk_down(src_path, self.path):

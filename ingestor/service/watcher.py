@@ -40,7 +40,12 @@ from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
-from ingestor.service.large_docs import EMBED_SLICE, LARGE_DOC_LEAVES, large_groups
+from ingestor.service.large_docs import (
+    EMBED_SLICE,
+    LARGE_DOC_LEAVES,
+    changed_since_read,
+    large_groups,
+)
 from ingestor.tree.persist import shed_rows
 from ingestor.tree.repair import RepairParams
 from ingestor.tree.state import TreeState
@@ -111,11 +116,14 @@ class Hooks:
         on_error: with the exception class name after each failed batch.
         on_idle: maintenance after ``Timing.idle_after`` quiet seconds (the daemon builds the
             embedded store's index there, never inside an update).
+        room: why no update may write now (too little free disk space), or None; a batch then
+            waits, unread, for the retry backoff.
     """
 
     on_applied: Callable[[UpdateReport, TreeState], None] | None = None
     on_error: Callable[[str], None] | None = None
     on_idle: Callable[[], None] | None = None
+    room: Callable[[], str | None] | None = None
 
 
 class Watcher:
@@ -168,6 +176,8 @@ class Watcher:
         self.settling = Settling(settle, self.clock)
         self.guard = guard
         self.on_idle = h.on_idle
+        self.room = h.room
+        self._short = False  # updates wait for disk space (said once, and when they go on)
         self.idle_after = t.idle_after
         self.nice = t.nice
         self.max_held_rows = t.max_held_rows
@@ -328,8 +338,8 @@ class Watcher:
         """
         wanted = sorted(Path(os.path.abspath(p)) for p in batch if self.wanted(p))
         paths = self.settling.settled(not_quarantined(wanted, self.root, self.quarantine))
-        if not paths:
-            return True
+        if not paths or self._wait_for_room(paths):
+            return not paths
         self._in_hand = len(paths)
         t0 = time.perf_counter()
         report = UpdateReport()
@@ -363,6 +373,18 @@ class Watcher:
         for group in large_groups(large):
             self._apply_large(group)
         return True
+
+    def _wait_for_room(self, paths: list[Path]) -> bool:
+        """Hold ``paths``, unread, for the retry backoff while ``room`` says no update may write."""
+        problem = None if self.room is None else self.room()
+        if problem is not None and not self._short:
+            log.warning("updates wait (%d paths, retried with backoff): %s", len(paths), problem)
+        elif problem is None and self._short:
+            log.info("the disk has room again: applying the updates that waited")
+        self._short = problem is not None
+        if self._short:
+            self.redo.later(paths)
+        return self._short
 
     def _landed(self, report: UpdateReport, t0: float) -> None:
         """Book a batch that landed (under the writer's lock)."""
@@ -574,14 +596,3 @@ class Watcher:
             if changed_since_read(doc, path):
                 log.info("%s changed while being read; it will be read again", doc.source)
                 self.paths.put(Change(path))
-
-
-def changed_since_read(doc: Document, path: Path) -> bool:
-    """Whether the file ``doc`` was read from is gone, or another file or version now (its
-    size, modification time or, where it was read, inode differ)."""
-    try:
-        st = path.stat()
-    except OSError:
-        return True
-    replaced = bool(doc.inode) and st.st_ino != doc.inode
-    return replaced or st.st_size != doc.size or st.st_mtime != doc.mtime

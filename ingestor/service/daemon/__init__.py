@@ -50,6 +50,7 @@ from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import load_state, state_path
 from ingestor.tree.repair import RepairParams
 from retriever.heap import limit_heap_arenas
+from retriever.room import MIB, free_bytes, room_problem
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class Daemon:
         self.state_dir = settings.state_dir
         self.exclude = [self.state_dir.resolve()]
         self.collection = settings.qdrant.collection
+        self.min_free_mb = settings.min_free_mb
         self.access_check_interval = settings.access.check_seconds
         self.state_lock = state_lock
         self.owner_link = owner_link
@@ -180,6 +182,7 @@ class Daemon:
             access_counts=lambda: self.pipeline.context.access.counts,
             changes=parts.changes,
             repair=self.repair,
+            disk=self._disk,
         )
         self.registry = self.api.registry
         self.server: HttpServer | None = None
@@ -223,7 +226,7 @@ class Daemon:
                 state,
                 PathFilter(self.root, self.ignore, self.exclude),
                 Timing.of(self.watch, polling=self.polling),
-                hooks=Hooks(self.api.applied, self.metrics.error, self._maintain),
+                hooks=Hooks(self.api.applied, self.metrics.error, self._maintain, self._room),
                 lock=self.lock,
                 guard=self.guard,
                 quarantine=self.quarantine,
@@ -363,6 +366,8 @@ class Daemon:
     def _maintain(self) -> None:
         """Idle-time maintenance (the watcher's thread, so never during an update): build the
         embedded store's HNSW index once enough points wait outside it."""
+        if self._room() is not None:
+            return
         due = getattr(self.store.inner, "optimize_due", None)
         if due is not None and due():
             self.store.optimize()
@@ -370,6 +375,27 @@ class Daemon:
             self.watcher.refresh(self.api.refresh_due)
             if self.watcher.repair(self.repair) is not None:  # one drifted subtree per idle time
                 self.metrics.snapshot(self.watcher.state)
+
+    def _disk(self) -> dict[str, Any]:
+        """``/status``'s ``disk``: the embedded store's free space (writes wait below the
+        reserve, ``ADRAP_MIN_FREE_MB``: see :mod:`retriever.room`); nothing with a server."""
+        if not self.embedded:
+            return {}
+        free = free_bytes(self.state_dir)
+        short = free < self.min_free_mb * MIB
+        return {"disk": {"free_bytes": free, "min_free_mb": self.min_free_mb, "writes_wait": short}}
+
+    def _room(self) -> str | None:
+        """Why nothing may write the tree now (the embedded store's disk has less than
+        ``ADRAP_MIN_FREE_MB`` free), or None: updates, permission passes and maintenance wait."""
+        if not self.embedded:
+            return None
+        return room_problem(
+            self.state_dir,
+            self.min_free_mb * MIB,
+            "apply updates",
+            then="and they are applied then (queries are answered meanwhile)",
+        )
 
     def _check_access(self) -> None:
         """Start a permission pass when one is due: every ``access_check_interval`` seconds,
@@ -386,6 +412,8 @@ class Daemon:
         since = time.monotonic() - self._access_checked
         asked = self.watcher.handler.attributes.is_set() and since >= self._access_took
         if not (asked or since >= self._access_gap) or not self.root_monitor.status()["available"]:
+            return
+        if self._room() is not None:  # the updates' warning says so; the pass waits with them
             return
         self.watcher.handler.attributes.clear()
         self._access_thread = threading.Thread(

@@ -63,8 +63,10 @@ class DaemonApi:
         access_counts: Callable[[], dict[str, int]] = dict,
         changes: ChangeFeed | None = None,
         repair: RepairParams | None = None,
+        disk: Callable[[], dict[str, Any]] = dict,  # {"disk": {...}}: the embedded store's
     ) -> None:
         self.metrics = metrics
+        self.disk = disk
         self.summaries = summaries
         self.queries = queries
         self.root = root
@@ -113,6 +115,7 @@ class DaemonApi:
             for source, q in self.quarantine.items().items()
         }
         out["unread"] = unread_status(self.unread(), offset=offset, limit=limit)
+        out |= self.disk()
         return out | self.guard.status() | {"watched_folder": self.root_monitor.status()}
 
     def dashboard_updates(self, caller: Identity = UNRESTRICTED) -> dict[str, Any]:
@@ -127,13 +130,17 @@ class DaemonApi:
     def gauges(self) -> dict[str, Any]:
         """The ``/metrics`` gauges the metrics do not hold themselves."""
         g = self.guard.status()
-        return {
+        out = {
             "quarantined": len(self.quarantine),
             "unread": self.unread().counts(),
             "deletions_paused": g["deletions_paused"] is not None
             or g["awaiting_confirmation"] is not None,
             "watched_folder_missing": not self.root_monitor.status()["available"],
         }
+        disk = self.disk().get("disk")
+        if disk is not None:
+            out["disk_free_bytes"] = disk["free_bytes"]
+        return out
 
     def retry(self, path: str | None = None) -> list[str]:
         """Release quarantined files (all, or those equal to / under ``path``) and queue them."""

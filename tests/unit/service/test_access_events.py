@@ -101,6 +101,7 @@ def _daemon(watcher: _Watcher, interval: float) -> Any:
         _access_took=0.0,
         _access_gap=interval,
         _access_thread=None,
+        _room=lambda: None,  # the disk has room
     )
     d._access_pass = lambda asked: Daemon._access_pass(d, asked)  # type: ignore[arg-type]
     return d

@@ -15,8 +15,13 @@ from numpy.typing import NDArray
 
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.service.events import Change
-from ingestor.service.large_docs import EMBED_SLICE, LARGE_DOC_LEAVES, large_groups
-from ingestor.service.watcher import Watcher, changed_since_read
+from ingestor.service.large_docs import (
+    EMBED_SLICE,
+    LARGE_DOC_LEAVES,
+    changed_since_read,
+    large_groups,
+)
+from ingestor.service.watcher import Watcher
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from testkit.corpus import doc_text, make_pipeline
