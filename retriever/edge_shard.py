@@ -412,18 +412,39 @@ class EdgeShardLifecycle:
                 "allows one); stop it, query through it (daemon /query), or use server mode "
                 "ADRAP_QDRANT__URL"
             )
-        if "No space left" in text or "os error 28" in text:  # ENOSPC: nothing is damaged
+        hint = _os_hint(text, self.path)
+        if hint is not None:  # the disk or filesystem, not the store: nothing is damaged
             return (
-                f"embedded Qdrant store {self.path}: failed to {action}: the disk holding it is "
-                f"full ({free_bytes(self.path) / MIB:.0f} MiB free; {text}); free space on it and "
+                f"embedded Qdrant store {self.path}: failed to {action}: {hint} ({text}); then "
                 "run the command again: what was committed is kept, and the next writer deletes "
-                "the points this one left"
+                "the points an interrupted one left"
             )
         return (
             f"embedded Qdrant store {self.path}: failed to {action}: {text}; check that the "
             f"folder is writable and has free space, or delete {self.path} and rebuild the tree "
             "(`adrap rebuild`)"
         )
+
+
+def _os_hint(text: str, path: Path) -> str | None:
+    """What to do about an operating system error the engine reports in ``text`` (its errno as
+    ``os error N``), or None where it is not one of the filesystem's."""
+    if "os error 28" in text or "No space left" in text:
+        return f"the disk holding it is full ({free_bytes(path) / MIB:.0f} MiB free): free space"
+    if "os error 30" in text or "Read-only file system" in text:
+        return (
+            "the filesystem holding it is read-only (the engine opens its files for writing, "
+            "even to search): remount it read-write, or copy the state dir somewhere writable "
+            "and name that one (--state-dir)"
+        )
+    if "os error 13" in text or "Permission denied" in text:
+        return (
+            "this account may not write its files: run adrap as the account that owns the state "
+            "dir, or give this one its files (chown)"
+        )
+    if "os error 5)" in text or "Input/output error" in text:
+        return "the disk answered with an I/O error: check it (the kernel's log, dmesg)"
+    return None
 
 
 def swap_folders(live: Path, other: Path) -> None:

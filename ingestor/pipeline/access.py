@@ -58,6 +58,15 @@ class TreeAccess:
         self.registry.add(cls)
         return cls.id
 
+    def class_kept(self, root: str | Path, source: str, kept: str) -> str:
+        """:meth:`class_of` for a file whose text is indexed with class ``kept``: a file whose
+        permissions cannot be read because it is not there now (the share went away while it
+        was read) keeps ``kept``; one that is there and unreadable becomes readable by nobody."""
+        new = self.class_of(root, source)
+        if new == UNKNOWN_CLASS and not _present(root, source):
+            return kept
+        return new
+
     def changed(self, state: TreeState, sources: Iterable[str] | None = None) -> dict[str, str]:
         """Return ``{source: new class}`` for the indexed files whose class is not the one their
         leaves carry (every source, or ``sources``); reads permissions only, never content.
@@ -74,9 +83,7 @@ class TreeAccess:
             pairs = [(s, e) for s in sources if (e := state.sources.get(s)) is not None]
         counts: dict[str, int] = {}
         for source, entry in pairs:
-            new = self.class_of(state.root, source)
-            if new == UNKNOWN_CLASS and not _present(state.root, source):
-                new = entry.access
+            new = self.class_kept(state.root, source, entry.access)
             counts[new] = counts.get(new, 0) + 1
             if new != entry.access:
                 out[source] = new
@@ -85,7 +92,7 @@ class TreeAccess:
         return out
 
 
-def _present(root: str, source: str) -> bool:
+def _present(root: str | Path, source: str) -> bool:
     """Return whether ``source`` (relative to ``root``) is there to judge: found, or refused
     (``EACCES``/``EPERM``: there, and its permissions are what stops the daemon). Not found, or
     a share that does not answer (``ENOTCONN``, ``ESTALE``, ``EIO``...), is not there."""

@@ -231,8 +231,9 @@ class ApplyStage:
         access.begin(state.root)
         for doc in docs:
             old = state.sources.get(doc.source)
-            cls = access.class_of(state.root, doc.source)
             if old is not None and old.content_hash == doc.content_hash:
+                # its text as indexed: a share gone since it was read changes no one's access
+                cls = access.class_kept(state.root, doc.source, old.access)
                 report.files_unchanged += 1
                 if (old.size, old.mtime_ns, old.inode, old.access) != (
                     doc.size,
@@ -256,6 +257,7 @@ class ApplyStage:
                         out.files.append(FileChange(doc.source, "permissions", cls))
                     self._reclass(state, old.node_ids, cls, out)
                 continue
+            cls = access.class_of(state.root, doc.source)  # a new text: unknown, nobody reads it
             leaves = self.build.leaves_of(doc)
             for n in leaves:
                 n.access = frozenset({cls})

@@ -193,6 +193,12 @@ class Redo:
         self.retry_at = self.clock.monotonic() + self.backoff
         return self.backoff
 
+    def soon(self, paths: Iterable[Path], seconds: float) -> None:
+        """Retry ``paths`` after ``seconds``, the backoff untouched (a wait that costs nothing
+        to check again, such as the disk's free space)."""
+        self.retry.update(paths)
+        self.retry_at = self.clock.monotonic() + seconds
+
     def first(self, parts: list[list[Path]]) -> None:
         """Apply ``parts`` (of a failed batch), one batch each, before anything else."""
         self.parts[:0] = parts

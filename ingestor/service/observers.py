@@ -85,23 +85,21 @@ if InotifyWatchGroup is not None:
 
         def _add_callback(self, path: bytes) -> None:
             # A folder made while its parent is walked is reached twice (by the walk, then by its
-            # own event): watchdog then warns that it overwrites its callback (a RuntimeWarning
-            # per folder of a `mkdir -p`, which ended the observer's thread where warnings are
-            # errors). Its callback is replaced here without the warning, as watchdog does.
-            fd = self._inotify_fd
+            # own event): watching it again only makes watchdog warn that it overwrites its
+            # callback (a RuntimeWarning per folder of a `mkdir -p`; where warnings are errors,
+            # that ended the observer's thread). The same folder, still watched, is skipped.
+            known = self._active_callbacks_by_path.get(path)
+            watch = None if known is None else self._inotify_fd._watch_for_wd.get(known)
+            inodes: dict[bytes, int] = self.__dict__.setdefault("_inodes", {})
             try:
-                with fd._lock:
-                    known = self._active_callbacks_by_path.get(path)
-                    old = None if known is None else fd._watch_for_wd.get(known)
-                    if old is not None:
-                        old.callbacks.pop(self._id, None)
-                    wd = fd._add_callback(path, self.event_mask, self._callback, self._id)
-            except OSError:  # a folder gone meanwhile; the root's own failure reaches the caller
-                if path == self.path:
-                    raise
+                inode = os.stat(path).st_ino
+            except OSError:
+                inode = None
+            if watch is not None and self._id in watch.callbacks and inodes.get(path) == inode:
                 return
-            self._active_callbacks_by_path[path] = wd
-            self._active_callbacks_by_watch[wd] = path
+            super()._add_callback(path)
+            if inode is not None:
+                inodes[path] = inode
 
         def _recursive_simulate(self, src_path: bytes) -> list[Any]:
             events = []

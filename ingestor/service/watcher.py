@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 __all__ = ["EnqueueHandler", "Hooks", "Timing", "Watcher", "make_observer"]
 
 _TICK = 0.25  # seconds between checks of the stop flag while idle
+ROOM_RETRY = 2.0  # seconds between looks at the disk's free space while updates wait for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,7 @@ class Hooks:
         on_idle: maintenance after ``Timing.idle_after`` quiet seconds (the daemon builds the
             embedded store's index there, never inside an update).
         room: why no update may write now (too little free disk space), or None; a batch then
-            waits, unread, for the retry backoff.
+            waits, unread, and is looked at again every :data:`ROOM_RETRY` seconds.
     """
 
     on_applied: Callable[[UpdateReport, TreeState], None] | None = None
@@ -375,15 +376,15 @@ class Watcher:
         return True
 
     def _wait_for_room(self, paths: list[Path]) -> bool:
-        """Hold ``paths``, unread, for the retry backoff while ``room`` says no update may write."""
+        """Hold ``paths``, unread, for :data:`ROOM_RETRY` s while ``room`` says none may write."""
         problem = None if self.room is None else self.room()
         if problem is not None and not self._short:
-            log.warning("updates wait (%d paths, retried with backoff): %s", len(paths), problem)
+            log.warning("updates wait (%d paths): %s", len(paths), problem)
         elif problem is None and self._short:
             log.info("the disk has room again: applying the updates that waited")
         self._short = problem is not None
         if self._short:
-            self.redo.later(paths)
+            self.redo.soon(paths, ROOM_RETRY)
         return self._short
 
     def _landed(self, report: UpdateReport, t0: float) -> None:

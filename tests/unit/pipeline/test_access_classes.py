@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from ingestor.answer.service import QueryService
+from ingestor.pipeline import UpdateReport
 from ingestor.read import permissions
-from ingestor.read.access_classes import ANONYMOUS, UNRESTRICTED, Identity
+from ingestor.read.access_classes import ANONYMOUS, UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.tree.invariants import violations
 from retriever import SearchFilter
 from testkit.corpus import make_pipeline as corpus_pipeline
@@ -218,4 +219,36 @@ def test_a_stale_summary_keeps_the_readers_of_a_removed_file_it_still_quotes(
     state = p.require_state()
     assert not any(SECRET in n.text for n in state.nodes.values())
     assert violations(state) == []
+    p.context.store.close()
+
+
+def test_a_share_gone_between_reading_a_file_and_applying_it_changes_no_ones_access(
+    tmp_path: Path,
+) -> None:
+    """The daemon's rescan read a file, then the share went away (an unmount) before the batch
+    was applied: the apply read the file's permissions again, found nothing, and gave the
+    unchanged text the class of unreadable files, so every public file read in that batch
+    vanished from everyone's answers until the share came back and was read again. An
+    unchanged text keeps its class; a changed one read that way is still readable by nobody
+    (its new readers are not known)."""
+    root = tmp_path / "share"
+    write_corpus(root, 6)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    state = p.require_state()
+    d0 = [state.nodes[i].text for i in state.sources["d0.txt"].node_ids]
+    assert set(d0) <= set(_texts(p, ANONYMOUS))
+    (root / "d1.txt").write_text("The otter counted the new reeds of the river bank twice.\n")
+    docs, gone = p.collect(state, [root / "d0.txt", root / "d1.txt"], UpdateReport())
+    assert sorted(d.source for d in docs) == ["d0.txt", "d1.txt"]
+    away = root.with_name("away")
+    root.rename(away)  # the share goes away between the read and the apply
+    p.apply_batch(state, docs, gone, UpdateReport())
+    after = _texts(p, ANONYMOUS)
+    assert set(d0) <= set(after), "an unchanged public text stays public"
+    committed = p.require_state()
+    assert committed.sources["d0.txt"].access != UNKNOWN_CLASS
+    assert committed.sources["d1.txt"].access == UNKNOWN_CLASS
+    assert not any("otter counted" in t for t in after), "a new text of unknown readers"
+    assert violations(p.require_state()) == []
     p.context.store.close()

@@ -83,17 +83,26 @@ def test_creating_a_store_is_refused_without_the_reserve(tmp_path: Path) -> None
     assert not any((tmp_path / "qdrant").glob("segments/*"))
 
 
-def test_the_engines_out_of_space_error_never_advises_deleting_the_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("engine", "hint"),
+    [
+        ("Failed to flush segment.json: No space left on device (os error 28)", "is full"),
+        ("Failed to open mmap payload storage: Read-only file system (os error 30)", "read-only"),
+        ("Failed to open wal: Permission denied (os error 13)", "owns the state dir"),
+        ("Failed to read chunk: Input/output error (os error 5)", "I/O error"),
+    ],
+)
+def test_the_engines_filesystem_errors_never_advise_deleting_the_store(
+    tmp_path: Path, engine: str, hint: str
+) -> None:
+    """A full, read-only, foreign or failing disk said: "delete the store and rebuild"."""
     store = EdgeNodeStore(tmp_path / "qdrant")
-    engine = Exception(
-        "Service runtime error: IO Error: Failed to flush segment.json: No space left on "
-        "device (os error 28)"
-    )
-    said = store._describe("close the store", engine)
-    assert "the disk holding it is full" in said
+    said = store._describe("open the store", Exception(f"Service runtime error: {engine}"))
+    assert hint in said
+    assert "what was committed is kept" in said
     assert "rebuild" not in said
     assert f"delete {store.path}" not in said
-    other = store._describe("close the store", Exception("Service runtime error: bad magic"))
+    other = store._describe("open the store", Exception("Service runtime error: bad magic"))
     assert "adrap rebuild" in other  # a damaged store still says how to start again
 
 

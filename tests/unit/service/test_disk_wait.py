@@ -55,7 +55,13 @@ def test_updates_wait_for_disk_space_and_land_once_there_is_room(
             assert disk["min_free_mb"] == HUGE_MB
             assert disk["free_bytes"] > 0
             assert d.api.gauges()["disk_free_bytes"] == disk["free_bytes"]
-            wait_until(lambda: d.watcher is not None and d.watcher.redo.backoff >= 0.2)
+            w = d.watcher
+            assert w is not None
+            looks: list[int] = []
+            room = w.room
+            assert room is not None
+            w.room = lambda: looks.append(1) or room()
+            wait_until(lambda: len(looks) >= 2, what="the disk looked at again")
             assert d.pending() >= 1, "the change waits"
             assert read == [], "nothing is read (or embedded) for an update that cannot land"
             assert "new.txt" not in p.require_state().sources
