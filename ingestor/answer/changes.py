@@ -129,6 +129,8 @@ class ChangeFeed:
         lock: held around every use of the store.
         llm: writes ``digest=llm`` (None: not configured).
         input_limit: the LLM's input limit in tokens: a digest's prompt keeps the parts that fit.
+        answer_tokens: the longest answer the LLM may write (``ADRAP_ANSWER__MAX_TOKENS``, at
+            most :data:`DIGEST_ANSWER_TOKENS`).
     """
 
     def __init__(
@@ -141,8 +143,10 @@ class ChangeFeed:
         lock: contextlib.AbstractContextManager[Any] | None = None,
         llm: OpenAISummarizer | None = None,
         input_limit: int | None = None,
+        answer_tokens: int = DIGEST_ANSWER_TOKENS,
     ) -> None:
         self.rows = rows
+        self.answer_tokens = min(answer_tokens, DIGEST_ANSWER_TOKENS)
         self.tree = tree
         self.store = store
         self.classes = classes if classes is not None else ClassRegistry(None)
@@ -161,6 +165,7 @@ class ChangeFeed:
             lock=queries.lock,
             llm=queries.llm,
             input_limit=queries.answer_input_limit,
+            answer_tokens=queries.defaults.answer_tokens,
         )
 
     def changes(
@@ -264,11 +269,11 @@ class ChangeFeed:
                 f"What changed in these documents since {iso(since)}? Describe the changes "
                 "and what the documents are about now, citing the numbered parts."
             )
-            dropped = fit_prompt(question, parts, DIGEST_ANSWER_TOKENS, self.input_limit)
+            dropped = fit_prompt(question, parts, self.answer_tokens, self.input_limit)
             if dropped:  # past the model's input limit: the answer saw the first parts only
                 out["parts"], out["parts_dropped"] = out["parts"][: len(parts)], dropped
             text = self.llm.complete(
-                qa_messages(question, parts, DIGEST_ANSWER_TOKENS), max_tokens=DIGEST_ANSWER_TOKENS
+                qa_messages(question, parts, self.answer_tokens), max_tokens=self.answer_tokens
             )
             used, unknown = citations_in(text, parts)
             out |= {

@@ -158,6 +158,8 @@ def test_changes_digest_by_the_real_server_cites_the_summaries_that_changed(
         "ADRAP_SUMMARY__BACKEND": "openai",
         "ADRAP_SUMMARY__OPENAI__BASE_URL": llm_server.base_url,
         "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
+        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "1200",  # the server's slots hold 2048
+        "ADRAP_ANSWER__MAX_TOKENS": "48",  # the digest's answer too: CPU time, not coverage
     }
     result = adrap("changes", "--digest", "--llm", "--json", state=state, env=env)
     assert result.returncode == 0, result.stderr
@@ -168,6 +170,7 @@ def test_changes_digest_by_the_real_server_cites_the_summaries_that_changed(
     assert all(p["file"] == "cinderella.txt" for p in digest["parts"] if p["layer"] == 0)
     assert digest["answer"].strip()
     assert digest["model"] == llm_server.model
+    assert len(digest["answer"].split()) <= 48, "ADRAP_ANSWER__MAX_TOKENS bounds the digest"
     numbers = {p["n"] for p in digest["parts"]}
     for citation in digest["citations"]:  # SmolLM2 may cite nothing; what it cites must exist
         assert citation["n"] in numbers
