@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit.numba_cache import numba_cache_for
 from tests.integration.test_daemon import get, text_of, wait_for
 
 NOBODY = 65534
@@ -64,6 +65,7 @@ class NobodyWatch:
         env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
         env |= {"ADRAP_STATE_DIR": str(state), "HF_HUB_OFFLINE": "1", "HOME": str(state.parent)}
         env |= {"ADRAP_WATCH__HTTP_TOKEN": TOKEN}
+        env |= numba_cache_for(state.parent / "numba", NOBODY, NOBODY)  # not compiled again
         self.state = state
         self.log = state.parent / f"watch-{time.monotonic_ns()}.log"
         with self.log.open("w") as err:

@@ -28,6 +28,7 @@ from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEven
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.unread import Unread
 from testkit.daemons import make_watcher
+from testkit.numba_cache import numba_cache_for
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 from tests.unit.tree.test_adrap import doc_text
 
@@ -133,7 +134,7 @@ def place() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.mark.integration  # the child compiles the clustering's numba code (~90 s): no cache
+@pytest.mark.integration  # a child process as another user (its numba cache: a copy, testkit)
 @pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,
     reason="needs root and setpriv to run the reader as an unprivileged user",
@@ -147,6 +148,7 @@ def test_an_untraversable_folder_is_isolated_at_once_for_an_unprivileged_reader(
         os.chown(path, NOBODY, NOBODY, follow_symlinks=False)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")}
     env |= {"HOME": str(place), "PYTHONPATH": str(REPO)}
+    env |= numba_cache_for(place / "numba", NOBODY, NOBODY)  # else it compiles UMAP: 40-90 s
     done = subprocess.run(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
          sys.executable, "-c", SCRIPT, str(place)],
