@@ -19,12 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from hostile import REPO, Sampler, Watch, rss_kb, searchable
+from hostile import Sampler, Watch, rss_kb, sample_share, searchable
 
 RESERVE_MB = 256  # ADRAP_MIN_FREE_MB's default, which the daemon runs with
 
@@ -46,12 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("needs root: it mounts a tmpfs as the state dir")
         return 2
-    base = Path(tempfile.mkdtemp(prefix="adrap-disk-full-"))
-    share, mount = base / "share", base / "disk"
-    share.mkdir()
-    mount.mkdir()
-    for f in (REPO / "examples" / "sample").iterdir():
-        (share / f.name).write_bytes(f.read_bytes())
+    base, share, mount = sample_share("adrap-disk-full-", "disk")
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={a.size_mb}m", "tmpfs", str(mount)])
     w: Watch | None = None
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -229,6 +230,14 @@ def cases(share: Path, outside: Path) -> dict[str, Callable[[], str]]:
     }  # fmt: skip
 
 
+def sample_share(prefix: str, beside: str) -> tuple[Path, Path, Path]:
+    """A temporary folder with ``share/`` (a copy of examples/sample) and an empty ``beside``."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    (base / beside).mkdir()
+    shutil.copytree(REPO / "examples" / "sample", base / "share")
+    return base, base / "share", base / beside
+
+
 def searchable(w: Watch, word: str, name: str, timeout: float) -> float | None:
     t0 = time.monotonic()
     q = urllib.parse.urlencode({"q": word, "max_layer": 0, "max_tokens": 500, "hybrid": "true"})
@@ -245,12 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--cases", default="")
     a = ap.parse_args(argv)
-    base = Path(tempfile.mkdtemp(prefix="adrap-hostile-"))
-    share, outside = base / "share", base / "outside"
-    share.mkdir()
-    outside.mkdir()
-    for f in (REPO / "examples" / "sample").iterdir():
-        (share / f.name).write_bytes(f.read_bytes())
+    base, share, outside = sample_share("adrap-hostile-", "outside")
     w = Watch(share, base / "state")
     sampler = Sampler(w)
     sampler.start()

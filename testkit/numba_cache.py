@@ -28,7 +28,7 @@ def numba_cache_for(dest: Path, uid: int, gid: int) -> dict[str, str]:
         if spec is None or spec.origin is None:
             continue
         package = Path(spec.origin).parent
-        sub = UserProvidedCacheLocator.get_suitable_cache_subpath(str(package / "x.py"))
+        sub = UserProvidedCacheLocator.get_suitable_cache_subpath(str(package / "x.py"))  # type: ignore[no-untyped-call]
         target = dest / sub
         target.mkdir(parents=True, exist_ok=True)
         for cached in (package / "__pycache__").glob("*.nb[ic]"):

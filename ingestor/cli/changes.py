@@ -104,14 +104,8 @@ def _read_locally(s: Settings, params: dict[str, Any]) -> dict[str, Any]:
         llm = make_summarizer(s)
     with reading_store(s) as store:
         limit = s.summary.openai.max_input_tokens if llm is not None else None
-        feed = ChangeFeed(
-            rows,
-            s.tree,
-            store=store,
-            llm=llm,
-            input_limit=limit,
-            answer_tokens=s.answer.max_tokens,
-        )
+        most = s.answer.max_tokens
+        feed = ChangeFeed(rows, s.tree, store=store, llm=llm, input_limit=limit, answer_tokens=most)
         return feed.changes(params)
 
 
