@@ -121,10 +121,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if not nodes:
             return
         shard = self.require()
-        self.room(f"write {len(nodes)} points")
         self.estimates.clear()
         with self.engine(f"upsert {len(nodes)} points"):
             for start in range(0, len(nodes), UPSERT_BATCH):
+                # each batch: a build's layer of 100k leaves writes ~0.7 GB, past any reserve
+                self.room(f"write {len(nodes) - start} points")
                 batch = nodes[start : start + UPSERT_BATCH]
                 rows = arr[start : start + UPSERT_BATCH].tolist()
                 points = edge_points(batch, rows, self.index)

@@ -73,6 +73,30 @@ def test_writes_are_refused_before_the_engine_when_the_disk_lacks_the_reserve(
         store.close()
 
 
+def test_a_large_write_looks_at_the_disk_before_each_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One upsert of a build's layer (100k leaves: ~0.7 GB) outgrows any reserve checked once."""
+    from retriever import edge_store, room
+
+    store, ids = _built(tmp_path)
+    try:
+        nodes, vectors = store.retrieve(ids[:3]), store.retrieve_vectors(ids[:3])
+        monkeypatch.setattr(edge_store, "UPSERT_BATCH", 2)
+        looks: list[int] = []
+
+        def free(path: Path) -> int:  # room for the first batch only
+            looks.append(1)
+            return HUGE if len(looks) == 1 else 0
+
+        monkeypatch.setattr(room, "free_bytes", free)
+        with pytest.raises(StoreFullError, match="to write 1 points"):
+            store.upsert(nodes, vectors)
+        assert len(looks) == 2
+    finally:
+        store.close()
+
+
 def test_creating_a_store_is_refused_without_the_reserve(tmp_path: Path) -> None:
     store = EdgeNodeStore(tmp_path / "qdrant", reserve=HUGE)
     try:
