@@ -141,8 +141,8 @@ def test_the_reserve_names_the_setting_and_what_happens_then(tmp_path: Path) -> 
 
 def test_the_filesystem_type_is_read_from_the_mount_table() -> None:
     assert filesystem_type(Path("/proc/self")) == "proc"
-    if Path("/dev/shm").is_dir():
-        assert filesystem_type(Path("/dev/shm")) == "tmpfs"
+    if os.path.ismount("/dev/shm"):  # its own mount: a tmpfs (a container's too)
+        assert filesystem_type(Path("/dev/shm")) in {"tmpfs", "shm"}
 
 
 # -- a real full filesystem: what SIGBUS killed ---------------------------------------------------
@@ -176,7 +176,13 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
     """A 400 MiB tmpfs (a store is created with 256 MiB free), unmounted after the test."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(mount)], check=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=400m", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:  # root without CAP_SYS_ADMIN (a container): no filesystem to fill
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
     try:
         yield mount
     finally:
