@@ -35,6 +35,20 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(p).free
 
 
+#: Files a write may need to create: an index build writes a new segment (about 50 files).
+MIN_FREE_FILES: Final = 1000
+
+
+def free_files(path: Path) -> int | None:
+    """Files (inodes) an unprivileged process may still create on the filesystem holding
+    ``path``; None where it keeps no count (btrfs and others report 0 of 0)."""
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    st = os.statvfs(p)
+    return int(st.f_favail) if st.f_files > 0 else None
+
+
 def used_bytes(folder: Path) -> int:
     """Bytes the files under ``folder`` take on disk (their allocated blocks: a sparse file
     counts what it holds, not its length)."""
@@ -127,6 +141,13 @@ def room_problem(
         return None
     need = reserve + extra
     free = free_bytes(path)
+    files = free_files(path)
+    if files is not None and files < MIN_FREE_FILES:
+        return (
+            f"no room to {action}: {files} more files may be made on the disk holding {path} "
+            f"(its inodes are used up, {free / MIB:.0f} MiB free): the embedded store makes new "
+            f"files as it writes; delete files on that disk or move the tree (--state-dir), {then}"
+        )
     if free >= need:
         return None
     return (

@@ -50,7 +50,7 @@ from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import load_state, state_path
 from ingestor.tree.repair import RepairParams
 from retriever.heap import limit_heap_arenas
-from retriever.room import MIB, free_bytes, room_problem
+from retriever.room import MIB, free_bytes, free_files, room_problem
 
 log = logging.getLogger(__name__)
 
@@ -381,9 +381,16 @@ class Daemon:
         reserve, ``ADRAP_MIN_FREE_MB``: see :mod:`retriever.room`); nothing with a server."""
         if not self.embedded:
             return {}
-        free = free_bytes(self.state_dir)
-        short = free < self.min_free_mb * MIB
-        return {"disk": {"free_bytes": free, "min_free_mb": self.min_free_mb, "writes_wait": short}}
+        free, files = free_bytes(self.state_dir), free_files(self.state_dir)
+        short = self._room() is not None
+        return {
+            "disk": {
+                "free_bytes": free,
+                "free_files": files,
+                "min_free_mb": self.min_free_mb,
+                "writes_wait": short,
+            }
+        }
 
     def _room(self) -> str | None:
         """Why nothing may write the tree now (the embedded store's disk has less than

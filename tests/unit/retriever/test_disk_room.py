@@ -139,6 +139,30 @@ def test_the_reserve_names_the_setting_and_what_happens_then(tmp_path: Path) -> 
     assert room_problem(tmp_path, 1, "apply updates") is None
 
 
+def test_a_disk_out_of_inodes_is_short_whatever_its_free_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk full of small files has bytes free and no inode left: the store could not make
+    the files of a new segment (the engine's error then read "the disk is full, 60 GiB free")."""
+    real = os.statvfs
+
+    def statvfs(path: object) -> os.statvfs_result:
+        st = real(path)  # type: ignore[arg-type]
+        fields = list(st)
+        fields[7] = 12  # f_favail: 12 more files
+        return os.statvfs_result(fields)
+
+    monkeypatch.setattr(os, "statvfs", statvfs)
+    said = room_problem(tmp_path, 1, "write 3 points")
+    assert said is not None
+    assert "12 more files may be made" in said
+    assert room_problem(tmp_path, 0, "write 3 points") is None  # 0: never checked
+    fields = list(real(tmp_path))
+    fields[5], fields[7] = 0, 0  # f_files 0: a filesystem that keeps no count (btrfs)
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result(fields))
+    assert room_problem(tmp_path, 1, "write 3 points") is None
+
+
 def test_the_filesystem_type_is_read_from_the_mount_table() -> None:
     assert filesystem_type(Path("/proc/self")) == "proc"
     if os.path.ismount("/dev/shm"):  # its own mount: a tmpfs (a container's too)

@@ -54,7 +54,9 @@ def test_updates_wait_for_disk_space_and_land_once_there_is_room(
             assert disk["writes_wait"] is True
             assert disk["min_free_mb"] == HUGE_MB
             assert disk["free_bytes"] > 0
-            assert d.api.gauges()["disk_free_bytes"] == disk["free_bytes"]
+            assert disk["free_files"] is None or disk["free_files"] > 0
+            gauge = d.api.gauges()["disk_free_bytes"]  # a moment later: others write meanwhile
+            assert abs(gauge - disk["free_bytes"]) < 64 << 20
             w = d.watcher
             assert w is not None
             looks: list[int] = []
