@@ -255,8 +255,11 @@ class EdgeShardLifecycle:
             True if any segment was rebuilt, False if the store was already optimal.
         """
         shard = self.require()
-        problem = room_problem(
-            self.path, self.reserve, "build the search index", extra=used_bytes(self.path)
+        problem = room_problem(  # its own size: the merged segments are written first
+            self.path,
+            self.reserve,
+            "build the search index",
+            extra=used_bytes(self.path) if self.reserve > 0 else 0,
         )
         if problem is not None:  # searches still answer: unindexed points are scanned
             if not self._short_logged:

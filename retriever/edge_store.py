@@ -153,9 +153,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if not groups:
             return
         shard = self.require()
-        self.room(f"set the access of {sum(map(len, groups.values()))} points")
+        action = f"set the access of {sum(map(len, groups.values()))} points"
+        self.room(action)
         self.estimates.clear()
-        with self.engine(f"set the access of {sum(map(len, groups.values()))} points"):
+        with self.engine(action):
             for classes, node_ids in groups.items():
                 ids = check_ids(node_ids)
                 for start in range(0, len(ids), SCROLL_PAGE):

@@ -26,13 +26,18 @@ MIB: Final = 1 << 20
 DEFAULT_RESERVE: Final = 256 * MIB
 
 
-def free_bytes(path: Path) -> int:
-    """Bytes an unprivileged process may still write on the filesystem holding ``path`` (or its
-    nearest existing parent)."""
+def _existing(path: Path) -> Path:
+    """``path``, or its nearest existing parent (a store not created yet)."""
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent
-    return shutil.disk_usage(p).free
+    return p
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged process may still write on the filesystem holding ``path`` (or its
+    nearest existing parent)."""
+    return shutil.disk_usage(_existing(path)).free
 
 
 #: Files a write may need to create: an index build writes a new segment (about 50 files).
@@ -42,10 +47,7 @@ MIN_FREE_FILES: Final = 1000
 def free_files(path: Path) -> int | None:
     """Files (inodes) an unprivileged process may still create on the filesystem holding
     ``path``; None where it keeps no count (btrfs and others report 0 of 0)."""
-    p = Path(path)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    st = os.statvfs(p)
+    st = os.statvfs(_existing(path))
     return int(st.f_favail) if st.f_files > 0 else None
 
 

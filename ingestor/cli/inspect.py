@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -191,14 +190,15 @@ def _store_index(store: Path) -> dict[str, str]:
 
 
 def _disk_free(state_dir: Path, reserve_mb: int) -> str:
-    """The free space of the embedded store's disk, and whether writes wait for more."""
-    free = shutil.disk_usage(state_dir).free >> 20
-    if free >= reserve_mb:
+    """The free space of the embedded store's disk, and whether writes wait for more (judged
+    as the store and the daemon judge it: bytes and inodes)."""
+    from retriever.room import MIB, free_bytes, room_problem
+
+    free = free_bytes(state_dir) >> 20
+    problem = room_problem(state_dir, reserve_mb * MIB, "apply updates")
+    if problem is None:
         return f"{free} MiB (writes keep {reserve_mb} MiB free: ADRAP_MIN_FREE_MB)"
-    return (
-        f"{free} MiB: below ADRAP_MIN_FREE_MB {reserve_mb}, so updates wait (adrap add and "
-        "build are refused) until there is room"
-    )
+    return f"{free} MiB, so updates wait (adrap add and build are refused): {problem}"
 
 
 def _layer_graph(has: bool, walks: str, instead: str) -> str:

@@ -73,6 +73,10 @@ if InotifyWatchGroup is not None:
     class _BoundedGroup(InotifyWatchGroup):
         """watchdog's watch group, its two walks bounded and without recursion."""
 
+        def __post_init__(self) -> None:
+            self._inodes: dict[bytes, int] = {}  # each watched folder's, when it was watched
+            super().__post_init__()  # watches the root and what is under it
+
         def _add_all_callbacks(self, path: bytes) -> None:
             if depth_below(path, self.path) > MAX_DEPTH:
                 return
@@ -90,16 +94,19 @@ if InotifyWatchGroup is not None:
             # that ended the observer's thread). The same folder, still watched, is skipped.
             known = self._active_callbacks_by_path.get(path)
             watch = None if known is None else self._inotify_fd._watch_for_wd.get(known)
-            inodes: dict[bytes, int] = self.__dict__.setdefault("_inodes", {})
             try:
                 inode = os.stat(path).st_ino
             except OSError:
                 inode = None
-            if watch is not None and self._id in watch.callbacks and inodes.get(path) == inode:
+            if (
+                watch is not None
+                and self._id in watch.callbacks
+                and self._inodes.get(path) == inode
+            ):
                 return
             super()._add_callback(path)
             if inode is not None:
-                inodes[path] = inode
+                self._inodes[path] = inode
 
         def _recursive_simulate(self, src_path: bytes) -> list[Any]:
             events = []
