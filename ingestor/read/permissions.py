@@ -52,7 +52,7 @@ from ingestor.read.access_classes import (
     Rule,
     Step,
 )
-from ingestor.read.names import fs_name
+from ingestor.read.names import fs_name, source_text
 from ingestor.read.remote_acl import read_remote_acl
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class AccessReader:
     def __init__(self, root: Path, access_file: AccessFile | None = None) -> None:
         self.root = root
         self.access_file = access_file or AccessFile()
-        self._dirs: dict[str, Step | AceStep | None] = {}
+        self._dirs: dict[str, Step | AceStep | _Link | None] = {}
         #: Devices whose files gave neither an NFSv4 ACL nor a security descriptor (a local file
         #: system): not asked again in this reader's life.
         self._local: set[int] = set()
@@ -212,28 +212,60 @@ class AccessReader:
         parts = source.split("/")
         steps: list[Step | AceStep | Rule] = []
         for i in range(1, len(parts)):
-            d = "/".join(parts[:i])
-            step = self._dirs.get(d, ...)
-            if step is ...:
-                step = self._step(d, SEARCH)
-                self._dirs[d] = step
+            step = self._folder("/".join(parts[:i]))
+            if isinstance(step, _Link):
+                return self._linked(source)
             if step is None:
                 return UNKNOWN
             steps.append(step)
         last = self._step(source, READ)
+        if isinstance(last, _Link):
+            return self._linked(source)
         if last is None:
             return UNKNOWN
         steps.append(last)
+        return self._class(steps)
+
+    def _class(self, steps: list[Step | AceStep | Rule]) -> AccessClass:
         key = tuple(steps)
         found = self._classes.get(key)
         if found is None:
             found = self._classes[key] = AccessClass.of(key)
         return found
 
-    def _step(self, rel: str, need: int) -> Step | AceStep | None:
+    def _folder(self, rel: str) -> Step | AceStep | _Link | None:
+        step = self._dirs.get(rel, ...)
+        if step is ...:
+            step = self._dirs[rel] = self._step(rel, SEARCH)
+        return step
+
+    def _linked(self, source: str) -> AccessClass:
+        """The class of a ``source`` reached through a symbolic link: search on every folder the
+        kernel's walk looks a name up in (the link's folders, then its target's, through every
+        link on the way), then read on the file it ends at. A walk that leaves the root, loops
+        or cannot be read now is :data:`UNKNOWN` (the owner's only)."""
+        walk = _kernel_walk(os.fspath(self.root), fs_name(source))
+        if walk is None:
+            return UNKNOWN
+        *folders, file = (source_text(rel) for rel in walk)
+        steps: list[Step | AceStep | Rule] = []
+        for rel, step in [*((d, self._folder(d)) for d in folders), (file, self._step(file, READ))]:
+            if step is None or isinstance(
+                step, _Link
+            ):  # a link now where the walk found none: a race
+                log.debug(
+                    "the path of %s changed while its permissions were read (%s)", source, rel
+                )
+                return UNKNOWN
+            steps.append(step)
+        return self._class(steps)
+
+    def _step(self, rel: str, need: int) -> Step | AceStep | _Link | None:
         path = os.path.join(self.root, fs_name(rel))  # a source escapes undecodable bytes
-        try:  # through a link inside the share, the target's permissions are what a reader meets
-            st = os.stat(path)
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):  # what a reader meets is on the walk to its target
+                return _LINK
             acl = read_acl(path)
         except (OSError, ValueError) as exc:
             log.debug("cannot read the permissions of %s: %s", path, exc)
@@ -248,3 +280,67 @@ class AccessReader:
                 return AceStep(st.st_uid, st.st_gid, need, aces)
             self._local.add(st.st_dev)  # no NFSv4 ACL or descriptor there: mode bits decide
         return Step(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode) & 0o777, need, acl)
+
+
+class _Link:
+    """A path component that is a symbolic link (its permissions are its target's walk's)."""
+
+
+_LINK: Final = _Link()
+#: Links followed in one walk before it counts as a loop (Linux's own limit, ``ELOOP``).
+MAX_LINKS = 40
+
+
+def _kernel_walk(root: str, rel: str) -> list[str] | None:
+    """Walk ``rel`` (file-system names, relative to ``root``) as the kernel resolves a path:
+    return the folders a name is looked up in (relative, without the root itself, which is not
+    checked), then the file the walk ends at; a lookup needs search on its folder, whether the
+    name is a link or ``..``. None: the walk leaves the root, follows more than
+    :data:`MAX_LINKS` links, or a component cannot be read now."""
+    todo = rel.split("/")
+    cur: list[str] = []  # the folder the walk is in, as real components (never a link's name)
+    searched: dict[str, None] = {}
+    links = 0
+    while todo:
+        name = todo.pop(0)
+        if name in ("", "."):
+            continue
+        if cur:
+            searched["/".join(cur)] = None
+        if name == "..":
+            if not cur:
+                return None
+            cur.pop()
+            continue
+        path = os.path.join(root, *cur, name)
+        try:
+            if not stat.S_ISLNK(os.lstat(path).st_mode):
+                cur.append(name)
+                continue
+            target = os.readlink(path)
+        except OSError:
+            return None
+        links += 1
+        if links > MAX_LINKS:
+            return None
+        if os.path.isabs(target):
+            inside = _under_root(target, root)
+            if inside is None:
+                return None
+            cur = []
+            target = inside
+        todo[:0] = target.split("/")
+    if not cur:
+        return None
+    return [*searched, "/".join(cur)]
+
+
+def _under_root(target: str, root: str) -> str | None:
+    """Return absolute ``target`` relative to ``root`` (as given, or resolved), or None if it
+    does not start there."""
+    for base in dict.fromkeys((os.path.normpath(root), os.path.realpath(root))):
+        if target == base:
+            return ""
+        if target.startswith(base.rstrip("/") + "/"):
+            return target[len(base.rstrip("/")) + 1 :]
+    return None
