@@ -78,6 +78,23 @@ class Identity:
         return cls(pw.pw_name, uid, frozenset(groups), unrestricted=uid == 0)
 
     @classmethod
+    def of_peer(cls, uid: int, gid: int, groups: frozenset[int] | None) -> Identity:
+        """The process at the other end of the daemon's socket: user ``uid`` with effective
+        group ``gid`` and the supplementary ``groups`` it holds (None: the kernel cannot say).
+
+        It reads through adrap what it could open itself: the groups it holds, as the file
+        system checks them (a user added to a group gets it at their next login, as with files;
+        a service that dropped its groups is not given them back). Where the kernel cannot say,
+        the system's user database decides (:meth:`of_uid`)."""
+        if groups is None:
+            return cls.of_uid(uid, gid)
+        try:
+            name = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            name = f"uid {uid}"
+        return cls(name, uid, frozenset(groups | {gid}), unrestricted=uid == 0)
+
+    @classmethod
     def of_user(cls, name: str) -> Identity:
         """The user called ``name`` (or a numeric uid).
 

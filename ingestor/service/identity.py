@@ -26,6 +26,7 @@ import os
 import secrets
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -58,6 +59,10 @@ TOKENS_FILE: Final = "tokens.json"
 #: The ASGI scope key the Unix socket's server sets to the peer's ``(pid, uid, gid)``; no
 #: request can set it (it is not a header).
 PEER_KEY: Final = "adrap.peer"
+#: Linux's ``SO_PEERGROUPS`` (``asm-generic/socket.h``; Python's socket module lacks the name).
+SO_PEERGROUPS: Final = 59
+#: The most one ``getsockopt`` reads in Python: 256 groups.
+PEERGROUPS_BYTES: Final = 1024
 #: The ASGI scope key under which the door leaves the caller's identity for the routes.
 CALLER_KEY: Final = "adrap.caller"
 
@@ -76,11 +81,23 @@ def bindable(path: Path) -> tuple[str, int | None]:
     return f"/proc/self/fd/{fd}/{path.name}", fd
 
 
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """Return ``(pid, uid, gid)`` of the process at the other end of a Unix socket."""
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int, frozenset[int] | None]:
+    """Return ``(pid, uid, gid, groups)`` of the process at the other end of a Unix socket:
+    ``groups`` are the supplementary groups it held when it connected (``SO_PEERGROUPS``; None
+    where the kernel cannot say: not Linux ≥ 4.13, or more groups than one read holds)."""
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
+    return pid, uid, gid, _peer_groups(sock)
+
+
+def _peer_groups(sock: socket.socket) -> frozenset[int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, PEERGROUPS_BYTES)
+    except OSError:  # ERANGE: more groups than fit; ENOPROTOOPT: a kernel before 4.13
+        return None
+    return frozenset(struct.unpack(f"{len(raw) // 4}I", raw))
 
 
 def identity_of_principal(principal: str) -> Identity:
@@ -247,10 +264,10 @@ class Callers:
         """
         peer = scope.get(PEER_KEY)
         if peer is not None:
-            _, uid, gid = peer
+            _, uid, gid, groups = peer
             if uid in (0, self.owner_uid):
                 return UNRESTRICTED
-            return Identity.of_uid(uid, gid)
+            return Identity.of_peer(uid, gid, groups)
         token = _sent_token(headers)
         if token:
             if self.owner_token is not None and hmac.compare_digest(

@@ -9,6 +9,7 @@ changed while the daemon runs (chmod, setfacl). Needs root (to make users and sw
 
 from __future__ import annotations
 
+import grp
 import json
 import os
 import pwd
@@ -21,6 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -114,9 +116,10 @@ def daemon(users: dict[str, int]) -> Iterator[Daemon]:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def as_user(uid: int, fn: Callable[[], Any]) -> Any:
-    """Return ``fn()`` (JSON-able) run in a fork that became ``uid``: its groups as the system
-    lists them (none for a uid without a passwd entry). An error in it fails the caller."""
+def as_user(uid: int, fn: Callable[[], Any], groups: list[int] | None = None) -> Any:
+    """Return ``fn()`` (JSON-able) run in a fork that became ``uid``: its groups ``groups``, or
+    as the system lists them (none for a uid without a passwd entry). An error in it fails the
+    caller."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
@@ -124,10 +127,11 @@ def as_user(uid: int, fn: Callable[[], Any]) -> Any:
             os.close(r)
             try:
                 pw = pwd.getpwuid(uid)
-                os.setgroups(os.getgrouplist(pw.pw_name, pw.pw_gid))
+                held = os.getgrouplist(pw.pw_name, pw.pw_gid) if groups is None else groups
+                os.setgroups(held)
                 os.setgid(pw.pw_gid)
             except KeyError:
-                os.setgroups([])
+                os.setgroups(groups or [])
                 os.setgid(uid)
             os.setuid(uid)
             os.write(w, json.dumps({"out": fn()}).encode())
@@ -146,14 +150,17 @@ def as_user(uid: int, fn: Callable[[], Any]) -> Any:
     return got["out"]
 
 
-def _as_user(uid: int, d: Daemon, route: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Ask the daemon's Unix socket from a process that is ``uid``."""
+def _as_user(
+    uid: int, d: Daemon, route: str, params: dict[str, Any], groups: list[int] | None = None
+) -> dict[str, Any]:
+    """Ask the daemon's Unix socket from a process that is ``uid`` (holding ``groups``, or the
+    system's)."""
 
     def ask() -> dict[str, Any]:
         client = DaemonClient(str(socket_path(d.state_dir)), True)
         return client.request("POST" if route == "/ask" else "GET", route, params, timeout=60)
 
-    out: dict[str, Any] = as_user(uid, ask)
+    out: dict[str, Any] = as_user(uid, ask, groups)
     return out
 
 
@@ -219,6 +226,23 @@ def test_the_unix_socket_answers_each_user_with_what_the_kernel_lets_them_read(
     assert not _leaks(_as_user(users["bob"], daemon, "/query", q)), "bob is in no group"
     assert not _leaks(_as_user(65534, daemon, "/query", q)), "nobody"
     assert _reads(_as_user(0, daemon, "/query", q)), "root: the owner of the tree"
+
+
+def test_the_socket_counts_the_groups_the_calling_process_holds(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    """As the kernel does: carol's process without her groups (a service that dropped them,
+    ``setpriv --clear-groups``) may not open hr/pay.txt, so adrap does not serve it either; bob's
+    process holding the group (``SupplementaryGroups=``, ``sg``) may, whatever the user database
+    says. Each answer is checked against ``os.access`` in the same kind of process."""
+    hr = grp.getgrnam(GROUP).gr_gid
+    secret = daemon.root / "hr" / "pay.txt"
+    q = {"q": f"salary review {SECRET}", "max_tokens": "4000"}
+    for who, held in (("carol", []), ("bob", [hr]), ("carol", [hr]), ("bob", [])):
+        kernel = as_user(users[who], partial(os.access, secret, os.R_OK), held)
+        got = _as_user(users[who], daemon, "/query", q, held)
+        assert _reads(got) == kernel, f"{who} holding {held}: the kernel says {kernel}"
+        assert kernel or not _leaks(got)
 
 
 def test_named_tokens_and_the_pinned_proxy_header_stand_for_their_principals(
