@@ -121,7 +121,7 @@ class AccessFile:
     ``access.toml`` in the tree's state dir::
 
         [[folder]]
-        prefix = "hr/"            # every file under hr/ (the longest listed prefix wins)
+        prefix = "hr/"            # every file under the folder hr/ (the longest prefix wins)
         users = ["alice"]         # names or uids
         groups = ["hr"]           # names or gids
         # anyone = true           # readable by every caller, anonymous included
@@ -150,7 +150,9 @@ class AccessFile:
             raise ValueError(f"cannot read the access file {path}: {exc}") from exc
         rules = []
         for i, entry in enumerate(data.get("folder", [])):
-            prefix = str(entry.get("prefix", "")).strip().lstrip("/")
+            # a path of whole names: "hr" and "hr/" are the folder hr/, never "hr-archive/"
+            prefix = str(entry.get("prefix", "")).strip().strip("/")
+            prefix = f"{prefix}/" if prefix else ""
             if not prefix:
                 raise ValueError(f'{path}: [[folder]] #{i + 1} has no prefix (e.g. "hr/")')
             try:
@@ -177,8 +179,11 @@ class AccessFile:
         return cls(rules, sids)
 
     def rule_for(self, source: str) -> Rule | None:
-        """Return the rule of the longest prefix ``source`` lies under, or None."""
-        return next((r for r in self.rules if source.startswith(r.prefix)), None)
+        """Return the rule of the longest prefix ``source`` lies under, or None. A prefix is a
+        path of whole names (kept with a trailing ``/``): a folder and what lies under it, or
+        one file, never every name that starts the same way."""
+        path = f"{source}/"
+        return next((r for r in self.rules if path.startswith(r.prefix)), None)
 
 
 class AccessReader:
@@ -208,7 +213,9 @@ class AccessReader:
         :data:`UNKNOWN` where any step's permissions cannot be read now."""
         rule = self.access_file.rule_for(source)
         if rule is not None:
-            return AccessClass.of([rule])
+            if self._is_link(source):
+                return self._linked(source, rule)
+            return self._class([rule])
         parts = source.split("/")
         steps: list[Step | AceStep | Rule] = []
         for i in range(1, len(parts)):
@@ -239,25 +246,33 @@ class AccessReader:
             step = self._dirs[rel] = self._step(rel, SEARCH)
         return step
 
-    def _linked(self, source: str) -> AccessClass:
+    def _is_link(self, source: str) -> bool:
+        try:
+            return stat.S_ISLNK(os.lstat(os.path.join(self.root, fs_name(source))).st_mode)
+        except OSError:
+            return False
+
+    def _linked(self, source: str, rule: Rule | None = None) -> AccessClass:
         """The class of a ``source`` reached through a symbolic link: search on every folder the
         kernel's walk looks a name up in (the link's folders, then its target's, through every
-        link on the way), then read on the file it ends at. A walk that leaves the root, loops
-        or cannot be read now is :data:`UNKNOWN` (the owner's only)."""
+        link on the way), then read on the file it ends at; a folder or file of the walk under a
+        prefix of the access file is judged by its rule instead, and ``rule`` (the link's own
+        prefix's) must let the reader in too. A walk that leaves the root, loops or cannot be
+        read now is :data:`UNKNOWN` (the owner's only)."""
         walk = _kernel_walk(os.fspath(self.root), fs_name(source))
         if walk is None:
             return UNKNOWN
         *folders, file = (source_text(rel) for rel in walk)
-        steps: list[Step | AceStep | Rule] = []
-        for rel, step in [*((d, self._folder(d)) for d in folders), (file, self._step(file, READ))]:
-            if step is None or isinstance(
-                step, _Link
-            ):  # a link now where the walk found none: a race
-                log.debug(
-                    "the path of %s changed while its permissions were read (%s)", source, rel
-                )
+        steps: list[Step | AceStep | Rule] = [] if rule is None else [rule]
+        for rel, need in [*((d, SEARCH) for d in folders), (file, READ)]:
+            step: Step | AceStep | Rule | _Link | None = self.access_file.rule_for(rel)
+            if step is None:
+                step = self._folder(rel) if need == SEARCH else self._step(rel, READ)
+            if step is None or isinstance(step, _Link):  # a link where the walk found none
+                log.debug("the path of %s changed while its permissions were read", source)
                 return UNKNOWN
-            steps.append(step)
+            if step not in steps:
+                steps.append(step)
         return self._class(steps)
 
     def _step(self, rel: str, need: int) -> Step | AceStep | _Link | None:

@@ -1,0 +1,79 @@
+"""The access file (``access.toml``, for mounts without useful permissions): a prefix names a
+folder (or one file) by whole names. ``prefix = "public"`` with ``anyone = true`` gave everyone
+``publicity/launch.txt`` too, a folder of the owner's alone; and a link under a listed prefix is
+judged at its target as well, as a link is on the file system."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ingestor.read.access_classes import Identity
+from ingestor.read.permissions import AccessFile, AccessReader
+
+ANYONE = Identity("someone else", 54321, frozenset({54321}))
+
+
+def _access_file(tmp_path: Path, text: str) -> AccessFile:
+    path = tmp_path / "access.toml"
+    path.write_text(text)
+    return AccessFile.load(path)
+
+
+def _share(tmp_path: Path) -> Path:
+    root = tmp_path / "share"
+    for rel, mode in (("public/a.txt", 0o600), ("publicity/launch.txt", 0o600),
+                      ("hr/pay.txt", 0o644), ("reviews/a.txt", 0o644),
+                      ("reviews/a.txt.bak", 0o644)):  # fmt: skip
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(rel)
+        os.chmod(root / rel, mode)
+    for folder in ("public", "hr", "reviews"):
+        os.chmod(root / folder, 0o755)
+    os.chmod(root / "publicity", 0o700)
+    return root
+
+
+def test_a_prefix_is_a_path_of_whole_names(tmp_path: Path) -> None:
+    gid = os.getgid()
+    rules = _access_file(
+        tmp_path,
+        f'[[folder]]\nprefix = "public"\nanyone = true\n\n'
+        f'[[folder]]\nprefix = "/hr/"\ngroups = ["{gid}"]\n\n'
+        f'[[folder]]\nprefix = "reviews/a.txt"\nusers = ["{os.getuid()}"]\n',
+    )
+    assert rules.rule_for("public/a.txt") is not None
+    assert rules.rule_for("public/deep/b.txt") is not None
+    assert rules.rule_for("publicity/launch.txt") is None
+    assert rules.rule_for("public.txt") is None
+    assert rules.rule_for("hr/pay.txt") is not None
+    assert rules.rule_for("hr-archive/pay.txt") is None
+    assert rules.rule_for("reviews/a.txt") is not None
+    assert rules.rule_for("reviews/a.txt.bak") is None
+
+    root = _share(tmp_path)
+    reader = AccessReader(root, rules)
+    assert reader.class_of("public/a.txt").allows(ANYONE), "the rule replaces mode 600"
+    assert not reader.class_of("publicity/launch.txt").allows(ANYONE), "the file system's 700"
+    assert reader.class_of("reviews/a.txt.bak").allows(ANYONE), "the file system's 644"
+    assert not reader.class_of("reviews/a.txt").allows(ANYONE), "the rule: its user alone"
+
+
+def test_a_link_under_a_prefix_is_judged_at_its_target_too(tmp_path: Path) -> None:
+    gid = os.getgid()
+    rules = _access_file(
+        tmp_path,
+        f'[[folder]]\nprefix = "public/"\nanyone = true\n\n'
+        f'[[folder]]\nprefix = "hr/"\ngroups = ["{gid}"]\n',
+    )
+    root = _share(tmp_path)
+    (root / "public" / "pay.txt").symlink_to("../hr/pay.txt")
+    (root / "public" / "mine.txt").symlink_to("a.txt")
+    reader = AccessReader(root, rules)
+    member = Identity("member", 54322, frozenset({gid}))
+    assert not reader.class_of("public/pay.txt").allows(ANYONE), "hr/'s rule holds"
+    assert reader.class_of("public/pay.txt").allows(member)
+    assert reader.class_of("public/mine.txt").allows(ANYONE)
+    (root / "hr" / "in.txt").symlink_to("../public/a.txt")
+    assert not reader.class_of("hr/in.txt").allows(ANYONE), "the link's own prefix holds"
+    assert reader.class_of("hr/in.txt").allows(member)
