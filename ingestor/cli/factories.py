@@ -142,9 +142,9 @@ def make_access(settings: Settings) -> Any:
     from ingestor.read.permissions import ACCESS_FILE, AccessFile
 
     try:
+        path = settings.state_dir / ACCESS_FILE
         return TreeAccess(
-            ClassRegistry(settings.state_dir / CLASSES_FILE),
-            AccessFile.load(settings.state_dir / ACCESS_FILE),
+            ClassRegistry(settings.state_dir / CLASSES_FILE), AccessFile.load(path), path
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc

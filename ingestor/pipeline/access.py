@@ -30,13 +30,21 @@ class TreeAccess:
     Args:
         registry: the classes the tree's points name (the state dir's file; queries judge them).
         access_file: folder prefixes mapped to readers, for mounts without permissions.
+        access_path: where ``access_file`` was read from: read again at the start of a pass
+            once it changed (an edit is a permission change), kept as it was if the new text
+            is malformed (said once, as an ERROR).
     """
 
     def __init__(
-        self, registry: ClassRegistry | None = None, access_file: AccessFile | None = None
+        self,
+        registry: ClassRegistry | None = None,
+        access_file: AccessFile | None = None,
+        access_path: Path | None = None,
     ) -> None:
         self.registry = registry if registry is not None else ClassRegistry(None)
         self.access_file = access_file or AccessFile()
+        self._access_path = access_path
+        self._access_stamp = _stamp(access_path)
         self._reader: AccessReader | None = None
         self._root = ""
         #: Files per access class at the last full reading (:meth:`changed` of every source).
@@ -49,8 +57,28 @@ class TreeAccess:
         return self._reader
 
     def begin(self, root: str | Path) -> None:
-        """A pass over the folder starts: folders' permissions are read again."""
+        """A pass over the folder starts: folders' permissions are read again, and the access
+        file if it changed."""
+        self._reload()
         self.reader(root).forget()
+
+    def _reload(self) -> None:
+        stamp = _stamp(self._access_path)
+        if self._access_path is None or stamp == self._access_stamp:
+            return
+        self._access_stamp = stamp
+        try:
+            rules = AccessFile.load(self._access_path)
+        except ValueError as exc:
+            log.error("%s; its earlier rules are kept until it is fixed", exc)
+            return
+        self.access_file, self._reader = rules, None
+        log.info(
+            "access file %s read again: %d prefixes, %d SIDs",
+            self._access_path,
+            len(rules.rules),
+            len(rules.sids),
+        )
 
     def class_of(self, root: str | Path, source: str) -> str:
         """Return the id of ``source``'s access class, registered before any point names it."""
@@ -90,6 +118,17 @@ class TreeAccess:
         if sources is None:
             self.counts = counts
         return out
+
+
+def _stamp(path: Path | None) -> tuple[int, int, int] | None:
+    """What tells an edit of ``path`` (None: not there)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _present(root: str | Path, source: str) -> bool:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
+from ingestor.pipeline.access import TreeAccess
 from ingestor.read.access_classes import Identity
 from ingestor.read.permissions import AccessFile, AccessReader
 
@@ -77,3 +80,27 @@ def test_a_link_under_a_prefix_is_judged_at_its_target_too(tmp_path: Path) -> No
     (root / "hr" / "in.txt").symlink_to("../public/a.txt")
     assert not reader.class_of("hr/in.txt").allows(ANYONE), "the link's own prefix holds"
     assert reader.class_of("hr/in.txt").allows(member)
+
+
+def test_an_edited_access_file_counts_from_the_next_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An edit of the access file is a permission change: read again when a pass begins (the
+    daemon's every few seconds); a malformed edit keeps the rules it had, saying why."""
+    root = _share(tmp_path)
+    path = tmp_path / "access.toml"
+    path.write_text('[[folder]]\nprefix = "public"\nanyone = true\n')
+    access = TreeAccess(None, AccessFile.load(path), path)
+
+    def readers(source: str) -> bool:
+        access.begin(root)
+        return access.reader(root).class_of(source).allows(ANYONE)
+
+    assert readers("public/a.txt")
+    path.write_text('[[folder]]\nprefix = "public"\nusers = ["0"]\n')
+    assert not readers("public/a.txt"), "the edit counts at the next pass"
+    path.write_text('[[folder]]\nprefix = "public"\nusers = ["no-such-user-here"]\n')
+    assert not readers("public/a.txt"), "a bad edit keeps the rules it had"
+    assert "no-such-user-here" in caplog.text
+    path.unlink()
+    assert not readers("public/a.txt"), "gone: the file system's mode 600"
