@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import os
+import pwd
 import secrets
 import socket
 import struct
@@ -283,13 +284,39 @@ class Callers:
                 log.warning("token %r: %s; answering it as anonymous", entry.name, exc)
                 return ANONYMOUS
         if self.proxy_header is not None:
-            user = headers.get(self.proxy_header)
             client = scope.get("client")
-            if user and client and self._from_proxy(client[0]):
-                try:
-                    return Identity.of_user(user.strip())
-                except KeyError:
-                    log.info("proxy named an unknown user %r: anonymous", user[:80])
+            if client and self._from_proxy(client[0]):
+                return self._proxy_user(scope)
+        return ANONYMOUS
+
+    def _proxy_user(self, scope: Mapping[str, Any]) -> Identity:
+        """The user the pinned proxy's header names: one account name, as the machine knows
+        it. Anonymous for a header sent twice or holding a list (which one the proxy vouched
+        for cannot be told), a number (not a uid: a proxy's user called "1001" is not uid
+        1001), an unknown name, or root (the owner uses the owner's token)."""
+        key = (self.proxy_header or "").encode("latin-1")
+        sent = [
+            v.decode("latin-1").strip() for k, v in scope.get("headers", ()) if k.lower() == key
+        ]
+        if not sent or not sent[0]:
+            return ANONYMOUS
+        name = sent[0]
+        why = None
+        if len(sent) > 1 or "," in name:
+            why = "more than one user"
+        elif name.isdigit():
+            why = "a number, not an account name"
+        else:
+            try:
+                uid = pwd.getpwnam(name).pw_uid
+            except KeyError:
+                why = "no such account here"
+            else:
+                if uid == 0:
+                    why = "root (the owner uses the owner's token)"
+                else:
+                    return Identity.of_uid(uid)
+        log.info("the proxy's %s header %r names %s: anonymous", self.proxy_header, sent[:2], why)
         return ANONYMOUS
 
     def _from_proxy(self, host: str) -> bool:
