@@ -293,7 +293,8 @@ class Callers:
         """The user the pinned proxy's header names: one account name, as the machine knows
         it. Anonymous for a header sent twice or holding a list (which one the proxy vouched
         for cannot be told), a number (not a uid: a proxy's user called "1001" is not uid
-        1001), an unknown name, or root (the owner uses the owner's token)."""
+        1001), an unknown name, root or the daemon's own account (the owner uses the owner's
+        token)."""
         key = (self.proxy_header or "").encode("latin-1")
         sent = [
             v.decode("latin-1").strip() for k, v in scope.get("headers", ()) if k.lower() == key
@@ -312,8 +313,8 @@ class Callers:
             except KeyError:
                 why = "no such account here"
             else:
-                if uid == 0:
-                    why = "root (the owner uses the owner's token)"
+                if uid in (0, self.owner_uid):
+                    why = "root or the daemon's account (the owner uses the owner's token)"
                 else:
                     return Identity.of_uid(uid)
         log.info("the proxy's %s header %r names %s: anonymous", self.proxy_header, sent[:2], why)

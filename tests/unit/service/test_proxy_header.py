@@ -17,8 +17,8 @@ HEADER = "X-Forwarded-User"
 PROXY = "127.0.0.1"
 
 
-def _caller(values: list[str], client: str = PROXY) -> Any:
-    callers = Callers(proxy_header=HEADER, proxy_addresses=[PROXY])
+def _caller(values: list[str], client: str = PROXY, owner: int | None = None) -> Any:
+    callers = Callers(proxy_header=HEADER, proxy_addresses=[PROXY], owner_uid=owner)
     raw = [(HEADER.lower().encode(), v.encode()) for v in values]
     scope = {"type": "http", "client": (client, 40000), "headers": raw}
     headers = {k.decode(): v.decode() for k, v in raw}
@@ -31,6 +31,7 @@ def test_the_proxy_names_one_account_by_name() -> None:
     assert who.uid == nobody.pw_uid
     assert not who.unrestricted
     assert _caller(["nobody"], client="10.1.2.3") == ANONYMOUS, "not the pinned proxy"
+    assert _caller(["nobody"], owner=nobody.pw_uid) == ANONYMOUS, "the daemon's own account"
 
 
 @pytest.mark.parametrize(
