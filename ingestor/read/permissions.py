@@ -147,7 +147,10 @@ class AccessFile:
         except FileNotFoundError:
             return cls()
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise ValueError(f"cannot read the access file {path}: {exc}") from exc
+            raise ValueError(
+                f"cannot read the access file {path}: {exc}; fix it (docs/security.md, the access "
+                "file) or remove it to let the file system's permissions decide"
+            ) from exc
         rules = []
         for i, entry in enumerate(data.get("folder", [])):
             # a path of whole names: "hr" and "hr/" are the folder hr/, never "hr-archive/"
