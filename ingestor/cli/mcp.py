@@ -27,11 +27,13 @@ def mcp_command(ctx: Ctx) -> None:
 
     def body() -> None:
         s = ctx.settings
+        from ingestor.cli.daemon_client import DaemonClient
         from ingestor.cli.factories import require_built
         from ingestor.cli.mcp_stdio import StdioRunner
         from ingestor.service.mcp_server import build_server
 
-        require_built(s)  # at once, before any client connects: "not built" says what to run
+        if DaemonClient.find(s) is None:  # another account's tree is reached by its socket
+            require_built(s)  # at once, before any client connects: "not built" says what to run
         server = build_server(StdioRunner(s), with_ask=s.summary.backend == "openai")
         server.run("stdio")
 

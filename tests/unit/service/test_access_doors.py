@@ -432,6 +432,39 @@ def test_adrap_explore_by_another_account_points_to_the_daemon_s_doors(
         shutil.rmtree(out, ignore_errors=True)
 
 
+def test_adrap_mcp_by_another_account_serves_through_the_daemon_s_socket(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    """Another account's `adrap mcp` refused to start ("the store is private") although the
+    daemon's socket would answer it; it starts now, and its calls go to the daemon as that
+    user (the runner's own choice of the socket is what is checked)."""
+    from click.testing import CliRunner
+
+    from ingestor.cli.app import main
+    from ingestor.cli.mcp_stdio import StdioRunner
+    from ingestor.config import Settings
+
+    env = {"ADRAP_STATE_DIR": str(daemon.state_dir), "ADRAP_TREE": "t"}
+
+    def run() -> dict[str, Any]:
+        result = CliRunner().invoke(main, ["mcp"], input="", env=env)
+        runner = StdioRunner(Settings(_env_file=None, state_dir=daemon.state_dir, tree="t"))  # type: ignore[call-arg]
+        client = runner._daemon()
+        return {
+            "code": result.exit_code,
+            "out": result.output,
+            "unix": bool(client and client.unix),
+        }
+
+    from ingestor.service.locking import state_lock
+
+    with state_lock(daemon.state_dir, "watch"):
+        got = as_user(users["bob"], run)
+    assert got["code"] == 0, got["out"]
+    assert "private" not in got["out"]
+    assert got["unix"], "the daemon's socket, where the kernel says who bob is"
+
+
 def test_a_denied_file_outside_the_state_dir_is_not_called_the_tree_s(tmp_path: Path) -> None:
     """The one line names the state dir's owner only for the state dir's files."""
     from types import SimpleNamespace
