@@ -32,7 +32,7 @@ def resolve_source(s: Settings, given: str | None) -> str | None:
         return given
     state = _state(s)
     if state is None:
-        return given
+        return _tree_relative(given.strip())
     root = Path(state.root)
     text = given.strip()
     on_disk = Path(text).expanduser()
@@ -55,14 +55,18 @@ def resolve_source(s: Settings, given: str | None) -> str | None:
 
 
 def _state(s: Settings) -> Any:
-    """Return the tree's committed state, read-only, or None (never built here)."""
+    """Return the tree's committed state, read-only, or None (never built here, or another
+    account's tree: its daemon is asked with the filter as written, relative to the root)."""
     from ingestor.pipeline import load_state, state_exists
 
     folder = s.state_dir / MODELS_DIR
     if not folder.is_dir():  # read-only: ModelStore would create it
         return None
-    models = ModelStore(folder)
-    return load_state(models, s.tree, readonly=True) if state_exists(models, s.tree) else None
+    try:
+        models = ModelStore(folder)
+        return load_state(models, s.tree, readonly=True) if state_exists(models, s.tree) else None
+    except PermissionError:
+        return None
 
 
 def _tree_relative(text: str) -> str:

@@ -465,6 +465,26 @@ def test_adrap_mcp_by_another_account_serves_through_the_daemon_s_socket(
     assert got["unix"], "the daemon's socket, where the kernel says who bob is"
 
 
+def test_a_source_filter_by_another_account_goes_to_the_daemon_as_written(
+    daemon: Daemon, users: dict[str, int]
+) -> None:
+    """`adrap query --source public/a.txt` by another account failed with "permission denied"
+    on the tree's state (read to resolve the path); the filter now goes to the daemon as written,
+    relative to the root, and is answered there with what that user may read."""
+    from ingestor.cli.sources import resolve_source
+    from ingestor.config import Settings
+
+    def run() -> dict[str, Any]:
+        s = Settings(_env_file=None, state_dir=daemon.state_dir, tree="t")  # type: ignore[call-arg]
+        return {"hr": resolve_source(s, "/hr/pay.txt"), "docs": resolve_source(s, " ./docs/ ")}
+
+    os.chmod(daemon.state_dir / "models", 0o700)  # as the writer keeps it (the fixture's: not)
+    assert as_user(users["bob"], run) == {"hr": "hr/pay.txt", "docs": "docs/"}
+    q = {"q": f"salary review {SECRET}", "max_tokens": "4000", "source": "hr/pay.txt"}
+    assert not _leaks(_as_user(users["bob"], daemon, "/query", q))
+    assert _reads(_as_user(users["carol"], daemon, "/query", q))
+
+
 def test_a_denied_file_outside_the_state_dir_is_not_called_the_tree_s(tmp_path: Path) -> None:
     """The one line names the state dir's owner only for the state dir's files."""
     from types import SimpleNamespace
