@@ -132,6 +132,8 @@ def reader_lock(state_dir: Path) -> Iterator[None]:
     except FileNotFoundError:
         yield
         return
+    except PermissionError:
+        raise  # another account's tree: the CLI's one line names whose, and the daemon's doors
     except OSError as exc:
         raise LockedError(
             f"cannot open the lock file {str(path)!r} ({exc.strerror or exc}); check its permissions"
@@ -171,11 +173,14 @@ def state_lock(
     Raises:
         LockedError: another writer holds it (the message names its pid and command), readers
             still hold it after ``reader_wait``, or the lock file cannot be created.
+        PermissionError: the state dir is another account's.
     """
     path = state_dir / LOCK_NAME
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except PermissionError:
+        raise  # another account's tree: the CLI's one line names whose, and the daemon's doors
     except OSError as exc:
         raise LockedError(
             f"cannot open the lock file {str(path)!r} ({exc.strerror or exc}); check "
