@@ -213,7 +213,27 @@ class QueryService:
         """Validate ``params`` with this service's tree and defaults (ValueError: bad value);
         the filter keeps what ``caller`` may read."""
         req = parse_request(params, tree=self.tree, defaults=self.defaults)
-        return replace(req, flt=self.reader_filter(req.flt, caller))
+        return replace(req, flt=self._folder_or_file(self.reader_filter(req.flt, caller)))
+
+    def _folder_or_file(self, flt: SearchFilter) -> SearchFilter:
+        """A source filter written without its ``/`` (``hr``) names the folder when no file of
+        that name but a folder is there for this caller (``adrap query --source hr`` by another
+        account than the tree's, whose CLI cannot read the tree to tell); a leading ``/`` or
+        ``./`` is dropped. Counted under the caller's own filter: nothing else is learnt."""
+        given = flt.source_prefix
+        if not given:
+            return flt
+        text = given
+        while text.startswith(("./", "/")):
+            text = text[1:] if text.startswith("/") else text[2:]
+        flt = replace(flt, source_prefix=text or None)
+        if not text or text.endswith("/"):
+            return flt
+        folder = replace(flt, source_prefix=f"{text}/")
+        with self.lock:
+            if self.store.count(flt) == 0 and self.store.count(folder) > 0:
+                return folder
+        return flt
 
     def reader_filter(self, flt: SearchFilter, caller: Identity) -> SearchFilter:
         """Return ``flt`` narrowed to the nodes ``caller`` may read (every door's one filter)."""
