@@ -24,10 +24,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ingestor.tree.state import TreeState
+from ingestor.tree.rowmap import loads
+from ingestor.tree.state import NODES_NS, TreeState
 
 if TYPE_CHECKING:  # adrap status reads the record without sklearn (cluster imports it)
     from ingestor.cluster.adaptive import AdaptiveLayer
+    from models_store import RowStore
 
 __all__ = [
     "DRIFT_PARAM",
@@ -37,6 +39,7 @@ __all__ = [
     "group_drifts",
     "note_changes",
     "reset_groups",
+    "summary_drift",
 ]
 
 #: The key of ``TreeState.params`` holding the drift record.
@@ -165,3 +168,14 @@ def drift_summary(state: TreeState | None, threshold: float) -> dict[str, Any]:
         "repairs": int(rec.get("repairs", 0)),
         "repair_tokens": int(rec.get("repair_tokens", 0)),
     }
+
+
+def summary_drift(rows: RowStore | None, node_id: str) -> float | None:
+    """One summary's drift as committed: the tokens its children gained, lost or had rewritten
+    since its text was written (:attr:`~ingestor.tree.state.Node.drift`; ``inf``: it may hold a
+    removed node's text until it is regenerated), read from its row of the state database (one
+    row, never the tree). None: no state, or no such node."""
+    data = rows.get(NODES_NS, node_id) if rows is not None else None
+    if data is None:
+        return None
+    return float(getattr(loads(data), "drift", 0.0))

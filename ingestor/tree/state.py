@@ -15,7 +15,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -231,11 +231,15 @@ class SourceEntry:
         )
 
 
+#: The state database's namespace of the nodes (:class:`NodeMap`).
+NODES_NS: Final = "node"
+
+
 class NodeMap(RowMap[Node]):
     """The nodes of a tree, keeping the number of nodes per layer as they are set and deleted."""
 
     def __init__(self, clock: Clock) -> None:
-        super().__init__("node", clock)
+        super().__init__(NODES_NS, clock)
         self.sizes: dict[int, int] = {}
 
     def __setitem__(self, key: str, value: Node) -> None:

@@ -142,6 +142,7 @@ class Daemon:
         self.exclude = [self.state_dir.resolve()]
         self.collection = settings.qdrant.collection
         self.min_free_mb = settings.min_free_mb
+        self.regenerate_at = settings.summary.min_change
         self.access_check_interval = settings.access.check_seconds
         self.state_lock = state_lock
         self.owner_link = owner_link
@@ -361,6 +362,7 @@ class Daemon:
             host=self.http_host,
             updates=self.api.dashboard_updates,
             callers=self.callers,
+            regenerate_at=self.regenerate_at,
         )
 
     def _maintain(self) -> None:

@@ -19,6 +19,7 @@ from ingestor.service.dashboard.view import TreeView
 from ingestor.service.http import HttpLimits, HttpServer, build_app, require_token_off_loopback
 from ingestor.service.identity import Callers
 from ingestor.service.locking import StateLock
+from ingestor.tree.drift import summary_drift
 
 if TYPE_CHECKING:
     from retriever import EdgeRestReader
@@ -64,6 +65,7 @@ def daemon_app(
     host: str,
     updates: Callable[..., dict[str, Any]],
     callers: Callers | None = None,
+    regenerate_at: float | None = None,
 ) -> Starlette:
     """Return the ASGI app over ``served`` (the daemon) and its locked ``store``; every route
     reads as its caller (``readable``: the classes the caller may read, asked per request so a
@@ -73,9 +75,11 @@ def daemon_app(
         classes: ClassRegistry = served.queries.classes
         return classes.readable(who)
 
-    pages = dashboard_routes(
-        TreeView(store, tree), updates, lambda: served.ready, readable=readable
-    )
+    def drift(node_id: str) -> float | None:  # one row of the committed state, read-only
+        return summary_drift(served.feed.rows(), node_id)
+
+    view = TreeView(store, tree, drift=drift, regenerate_at=regenerate_at)
+    pages = dashboard_routes(view, updates, lambda: served.ready, readable=readable)
     routes = [*daemon_routes(served, limits), *pages]
     reader = facade_reader(store, collection)
     if reader is not None:

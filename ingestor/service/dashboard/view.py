@@ -25,6 +25,8 @@ of every file under it; any other is left out).
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable
 from typing import Any, Final
 
 from retriever import F, NodePayload, NodeStore, SearchFilter
@@ -117,11 +119,25 @@ class TreeView:
     Args:
         store: the node store (the daemon passes its locked store: each call is short).
         tree: the tree shown.
+        drift: a summary's committed drift in tokens by node id
+            (:func:`ingestor.tree.drift.summary_drift` over the state database; None: not
+            shown).
+        regenerate_at: the share of its children's tokens at which a summary is regenerated
+            (``ADRAP_SUMMARY__MIN_CHANGE``), shown beside it.
     """
 
-    def __init__(self, store: NodeStore, tree: str) -> None:
+    def __init__(
+        self,
+        store: NodeStore,
+        tree: str,
+        *,
+        drift: Callable[[str], float | None] | None = None,
+        regenerate_at: float | None = None,
+    ) -> None:
         self.store = store
         self.tree = tree
+        self.drift = drift
+        self.regenerate_at = regenerate_at
 
     def layers(self, readable: Classes = None) -> list[dict[str, int]]:
         """Return ``[{"layer": k, "count": n}, ...]``, top layer first (one count per layer),
@@ -186,13 +202,37 @@ class TreeView:
             return None
         parents = self.readable_nodes(list(node.parents), readable)
         out = full(node, parents)
+        want_drift = self.drift is not None and node.layer > 0
+        children = (
+            self.readable_nodes(list(node.children), readable)
+            if readable is not None or want_drift
+            else []
+        )
         if readable is not None:  # no id of a node the caller may not read
             out[F.PARENTS] = [p.node_id for p in parents]
-            out[F.CHILDREN] = [
-                c.node_id for c in self.readable_nodes(list(node.children), readable)
-            ]
+            out[F.CHILDREN] = [c.node_id for c in children]
             out["n_children"] = len(out[F.CHILDREN])
+        if want_drift:
+            out["drift"] = self._drift(node.node_id, sum(c.n_tokens for c in children))
         return out
+
+    def _drift(self, node_id: str, children_tokens: int) -> dict[str, Any] | None:
+        """A summary's drift: ``tokens`` its children gained, lost or had rewritten since its
+        text was written, their ``share`` of its children's tokens now, ``regenerate_at`` that
+        share; ``removed``: it may hold a removed file's text (regenerated, or stale until the
+        refresh). None: the state does not know the node."""
+        assert self.drift is not None
+        tokens = self.drift(node_id)
+        if tokens is None:
+            return None
+        removed = math.isinf(tokens)
+        return {
+            "tokens": None if removed else round(tokens),
+            "children_tokens": children_tokens,
+            "share": None if removed else round(tokens / max(1, children_tokens), 3),
+            "regenerate_at": self.regenerate_at,
+            "removed": removed,
+        }
 
     def children(
         self, node_id: str, offset: int, limit: int, readable: Classes = None

@@ -21,10 +21,20 @@ export function nodeFacts(n, rank) {
     else add("sources (" + n.n_sources + ")", n.sources.join(", ") + more);
     if (n.summarizer) add("summarizer", n.summarizer);
     if (n.stale) add("stale", "its children changed; its text is regenerated at the next refresh");
+    if (n.drift) add("drift", driftText(n.drift));
   }
   add("updated", localTime(n.updated_at));
   if (rank !== undefined) add("query rank", "#" + rank);
   return facts;
+}
+
+// how much of a summary's children changed since its text was written (docs/operations.md)
+export function driftText(d) {
+  if (d.removed) return "it may hold a removed file's text: regenerated at the next update or refresh";
+  const pct = (x) => Math.round(x * 100) + " %";
+  const at = d.regenerate_at == null ? "" : "; regenerated at " + pct(d.regenerate_at);
+  return d.tokens + " of its children's " + d.children_tokens + " tokens changed since it was written (" +
+    pct(d.share) + at + ")";
 }
 
 // a list of previews, each opening its node (none: a note saying `empty`)
