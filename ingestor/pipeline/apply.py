@@ -293,9 +293,17 @@ class ApplyStage:
                 out.files.append(FileChange(source, "removed", entry.access))
         return out
 
-    def reclass(self, state: TreeState, classes: dict[str, str], report: UpdateReport) -> None:
+    def reclass(
+        self,
+        state: TreeState,
+        classes: dict[str, str],
+        report: UpdateReport,
+        *,
+        ensure: bool = True,
+    ) -> None:
         """Apply permission changes (``{source: new class}``) as one update: the files' leaves
-        and their ancestors get their new classes; nothing is read, embedded or summarised."""
+        and their ancestors get their new classes; nothing is read, embedded or summarised
+        (``ensure``: see :meth:`~ingestor.pipeline.context.TreeContext.store_access`)."""
         if not classes:
             return
         changes = LeafChanges()
@@ -312,7 +320,8 @@ class ApplyStage:
         report.stats.upserted.update(changes.touched)
         TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
         changelog.note(state, "permissions", started_at=report.started_at, files=changes.files)
-        self.context.store_access(state, report.stats.upserted)  # payloads only: no re-encoding
+        # payloads only: no re-encoding
+        self.context.store_access(state, report.stats.upserted, ensure=ensure)
         report.state_bytes = state.last_commit_bytes
 
     @staticmethod

@@ -308,14 +308,17 @@ class TreeContext:
             batch = ids[start : start + UPSERT_BATCH]
             self.store.upsert(state.payloads(batch), state.matrix(batch))
 
-    def store_access(self, state: TreeState, changed: set[str]) -> None:
+    def store_access(self, state: TreeState, changed: set[str], *, ensure: bool = True) -> None:
         """Write the ``access`` field of the nodes ``changed`` (their classes alone changed), then
         commit: the intent is recorded first, so a crash between the two is repaired by
-        :meth:`recover` re-storing those points as the committed state has them."""
-        self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
+        :meth:`recover` re-storing those points as the committed state has them. ``ensure``:
+        False while a change of embedding model copies the tree (the live store holds the old
+        model's points: it exists, and the writer's model is not its own)."""
+        if ensure:
+            self.store.ensure_collection(self.embedder.dim, self.embedder.model_id)
         ids = sorted(i for i in changed if i in state.nodes)
         self.record_intent(state, ids, [])
-        self.store.set_access(_by_access(state, ids))
+        self.store.set_access(by_access(state, ids))
         self.commit(state)
         self.drop_intent(state)
 
@@ -345,7 +348,8 @@ class TreeContext:
         log.debug("update: done")
 
 
-def _by_access(state: TreeState, ids: list[str]) -> dict[tuple[str, ...], list[str]]:
+def by_access(state: TreeState, ids: list[str]) -> dict[tuple[str, ...], list[str]]:
+    """Return ``ids`` grouped by their nodes' access classes (one payload write per group)."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for node_id in ids:
         node = state.nodes[node_id]

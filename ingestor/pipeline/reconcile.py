@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from ingestor.pipeline.apply import ApplyStage
 from ingestor.pipeline.budget import ReadBudget
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector
-from ingestor.pipeline.context import UPSERT_BATCH, TreeContext
+from ingestor.pipeline.context import UPSERT_BATCH, TreeContext, by_access
 from ingestor.pipeline.readers import ReadWorkers
 from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread
@@ -41,6 +42,9 @@ from models_store import ModelStore
 from retriever import Embedder, NodeStore
 
 log = logging.getLogger(__name__)
+
+#: Seconds between the permission passes a change of embedding model runs as it copies.
+COPY_PASS_SECONDS = 2.0
 
 
 class Pipeline:
@@ -117,6 +121,9 @@ class Pipeline:
             leaves_first=leaves_first,
             defer_summaries=defer_summaries,
         )
+        if hasattr(model_change, "between"):  # a change of model: its copy runs the passes
+            model_change.between = _weakly(self.reclass_during_copy)  # type: ignore[union-attr]
+        self._copy_pass_due = 0.0
 
     def stop_reading_when(self, stop: threading.Event) -> None:
         """Once ``stop`` is set, cut reading short within seconds, whatever a reader process
@@ -180,7 +187,9 @@ class Pipeline:
             n.text for n in leaves if state.nodes.peek(n.node_id) is None and n.text not in reused
         ]
 
-    def update_access(self, state: TreeState, report: UpdateReport | None = None) -> UpdateReport:
+    def update_access(
+        self, state: TreeState, report: UpdateReport | None = None, *, ensure: bool = True
+    ) -> UpdateReport:
         """Read every indexed file's permissions again and apply the changed ones as one update
         (:meth:`ApplyStage.reclass`): a chmod, chown, setfacl or a folder's change reaches the
         points' access classes without reading, embedding or summarising anything.
@@ -192,11 +201,37 @@ class Pipeline:
         if changed:
             t0 = time.perf_counter()
             sub = UpdateReport()
-            self.apply_stage.reclass(state, changed, sub)
+            self.apply_stage.reclass(state, changed, sub, ensure=ensure)
             report.files_reclassed += sub.files_reclassed
             report.stats.upserted |= sub.stats.upserted
             report.seconds += time.perf_counter() - t0
         return report
+
+    def reclass_during_copy(self, state: TreeState, copy: NodeStore, copied_to: str) -> None:
+        """A permission pass while a change of embedding model copies the tree (it runs no
+        other: updates wait for it, and it may take hours): the changed files' classes go to
+        the state, the live store and the new store's nodes already copied (ids up to
+        ``copied_to``); the copy takes the rest from the state. Run at most every
+        :data:`COPY_PASS_SECONDS`, and then only if the last pass took under a tenth of the
+        time since (as the daemon's passes). A kill between the commit and the new store's
+        write is mended by the store check that follows every switch (:meth:`reconcile_store`).
+        """
+        now = time.monotonic()
+        if now < self._copy_pass_due:
+            return
+        report = self.update_access(state, ensure=False)
+        took = time.monotonic() - now
+        self._copy_pass_due = now + max(COPY_PASS_SECONDS, 10 * took)
+        ids = sorted(i for i in report.stats.upserted if i <= copied_to and i in state.nodes)
+        if ids:
+            copy.set_access(by_access(state, ids))
+            copy.flush()
+            log.info(
+                "permissions changed during the model change: %d files, %d nodes of the new "
+                "store rewritten",
+                report.files_reclassed,
+                len(ids),
+            )
 
     def open_state(self, *, recover: bool = False) -> TreeState | None:
         """Return the committed state, or None (:meth:`TreeContext.open_state`)."""
@@ -285,3 +320,16 @@ class Pipeline:
                 len(stale),
             )
         return len(orphans), len(stale)
+
+
+def _weakly(method: Callable[[TreeState, NodeStore, str], None]) -> Callable[..., None]:
+    """``method`` through a weak reference: the change of model the pipeline holds does not
+    keep the pipeline (and a killed change's new store, closed when collected) alive."""
+    ref = weakref.WeakMethod(method)
+
+    def call(state: TreeState, copy: NodeStore, copied_to: str) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(state, copy, copied_to)
+
+    return call

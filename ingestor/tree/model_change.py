@@ -100,6 +100,13 @@ class ModelChange:
         queries: held while the store switches and ``on_switch`` runs (the daemon's query
             lock): no question is embedded with one model and searched in the other's store.
         batch: nodes per step (None: see :data:`BATCH`).
+
+    Attributes:
+        between: called after each step of the copy with the state, the new store and the last
+            node id written (every node id up to it, in id order, is in the new store): the
+            pipeline's permission pass (:meth:`~ingestor.pipeline.Pipeline.reclass_during_copy`),
+            so that a permission changed during a long copy is applied at once, to the live
+            store and to the nodes already copied. None: nothing runs between steps.
     """
 
     def __init__(
@@ -128,6 +135,7 @@ class ModelChange:
         self.progress = progress
         #: What the last run did: nodes embedded, seconds per step, summaries regenerated.
         self.report: dict[str, Any] = {}
+        self.between: Callable[[TreeState, NodeStore, str], None] | None = None
 
     @property
     def beside(self) -> NextStore:
@@ -270,6 +278,8 @@ class ModelChange:
             nxt.flush()  # durable before the cursor says so
             done = at + len(batch)
             self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
+            if self.between is not None:
+                self.between(state, nxt, batch[-1])
             state.nodes.shed()
             log.debug("model change: %d of %d nodes embedded", done, len(ids))
             self.progress("re-embed", done, len(ids))

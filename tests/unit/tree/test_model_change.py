@@ -308,3 +308,44 @@ def test_a_server_collection_changes_model_through_its_alias(tmp_path: Path) -> 
     assert [c.name for c in client.get_collections().collections] == ["adrap_v2"]
     assert summaries(p) == kept
     check_invariants(p)
+
+
+def test_a_permission_changed_during_the_copy_reaches_both_stores(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    """A change of model can copy for hours, and runs no update meanwhile: a file made private
+    during it was served to its former readers until the switch. The copy now runs the
+    permission pass between its steps: the live store at once, and the new store's nodes
+    already copied, so the switched store holds the new class too."""
+    old, root = built
+    before = old.require_state()
+    first = sorted(before.nodes)[:16]  # the copy's first step (batch=16)
+    leaf = next(before.nodes[i] for i in first if before.nodes[i].layer == 0)
+    assert leaf.source is not None
+    target = root / leaf.source
+    was = before.sources[leaf.source].access
+    p = changed(tmp_path, old, Embedder32())
+    change = p.context.model_change
+    assert isinstance(change, ModelChange)
+    assert change.between is not None
+    inner, steps = change.between, []
+
+    def between(state, nxt, copied_to):  # type: ignore[no-untyped-def]
+        if not steps:  # after the first step: the leaf is in the new store already
+            assert leaf.node_id <= copied_to
+            target.chmod(0o600 if target.stat().st_mode & 0o044 else 0o644)
+            live = old.context.store.retrieve([leaf.node_id])[0]
+            assert list(live.access) == [was]
+        steps.append(copied_to)
+        inner(state, nxt, copied_to)
+        if len(steps) == 1:  # the live store has the new class before the copy goes on
+            assert list(old.context.store.retrieve([leaf.node_id])[0].access) != [was]
+
+    change.between = between
+    state = p.require_state(recover=True)
+    assert len(steps) > 1
+    now = state.sources[leaf.source].access
+    assert now != was
+    stored = p.context.store.retrieve([leaf.node_id])[0]
+    assert list(stored.access) == [now], "the switched store holds the class set mid-copy"
+    check_invariants(p)  # every point's payload is the state's, access included
