@@ -19,7 +19,7 @@ from ingestor.read.names import fs_name
 from ingestor.read.permissions import AccessFile, AccessReader
 from ingestor.tree.state import Node, TreeState
 
-__all__ = ["TreeAccess"]
+__all__ = ["TreeAccess", "named_classes"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ class TreeAccess:
         self._root = ""
         #: Files per access class at the last full reading (:meth:`changed` of every source).
         self.counts: dict[str, int] = {}
+        self._known: frozenset[str] = frozenset()  # the registry's classes as that reading began
 
     def reader(self, root: str | Path) -> AccessReader:
         if self._reader is None or self._root != str(root):
@@ -106,6 +107,7 @@ class TreeAccess:
         self.begin(state.root)
         out = {}
         if sources is None:
+            self._known = self.registry.ids()  # a class added from here on is kept
             pairs = state.sources.items()
         else:
             pairs = [(s, e) for s in sources if (e := state.sources.get(s)) is not None]
@@ -118,6 +120,27 @@ class TreeAccess:
         if sources is None:
             self.counts = counts
         return out
+
+    def forget_unnamed(self, state: TreeState) -> int:
+        """After a full reading (:meth:`changed` of every source) applied: forget the classes
+        no point names any more (:meth:`ClassRegistry.retain`); return how many."""
+        added = self.registry.ids() - self._known  # by the reading, or a batch reading meanwhile
+        gone = self.registry.retain(named_classes(state, self.counts) | added)
+        if gone:
+            log.info("access classes: %d no longer named by any point forgotten", gone)
+        return gone
+
+
+def named_classes(state: TreeState, counts: dict[str, int]) -> set[str]:
+    """The classes the tree's points name, from a full reading's ``counts`` (files per class:
+    every leaf names its file's class, every summary a union of its children's) and the stale
+    summaries (which keep the classes they had until they are regenerated)."""
+    out = set(counts)
+    for node_id in state.stale:
+        node = state.nodes.get(node_id)
+        if node is not None:
+            out |= node.access
+    return out
 
 
 def _stamp(path: Path | None) -> tuple[int, int, int] | None:

@@ -205,6 +205,7 @@ class Pipeline:
             report.files_reclassed += sub.files_reclassed
             report.stats.upserted |= sub.stats.upserted
             report.seconds += time.perf_counter() - t0
+        self.context.access.forget_unnamed(state)  # the classes the points name now
         return report
 
     def reclass_during_copy(self, state: TreeState, copy: NodeStore, copied_to: str) -> None:

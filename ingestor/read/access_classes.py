@@ -455,6 +455,10 @@ class ClassRegistry:
     def __len__(self) -> int:
         return len(self._classes)
 
+    def ids(self) -> frozenset[str]:
+        """The ids of the classes known now."""
+        return frozenset(self._classes)
+
     def get(self, class_id: str) -> AccessClass | None:
         return self._classes.get(class_id)
 
@@ -464,12 +468,31 @@ class ClassRegistry:
             return
         with self._lock:
             classes = {**self._classes, cls.id: cls}
-            if self.path is not None:
-                tmp = self.path.with_suffix(".tmp")
-                tmp.write_text(json.dumps([c.to_json() for c in classes.values()]))
-                os.replace(tmp, self.path)
+            self._write(classes)
             self._classes = classes
             self._readable = {}
+
+    def retain(self, named: set[str]) -> int:
+        """Forget the classes no point names any more (``named``: those the tree's points name);
+        return how many were forgotten. A tree kept for years sees its files' permissions
+        change again and again: every class ever read stayed, and every reader's filter listed
+        the stale ones too. A point naming a class forgotten here (a store behind its state
+        after a crash) is refused to every restricted caller until the state is stored again."""
+        gone = [c for c in self._classes if c not in named]
+        if not gone:
+            return 0
+        with self._lock:
+            classes = {i: c for i, c in self._classes.items() if i in named}
+            self._write(classes)
+            self._classes = classes
+            self._readable = {}
+        return len(gone)
+
+    def _write(self, classes: dict[str, AccessClass]) -> None:
+        if self.path is not None:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(json.dumps([c.to_json() for c in classes.values()]))
+            os.replace(tmp, self.path)
 
     def readable(self, who: Identity) -> tuple[str, ...] | None:
         """Return the classes ``who`` may read (None: every one, ``who`` is unrestricted)."""
