@@ -228,6 +228,24 @@ def test_the_unix_socket_answers_each_user_with_what_the_kernel_lets_them_read(
     assert _reads(_as_user(0, daemon, "/query", q)), "root: the owner of the tree"
 
 
+def _kernel_says_groups() -> bool:
+    """Whether this kernel answers ``SO_PEERGROUPS`` (Linux >= 4.13)."""
+    import socket
+
+    from ingestor.service.identity import PEERGROUPS_BYTES, SO_PEERGROUPS
+
+    a, b = socket.socketpair()
+    try:
+        a.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, PEERGROUPS_BYTES)
+    except OSError:
+        return False
+    finally:
+        a.close()
+        b.close()
+    return True
+
+
+@pytest.mark.skipif(not _kernel_says_groups(), reason="the kernel does not say (SO_PEERGROUPS)")
 def test_the_socket_counts_the_groups_the_calling_process_holds(
     daemon: Daemon, users: dict[str, int]
 ) -> None:
