@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
+from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.unread import Unread
 from ingestor.service.concurrency import lock_store
 from ingestor.tree.build import TreeBuilder, TreeParams
@@ -46,15 +47,18 @@ def make_pipeline(
     unread: Unread | None = None,
     drift_threshold: float = 100.0,
     defer_summaries: Callable[[], bool] | None = None,
+    params: TreeParams | None = None,
+    access: TreeAccess | None = None,
 ) -> Pipeline:
     """Return the fast pipeline over ``store`` (an embedded shard in ``tmp/state`` by default)
-    behind the daemon's lock per call (:func:`~ingestor.service.concurrency.lock_store`)."""
+    behind the daemon's lock per call (:func:`~ingestor.service.concurrency.lock_store`);
+    ``params``: the tree's (default: 40-token summaries, every change regenerates)."""
     emb = CountingEmbedder()
     builder = TreeBuilder(
         emb,
         summarizer or EchoSummarizer(),
         lambda: TreeClusterer(random_state=0, n_epochs=50),
-        TreeParams(summary_max_tokens=40),
+        params or TreeParams(summary_max_tokens=40),
     )
     return Pipeline(
         tree="t",
@@ -67,4 +71,5 @@ def make_pipeline(
         drift_threshold=drift_threshold,
         unread=unread,
         defer_summaries=defer_summaries,
+        access=access,
     )

@@ -7,53 +7,24 @@ from __future__ import annotations
 
 import json
 import os
-import random
 from pathlib import Path
 
-from ingestor.cluster.two_step import TreeClusterer
-from ingestor.pipeline import Pipeline
 from ingestor.pipeline.access import TreeAccess, named_classes
 from ingestor.read.access_classes import ClassRegistry, Identity
-from ingestor.tree.build import TreeBuilder, TreeParams
-from models_store import ModelStore
-from retriever.edge_store import EdgeNodeStore
-from testkit.corpus import doc_text
-from testkit.fakes import CountingEmbedder, EchoSummarizer
+from testkit.corpus import make_pipeline
+from tests.unit.service.test_watcher import write_corpus
 
 OTHER = Identity("someone else", 54321, frozenset({54321}))
 
 
-def _pipeline(tmp: Path, registry: ClassRegistry) -> Pipeline:
-    emb = CountingEmbedder()
-    builder = TreeBuilder(
-        emb,
-        EchoSummarizer(),
-        lambda: TreeClusterer(random_state=0, n_epochs=50),
-        TreeParams(summary_max_tokens=40),
-    )
-    return Pipeline(
-        tree="t",
-        embedder=emb,
-        builder=builder,
-        store=EdgeNodeStore(tmp / "state" / "qdrant"),
-        models=ModelStore(tmp / "state" / "models"),
-        chunk_tokens=40,
-        chunk_overlap=8,
-        drift_threshold=100.0,
-        access=TreeAccess(registry),
-    )
-
-
 def test_a_full_pass_forgets_the_classes_no_point_names(tmp_path: Path) -> None:
     root = tmp_path / "docs"
-    root.mkdir()
-    rng = random.Random(0)
-    for i in range(6):
-        (root / f"d{i}.txt").write_text(doc_text(rng, 6))
-        os.chmod(root / f"d{i}.txt", 0o644)
+    write_corpus(root, 6)
+    for f in root.iterdir():
+        os.chmod(f, 0o644)
     path = tmp_path / "classes.json"
     registry = ClassRegistry(path)
-    p = _pipeline(tmp_path, registry)
+    p = make_pipeline(tmp_path, access=TreeAccess(registry))
     p.build(root)
     try:
         state = p.require_state()

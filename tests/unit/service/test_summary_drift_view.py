@@ -7,45 +7,20 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from ingestor.cluster.two_step import TreeClusterer
-from ingestor.pipeline import Pipeline
 from ingestor.service.dashboard.view import TreeView
-from ingestor.tree.build import TreeBuilder, TreeParams
+from ingestor.tree.build import TreeParams
 from ingestor.tree.drift import summary_drift
 from ingestor.tree.persist import state_file
-from models_store import ModelStore, RowStore
-from retriever.edge_store import EdgeNodeStore
-from testkit.corpus import doc_text
-from testkit.fakes import CountingEmbedder, EchoSummarizer
-
-
-def _pipeline(tmp: Path) -> Pipeline:
-    emb = CountingEmbedder()
-    builder = TreeBuilder(
-        emb,
-        EchoSummarizer(),
-        lambda: TreeClusterer(random_state=0, n_epochs=50),
-        TreeParams(summary_max_tokens=40, min_change=0.9),  # every small change tolerated
-    )
-    return Pipeline(
-        tree="t",
-        embedder=emb,
-        builder=builder,
-        store=EdgeNodeStore(tmp / "state" / "qdrant"),
-        models=ModelStore(tmp / "state" / "models"),
-        chunk_tokens=40,
-        chunk_overlap=8,
-        drift_threshold=100.0,
-    )
+from models_store import RowStore
+from testkit.corpus import doc_text, make_pipeline
+from tests.unit.service.test_watcher import write_corpus
 
 
 def test_a_summary_kept_within_tolerance_shows_its_drift(tmp_path: Path) -> None:
     root = tmp_path / "docs"
-    root.mkdir()
-    rng = random.Random(0)
-    for i in range(8):
-        (root / f"d{i}.txt").write_text(doc_text(rng, 6))
-    p = _pipeline(tmp_path)
+    write_corpus(root, 8)
+    rng = random.Random(1)
+    p = make_pipeline(tmp_path, params=TreeParams(summary_max_tokens=40, min_change=0.9))
     p.build(root)
     try:
         rows = RowStore(state_file(tmp_path / "state" / "models", "t"), readonly=True)
