@@ -11,6 +11,7 @@ Runs the ``adrap`` beside this Python, on a throwaway tree in a temporary folder
 ADRAP_* settings are left out, so no store of theirs is touched.
 """
 
+import contextlib
 import os
 import random
 import subprocess
@@ -78,6 +79,15 @@ with tempfile.TemporaryDirectory() as tmp:
         extra = Path(docs, "doc99.txt")
         extra.write_text(" ".join(Path(docs, "doc00.txt").read_text().split()[:200]))
         done = subprocess.run([adrap, "add", str(extra)], env=env, capture_output=True, text=True)
+    if done.returncode == 0 and len(sys.argv) == 1:
+        # adrap writes under umask 077: the machine code (no secret) is made readable by every
+        # account, whose daemon seeds its own cache from it (ingestor/cluster/numba_cache.py)
+        from ingestor.cluster.numba_cache import package_dirs
+
+        for package in package_dirs():
+            for cached in (package / "__pycache__").glob("*.nb[ic]"):
+                with contextlib.suppress(OSError):
+                    cached.chmod(0o644)
     if done.returncode != 0:
         print(done.stdout[-3000:] + done.stderr[-3000:], file=sys.stderr)
         print(

@@ -150,6 +150,9 @@ class Ctx:
             self._creating = creating
             self._settings, self.home = load_settings(self, creating=creating)
             configure_logging(self._settings.log_level, self.verbose)
+            from ingestor.cluster.numba_cache import use_state_dir_cache
+
+            use_state_dir_cache(self._settings.state_dir, create=creating)
             if self.home.origin == "local":
                 log.info(
                     "using the state dir %s found in the current directory", self.home.state_dir
