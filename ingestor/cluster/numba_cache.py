@@ -99,6 +99,8 @@ def use_state_dir_cache(state_dir: Path, *, create: bool) -> Path | None:
     state dir here and ``create`` is False (nothing is created for a tree that is not there)."""
     if numba_can_cache() or not (create or state_dir.is_dir()):
         return None
+    if state_dir.is_dir() and not os.access(state_dir, os.W_OK):
+        return None  # another account's tree: its daemon clusters, this process asks it
     dest = state_dir / CACHE_DIR
     try:
         dest.mkdir(mode=0o700, parents=True, exist_ok=True)
