@@ -73,13 +73,24 @@ def seed(dest: Path) -> None:
 
 
 def _can_make(folder: Path) -> bool:
-    """Whether ``folder`` is, or could be made, a folder this process writes in."""
+    """Whether ``folder`` is, or could be made, a folder this process writes in (a folder on
+    the way it may not look into: no)."""
     probe = folder
-    while not probe.exists():
-        if probe.parent == probe:
-            return False
-        probe = probe.parent
-    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+    try:
+        while not probe.exists():
+            if probe.parent == probe:
+                return False
+            probe = probe.parent
+        return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)
+    except OSError:  # EACCES: another account's home (HOME kept by su, sudo -E)
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 def numba_can_cache() -> bool:
@@ -97,9 +108,9 @@ def use_state_dir_cache(state_dir: Path, *, create: bool) -> Path | None:
     """Where numba has nowhere to keep the packages' functions, make it keep them in the tree's
     state dir (seeded from the installed cache) and return that folder; None: not needed, or no
     state dir here and ``create`` is False (nothing is created for a tree that is not there)."""
-    if numba_can_cache() or not (create or state_dir.is_dir()):
+    if numba_can_cache() or not (create or _is_dir(state_dir)):
         return None
-    if state_dir.is_dir() and not os.access(state_dir, os.W_OK):
+    if not _can_make(state_dir):
         return None  # another account's tree: its daemon clusters, this process asks it
     dest = state_dir / CACHE_DIR
     try:
