@@ -55,6 +55,13 @@ def test_an_account_without_a_home_keeps_numba_s_cache_in_the_state_dir() -> Non
                 cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
             )  # fmt: skip
 
+        reach = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+             sys.executable, "-c", "import ingestor.cluster.numba_cache"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if reach.returncode != 0:  # the interpreter or the checkout is not nobody's to read
+            pytest.skip(f"nobody cannot run this checkout's Python: {reach.stderr[-300:]}")
         before = child("as before")
         if before.returncode == 0:  # numba found a place after all (a writable install)
             pytest.skip("this installation lets nobody write numba's cache; nothing to show")
