@@ -124,8 +124,7 @@ class TreeAccess:
     def forget_unnamed(self, state: TreeState) -> int:
         """After a full reading (:meth:`changed` of every source) applied: forget the classes
         no point names any more (:meth:`ClassRegistry.retain`); return how many."""
-        added = self.registry.ids() - self._known  # by the reading, or a batch reading meanwhile
-        gone = self.registry.retain(named_classes(state, self.counts) | added)
+        gone = self.registry.retain(named_classes(state, self.counts), self._known)
         if gone:
             log.info("access classes: %d no longer named by any point forgotten", gone)
         return gone

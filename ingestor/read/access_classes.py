@@ -472,21 +472,21 @@ class ClassRegistry:
             self._classes = classes
             self._readable = {}
 
-    def retain(self, named: set[str]) -> int:
-        """Forget the classes no point names any more (``named``: those the tree's points name);
-        return how many were forgotten. A tree kept for years sees its files' permissions
+    def retain(self, named: set[str], known: frozenset[str]) -> int:
+        """Forget the classes of ``known`` (those known when a full reading began) that no point
+        names any more (``named``); a class added since is kept (a batch read it meanwhile).
+        Return how many were forgotten. A tree kept for years sees its files' permissions
         change again and again: every class ever read stayed, and every reader's filter listed
         the stale ones too. A point naming a class forgotten here (a store behind its state
         after a crash) is refused to every restricted caller until the state is stored again."""
-        gone = [c for c in self._classes if c not in named]
-        if not gone:
-            return 0
         with self._lock:
-            classes = {i: c for i, c in self._classes.items() if i in named}
-            self._write(classes)
-            self._classes = classes
-            self._readable = {}
-        return len(gone)
+            classes = {i: c for i, c in self._classes.items() if i in named or i not in known}
+            gone = len(self._classes) - len(classes)
+            if gone:
+                self._write(classes)
+                self._classes = classes
+                self._readable = {}
+        return gone
 
     def _write(self, classes: dict[str, AccessClass]) -> None:
         if self.path is not None:
