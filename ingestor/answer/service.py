@@ -42,6 +42,7 @@ from ingestor.config import (
 from ingestor.errors import ContextWindowError, SummarizationError
 from ingestor.protocols import Summarizer
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
+from ingestor.read.names import tree_relative
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
 
@@ -220,12 +221,9 @@ class QueryService:
         that name but a folder is there for this caller (``adrap query --source hr`` by another
         account than the tree's, whose CLI cannot read the tree to tell); a leading ``/`` or
         ``./`` is dropped. Counted under the caller's own filter: nothing else is learnt."""
-        given = flt.source_prefix
-        if not given:
+        if not flt.source_prefix:
             return flt
-        text = given
-        while text.startswith(("./", "/")):
-            text = text[1:] if text.startswith("/") else text[2:]
+        text = tree_relative(flt.source_prefix)
         flt = replace(flt, source_prefix=text or None)
         if not text or text.endswith("/"):
             return flt

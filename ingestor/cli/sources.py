@@ -15,7 +15,7 @@ import click
 
 from ingestor.cli.factories import MODELS_DIR
 from ingestor.config import Settings
-from ingestor.read.names import source_text
+from ingestor.read.names import source_text, tree_relative
 from models_store import ModelStore
 
 
@@ -32,14 +32,14 @@ def resolve_source(s: Settings, given: str | None) -> str | None:
         return given
     state = _state(s)
     if state is None:
-        return _tree_relative(given.strip())
+        return tree_relative(given.strip())
     root = Path(state.root)
     text = given.strip()
     on_disk = Path(text).expanduser()
     tries: list[str] = []
     if on_disk.is_absolute():
         tries += _under(root, on_disk)
-    tries.append(_tree_relative(text))
+    tries.append(tree_relative(text))
     if not on_disk.is_absolute():
         tries += _under(root, Path.cwd() / on_disk)
     for rel in tries:
@@ -67,13 +67,6 @@ def _state(s: Settings) -> Any:
         return load_state(models, s.tree, readonly=True) if state_exists(models, s.tree) else None
     except PermissionError:
         return None
-
-
-def _tree_relative(text: str) -> str:
-    """The filter's own reading: leading ``/`` and ``./`` dropped (``.github/`` kept)."""
-    while text.startswith(("./", "/")):
-        text = text[1:] if text.startswith("/") else text[2:]
-    return text
 
 
 def _under(root: Path, path: Path) -> list[str]:
