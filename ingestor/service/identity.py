@@ -57,8 +57,8 @@ __all__ = [
 SOCKET_FILE: Final = "daemon.sock"
 #: The named tokens, in the state dir.
 TOKENS_FILE: Final = "tokens.json"
-#: The ASGI scope key the Unix socket's server sets to the peer's ``(pid, uid, gid)``; no
-#: request can set it (it is not a header).
+#: The ASGI scope key the Unix socket's server sets to the peer's ``(pid, uid, gid, groups)``
+#: (:func:`peer_credentials`); no request can set it (it is not a header).
 PEER_KEY: Final = "adrap.peer"
 #: Linux's ``SO_PEERGROUPS`` (``asm-generic/socket.h``; Python's socket module lacks the name).
 SO_PEERGROUPS: Final = 59
