@@ -10,16 +10,14 @@ daemon died at its first build. For such a process the tree's state dir keeps th
 nothing is compiled again (about 40 s of a core otherwise).
 
 Nothing here imports numba: the CLI asks at start, for every command, in well under a
-millisecond.
+millisecond (what seeding needs is imported only to seed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Final
 
@@ -55,6 +53,8 @@ def cache_subpath(package: Path) -> str:
     """numba's name for the cache folder of a package's files under ``NUMBA_CACHE_DIR``
     (``numba.core.caching._CacheLocator.get_suitable_cache_subpath``): a differently named
     folder only costs a compile."""
+    import hashlib  # only when the cache is seeded: every command asks numba_can_cache
+
     path = os.path.abspath(package)
     return f"{os.path.basename(path)}_{hashlib.sha1(path.encode()).hexdigest()}"
 
@@ -63,6 +63,8 @@ def seed(dest: Path) -> None:
     """Copy the installed packages' compiled functions (``*.nbi``, ``*.nbc``) into ``dest`` as
     numba names them there; files already there are kept, and those this process may not read
     are left out (numba compiles those functions again)."""
+    import shutil
+
     for package in package_dirs():
         target = dest / cache_subpath(package)
         for cached in (package / "__pycache__").glob("*.nb[ic]"):
