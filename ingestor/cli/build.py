@@ -154,8 +154,10 @@ def index_sparse(ctx: Ctx) -> None:
 
     def body() -> None:
         settings = ctx.settings
-        embedder = make_embedder(settings)
+        # The lock first, as `build` takes it: a running daemon, or a tree that is another
+        # account's, is named at once, before the model is loaded.
         with writer_lock(settings, "index-sparse"), opened_store(settings) as store:
+            embedder = make_embedder(settings)
             store.ensure_collection(embedder.dim, embedder.model_id)
             added = store.index_sparse()
         click.echo(

@@ -124,9 +124,8 @@ def refresh(ctx: Ctx) -> None:
             return
         from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
 
-        embedder = make_embedder(s)
-        with writer_lock(s, "refresh"), opened_store(s) as store:
-            report = make_pipeline(s, store, embedder).refresh()
+        with writer_lock(s, "refresh"), opened_store(s) as store:  # the lock before the model
+            report = make_pipeline(s, store, make_embedder(s)).refresh()
         click.echo(report.summary())
 
     run(ctx, body)
@@ -165,9 +164,8 @@ def repair(ctx: Ctx, every: bool) -> None:
                 "ADRAP_ADRAP__REPAIR_TOKENS_PER_HOUR is 0: repairs are off; set a budget "
                 "(e.g. 50000) to repair drifted subtrees"
             )
-        embedder = make_embedder(s)
-        with writer_lock(s, "repair"), opened_store(s) as store:
-            p = make_pipeline(s, store, embedder)
+        with writer_lock(s, "repair"), opened_store(s) as store:  # the lock before the model
+            p = make_pipeline(s, store, make_embedder(s))
             done = run_repairs(
                 p.context, p.require_state(recover=True), params, limit=None if every else 1
             )
