@@ -26,12 +26,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retriever.errors import EmbeddingError
+from retriever.schema import OPENAI_MODEL_PREFIX
 
 log = logging.getLogger(__name__)
 
 #: Prefix of the model id recorded in the meta point: a tree built through a server refuses
 #: queries embedded in process, even by a model of the same name (the weights may differ).
-MODEL_ID_PREFIX: Final = "openai:"
+MODEL_ID_PREFIX: Final = OPENAI_MODEL_PREFIX
 _RETRY_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504})
 _FIXES: Final = {
     400: "the server rejected the request: a text may exceed the model's context "

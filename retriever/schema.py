@@ -307,11 +307,27 @@ def resolvable_model_name(embed_model: str) -> str | None:
     return None
 
 
+#: The prefix of a model served by an OpenAI-compatible endpoint in the meta point's model id
+#: (``openai:<model>``); a model id without it is a sentence-transformers model.
+OPENAI_MODEL_PREFIX: Final = "openai:"
+
+
+def model_setting(model_id: str) -> str:
+    """Return the settings that make the embedder ``model_id`` (a meta point's model id)."""
+    if model_id.startswith(OPENAI_MODEL_PREFIX):
+        return (
+            f"ADRAP_EMBED__BACKEND=openai ADRAP_EMBED__MODEL={model_id[len(OPENAI_MODEL_PREFIX) :]}"
+            " with ADRAP_EMBED__OPENAI__BASE_URL at the server that serves it"
+        )
+    return f"ADRAP_EMBED__BACKEND=sentence-transformers ADRAP_EMBED__MODEL={model_id}"
+
+
 def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, where: str) -> None:
     """Refuse a collection built with another embedding model or dimension.
 
     Raises:
-        SchemaMismatchError: with the fix in the message.
+        SchemaMismatchError: with the fix in the message: the setting that reads it, or how
+            the tree moves to the embedder's model.
     """
     if found is None:
         return
@@ -319,8 +335,10 @@ def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, wher
     if model != embed_model or found_dim != dim:
         raise SchemaMismatchError(
             f"{where} was built with embedding model {model!r} ({found_dim}-d) but the embedder "
-            f"is {embed_model!r} ({dim}-d); set ADRAP_EMBED__MODEL={model} or rebuild the tree "
-            "into a new collection (ADRAP_QDRANT__COLLECTION=...) / a fresh state dir"
+            f"is {embed_model!r} ({dim}-d); to read it, set {model_setting(str(model))}; to move "
+            f"the tree to {embed_model!r}, run `adrap watch` or a writing command (`adrap add`, "
+            "`adrap refresh`) with this setting: every node's text is embedded again, its "
+            "summaries are kept"
         )
 
 

@@ -40,6 +40,7 @@ from ingestor.tree.rowmap import RowMap, dumps, loads
 from ingestor.tree.state import READABLE_STATE_FORMATS, STATE_FORMAT, TreeState
 from models_store import Changes, IncompatibleModelError, ModelStore, ModelStoreError, RowStore
 from retriever import SCHEMA_VERSION, Embedder
+from retriever.schema import model_setting
 
 log = logging.getLogger(__name__)
 
@@ -198,7 +199,7 @@ def _check_model(rows: RowStore, embedder: Embedder) -> None:
     raise IncompatibleModelError(
         f"the tree state in {rows.path} was written with embedding model {have!r} ({dim}-d) "
         f"but the embedder is {embedder.model_id!r} ({embedder.dim}-d); restore the previous "
-        "setting (ADRAP_EMBED__MODEL and its backend), or change the tree's model: run `adrap "
+        f"setting ({model_setting(str(have))}), or change the tree's model: run `adrap "
         "watch` or any writing command (`adrap add`, `adrap refresh`) with the new setting. It "
         "embeds every node's text again with the new model beside the live store, keeps every "
         "summary (no summary is paid again) and switches when done; queries use the old model "
