@@ -24,6 +24,9 @@ tree is moved to the new model in place of being refused:
    and a first build's leftover checkpoint go. Killed after the commit, the next writer finishes
    the switch before anything else.
 
+Steps 1 and 2 embed, index and refit in a thread at a lower CPU priority
+(:mod:`ingestor.tree.background`): questions answered meanwhile get the cores they need.
+
 Setting the model back during a copy abandons it (the new store is deleted); setting a third
 model restarts the copy for it. Updates wait: the change runs where a writer opens the state
 (``TreeContext.open_state``), before its update; the daemon's watcher starts after it, and finds
@@ -53,6 +56,7 @@ from ingestor.cluster.digest import vector_digest
 from ingestor.cluster.model_refit import refit_global, refit_local
 from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
+from ingestor.tree.background import Background
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.model_progress import (
     COPY,
@@ -211,19 +215,22 @@ class ModelChange:
             old,
         )
         nxt = self.beside.open(dim, model)
-        t_embed = time.perf_counter()
-        embed_s = self._copy(rows, state, nxt, ids, start, model)
-        copy_s = time.perf_counter() - t_embed
-        plan = replace(plan, phase=REFIT)  # what status shows; a kill from here resumes here
-        self._write(rows, state, {"plan": dumps(asdict(plan))})
-        t_index = time.perf_counter()
-        nxt.flush()
-        nxt.optimize()
-        index_s = time.perf_counter() - t_index
-        t_refit = time.perf_counter()
-        state.embed_model, state.dim = model, dim
-        state.vectors.fetch = nxt.retrieve_vectors
-        refitted = self._refit(state, nxt)
+        # Embedding, indexing and refitting yield the cores to the questions the live store
+        # answers meanwhile (tree.background); commits and permission passes run here.
+        with Background() as bg:
+            t_embed = time.perf_counter()
+            embed_s = self._copy(rows, state, nxt, ids, start, model, bg)
+            copy_s = time.perf_counter() - t_embed
+            plan = replace(plan, phase=REFIT)  # what status shows; a kill from here resumes here
+            self._write(rows, state, {"plan": dumps(asdict(plan))})
+            t_index = time.perf_counter()
+            nxt.flush()
+            bg.run(nxt.optimize)
+            index_s = time.perf_counter() - t_index
+            t_refit = time.perf_counter()
+            state.embed_model, state.dim = model, dim
+            state.vectors.fetch = nxt.retrieve_vectors
+            refitted = bg.run(self._refit, state, nxt)
         regenerated = refitted.summaries_regenerated if refitted is not None else 0
         refit_s = time.perf_counter() - t_refit
         changelog.note(  # written by the commit below, with the new model
@@ -262,9 +269,10 @@ class ModelChange:
         ids: list[str],
         start: int,
         model: str,
+        bg: Background,
     ) -> float:
-        """Embed and write ``ids[start:]`` into ``nxt``, committing the cursor after each batch;
-        return the seconds spent embedding."""
+        """Embed and write ``ids[start:]`` into ``nxt`` (in ``bg``), committing the cursor after
+        each batch; return the seconds spent embedding."""
         embed_s = 0.0
         step = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
         for at in range(start, len(ids), step):
@@ -272,10 +280,9 @@ class ModelChange:
             state.nodes.prefetch(batch)
             nodes = [state.nodes[i] for i in batch]
             t = time.perf_counter()
-            vectors = self.embedder.embed_documents([n.text for n in nodes])
+            vectors = bg.run(self.embedder.embed_documents, [n.text for n in nodes])
             embed_s += time.perf_counter() - t
-            nxt.upsert([n.payload(state.tree, model) for n in nodes], vectors)
-            nxt.flush()  # durable before the cursor says so
+            bg.run(_write_batch, nxt, [n.payload(state.tree, model) for n in nodes], vectors)
             done = at + len(batch)
             self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
             if self.between is not None:
@@ -363,6 +370,11 @@ class ModelChange:
         for key, value in put.items():
             ch.set(NS, key, value)
         rows.commit(ch, stamp=state.generation)
+
+
+def _write_batch(nxt: NodeStore, payloads: list[Any], vectors: Any) -> None:
+    nxt.upsert(payloads, vectors)
+    nxt.flush()  # durable before the cursor says so
 
 
 def _fresh(clusterer: Any, make: Callable[[], Any]) -> Any:

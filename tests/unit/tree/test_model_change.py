@@ -8,6 +8,7 @@ runs the real ones); the store is a real qdrant-edge shard."""
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from numpy.typing import NDArray
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree import changelog
+from ingestor.tree.background import BACKGROUND_NICE, thread_nice
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.model_change import NS, ModelChange, pending_change, stored_model
 from ingestor.tree.model_progress import REFIT, SWITCH, change_in
@@ -246,6 +248,27 @@ def test_setting_the_model_back_abandons_the_copy(
     assert not (tmp_path / "qdrant.next").exists()
     assert pending_change(RowStore.shared(state_path(old.context.models, "t"))) is None
     check_invariants(back)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own nice value is Linux's")
+def test_the_copy_embeds_at_a_lower_priority_than_the_questions_answered_meanwhile(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    """The copy's embedding ran in the caller's thread at its priority: questions answered
+    meanwhile waited for the cores (packaged model, 2 cores: 1.93x; bench/model_change.py)."""
+
+    class Niceness(Embedder32):
+        def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
+            seen.add(thread_nice())
+            return super().embed_documents(texts)
+
+    seen: set[int] = set()
+    mine = thread_nice()
+    old, _ = built
+    p = changed(tmp_path, old, Niceness())
+    assert p.require_state(recover=True).embed_model == NEW
+    assert seen == {max(mine, BACKGROUND_NICE)}, seen
+    assert thread_nice() == mine, "the caller's own thread keeps its priority"
 
 
 def test_a_reader_with_another_model_is_told_how_the_tree_changes_model(
