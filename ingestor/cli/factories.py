@@ -319,6 +319,7 @@ def make_pipeline(
         builder,
         on_switch=on_model_switch,
         queries=queries_lock,
+        nice=settings.watch.writer_nice,  # yields the cores to questions, as updates do
     )
     pipeline = Pipeline(
         tree=settings.tree,

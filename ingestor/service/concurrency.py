@@ -2,8 +2,8 @@
 
 :class:`LockedStore` serialises each call into the store (short: one upsert page, one search), so
 a query waits at most for one store call of the writer, never for its whole batch.
-:func:`lower_thread_priority` lets the update worker yield the CPU to queries: on 2 cores a query
-spent two thirds of its time waiting for a core while the writer embedded. qdrant-edge is
+The update worker yields the CPU to queries by its thread's priority
+(:mod:`ingestor.tree.background`). qdrant-edge is
 an in-process engine whose documentation (Edge API, shard lifecycle) states no thread-safety
 guarantee for concurrent calls on one ``EdgeShard``, hence the lock; a
 Qdrant server client could go without it, and costs nothing with it.
@@ -12,8 +12,6 @@ Qdrant server client could go without it, and costs nothing with it.
 from __future__ import annotations
 
 import logging
-import os
-import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -33,31 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-
-
-def lower_thread_priority(increment: int) -> int | None:
-    """Raise the calling thread's nice value by ``increment``; return the new value.
-
-    On Linux the nice value belongs to a thread (``setpriority(2)`` on its thread id), and the
-    threads it starts afterwards (torch's OpenMP team, for one) inherit it, so the update worker
-    and its helpers yield to query threads while queries still get the whole machine when the
-    writer is idle. Returns None where that is not possible (other systems, or refused).
-    """
-    if increment <= 0 or sys.platform != "linux":
-        return None
-    tid = threading.get_native_id()
-    try:
-        nice = min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment)
-        os.setpriority(os.PRIO_PROCESS, tid, nice)
-    except OSError as exc:  # a seccomp profile may forbid it: run at the normal priority
-        log.warning(
-            "cannot lower the update worker's priority by %d (%s); queries may "
-            "slow down during updates; set ADRAP_WATCH__WRITER_NICE=0 to skip this",
-            increment,
-            exc,
-        )
-        return None
-    return nice
 
 
 class Cancelled(Exception):

@@ -36,7 +36,6 @@ from ingestor.pipeline.vectors import removed_leaf_texts
 from ingestor.read.documents import Document
 from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
 from ingestor.service.clock import Clock, SystemClock
-from ingestor.service.concurrency import lower_thread_priority
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
@@ -46,6 +45,7 @@ from ingestor.service.large_docs import (
     changed_since_read,
     large_groups,
 )
+from ingestor.tree.background import lower_thread_priority
 from ingestor.tree.persist import shed_rows
 from ingestor.tree.repair import RepairParams
 from ingestor.tree.state import TreeState

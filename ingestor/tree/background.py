@@ -1,19 +1,20 @@
-"""Work that yields the CPU to queries: one thread at a lower scheduling priority.
+"""Work that yields the CPU to queries: a thread at a lower scheduling priority.
 
-A model change embeds every node's text again while the daemon answers questions from the live
-store. On a machine whose cores the embedding fills, a question waits for them: the packaged
-model's copy on 2 cores made a question's embedding 1.93x slower (14 -> 27 ms). Linux weighs each
-thread by its own nice value, and the threads a library starts from a thread (OpenMP's team for
-torch's intra-op work, the engine's) start with its nice value; so work run in a thread at nice 19
-gets the cores while nobody asks and little of them while a question runs: 1.33x (19 ms) at nice
-10, 1.24x (18 ms) at 19, and the copy alone as fast as before (256 texts 7.4 s at nice 0, 7.1 s
-at 10). ``SCHED_IDLE`` measured the same as nice 19 (a store-only question of 1 ms: 1.82x against
-1.77x; what is left is the cores' shared caches), so the plain nice value is kept.
+On Linux the nice value belongs to a thread (``setpriority(2)`` on its thread id), and the
+threads a library starts from it afterwards (torch's OpenMP team, for one) start with it. So
+writing work run in a thread with a higher nice value gets the whole machine while nobody asks and
+yields it while a question runs. Measured on 2 cores, the packaged model embedding without pause
+(a question's own embedding, 14 ms alone): at the writer's priority a question took 1.93x; from
+a thread at nice 10, 1.33x; at 19, 1.24x; the embedding alone as fast at 10 as at 0 (256 texts
+7.1 s, 7.4 s). ``SCHED_IDLE`` measured as nice 19 (a store-only question of 1 ms: 1.82x against
+1.77x; what is left is the cores' shared caches).
 
-The priority is the thread's own and the thread ends with the work, so the caller's thread keeps
-its priority (an unprivileged process may lower a thread's priority, never raise it back). On
-other systems ``setpriority`` names processes, not threads, so the work runs at the caller's
-priority there.
+The update worker lowers its own thread's priority for its life (:func:`lower_thread_priority`,
+``ADRAP_WATCH__WRITER_NICE``); a model change, which runs where a writer opens the tree (the
+daemon's start, a command), embeds, indexes and refits through :class:`Background`: its own
+thread, lowered by the same setting, which ends with the work, so the caller's thread keeps its
+priority (an unprivileged process may lower a thread's priority, never raise it back). On other
+systems ``setpriority`` names processes, not threads: the work runs at the caller's priority.
 """
 
 from __future__ import annotations
@@ -25,15 +26,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Final, TypeVar
+from typing import TypeVar
 
-__all__ = ["BACKGROUND_NICE", "Background", "thread_nice"]
+__all__ = ["Background", "lower_thread_priority", "thread_nice"]
 
 log = logging.getLogger(__name__)
-
-#: The nice value of background work's thread (the scheduler's weight 110 against a question's
-#: 1024: it keeps ~10 % of a core a question wants).
-BACKGROUND_NICE: Final = 19
 
 T = TypeVar("T")
 
@@ -44,24 +41,34 @@ def thread_nice() -> int:
     return os.getpriority(os.PRIO_PROCESS, who)
 
 
+def lower_thread_priority(increment: int) -> int | None:
+    """Raise the calling thread's nice value by ``increment`` (at most 19); return the new value,
+    or None where that is not possible (other systems, or refused: the work runs as it is)."""
+    if increment <= 0 or sys.platform != "linux":
+        return None
+    tid = threading.get_native_id()
+    try:
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment)
+        os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except OSError as exc:  # a seccomp profile may forbid it: run at the normal priority
+        log.warning(
+            "cannot lower the writer's priority by %d (%s); queries may slow down while it "
+            "works; set ADRAP_WATCH__WRITER_NICE=0 to skip this",
+            increment,
+            exc,
+        )
+        return None
+    return nice
+
+
 class Background:
-    """One thread at nice :data:`BACKGROUND_NICE` (or the caller's, if that is higher) running
-    the calls given to :meth:`run`, one at a time, while the caller waits; a context manager
-    whose exit ends the thread."""
+    """One thread, its priority lowered by ``increment``, running the calls given to
+    :meth:`run` one at a time while the caller waits; a context manager whose exit ends it."""
 
-    def __init__(self, nice: int = BACKGROUND_NICE, name: str = "adrap-background") -> None:
-        self.nice = nice
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix=name, initializer=self._lower)
-
-    def _lower(self) -> None:
-        if sys.platform != "linux":
-            return
-        tid = threading.get_native_id()
-        try:
-            if os.getpriority(os.PRIO_PROCESS, tid) < self.nice:
-                os.setpriority(os.PRIO_PROCESS, tid, self.nice)
-        except OSError as exc:  # a sandbox that forbids it: the work runs, only not yielding
-            log.debug("background work keeps its priority: setpriority failed: %s", exc)
+    def __init__(self, increment: int, name: str = "adrap-background") -> None:
+        self._pool = ThreadPoolExecutor(
+            1, thread_name_prefix=name, initializer=lower_thread_priority, initargs=(increment,)
+        )
 
     def run(self, fn: Callable[..., T], /, *args: object) -> T:
         """Return ``fn(*args)`` run in the background thread (its exception raised here)."""

@@ -24,8 +24,9 @@ tree is moved to the new model in place of being refused:
    and a first build's leftover checkpoint go. Killed after the commit, the next writer finishes
    the switch before anything else.
 
-Steps 1 and 2 embed, index and refit in a thread at a lower CPU priority
-(:mod:`ingestor.tree.background`): questions answered meanwhile get the cores they need.
+Steps 1 and 2 embed, index and refit in a thread whose priority is lowered by ``nice``
+(``ADRAP_WATCH__WRITER_NICE``, as the update worker's; :mod:`ingestor.tree.background`):
+questions answered meanwhile get the cores they need.
 
 Setting the model back during a copy abandons it (the new store is deleted); setting a third
 model restarts the copy for it. Updates wait: the change runs where a writer opens the state
@@ -126,6 +127,7 @@ class ModelChange:
         queries: contextlib.AbstractContextManager[Any] | None = None,
         batch: int | None = None,
         progress: Progress = no_progress,
+        nice: int = 0,
     ) -> None:
         self.models = models
         self.tree = tree
@@ -137,6 +139,7 @@ class ModelChange:
         self.queries = queries
         self.batch = batch
         self.progress = progress
+        self.nice = nice
         #: What the last run did: nodes embedded, seconds per step, summaries regenerated.
         self.report: dict[str, Any] = {}
         self.between: Callable[[TreeState, NodeStore, str], None] | None = None
@@ -217,7 +220,7 @@ class ModelChange:
         nxt = self.beside.open(dim, model)
         # Embedding, indexing and refitting yield the cores to the questions the live store
         # answers meanwhile (tree.background); commits and permission passes run here.
-        with Background() as bg:
+        with Background(self.nice) as bg:
             t_embed = time.perf_counter()
             embed_s = self._copy(rows, state, nxt, ids, start, model, bg)
             copy_s = time.perf_counter() - t_embed

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree import changelog
-from ingestor.tree.background import BACKGROUND_NICE, thread_nice
+from ingestor.tree.background import thread_nice
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.model_change import NS, ModelChange, pending_change, stored_model
 from ingestor.tree.model_progress import REFIT, SWITCH, change_in
@@ -66,6 +66,7 @@ def changed(
     summarizer: EchoSummarizer | None = None,
     beside: EdgeNext | None = None,
     on_switch: object = None,
+    nice: int = 0,
 ) -> Pipeline:
     """A pipeline over ``old``'s store and state whose writers change to ``embedder``'s model."""
     builder = TreeBuilder(
@@ -85,6 +86,7 @@ def changed(
         beside=beside,
         on_switch=on_switch,  # type: ignore[arg-type]
         batch=16,
+        nice=nice,
     )
     return Pipeline(
         tree="t",
@@ -265,10 +267,22 @@ def test_the_copy_embeds_at_a_lower_priority_than_the_questions_answered_meanwhi
     seen: set[int] = set()
     mine = thread_nice()
     old, _ = built
-    p = changed(tmp_path, old, Niceness())
+    p = changed(tmp_path, old, Niceness(), nice=7)
     assert p.require_state(recover=True).embed_model == NEW
-    assert seen == {max(mine, BACKGROUND_NICE)}, seen
+    assert seen == {min(19, mine + 7)}, seen
     assert thread_nice() == mine, "the caller's own thread keeps its priority"
+
+
+def test_the_daemon_s_model_change_yields_as_its_updates_do(tmp_path: Path) -> None:
+    """The factories give the change the update worker's ADRAP_WATCH__WRITER_NICE."""
+    from ingestor.cli.factories import make_pipeline as pipeline_for
+    from ingestor.config import Settings
+
+    s = Settings(_env_file=None, state_dir=tmp_path, watch={"writer_nice": 13})  # type: ignore[call-arg]
+    with EdgeNodeStore(tmp_path / "qdrant") as store:
+        change = pipeline_for(s, store, HashEmbedder()).context.model_change
+        assert isinstance(change, ModelChange)
+        assert change.nice == 13
 
 
 def test_a_reader_with_another_model_is_told_how_the_tree_changes_model(
