@@ -17,6 +17,7 @@ from typing import Any, Final, Self
 
 import qdrant_edge as qe
 
+from retriever.access_map import AccessMap
 from retriever.errors import RetrieverError, SchemaMismatchError, StoreBusyError, StoreError
 from retriever.plan import FULL_SCAN_KB, HnswConfig, Planner, StoreIndex, scan_points
 from retriever.room import (
@@ -88,6 +89,8 @@ class EdgeShardLifecycle:
         self.estimates: dict[SearchFilter, tuple[int, int]] = {}
         #: How a hybrid search fuses its dense and BM25 prefetches.
         self.fusion: Fusion = DEFAULT_FUSION
+        #: Each point's access classes, kept by this store's writes (:mod:`retriever.access_map`).
+        self.access_map = AccessMap()
         self.dim: int | None = None
         self._shard: qe.EdgeShard | None = None
         self._closed = False
@@ -314,6 +317,7 @@ class EdgeShardLifecycle:
         self.dim = meta.get(F.EMBED_DIM) if meta is not None else None
         self.index = read_index(self.path)
         self.estimates.clear()
+        self.access_map.clear()
         log.info("embedded store %s: switched to the shard built in %s", self.path, other)
 
     def embed_model(self) -> str | None:
@@ -327,6 +331,7 @@ class EdgeShardLifecycle:
         """Flush to disk and release the folder lock (idempotent)."""
         shard, self._shard = self._shard, None
         self._closed = True
+        self.access_map.clear()
         if shard is not None:
             with self.engine("close the store"):
                 shard.flush()

@@ -26,13 +26,19 @@ payloads only for the hits the token fill can use.
 
 from __future__ import annotations
 
+import logging
+import math
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, Final, TypeVar
 
 import numpy as np
 import qdrant_edge as qe
 from numpy.typing import NDArray
 
+from retriever.access_map import NO_CLASSES, AccessMap, point_key, scroll_access
 from retriever.budget import Budget
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
@@ -73,6 +79,16 @@ _T = TypeVar("_T")
 
 #: First batch of payloads :meth:`EdgeNodeStore.search_budget` reads (~2000 tokens of nodes).
 BUDGET_BATCH: Final = 16
+#: A reader's query walks unfiltered and drops what they may not read (:mod:`retriever.access_map`)
+#: when they may read at least this share of the points the rest of the filter keeps ...
+READABLE_WALK_MIN_SHARE: Final = 0.2
+#: ... asking for this many times ``limit / share`` hits (the estimate's error, the class mix of
+#: the query's neighbourhood) ...
+READABLE_WALK_MARGIN: Final = 1.3
+#: ... and never more than this many (past it, the reader's own filtered walk is cheaper).
+READABLE_WALK_MAX: Final = 400
+
+log = logging.getLogger(__name__)
 
 
 class EdgeNodeStore(EdgeShardLifecycle):
@@ -122,7 +138,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return
         shard = self.require()
         self.estimates.clear()
-        with self.engine(f"upsert {len(nodes)} points"):
+        with self.engine(f"upsert {len(nodes)} points"), self._keeping_access():
             for start in range(0, len(nodes), UPSERT_BATCH):
                 # each batch: a build's layer of 100k leaves writes ~0.7 GB, past any reserve
                 self.room(f"write {len(nodes) - start} points")
@@ -130,6 +146,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 rows = arr[start : start + UPSERT_BATCH].tolist()
                 points = edge_points(batch, rows, self.index)
                 shard.update(qe.UpdateOperation.upsert_points(points))
+                self.access_map.put((n.node_id, n.access) for n in batch)
             info = shard.info()
         unindexed = unindexed_points(info, sparse=self.index.sparse)
         if self.auto_optimize_points is not None and unindexed >= self.auto_optimize_points:
@@ -143,10 +160,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
         shard = self.require()
         self.room(f"delete {len(ids)} points")
         self.estimates.clear()
-        with self.engine(f"delete {len(ids)} points"):
+        with self.engine(f"delete {len(ids)} points"), self._keeping_access():
             for start in range(0, len(ids), SCROLL_PAGE):
                 page: list[qe.PointId] = list(ids[start : start + SCROLL_PAGE])
                 shard.update(qe.UpdateOperation.delete_points(page))
+                self.access_map.drop(ids[start : start + SCROLL_PAGE])
 
     def set_access(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
         """Set the ``access`` field of existing points (see ``NodeStore.set_access``)."""
@@ -156,13 +174,14 @@ class EdgeNodeStore(EdgeShardLifecycle):
         action = f"set the access of {sum(map(len, groups.values()))} points"
         self.room(action)
         self.estimates.clear()
-        with self.engine(action):
+        with self.engine(action), self._keeping_access():
             for classes, node_ids in groups.items():
                 ids = check_ids(node_ids)
                 for start in range(0, len(ids), SCROLL_PAGE):
                     page: list[qe.PointId] = list(ids[start : start + SCROLL_PAGE])
                     op = qe.UpdateOperation.set_payload(page, {F.ACCESS: list(classes)})
                     shard.update(op)
+                self.access_map.assign({classes: ids})
 
     # -- reads -----------------------------------------------------------------------------------
 
@@ -182,7 +201,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
             StoreError: the engine failed.
         """
         hits = self._query(vector, flt, limit, limit, text, with_payload=True)
-        return [ScoredNode(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
+        nodes = [(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
+        return [ScoredNode(n, score) for n, score in nodes if self._may_read(flt, n)]
 
     def search_budget(
         self,
@@ -212,14 +232,16 @@ class EdgeNodeStore(EdgeShardLifecycle):
         first = first_hits(limit, max_tokens)
         fetched: dict[qe.PointId, dict[str, Any]] = {}
         hits = self._query(vector, flt, first, limit, text)
-        kept, stopped = self._fill(hits, max_tokens, fetched)
+        kept, stopped = self._fill(hits, flt, max_tokens, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            kept, _ = self._fill(self._query(vector, flt, limit, limit, text), max_tokens, fetched)
+            again = self._query(vector, flt, limit, limit, text)
+            kept, _ = self._fill(again, flt, max_tokens, fetched)
         return kept
 
     def _fill(
         self,
         hits: list[qe.ScoredPoint],
+        flt: SearchFilter,
         max_tokens: int,
         fetched: dict[qe.PointId, dict[str, Any]],
     ) -> tuple[list[ScoredNode], bool]:
@@ -241,6 +263,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 if payload is None:
                     continue  # deleted since the query: as if the search had run after
                 node = NodePayload.from_payload(payload)
+                if not self._may_read(flt, node):
+                    continue
                 if not budget.take(node.n_tokens):
                     return kept, True
                 smallest = min(smallest, node.n_tokens)
@@ -335,6 +359,13 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return self.planner.plan(0, 0, limit, self.index)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
             return self.planner.plan(len(flt.ids), len(flt.ids), limit, self.index)
+        return self.planner.plan_filter(flt, *self._estimate(flt, edge_filter), limit, self.index)
+
+    def _estimate(self, flt: SearchFilter, edge_filter: qe.Filter | None) -> tuple[int, int]:
+        """The engine's estimate of the points ``flt`` keeps and of the graph walked, remembered
+        until the next write."""
+        if edge_filter is None:
+            return 0, 0
         seen = self.estimates.get(flt)
         if seen is None:
             shard = self.require()
@@ -349,7 +380,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if len(self.estimates) >= ESTIMATE_MEMO:
                 self.estimates.clear()
             seen = self.estimates[flt] = (matches, total)
-        return self.planner.plan_filter(flt, *seen, limit, self.index)
+        return seen
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
@@ -366,6 +397,85 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return read(shard)
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _may_read(self, flt: SearchFilter, node: NodePayload) -> bool:
+        """Whether a hit read from the engine is the caller's: a reader's hits came from the
+        access map (:meth:`_readable_walk`); their payloads, read to serve them, say again."""
+        if flt.may_read(node.access):
+            return True
+        log.error(
+            "the access map let point %s through for a caller who may not read it (classes %s);"
+            " it is filled again",
+            node.node_id,
+            list(node.access),
+        )
+        self.access_map.clear()
+        return False
+
+    @contextmanager
+    def _keeping_access(self) -> Iterator[None]:
+        """A write that failed part way leaves the access map unsure: it is filled again."""
+        try:
+            yield
+        except BaseException:
+            self.access_map.clear()
+            raise
+
+    def _filled_access_map(self) -> AccessMap:
+        """The access map, filled first by one scroll of every point's classes if needed."""
+        amap = self.access_map
+        if not amap.complete:
+            shard = self.require()
+            t0 = time.perf_counter()
+            with self.engine("read every point's access classes"):
+                points = scroll_access(shard)
+            amap.fill(points)
+            log.info(
+                "embedded store %s: read the access classes of its %d points in %.2f s",
+                self.path,
+                len(points),
+                time.perf_counter() - t0,
+            )
+        return amap
+
+    def _readable_walk(
+        self,
+        vector: NDArray[np.float32],
+        flt: SearchFilter,
+        limit: int,
+        depth: int,
+        text: str | None,
+        with_payload: bool,
+    ) -> list[qe.ScoredPoint] | None:
+        """A reader's hits as the readable points of the unfiltered ranking
+        (:mod:`retriever.access_map`): a walk without the reader's classes for ``limit / share``
+        hits (share: the points the reader may read among those the rest of the filter keeps,
+        as the planner estimates), the unreadable dropped by the access map. None where the
+        reader's own plan is better: it scans (few readable points), the share is below
+        :data:`READABLE_WALK_MIN_SHARE`, the walk would pass :data:`READABLE_WALK_MAX`, or the
+        walk kept fewer than ``limit`` readable hits of a ranking that goes on.
+        """
+        base = replace(flt, readable=None)
+        own = self._plan(flt, _edge_filter(flt), limit)
+        if own.exact or own.scan:
+            return None
+        readable, _ = self._estimate(flt, _edge_filter(flt))
+        everything, _ = self._estimate(base, _edge_filter(base))
+        share = readable / max(1, everything)
+        if share < READABLE_WALK_MIN_SHARE:
+            return None
+        walk = math.ceil(limit / share * READABLE_WALK_MARGIN)
+        if walk > READABLE_WALK_MAX:
+            return None
+        deeper = max(walk, math.ceil(depth / share * READABLE_WALK_MARGIN))
+        amap = self._filled_access_map()
+        ok = amap.readable_sets(flt.readable or ())
+        hits = self._query(vector, base, walk, deeper, text, with_payload=with_payload)
+        points = amap.points
+        kept = [h for h in hits if ok[points.get(point_key(h.id), NO_CLASSES)]]
+        if len(kept) >= limit or len(hits) < walk:
+            return kept[:limit]
+        return None
 
     def _query(
         self,
@@ -387,6 +497,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         edge_filter = _edge_filter(flt)
         if edge_filter is None or limit == 0:
             return []
+        if flt.readable and flt.ids is None:
+            walked = self._readable_walk(vector, flt, limit, depth, text, with_payload)
+            if walked is not None:
+                return walked
         shard = self.require()
 
         using = self.index.vector_for(flt)

@@ -15,6 +15,7 @@ import enum
 import functools
 import posixpath
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -361,6 +362,10 @@ class SearchFilter:
     #: The access classes the caller may read; a node matches only if every class it lists is
     #: among them (and it lists one). None: an unrestricted caller (the tree's owner).
     readable: tuple[str, ...] | None = None
+
+    def may_read(self, access: Sequence[str]) -> bool:
+        """Whether the caller reads a node listing ``access`` (see :attr:`readable`)."""
+        return self.readable is None or (bool(access) and set(access) <= set(self.readable))
 
     @property
     def leaves_only(self) -> bool:
