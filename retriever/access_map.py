@@ -11,8 +11,11 @@ payload to return one field): this map.
 
 The embedded shard has one writer, the process that holds its folder lock, and every write of a
 point's classes goes through the store's ``upsert``, ``delete`` and ``set_access``, which keep
-the map; a model change's switch or a close drops it. It is filled once, on the first reader's
-query, by one scroll of every point's ``access`` field. Reading a point's payload afterwards
+the map; a model change's switch, a failed write or a close drops it. A reader's query marks it
+wanted; the daemon then fills it a page at a time (:meth:`EdgeNodeStore.fill_access_page
+<retriever.edge_store.EdgeNodeStore.fill_access_page>`, each page a store call of its own: 100k
+points in ~3 s, never one lock held that long), the writes in between kept as they come; until
+it is complete, readers' queries use the engine's filter. Reading a point's payload afterwards
 (every hit served is read) checks its classes again, so a map out of date could only hide a
 point, never serve one the caller may not read.
 """
@@ -29,6 +32,8 @@ from retriever.schema import F
 
 __all__ = ["NO_CLASSES", "AccessMap", "point_key", "scroll_access"]
 
+#: Readers whose :meth:`AccessMap.readable_sets` are remembered.
+JUDGED_READERS: Final = 256
 #: Points per page of :func:`scroll_access`.
 PAGE: Final = 4096
 
@@ -44,8 +49,18 @@ class AccessMap:
         self.sets: list[frozenset[str]] = [frozenset()]
         self._index: dict[frozenset[str], int] = {frozenset(): NO_CLASSES}
         self.points: dict[int, int] = {}
+        #: Points per class set (by index), for the share a reader may read.
+        self.counts: list[int] = [0]
+        #: :meth:`readable_sets` per reader, extended as sets are added (summaries' unions
+        #: make thousands: 0.6 ms a query to judge them all again).
+        self._judged: dict[frozenset[str], list[bool]] = {}
         #: Whether every point of the shard is in :attr:`points` (filled once, then kept).
         self.complete = False
+        #: A fill under way: the scroll's next offset (None: from the start).
+        self.filling = False
+        self.offset: object = None
+        #: A reader's query found the map not complete: the daemon fills it.
+        self.wanted = False
 
     def _set_of(self, classes: Iterable[str]) -> int:
         key = frozenset(classes)
@@ -53,46 +68,84 @@ class AccessMap:
         if found is None:
             found = self._index[key] = len(self.sets)
             self.sets.append(key)
+            self.counts.append(0)
         return found
 
-    def fill(self, points: Iterable[tuple[uuid.UUID | str | int, Sequence[str]]]) -> None:
-        """Record every point of the shard (a scroll of their ``access`` fields); complete."""
+    def _record(self, key: int, found: int) -> None:
+        old = self.points.get(key)
+        if old is not None:
+            self.counts[old] -= 1
+        self.points[key] = found
+        self.counts[found] += 1
+
+    def fill(
+        self, points: Iterable[tuple[uuid.UUID | str | int, Sequence[str]]], offset: object = None
+    ) -> None:
+        """Record a page of the shard's points (a scroll of their ``access`` fields) and where
+        the scroll goes on; complete when it ends (``offset`` None)."""
+        self.filling = True
         for point_id, classes in points:
-            self.points[point_key(point_id)] = self._set_of(classes)
-        self.complete = True
+            self._record(point_key(point_id), self._set_of(classes))
+        self.offset = offset
+        if offset is None:
+            self.complete, self.filling = True, False
+
+    @property
+    def kept(self) -> bool:
+        """Whether writes are recorded (the map is complete, or a fill is under way: a page read
+        later reads the shard as written)."""
+        return self.complete or self.filling
 
     def put(self, entries: Iterable[tuple[str, Sequence[str]]]) -> None:
         """Points written (upserted) with these classes."""
-        if self.complete:
+        if self.kept:
             for point_id, classes in entries:
-                self.points[point_key(point_id)] = self._set_of(classes)
+                self._record(point_key(point_id), self._set_of(classes))
 
     def assign(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
         """Points whose classes were set (``set_access``): each group's ids get its classes."""
-        if self.complete:
+        if self.kept:
             for classes, ids in groups.items():
                 found = self._set_of(classes)
                 for point_id in ids:
                     key = point_key(point_id)
                     if key in self.points:  # a point not in the shard is not made by this
-                        self.points[key] = found
+                        self._record(key, found)
 
     def drop(self, ids: Iterable[str]) -> None:
         """Points deleted."""
-        if self.complete:
+        if self.kept:
             for point_id in ids:
-                self.points.pop(point_key(point_id), None)
+                old = self.points.pop(point_key(point_id), None)
+                if old is not None:
+                    self.counts[old] -= 1
 
     def clear(self) -> None:
         """Forget every point (the shard was replaced or closed): filled again when asked."""
         self.points.clear()
-        self.complete = False
+        self.counts = [0] * len(self.sets)
+        self.complete = self.filling = False
+        self.offset = None
 
     def readable_sets(self, readable: Iterable[str]) -> list[bool]:
         """For each class set's index, whether a caller who may read ``readable`` reads it: it
         lists a class, and every class it lists is readable."""
         ok = frozenset(readable)
-        return [bool(s) and s <= ok for s in self.sets]
+        judged = self._judged.get(ok)
+        if judged is None:
+            if len(self._judged) >= JUDGED_READERS:
+                self._judged.clear()
+            judged = self._judged[ok] = []
+        if len(judged) < len(self.sets):
+            judged.extend(bool(s) and s <= ok for s in self.sets[len(judged) :])
+        return judged
+
+    def share(self, readable_sets: list[bool]) -> float:
+        """The share of the shard's points whose class set ``readable_sets`` marks readable."""
+        total = sum(self.counts)
+        return sum(n for n, ok in zip(self.counts, readable_sets, strict=True) if ok) / max(
+            1, total
+        )
 
 
 def point_key(point_id: uuid.UUID | str | int) -> int:
@@ -104,15 +157,22 @@ def point_key(point_id: uuid.UUID | str | int) -> int:
     return uuid.UUID(point_id).int
 
 
-def scroll_access(shard: qe.EdgeShard) -> list[tuple[uuid.UUID | str | int, list[str]]]:
-    """Every point of ``shard`` with the classes its ``access`` field lists (one scroll)."""
+def scroll_access(
+    shard: qe.EdgeShard, offset: object = None, limit: int | None = None
+) -> tuple[list[tuple[uuid.UUID | str | int, list[str]]], object]:
+    """The points of ``shard`` from ``offset`` (None: the start) with the classes their
+    ``access`` field lists, and the offset to go on from (None: the end): at most ``limit``
+    points (None: every one)."""
     out: list[tuple[uuid.UUID | str | int, list[str]]] = []
-    offset: qe.PointId | None = None
     while True:
+        page = PAGE if limit is None else min(PAGE, limit - len(out))
         request = qe.ScrollRequest(
-            limit=PAGE, offset=offset, with_payload=[F.ACCESS], with_vector=False
+            limit=page,
+            offset=offset,  # type: ignore[arg-type]
+            with_payload=[F.ACCESS],
+            with_vector=False,
         )
         records, offset = shard.scroll(request)
         out.extend((r.id, list((r.payload or {}).get(F.ACCESS) or ())) for r in records)
-        if offset is None:
-            return out
+        if offset is None or (limit is not None and len(out) >= limit):
+            return out, offset

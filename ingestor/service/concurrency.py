@@ -151,6 +151,16 @@ class LockedStore(NodeStore):
         with self.held():
             self.inner.close()
 
+    def fill_access_page(self) -> bool:
+        """A page more of the wrapped store's access map (see
+        :meth:`~retriever.edge_store.EdgeNodeStore.fill_access_page`), under the lock; True
+        (nothing to fill) for a store without one."""
+        fill = getattr(self.inner, "fill_access_page", None)
+        if fill is None:
+            return True
+        with self.held():
+            return bool(fill())
+
     def bulk_writes(self) -> AbstractContextManager[None]:
         """The wrapped store's bulk-write mode, where it has one (:func:`bulk_writes` of
         :mod:`ingestor.pipeline.context` asks for it by name; a build's upserts run in it)."""

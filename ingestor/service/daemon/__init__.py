@@ -151,6 +151,7 @@ class Daemon:
         self._access_took = 0.0  # how long it took
         self._access_gap = self.access_check_interval  # until the next scheduled pass
         self._access_thread: threading.Thread | None = None  # the pass running, if any
+        self._map_thread: threading.Thread | None = None  # the access map's fill, if any
         self.unix_server: UnixHttpServer | None = None
         self.quarantine = Quarantine(self.state_dir / QUARANTINE_FILE)
         self.guard = ShareGuard(
@@ -252,6 +253,7 @@ class Daemon:
                 )
                 while not stop.wait(min(1.0, self.access_check_interval or 1.0)):
                     self._check_access()
+                    self._fill_access_map(stop)
                     if not observer.is_alive():
                         log.error("the file observer stopped; exiting so a supervisor restarts it")
                         break
@@ -429,6 +431,25 @@ class Daemon:
             target=self._access_pass, args=(asked,), name="adrap-permissions", daemon=True
         )
         self._access_thread.start()
+
+    def _fill_access_map(self, stop: threading.Event) -> None:
+        """Once a reader's query wanted the embedded store's access map (retriever.access_map),
+        fill it on a thread of its own, a page a store call, beside queries and writes."""
+        amap = getattr(self.store.inner, "access_map", None)
+        if amap is None or amap.complete or not amap.wanted:
+            return
+        if self._map_thread is not None and self._map_thread.is_alive():
+            return
+
+        def fill() -> None:
+            try:
+                while not stop.is_set() and not self.store.fill_access_page():
+                    pass
+            except Exception as exc:  # the engine failed: readers keep the engine's filter
+                log.warning("cannot fill the access map now (%s); tried again in a moment", exc)
+
+        self._map_thread = threading.Thread(target=fill, name="adrap-access-map", daemon=True)
+        self._map_thread.start()
 
     def _access_pass(self, asked: bool) -> None:
         """One permission pass (:meth:`_check_access`); sets when the next is due."""

@@ -283,6 +283,30 @@ def test_named_tokens_and_the_pinned_proxy_header_stand_for_their_principals(
     assert not _leaks(_http(daemon, "/query", q, carol)[1])
 
 
+def test_the_access_map_is_filled_beside_the_queries_and_never_opens_a_secret(
+    daemon: Daemon,
+) -> None:
+    """A reader's query walks unfiltered and keeps what the store's access map says they may
+    read (retriever.access_map): the daemon fills the map on its own thread once a reader wants
+    it; no mode of /query serves the secret before, during or after."""
+    from retriever.edge_store import EdgeNodeStore
+    from retriever.plan import Planner
+
+    store = daemon.store.inner
+    assert isinstance(store, EdgeNodeStore)
+    store.planner = Planner(exact_max_points=0)  # walks, as a big tree's readers' queries do
+    store.estimates.clear()
+    q = {"q": f"salary review {SECRET} bonus pool", "max_tokens": "4000"}
+    assert not _leaks(_http(daemon, "/query", q)[1])
+    wait_until(lambda: store.access_map.complete, timeout=30, what="the access map filled")
+    for mode in MODES:
+        code, body = _http(daemon, "/query", {**q, **mode})
+        assert code == 200, body
+        assert not _leaks(body), mode
+    code, body = _http(daemon, "/query", q, {"Authorization": f"Bearer {OWNER}"})
+    assert _reads(body)
+
+
 def test_status_tells_who_asks_and_names_no_file_to_a_stranger(daemon: Daemon) -> None:
     code, body = _http(daemon, "/status", {})
     assert code == 200
