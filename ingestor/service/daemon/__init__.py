@@ -435,7 +435,7 @@ class Daemon:
     def _fill_access_map(self, stop: threading.Event) -> None:
         """Once a reader's query wanted the embedded store's access map (retriever.access_map),
         fill it on a thread of its own, a page a store call, beside queries and writes."""
-        amap = getattr(self.store.inner, "access_map", None)
+        amap = getattr(getattr(self.store, "inner", self.store), "access_map", None)
         if amap is None or amap.complete or not amap.wanted:
             return
         if self._map_thread is not None and self._map_thread.is_alive():
