@@ -48,16 +48,19 @@ def test_an_account_without_a_home_keeps_numba_s_cache_in_the_state_dir() -> Non
         env |= {"HOME": "/nonexistent", "PYTHONPATH": str(REPO)}
         env.pop("XDG_CACHE_HOME", None)
 
+        # nobody, who may read and pass through every folder (CI's interpreter sits under a
+        # private home: without it the test skipped there) but writes only where nobody may
+        nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                  "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]  # fmt: skip
+
         def child(mode: str) -> subprocess.CompletedProcess[str]:
             return subprocess.run(
-                ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                 sys.executable, "-c", SCRIPT, str(state), mode],
+                [*nobody, sys.executable, "-c", SCRIPT, str(state), mode],
                 cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
             )  # fmt: skip
 
         reach = subprocess.run(
-            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-             sys.executable, "-c", "import ingestor.cluster.numba_cache"],
+            [*nobody, sys.executable, "-c", "import ingestor.cluster.numba_cache"],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         if reach.returncode != 0:  # the interpreter or the checkout is not nobody's to read
