@@ -30,9 +30,6 @@ from retriever.schema import OPENAI_MODEL_PREFIX
 
 log = logging.getLogger(__name__)
 
-#: Prefix of the model id recorded in the meta point: a tree built through a server refuses
-#: queries embedded in process, even by a model of the same name (the weights may differ).
-MODEL_ID_PREFIX: Final = OPENAI_MODEL_PREFIX
 _RETRY_STATUS: Final = frozenset({408, 409, 429, 500, 502, 503, 504})
 _FIXES: Final = {
     400: "the server rejected the request: a text may exceed the model's context "
@@ -89,7 +86,9 @@ class OpenAIEmbedder:
             )
         self._client = client
         self.model = model
-        self.model_id = MODEL_ID_PREFIX + model
+        # The prefix: a tree built through a server refuses queries embedded in process, even
+        # by a model of the same name (the weights may differ).
+        self.model_id = OPENAI_MODEL_PREFIX + model
         self.batch_size = batch_size
         self.concurrency = concurrency
         self.max_retries = max_retries

@@ -313,14 +313,21 @@ def resolvable_model_name(embed_model: str) -> str | None:
 OPENAI_MODEL_PREFIX: Final = "openai:"
 
 
+def model_backend(model_id: str) -> tuple[Literal["openai", "sentence-transformers"], str]:
+    """Return the embedding backend and model name (``ADRAP_EMBED__BACKEND``,
+    ``ADRAP_EMBED__MODEL``) whose embedder records ``model_id`` (a meta point's model id)."""
+    if model_id.startswith(OPENAI_MODEL_PREFIX):
+        return "openai", model_id[len(OPENAI_MODEL_PREFIX) :]
+    return "sentence-transformers", model_id
+
+
 def model_setting(model_id: str) -> str:
     """Return the settings that make the embedder ``model_id`` (a meta point's model id)."""
-    if model_id.startswith(OPENAI_MODEL_PREFIX):
-        return (
-            f"ADRAP_EMBED__BACKEND=openai ADRAP_EMBED__MODEL={model_id[len(OPENAI_MODEL_PREFIX) :]}"
-            " with ADRAP_EMBED__OPENAI__BASE_URL at the server that serves it"
-        )
-    return f"ADRAP_EMBED__BACKEND=sentence-transformers ADRAP_EMBED__MODEL={model_id}"
+    backend, name = model_backend(model_id)
+    setting = f"ADRAP_EMBED__BACKEND={backend} ADRAP_EMBED__MODEL={name}"
+    if backend == "openai":
+        return f"{setting} with ADRAP_EMBED__OPENAI__BASE_URL at the server that serves it"
+    return setting
 
 
 def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, where: str) -> None:

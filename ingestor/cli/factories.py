@@ -406,18 +406,16 @@ def following_embedder(settings: Settings, embedder: Embedder, questions: Embedd
     loaded any more leaves questions refused, with the reason, until the switch."""
     from ingestor.tree.model_change import stored_model
     from retriever import EmbeddingError
-    from retriever.embedding_openai import MODEL_ID_PREFIX
     from retriever.model_switch import FollowingEmbedder
+    from retriever.schema import model_backend
 
     found = stored_model(state_db(settings))
     if found is None or found == (embedder.model_id, embedder.dim):
         return None
     old, _ = found
     e = settings.embed
-    if old.startswith(MODEL_ID_PREFIX):
-        then = e.model_copy(update={"backend": "openai", "model": old[len(MODEL_ID_PREFIX) :]})
-    else:
-        then = e.model_copy(update={"backend": "sentence-transformers", "model": old})
+    backend, name = model_backend(old)
+    then = e.model_copy(update={"backend": backend, "model": name})
     try:
         before: Embedder | None = make_query_embedder(settings.model_copy(update={"embed": then}))
     except EmbeddingError as exc:

