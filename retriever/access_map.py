@@ -28,7 +28,7 @@ from typing import Final
 
 import qdrant_edge as qe
 
-from retriever.schema import F
+from retriever.schema import F, readable_by
 
 __all__ = ["NO_CLASSES", "AccessMap", "point_key", "scroll_access"]
 
@@ -128,8 +128,8 @@ class AccessMap:
         self.offset = None
 
     def readable_sets(self, readable: Iterable[str]) -> list[bool]:
-        """For each class set's index, whether a caller who may read ``readable`` reads it: it
-        lists a class, and every class it lists is readable."""
+        """For each class set's index, whether a caller who may read ``readable`` reads it
+        (:func:`~retriever.schema.readable_by`)."""
         ok = frozenset(readable)
         judged = self._judged.get(ok)
         if judged is None:
@@ -137,7 +137,7 @@ class AccessMap:
                 self._judged.clear()
             judged = self._judged[ok] = []
         if len(judged) < len(self.sets):
-            judged.extend(bool(s) and s <= ok for s in self.sets[len(judged) :])
+            judged.extend(readable_by(s, ok) for s in self.sets[len(judged) :])
         return judged
 
     def share(self, readable_sets: list[bool]) -> float:

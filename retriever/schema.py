@@ -15,7 +15,8 @@ import enum
 import functools
 import posixpath
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -350,6 +351,13 @@ def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, wher
         )
 
 
+def readable_by(access: Iterable[str], readable: AbstractSet[str]) -> bool:
+    """The reader rule: a caller who may read the classes ``readable`` reads a node listing
+    ``access`` only if it lists one, and every one it lists is among them."""
+    listed = frozenset(access)
+    return bool(listed) and listed <= readable
+
+
 @dataclass(frozen=True, slots=True)
 class SearchFilter:
     """The small filter language of a node search; each adapter translates it once.
@@ -372,7 +380,7 @@ class SearchFilter:
 
     def may_read(self, access: Sequence[str]) -> bool:
         """Whether the caller reads a node listing ``access`` (see :attr:`readable`)."""
-        return self.readable is None or (bool(access) and set(access) <= set(self.readable))
+        return self.readable is None or readable_by(access, frozenset(self.readable))
 
     @property
     def leaves_only(self) -> bool:
