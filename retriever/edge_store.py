@@ -360,13 +360,6 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return self.planner.plan(0, 0, limit, self.index)
         if flt.ids is not None and len(flt.ids) <= self.planner.exact_max_points:
             return self.planner.plan(len(flt.ids), len(flt.ids), limit, self.index)
-        return self.planner.plan_filter(flt, *self._estimate(flt, edge_filter), limit, self.index)
-
-    def _estimate(self, flt: SearchFilter, edge_filter: qe.Filter | None) -> tuple[int, int]:
-        """The engine's estimate of the points ``flt`` keeps and of the graph walked, remembered
-        until the next write."""
-        if edge_filter is None:
-            return 0, 0
         seen = self.estimates.get(flt)
         if seen is None:
             shard = self.require()
@@ -381,7 +374,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if len(self.estimates) >= ESTIMATE_MEMO:
                 self.estimates.clear()
             seen = self.estimates[flt] = (matches, total)
-        return seen
+        return self.planner.plan_filter(flt, *seen, limit, self.index)
 
     def read_shard(self, action: str, read: Callable[[qe.EdgeShard], _T]) -> _T:
         """Return ``read(shard)``, engine failures raised as StoreError naming ``action``.
@@ -443,6 +436,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         self,
         vector: NDArray[np.float32],
         flt: SearchFilter,
+        edge_filter: qe.Filter,
         limit: int,
         depth: int,
         text: str | None,
@@ -456,7 +450,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         reader's own plan is better: it scans (few readable points), the share is below
         :data:`READABLE_WALK_MIN_SHARE`, or the walk would pass :data:`READABLE_WALK_MAX`.
         """
-        own = self._plan(flt, _edge_filter(flt), limit)
+        own = self._plan(flt, edge_filter, limit)
         if own.exact or own.scan:
             return None
         amap = self.access_map
@@ -501,7 +495,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if edge_filter is None or limit == 0:
             return []
         if flt.readable and flt.ids is None:
-            walked = self._readable_walk(vector, flt, limit, depth, text, with_payload)
+            walked = self._readable_walk(vector, flt, edge_filter, limit, depth, text, with_payload)
             if walked is not None:
                 return walked
         shard = self.require()
