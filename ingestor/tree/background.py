@@ -46,10 +46,9 @@ def lower_thread_priority(increment: int) -> int | None:
     or None where that is not possible (other systems, or refused: the work runs as it is)."""
     if increment <= 0 or sys.platform != "linux":
         return None
-    tid = threading.get_native_id()
     try:
-        nice = min(19, os.getpriority(os.PRIO_PROCESS, tid) + increment)
-        os.setpriority(os.PRIO_PROCESS, tid, nice)
+        nice = min(19, thread_nice() + increment)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except OSError as exc:  # a seccomp profile may forbid it: run at the normal priority
         log.warning(
             "cannot lower the writer's priority by %d (%s); queries may slow down while it "
