@@ -351,6 +351,14 @@ def check_meta(found: dict[str, Any] | None, *, embed_model: str, dim: int, wher
         )
 
 
+def tree_relative(text: str) -> str:
+    """A source filter as the tree reads it, relative to the root: leading ``/`` and ``./``
+    dropped (a prefix, not characters: ``.github/`` kept)."""
+    while text.startswith(("./", "/")):
+        text = text[1:] if text.startswith("/") else text[2:]
+    return text
+
+
 def readable_by(access: Iterable[str], readable: AbstractSet[str]) -> bool:
     """The reader rule: a caller who may read the classes ``readable`` reads a node listing
     ``access`` only if it lists one, and every one it lists is among them."""
@@ -396,9 +404,7 @@ class SearchFilter:
         """Return ``(field, value)`` of the exact keyword match that implements source_prefix."""
         if self.source_prefix is None:
             return None
-        prefix = self.source_prefix.strip()
-        while prefix.startswith(("./", "/")):  # a prefix, not characters: keep ".github/"
-            prefix = prefix[1:] if prefix.startswith("/") else prefix[2:]
+        prefix = tree_relative(self.source_prefix.strip())
         if prefix.endswith("/"):
             return (F.SOURCE_DIRS, prefix)
         return (F.SOURCES, prefix)

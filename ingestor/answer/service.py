@@ -42,9 +42,9 @@ from ingestor.config import (
 from ingestor.errors import ContextWindowError, SummarizationError
 from ingestor.protocols import Summarizer
 from ingestor.read.access_classes import UNRESTRICTED, ClassRegistry, Identity
-from ingestor.read.names import tree_relative
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, ScoredNode, SearchFilter, answer_json, run_query
+from retriever.schema import tree_relative
 
 if TYPE_CHECKING:
     from ingestor.answer.postqfrap import QFResult

@@ -15,8 +15,9 @@ import click
 
 from ingestor.cli.factories import MODELS_DIR
 from ingestor.config import Settings
-from ingestor.read.names import source_text, tree_relative
+from ingestor.read.names import source_text
 from models_store import ModelStore
+from retriever.schema import tree_relative
 
 
 def resolve_source(s: Settings, given: str | None) -> str | None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["fs_name", "shown", "source_text", "tree_relative"]
+__all__ = ["fs_name", "shown", "source_text"]
 
 _HEX = frozenset("0123456789abcdefABCDEF")
 _ESCAPE = re.compile(r"\\(\\|x[0-9a-fA-F]{2})")
@@ -109,11 +109,3 @@ def shown(text: str, *, lines: bool = False) -> str:
     whose newlines and tabs are kept."""
     pattern = _UNSHOWN_IN_TEXT if lines else _UNSHOWN
     return pattern.sub(_escaped, text) if pattern.search(text) else text
-
-
-def tree_relative(text: str) -> str:
-    """A source filter as the tree reads it, relative to the root: leading ``/`` and ``./``
-    dropped (``.github/`` kept)."""
-    while text.startswith(("./", "/")):
-        text = text[1:] if text.startswith("/") else text[2:]
-    return text
