@@ -71,3 +71,64 @@ def fill_budget(hits: Sequence[ScoredNode], max_tokens: int) -> list[ScoredNode]
     """Take hits in the given order while the running ``n_tokens`` total stays ≤ ``max_tokens``,
     stopping at the first that does not fit (:class:`Budget`)."""
     return fill(hits, _hit_tokens, max_tokens)
+
+
+def context_fill(
+    items: Sequence[_T],
+    max_tokens: int,
+    redundant: float | None,
+    *,
+    key: Callable[[_T], str],
+    n_tokens: Callable[[_T], int],
+    children: Callable[[_T], Sequence[str]],
+) -> tuple[list[_T], bool]:
+    """Return the collapsed tree's fill of ``items`` (score order) and whether it took every
+    item it did not leave out (so that more items might be taken too).
+
+    The :class:`Budget` rule; with ``redundant`` set, a summary that would share the context with
+    at least that share of its children is left out and the fill runs again, until no kept
+    summary has its children in the context (a summary's text is drawn from its children: with
+    enough of them there it repeats what the reader already has, and its tokens go to the next
+    hit instead). A summary left out is not taken back.
+
+    The fill of a prefix of ``items`` that did not take every item of it is the fill of all of
+    them (each round stops inside the prefix), so a store may read hits as it goes and stop
+    there (``search_budget``).
+    """
+    dropped: set[str] = set()
+    while True:
+        rest = [i for i in items if key(i) not in dropped]
+        chosen = fill(rest, n_tokens, max_tokens)
+        if redundant is None:
+            return chosen, len(chosen) == len(rest)
+        ids = {key(i) for i in chosen}
+        more = set()
+        for i in chosen:
+            kids = children(i)
+            if kids and sum(c in ids for c in kids) >= redundant * len(kids):
+                more.add(key(i))
+        if not more:
+            return chosen, len(chosen) == len(rest)
+        dropped |= more
+
+
+def _hit_key(hit: ScoredNode) -> str:
+    return hit.node.node_id
+
+
+def _hit_children(hit: ScoredNode) -> Sequence[str]:
+    return hit.node.children
+
+
+def context_hits(
+    hits: Sequence[ScoredNode], max_tokens: int, redundant: float | None
+) -> tuple[list[ScoredNode], bool]:
+    """:func:`context_fill` of scored nodes."""
+    return context_fill(
+        hits,
+        max_tokens,
+        redundant,
+        key=_hit_key,
+        n_tokens=_hit_tokens,
+        children=_hit_children,
+    )

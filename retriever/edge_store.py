@@ -38,7 +38,7 @@ import qdrant_edge as qe
 from numpy.typing import NDArray
 
 from retriever.access_map import NO_CLASSES, point_key, scroll_access
-from retriever.budget import Budget
+from retriever.budget import context_hits
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, graph_filter
@@ -213,16 +213,18 @@ class EdgeNodeStore(EdgeShardLifecycle):
         max_tokens: int,
         *,
         text: str | None = None,
+        redundant: float | None = None,
     ) -> list[ScoredNode]:
-        """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, reading fewer payloads.
+        """Return ``context_hits(search(vector, flt, limit), max_tokens, redundant)``, reading
+        fewer payloads (:func:`~retriever.budget.context_fill`: the greedy fill, without the
+        summaries that would repeat their children with ``redundant`` set).
 
         The same planned ANN query without payloads, first for only the hits the budget could
         take (:func:`~retriever.plan.first_hits`; ``limit`` only if every one fits); then the
-        best hits' payloads in batches while the greedy fill (score order, stopping at the first
-        node that does not fit) takes nodes: 16, then as many as the tokens left would take at
-        the smallest node seen, plus one. The engine parses a point's whole payload even to
-        return one field. The hits' ids (each read builds a ``uuid.UUID``, ~2 us) are read only
-        for the batches fetched, and go back to the engine unchecked.
+        best hits' payloads in batches while the fill takes nodes: 16, then as many as the
+        tokens left would take at the smallest node seen, plus one. The engine parses a point's
+        whole payload even to return one field. The hits' ids (each read builds a ``uuid.UUID``,
+        ~2 us) are read only for the batches fetched, and go back to the engine unchecked.
 
         Raises:
             ValueError: as :meth:`search`, or ``max_tokens < 1``.
@@ -233,10 +235,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         first = first_hits(limit, max_tokens)
         fetched: dict[qe.PointId, dict[str, Any]] = {}
         hits = self._query(vector, flt, first, limit, text)
-        kept, stopped = self._fill(hits, flt, max_tokens, fetched)
+        kept, stopped = self._fill(hits, flt, max_tokens, redundant, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
             again = self._query(vector, flt, limit, limit, text)
-            kept, _ = self._fill(again, flt, max_tokens, fetched)
+            kept, _ = self._fill(again, flt, max_tokens, redundant, fetched)
         return kept
 
     def _fill(
@@ -244,14 +246,16 @@ class EdgeNodeStore(EdgeShardLifecycle):
         hits: list[qe.ScoredPoint],
         flt: SearchFilter,
         max_tokens: int,
+        redundant: float | None,
         fetched: dict[qe.PointId, dict[str, Any]],
     ) -> tuple[list[ScoredNode], bool]:
-        """Return the greedy fill of ``hits`` and whether a node did not fit (it stopped).
+        """Return the fill of ``hits`` (:func:`~retriever.budget.context_hits`) and whether it
+        stopped inside them (a node did not fit).
 
-        Payloads are read in batches as the fill goes, kept in ``fetched`` for a second fill; each
-        node's fit is the :class:`~retriever.budget.Budget`'s decision."""
+        Payloads are read in batches as the fill goes, kept in ``fetched`` for a second fill; the
+        fill of the hits read so far is final once it stops inside them."""
+        read: list[ScoredNode] = []
         kept: list[ScoredNode] = []
-        budget = Budget(max_tokens)
         start, size, smallest = 0, BUDGET_BATCH, max_tokens
         while start < len(hits):
             batch = hits[start : start + size]
@@ -264,14 +268,15 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 if payload is None:
                     continue  # deleted since the query: as if the search had run after
                 node = NodePayload.from_payload(payload)
-                if not self._may_read(flt, node):
-                    continue
-                if not budget.take(node.n_tokens):
-                    return kept, True
-                smallest = min(smallest, node.n_tokens)
-                kept.append(ScoredNode(node, float(hit.score)))
+                if self._may_read(flt, node):
+                    read.append(ScoredNode(node, float(hit.score)))
+                    smallest = min(smallest, node.n_tokens)
+            kept, took_all = context_hits(read, max_tokens, redundant)
+            if not took_all:
+                return kept, True
             start += size
-            size = budget.left // smallest + 1 if smallest > 0 else size * 2
+            left = max_tokens - sum(h.node.n_tokens for h in kept)
+            size = left // smallest + 1 if smallest > 0 else size * 2
         return kept, False
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:

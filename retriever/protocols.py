@@ -74,12 +74,15 @@ class NodeStore(Protocol):
         max_tokens: int,
         *,
         text: str | None = None,
+        redundant: float | None = None,
     ) -> list[ScoredNode]:
-        """Return ``fill_budget(search(vector, flt, limit, text=text), max_tokens)``, reading
-        fewer payloads.
+        """Return ``context_hits(search(vector, flt, limit, text=text), max_tokens,
+        redundant)`` (:mod:`retriever.budget`), reading fewer payloads.
 
         The collapsed-tree query: one ANN (or hybrid) search, then payloads only of the hits the
-        greedy token fill keeps (stopping at the first that does not fit).
+        greedy token fill keeps (stopping at the first that does not fit); with ``redundant``
+        set, a summary that would share the context with that share of its children is left
+        out and its tokens go to the next hits.
         """
         ...
 

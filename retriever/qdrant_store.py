@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever.budget import fill
+from retriever.budget import context_fill
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
 from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points, sample_terms
@@ -151,14 +151,15 @@ class QdrantNodeStore(QdrantCollection):
         max_tokens: int,
         *,
         text: str | None = None,
+        redundant: float | None = None,
     ) -> list[ScoredNode]:
-        """Return ``fill_budget(search(vector, flt, limit), max_tokens)``, fetching less.
+        """Return ``context_hits(search(vector, flt, limit), max_tokens, redundant)``, fetching
+        less (:func:`~retriever.budget.context_fill`).
 
-        One ANN query returning only ``n_tokens``, first for only the hits the budget could take
-        (:func:`~retriever.plan.first_hits`; for ``limit`` hits only if every one fits), the
-        greedy fill (hits in score order while the running total stays <= ``max_tokens``,
-        stopping at the first that does not fit) on those, then one lookup of the kept nodes'
-        payloads: two requests, a fraction of the payload bytes.
+        One ANN query returning only ``n_tokens`` (and ``children``, with ``redundant`` set),
+        first for only the hits the budget could take (:func:`~retriever.plan.first_hits`; for
+        ``limit`` hits only if every one fits), the fill on those, then one lookup of the kept
+        nodes' payloads: two requests, a fraction of the payload bytes.
 
         Raises:
             ValueError: as :meth:`search`, or ``max_tokens < 1``.
@@ -167,11 +168,12 @@ class QdrantNodeStore(QdrantCollection):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
-        hits = self._query(vector, flt, first, limit, text, with_payload=[F.N_TOKENS])
-        kept, stopped = _fill_ids(hits, max_tokens)
+        fields = [F.N_TOKENS] if redundant is None else [F.N_TOKENS, F.CHILDREN]
+        hits = self._query(vector, flt, first, limit, text, with_payload=fields)
+        kept, stopped = _fill_ids(hits, max_tokens, redundant)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            again = self._query(vector, flt, limit, limit, text, with_payload=[F.N_TOKENS])
-            kept, _ = _fill_ids(again, max_tokens)
+            again = self._query(vector, flt, limit, limit, text, with_payload=fields)
+            kept, _ = _fill_ids(again, max_tokens, redundant)
         found = self._records([i for i, _ in kept], with_payload=True)
         return [
             ScoredNode(NodePayload.from_payload(found[i].payload), score)
@@ -377,17 +379,33 @@ class QdrantNodeStore(QdrantCollection):
 
 
 def _fill_ids(
-    hits: Sequence[models.ScoredPoint], max_tokens: int
+    hits: Sequence[models.ScoredPoint], max_tokens: int, redundant: float | None
 ) -> tuple[list[tuple[str, float]], bool]:
-    """Return the greedy fill's (:func:`~retriever.budget.fill`) ``(id, score)`` on hits carrying
-    ``n_tokens``, and whether a node did not fit (it stopped)."""
-    taken = fill(hits, _n_tokens, max_tokens)
-    return [(str(hit.id), float(hit.score)) for hit in taken], len(taken) < len(hits)
+    """Return the fill's (:func:`~retriever.budget.context_fill`) ``(id, score)`` on hits
+    carrying ``n_tokens`` (and ``children``), and whether it stopped inside them."""
+    taken, took_all = context_fill(
+        hits,
+        max_tokens,
+        redundant,
+        key=_point_key,
+        n_tokens=_n_tokens,
+        children=_children,
+    )
+    return [(str(hit.id), float(hit.score)) for hit in taken], not took_all
+
+
+def _point_key(hit: models.ScoredPoint) -> str:
+    return str(hit.id)
 
 
 def _n_tokens(hit: models.ScoredPoint) -> int:
     """The ``n_tokens`` of a hit queried with only that payload field (0 if absent)."""
     return int((hit.payload or {}).get(F.N_TOKENS, 0))
+
+
+def _children(hit: models.ScoredPoint) -> list[str]:
+    """The ``children`` of a hit queried with that payload field (none if absent)."""
+    return list((hit.payload or {}).get(F.CHILDREN) or ())
 
 
 def _is_local(client: QdrantClient) -> bool:

@@ -6,7 +6,9 @@ the running token total stays within ``max_tokens`` — stopping at the first no
 as the papers' reference implementation does (the one rule: :mod:`retriever.budget`). A summary
 that would sit in that context beside enough of its own children (:data:`REDUNDANT_SHARE`) is
 then left out and the fill runs again: its text is drawn from those children, so it repeated what
-the context held while taking budget from the next hits (measured: docs/retrieval.md).
+the context held while taking budget from the next hits (measured: docs/retrieval.md). The store
+does both as it reads hits (:func:`retriever.budget.context_fill`), reading about the budget's
+worth of payloads.
 
 Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
 those, layer by layer down to the leaves. RAPTOR concatenates every selected node; under a token
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from retriever.budget import context_hits
 from retriever.budget import fill_budget as fill_budget  # the one fill rule, re-exported
 from retriever.protocols import NodeStore
 from retriever.schema import ScoredNode, SearchFilter
@@ -56,55 +59,17 @@ def collapsed_tree(
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     limit = candidate_limit(max_tokens)
-
-    def fill(budget: int) -> list[ScoredNode]:
-        if text is None:
-            return store.search_budget(query_vector, flt, limit, budget)
-        return store.search_budget(query_vector, flt, limit, budget, text=text)
-
-    if redundant is None or flt.leaves_only:
-        return fill(max_tokens)
-    # The fill's payloads are read as it goes (search_budget): read those of a larger budget,
-    # enough for what the left-out summaries free, and a larger one only if the fill without
-    # them took every hit read (it might have taken more).
-    wider, read = max_tokens * 3 // 2, -1
-    while True:
-        hits = fill(wider)
-        chosen, took_all = _without_redundant(hits, max_tokens, redundant)
-        if not took_all or len(hits) == read or wider >= 16 * max_tokens:
-            return chosen
-        wider, read = wider * 2, len(hits)
+    if flt.leaves_only:  # no summary to leave out
+        redundant = None
+    if text is None:
+        return store.search_budget(query_vector, flt, limit, max_tokens, redundant=redundant)
+    return store.search_budget(query_vector, flt, limit, max_tokens, text=text, redundant=redundant)
 
 
 def drop_redundant(hits: Sequence[ScoredNode], max_tokens: int, share: float) -> list[ScoredNode]:
     """Return the budget fill of ``hits`` (score order) without the summaries that would share
-    it with at least ``share`` of their children.
-
-    A summary's text is drawn from its children; with enough of them in the context it repeats
-    what the reader already has, and its tokens go to the next hit instead. Leaving one out
-    changes the fill, so the rule is applied again until no kept summary has its children in
-    the context."""
-    return _without_redundant(hits, max_tokens, share)[0]
-
-
-def _without_redundant(
-    hits: Sequence[ScoredNode], max_tokens: int, share: float
-) -> tuple[list[ScoredNode], bool]:
-    """:func:`drop_redundant`, and whether its fill took every hit it was not told to leave out."""
-    dropped: set[str] = set()
-    while True:
-        rest = [h for h in hits if h.node.node_id not in dropped]
-        chosen = fill_budget(rest, max_tokens)
-        ids = {h.node.node_id for h in chosen}
-        more = {
-            h.node.node_id
-            for h in chosen
-            if h.node.children
-            and sum(c in ids for c in h.node.children) >= share * len(h.node.children)
-        }
-        if not more:
-            return chosen, len(chosen) == len(rest)
-        dropped |= more
+    it with at least ``share`` of their children (:func:`retriever.budget.context_fill`)."""
+    return context_hits(hits, max_tokens, share)[0]
 
 
 def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:

@@ -109,9 +109,12 @@ class LockedStore(NodeStore):
         max_tokens: int,
         *,
         text: str | None = None,
+        redundant: float | None = None,
     ) -> list[ScoredNode]:
         with self.held():
-            return self.inner.search_budget(vector, flt, limit, max_tokens, text=text)
+            return self.inner.search_budget(
+                vector, flt, limit, max_tokens, text=text, redundant=redundant
+            )
 
     def index_sparse(self) -> int:
         with self.held():

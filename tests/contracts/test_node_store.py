@@ -32,7 +32,7 @@ from retriever.schema import (
     point_id,
     source_dirs,
 )
-from retriever.search import fill_budget
+from retriever.search import REDUNDANT_SHARE, collapsed_tree, fill_budget
 
 DIM = 16
 MODEL = "test-model"
@@ -285,6 +285,52 @@ class LimitClient(QdrantClient):
     def query_points(self, *args: Any, **kwargs: Any) -> Any:
         self.limits.append(kwargs["limit"])
         return super().query_points(*args, **kwargs)
+
+
+def test_the_default_collapsed_fill_reads_no_more_payloads_than_the_plain_fill_needs(
+    tmp_path: Path,
+) -> None:
+    """Leaving out summaries that repeat their children costs no wider read: where no summary
+    is left out, the default fill reads exactly the payloads of the papers' fill (it once read
+    those of a 1.5x budget in case one was: 27 here); where one is, only what its tokens take."""
+    leaves = [make_node(f"n{i}", n_tokens=10) for i in range(100)]
+    summary = make_node("s", layer=1, n_tokens=50).model_copy(
+        update={"children": tuple(n.node_id for n in leaves[:3])}
+    )
+    vectors = unit_vectors(101, seed=3)
+    query = vectors[100] = vectors[0]  # the summary and its child n0 are the best hits
+    asked: list[int] = []
+
+    def counting(payloads: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+        def count(point_ids: list[Any]) -> Any:
+            asked.append(len(point_ids))
+            return payloads(point_ids)
+
+        return count
+
+    def reads(store: EdgeNodeStore, redundant: float | None) -> tuple[int, list[str]]:
+        asked.clear()
+        got = collapsed_tree(
+            store, query, SearchFilter(tree="t1"), max_tokens=205, redundant=redundant
+        )
+        return sum(asked), [h.node.node_id for h in got]
+
+    for nodes in (leaves, [*leaves, summary]):
+        with EdgeNodeStore(tmp_path / f"s{len(nodes)}") as store:
+            store.ensure_collection(DIM, MODEL)
+            store.upsert(nodes, vectors[: len(nodes)])
+            store._payloads = counting(store._payloads)  # type: ignore[method-assign,assignment]
+            plain_read, plain = reads(store, None)
+            default_read, default = reads(store, REDUNDANT_SHARE)
+        if len(nodes) == len(leaves):
+            assert (default_read, default) == (plain_read, plain) == (21, default)
+            assert len(default) == 20  # 16 read, then what (205 - 160) // 10 + 1 takes
+        else:
+            assert summary.node_id in plain[:2]
+            assert len(plain) == 16  # 50 + 15 leaves
+            assert summary.node_id not in default
+            assert len(default) == 20  # its 50 tokens: 5 leaves
+            assert default_read == 16 + 6  # then what the 55 tokens left take, and one more
 
 
 def test_search_budget_asks_first_for_the_hits_the_budget_can_take(tmp_path: Path) -> None:

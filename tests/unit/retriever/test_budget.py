@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from retriever import collapsed_tree, fill_budget
-from retriever.budget import Budget, fill
+from retriever.budget import Budget, context_hits, fill
 from retriever.edge_store import EdgeNodeStore
 from retriever.qdrant_store import QdrantNodeStore
 from retriever.schema import ScoredNode, SearchFilter
-from retriever.search import candidate_limit
+from retriever.search import REDUNDANT_SHARE, candidate_limit
 from tests.contracts.test_node_store import DIM, MODEL, make_node, unit_vectors
 
 N = 40
@@ -107,3 +107,81 @@ def test_every_store_fill_gives_the_reference_fill_of_its_search(
             assert [h.node for h in got] == [h.node for h in want]
         got = collapsed_tree(store, query, flt, max_tokens=max_tokens)
         assert [h.node for h in got] == [h.node for h in want]
+
+
+def tree_nodes(tokens: list[int], fanout: list[int]) -> list[Any]:
+    """Leaves of ``tokens`` sizes under summaries of ``fanout`` children each (then a layer
+    above those), the summaries' sizes from the same list: a tree's nodes, mixed."""
+    leaves = [make_node(f"l{i}", n_tokens=n) for i, n in enumerate(tokens)]
+    nodes, below = list(leaves), leaves
+    for layer in (1, 2):
+        above, i = [], 0
+        while i < len(below):
+            k = fanout[(i + layer) % len(fanout)]
+            kids = below[i : i + k]
+            node = make_node(f"s{layer}-{i}", layer=layer, n_tokens=tokens[i % len(tokens)] + 20)
+            above.append(node.model_copy(update={"children": tuple(c.node_id for c in kids)}))
+            i += k
+        nodes += above
+        below = above
+    return nodes
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tokens=st.lists(st.integers(0, 300), min_size=20, max_size=20),
+    fanout=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    max_tokens=st.integers(1, 2500),
+    share=st.sampled_from([0.01, 0.3, 0.5, 1.0]),
+    seed=st.integers(0, 50),
+)
+def test_every_store_leaves_out_redundant_summaries_as_the_reference_does(
+    stores: tuple[Any, Any],
+    tokens: list[int],
+    fanout: list[int],
+    max_tokens: int,
+    share: float,
+    seed: int,
+) -> None:
+    """Both stores' search_budget with ``redundant``, reading hits as the fill goes, and the
+    collapsed tree (the default) give the reference: context_hits of the full search's hits."""
+    nodes = tree_nodes(tokens, fanout)
+    query, flt = unit_vectors(1, seed=2000 + seed)[0], SearchFilter(tree="t1")
+    for store in stores:
+        store.delete([n.node_id for n in store.scroll(flt, 1000)[0]])
+        store.upsert(nodes, unit_vectors(len(nodes), seed=seed))
+        limit = candidate_limit(max_tokens)
+        want, _ = context_hits(store.search(query, flt, limit), max_tokens, share)
+        got = store.search_budget(query, flt, limit, max_tokens, redundant=share)
+        assert [h.node.node_id for h in got] == [h.node.node_id for h in want]
+        if share == REDUNDANT_SHARE:
+            got = collapsed_tree(store, query, flt, max_tokens=max_tokens)
+            assert [h.node.node_id for h in got] == [h.node.node_id for h in want]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 300), min_size=5, max_size=30),
+    fanout=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    order=st.randoms(use_true_random=False),
+    max_tokens=st.integers(1, 3000),
+    share=st.sampled_from([None, 0.01, 0.3, 1.0]),
+)
+def test_a_fill_that_stops_inside_a_prefix_is_the_fill_of_every_hit(
+    tokens: list[int], fanout: list[int], order: Any, max_tokens: int, share: float | None
+) -> None:
+    """What lets a store read hits as it goes: once the fill of the hits read so far stops
+    inside them, no later hit changes it."""
+    nodes = tree_nodes(tokens, fanout)
+    order.shuffle(nodes)
+    hits = [ScoredNode(n, 1.0 - i / 1000) for i, n in enumerate(nodes)]
+    whole, _ = context_hits(hits, max_tokens, share)
+    for end in range(len(hits) + 1):
+        part, took_all = context_hits(hits[:end], max_tokens, share)
+        if not took_all:
+            assert part == whole
+            break
+    else:
+        assert part == whole
