@@ -22,7 +22,7 @@ from ingestor.cluster.parallel import WorkerPool
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError, TreeError
 from ingestor.pipeline.budget import ReadBudgetError, refused_before
 from ingestor.pipeline.chunker import Chunker
-from ingestor.pipeline.readers import ReadWorkers, read_file
+from ingestor.pipeline.readers import ReadWorkers, read_files
 from ingestor.pipeline.reports import BuildReport, UpdateReport
 from ingestor.pipeline.unread import Unread, content_stale_reason
 from ingestor.read.documents import (
@@ -101,6 +101,8 @@ class Collector:
             file in the state dir).
         readers: processes that read and chunk each file under a budget of memory and time
             (:mod:`ingestor.pipeline.readers`); None: here. ``chunker``: what ``collect``'s chunk.
+        workers: readers an update's files may be read by at once (``ADRAP_BUILD__WORKERS``,
+            the build's).
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class Collector:
         text_suffixes: Sequence[str] = (),
         readers: ReadWorkers | None = None,
         unread: Unread | None = None,
+        workers: int = 1,
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.ignore = ignore
@@ -119,6 +122,7 @@ class Collector:
         self.text_suffixes = tuple(text_suffixes)
         self.unread = unread if unread is not None else Unread()
         self.readers = readers
+        self.workers = workers
         self.chunker: Chunker | None = None
 
     @property
@@ -197,10 +201,16 @@ class Collector:
         folder that cannot be listed keeps everything under it. Skips are logged once per file
         version; a file already skipped in this version is not read again. ``held(source, path)``
         names files a folder's listing keeps without reading (the daemon's quarantine).
+
+        The files to read are listed first, then read in listing order by up to :attr:`workers`
+        reader processes (:func:`~ingestor.pipeline.readers.read_files`; a second starts only
+        once reading has taken a few seconds): many Office files added at once are read on
+        every core the build may use (``ADRAP_BUILD__WORKERS``).
         """
         root = Path(state.root)
         docs: list[Document] = []
         gone: list[str] = []
+        pending: list[tuple[Path, os.stat_result | None, str]] = []
         listed: Listings = {}  # one listing a folder for the batch
         for path in outermost(paths):
             try:
@@ -233,15 +243,16 @@ class Collector:
                 self._unavailable(state, rel, why, report)
                 continue
             if not is_dir:
-                self._read_file(state, root, path, _stat_or_none(path), docs, report)
+                self._want(root, path, _stat_or_none(path), pending)
                 continue
-            seen, kept = self._collect_folder(state, path, root, docs, report, held)
+            seen, kept = self._collect_folder(state, path, root, pending, report, held)
             self.unread.clear_unlisted(prefix, seen, kept)
             gone.extend(
                 s
                 for s in state.sources.keys_with_prefix(prefix)
                 if s not in seen and not s.startswith(tuple(kept))
             )
+        self._read_pending(state, root, pending, docs, report)
         self.unread.flush()
         return docs, gone
 
@@ -250,11 +261,12 @@ class Collector:
         state: TreeState,
         folder: Path,
         root: Path,
-        docs: list[Document],
+        pending: list[tuple[Path, os.stat_result | None, str]],
         report: UpdateReport,
         held: Callable[[str, Path], bool] | None,
     ) -> tuple[set[str], list[str]]:
-        """Read the files under ``folder`` that changed; skip the rest by (size, mtime_ns, inode).
+        """List the files under ``folder`` that changed into ``pending`` (to be read); skip the
+        rest by (size, mtime_ns, inode).
 
         Returns the sources seen in the listing (read or not) and the folders that could not be
         listed (``sub/``: every source under them is kept).
@@ -281,50 +293,69 @@ class Collector:
                 unchanged += 1
                 self.unread.clear(source)
                 continue
-            self._read_file(state, root, p, st, docs, report)
+            self._want(root, p, st, pending)
         report.files_unchanged += unchanged
         return seen, kept
 
-    def _read_file(
+    def _want(
         self,
-        state: TreeState,
         root: Path,
         path: Path,
         st: os.stat_result | None,
+        pending: list[tuple[Path, os.stat_result | None, str]],
+    ) -> None:
+        """Add one file (``st``: its stat before the read) to those to read, unless the ledger
+        already knows this version fails (recorded and logged once)."""
+        source = source_name(path, root) or source_text(path.as_posix())
+        if self.unread.known(source, st) is None:
+            pending.append((path, st, source))
+
+    def _read_pending(
+        self,
+        state: TreeState,
+        root: Path,
+        pending: list[tuple[Path, os.stat_result | None, str]],
         docs: list[Document],
         report: UpdateReport,
     ) -> None:
-        """Read one file (``st``: its stat before the read) into ``docs``, or record why not.
+        """Read the files listed into ``docs``, in order, or record why each could not be.
 
-        Never a deletion here. A version the ledger already knows to fail is not read again.
-        """
-        source = source_name(path, root) or source_text(path.as_posix())
-        if self.unread.known(source, st) is not None:
-            return  # recorded and logged for this version already
-        try:
-            doc = (
-                self.options.read(path, root)
-                if self.readers is None
-                else read_file(self.readers, path, root, self.options, self.chunker)
+        Never a deletion here."""
+        paths = [path for path, _, _ in pending]
+        if self.readers is None:
+            outcomes: Iterable[Document | SourceError] = map(
+                self._read_here, paths, [root] * len(paths)
             )
-        except SourceGoneError as exc:
-            # vanished mid-read: a later event (or rescan) decides whether it is gone
-            self._unavailable(state, source, str(exc), report)
-        except SourceUnavailableError as exc:
-            self._unavailable(state, source, str(exc), report, st)
-        except SourceError as exc:
-            if source not in state.sources:
-                self._skip(source, str(exc), st, report)
-            else:
-                reason = content_stale_reason(str(exc))
-                if self.unread.note(source, "stale", reason, st, kept=True):
-                    log.warning("stale %s: %s", source, exc)
-                    report.stale.append((source, reason))
-            if isinstance(exc, ReadBudgetError):
-                self.unread.flush()  # now: a restart must not read it again
         else:
-            docs.append(doc)
-            self.unread.clear(doc.source)
+            outcomes = read_files(
+                self.readers, paths, root, self.options, self.chunker, workers=self.workers
+            )
+        for (_, st, source), outcome in zip(pending, outcomes, strict=True):
+            if not isinstance(outcome, SourceError):
+                docs.append(outcome)
+                self.unread.clear(outcome.source)
+            elif isinstance(outcome, SourceGoneError):
+                # vanished mid-read: a later event (or rescan) decides whether it is gone
+                self._unavailable(state, source, str(outcome), report)
+            elif isinstance(outcome, SourceUnavailableError):
+                self._unavailable(state, source, str(outcome), report, st)
+            else:
+                if source not in state.sources:
+                    self._skip(source, str(outcome), st, report)
+                else:
+                    reason = content_stale_reason(str(outcome))
+                    if self.unread.note(source, "stale", reason, st, kept=True):
+                        log.warning("stale %s: %s", source, outcome)
+                        report.stale.append((source, reason))
+                if isinstance(outcome, ReadBudgetError):
+                    self.unread.flush()  # now: a restart must not read it again
+
+    def _read_here(self, path: Path, root: Path) -> Document | SourceError:
+        """One file read in this process (no reader processes), or what refused it."""
+        try:
+            return self.options.read(path, root)
+        except SourceError as exc:
+            return exc
 
     def _skip(
         self, source: str, reason: str, st: os.stat_result | None, report: UpdateReport

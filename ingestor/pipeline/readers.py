@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from multiprocessing import get_context
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -40,7 +40,7 @@ from ingestor.pipeline.reader_process import serve
 from ingestor.read.documents import Document, ReadOptions, ReadTask, ReadThen
 from ingestor.read.listing import source_name
 
-__all__ = ["ReadWorkers", "read_file"]
+__all__ = ["ReadWorkers", "read_files"]
 
 log = logging.getLogger(__name__)
 
@@ -66,20 +66,30 @@ EXIT_WAIT: Final = 2.0
 SETTLE: Final = 1.0
 
 
-def read_file(
-    readers: ReadWorkers, path: Path, root: Path, options: ReadOptions, chunker: Chunker | None
-) -> Document:
-    """The document of ``path`` read by ``readers`` (with the leaves ``chunker`` made of it):
-    how the daemon's collector reads each file.
+def read_files(
+    readers: ReadWorkers,
+    paths: Sequence[Path],
+    root: Path,
+    options: ReadOptions,
+    chunker: Chunker | None,
+    *,
+    workers: int = 1,
+) -> Iterator[Document | SourceError]:
+    """The document of each of ``paths`` (with the leaves ``chunker`` made of it: how the
+    collector reads the files of an update), or the SourceError that refused it (one over its
+    budget: ReadBudgetError), in order, read by up to ``workers`` readers (more than one only once reading
+    has taken :data:`PARALLEL_READ_SECONDS`: an update of a few
+    files starts no process).
 
     Raises:
-        SourceError: the file cannot be read, or was refused for its budget (ReadBudgetError).
         ReadStopped: the daemon is stopping.
     """
-    _, item, leaves = readers.read((path, root, None, options, chunker or _unchunked))
-    if isinstance(item, SourceError):
-        raise item
-    return item if chunker is None or leaves is None else ChunkedDocument.of(item, leaves, chunker)
+    tasks = ((path, root, None, options, chunker or _unchunked) for path in paths)
+    for _, item, leaves in readers.map(tasks, workers=workers):
+        if isinstance(item, SourceError) or chunker is None or leaves is None:
+            yield item
+        else:
+            yield ChunkedDocument.of(item, leaves, chunker)
 
 
 def _unchunked(doc: Document) -> None:

@@ -103,6 +103,7 @@ class Pipeline:
             text_suffixes=text_suffixes,
             readers=ReadWorkers(read_budget) if read_budget is not None else None,
             unread=unread,
+            workers=builder.summaries.workers,
         )
         self.build_stage = BuildStage(
             self.context,

@@ -18,12 +18,13 @@ import threading
 import time
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.errors import SourceError
-from ingestor.pipeline import Pipeline
+from ingestor.pipeline import Pipeline, readers
 from ingestor.pipeline.budget import ReadBudget, ReadBudgetError, ReadStopped
 from ingestor.pipeline.chunker import ChunkedDocument, Chunker
 from ingestor.pipeline.collect import Collector
@@ -67,13 +68,17 @@ def read_names(calls: Path) -> list[str]:
     return calls.read_text().split() if calls.exists() else []
 
 
-def pipeline(tmp: Path, budget: ReadBudget | None = BUDGET) -> Pipeline:
+def pipeline(tmp: Path, budget: ReadBudget | None = BUDGET, workers: int = 1) -> Pipeline:
     emb = HashEmbedder(dim=16)
     p = Pipeline(
         tree="t",
         embedder=emb,
         builder=TreeBuilder(
-            emb, EchoSummarizer(), lambda: TreeClusterer(random_state=0), TreeParams()
+            emb,
+            EchoSummarizer(),
+            lambda: TreeClusterer(random_state=0),
+            TreeParams(),
+            workers=workers,
         ),
         store=EdgeNodeStore(tmp / "state" / "qdrant"),
         models=ModelStore(tmp / "state" / "models"),
@@ -201,6 +206,47 @@ def test_a_build_and_an_update_read_in_readers_make_the_leaves_of_a_build_read_h
             p.context.store.close()
             if p.collector.readers is not None:
                 p.collector.readers.close()
+
+
+def test_an_update_of_many_files_is_read_by_as_many_readers_as_the_build_may_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``adrap add`` of a folder (and the daemon's big batch, its rescan) reads the files on
+    ADRAP_BUILD__WORKERS readers, in listing order, as a build does: the update read them one at
+    a time in one reader."""
+    monkeypatch.setattr(readers, "PARALLEL_READ_SECONDS", 0.0)  # a second reader at once,
+    monkeypatch.setattr(readers, "PER_READER", 1)  # as soon as the first holds a file
+    root = tmp_path / "share"
+    (root / "new").mkdir(parents=True)
+    (root / "a.txt").write_text(TEXT["a.txt"] * 3)
+    names = [f"f{i:02d}.txt" for i in range(12)]
+    for i, name in enumerate(names):
+        (root / "new" / name).write_text(f"File {i} of the batch. " + TEXT["c.txt"])
+    p = pipeline(tmp_path, workers=2)
+    try:
+        p.build(root)  # the whole share: then every file of new/ changes
+        for i, name in enumerate(names):
+            (root / "new" / name).write_text(f"File {i}, edited. " + TEXT["d.txt"])
+        started: list[int] = []
+        start = ReadWorkers.start
+
+        def counted(self: ReadWorkers) -> Any:
+            reader = start(self)
+            started.append(reader.process.pid)
+            return reader
+
+        monkeypatch.setattr(ReadWorkers, "start", counted)
+        assert p.collector.readers is not None
+        p.collector.readers.close()  # the build's: the update starts its own
+        docs, gone = p.collect(p.require_state(), [root / "new"], UpdateReport())
+        assert [d.source for d in docs] == [f"new/{n}" for n in names]
+        assert gone == []
+        assert len(started) == 2
+        assert all("edited" in d.text for d in docs)
+    finally:
+        p.context.store.close()
+        if p.collector.readers is not None:
+            p.collector.readers.close()
 
 
 def test_a_reader_is_replaced_after_its_files_not_after_each(tmp_path: Path) -> None:

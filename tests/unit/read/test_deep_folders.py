@@ -106,13 +106,13 @@ def test_a_batch_of_a_chains_folders_reads_the_file_at_its_bottom_once(
         p.build(root)
         folders = chain(root.resolve(), 40, at=(40,))
         reads: list[Path] = []
-        real = Collector._read_file
+        real = Collector._want
 
-        def counted(self: Collector, state, root_, path, *rest):  # type: ignore[no-untyped-def]
+        def counted(self: Collector, root_, path, *rest):  # type: ignore[no-untyped-def]
             reads.append(path)
-            return real(self, state, root_, path, *rest)
+            return real(self, root_, path, *rest)
 
-        monkeypatch.setattr(Collector, "_read_file", counted)
+        monkeypatch.setattr(Collector, "_want", counted)
         bottom = folders[-1] / "40.md"
         batch = [*reversed(folders), bottom]  # as events arrive: any order, every folder
         docs, gone = p.collect(p.require_state(), batch, UpdateReport())
