@@ -18,12 +18,16 @@ if str(Path(__file__).resolve().parents[1]) not in sys.path:  # for a script tha
 from testkit.data import HOTPOT, SHARED, SQUAD, proc_status_mb
 
 QUALITY = SHARED / "quality" / "quality_example_52845.jsonl"
+CINDERELLA = SHARED / "cinderella" / "cinderella.txt"
+#: Thematic questions over the Cinderella tale, written for this bench (see its "about").
+CINDERELLA_QUESTIONS = Path(__file__).resolve().parent / "data" / "cinderella_questions.json"
 
 __all__ = [
     "HOTPOT",
     "SHARED",
     "SQUAD",
     "Question",
+    "cinderella_folder",
     "hotpot_folder",
     "peak_rss_mb",
     "proc_status_mb",
@@ -117,6 +121,19 @@ def quality_folder(dest: Path) -> tuple[list[Path], list[Question]]:
         gold = item[f"question{i}option{item[f'question{i}_gold_label']}"]
         questions.append(Question(item[f"question{i}"].strip(), (gold.strip(),), (path.name,)))
     return [path], questions
+
+
+def cinderella_folder(dest: Path) -> tuple[list[Path], list[Question]]:
+    """Write the Cinderella tale as one file; its thematic questions with a reference answer
+    (scored as QuALITY's: the share of its words the context holds) and the phrases of the text
+    it rests on (evidence: every one in the context)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / "cinderella.txt"
+    path.write_text(CINDERELLA.read_text())
+    items = json.loads(CINDERELLA_QUESTIONS.read_text())["questions"]
+    return [path], [
+        Question(q["question"], (q["answer"],), (path.name,), tuple(q["evidence"])) for q in items
+    ]
 
 
 def peak_rss_mb() -> float:

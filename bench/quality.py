@@ -5,7 +5,9 @@ context); HotpotQA (50 multi-hop items, the paragraphs of all items in one tree:
 string, both gold paragraphs represented (a context piece whose sources include the paragraph's
 file), and *evidence*: every supporting sentence in the context's text, with where each sat:
 a summary's text only, a leaf's only, or both); the QuALITY story (5 thematic "why" questions over
-one long story: the share of the gold option's words the context holds). Scores are string
+one long story: the share of the gold option's words the context holds); the Cinderella tale (8
+thematic questions written for this bench, ``bench/data/cinderella_questions.json``: the share of
+a reference answer's words, and evidence: every phrase of the tale it rests on). Scores are string
 matches, never an LLM judge.
 
 Modes at the same budgets (``--max-tokens 2000,1000,500``): collapsed tree (the default, which
@@ -25,7 +27,7 @@ with that server on N HotpotQA questions: seconds, calls and tokens per query (c
 
     python bench/quality.py [--articles N] [--max-tokens 2000,1000,500] [--questions N]
         [--llm N] [--llm-summaries] [--fusions rrf:60,dbsf] [--no-postqfrap]
-        [--hotpot-questions N] [--skip-squad] [--skip-hotpot] [--skip-quality]
+        [--hotpot-questions N] [--skip-squad] [--skip-hotpot] [--skip-quality] [--skip-cinderella]
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from datasets import (
     Question,
+    cinderella_folder,
     hotpot_folder,
     peak_rss_mb,
     quality_folder,
@@ -348,6 +351,7 @@ def main() -> None:
     ap.add_argument("--skip-squad", action="store_true")
     ap.add_argument("--skip-hotpot", action="store_true")
     ap.add_argument("--skip-quality", action="store_true", help="skip the QuALITY story")
+    ap.add_argument("--skip-cinderella", action="store_true", help="skip the Cinderella tale")
     ap.add_argument(
         "--llm-summaries", action="store_true", help="trees summarised by the local SmolLM2"
     )
@@ -383,6 +387,9 @@ def main() -> None:
         if not args.skip_quality:
             _, qq = quality_folder(tmp / "quality")
             evaluate("quality", tmp / "quality", qq, tmp, budgets, 0, **extra)
+        if not args.skip_cinderella:
+            _, cq = cinderella_folder(tmp / "cinderella")
+            evaluate("cinderella", tmp / "cinderella", cq, tmp, budgets, 0, **extra)
         if not args.skip_hotpot:
             _, hq = hotpot_folder(tmp / "hotpot")
             hq = sample(hq, args.hotpot_questions)
