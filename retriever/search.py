@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from retriever.budget import context_hits
 from retriever.budget import fill_budget as fill_budget  # the one fill rule, re-exported
 from retriever.protocols import NodeStore
 from retriever.schema import ScoredNode, SearchFilter
@@ -54,22 +53,15 @@ def collapsed_tree(
 
     Given the question's ``text``, the query is hybrid where the store has BM25 vectors (dense
     and sparse prefetch fused, see :mod:`retriever.sparse`). A summary that would share the
-    context with at least ``redundant`` of its children is left out (:func:`drop_redundant`);
-    None: the plain fill of the papers (a filter of leaves only is always that)."""
+    context with at least ``redundant`` of its children is left out as the store reads hits
+    (:func:`~retriever.budget.context_fill`); None: the plain fill of the papers (a filter of
+    leaves only is always that)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     limit = candidate_limit(max_tokens)
     if flt.leaves_only:  # no summary to leave out
         redundant = None
-    if text is None:
-        return store.search_budget(query_vector, flt, limit, max_tokens, redundant=redundant)
     return store.search_budget(query_vector, flt, limit, max_tokens, text=text, redundant=redundant)
-
-
-def drop_redundant(hits: Sequence[ScoredNode], max_tokens: int, share: float) -> list[ScoredNode]:
-    """Return the budget fill of ``hits`` (score order) without the summaries that would share
-    it with at least ``share`` of their children (:func:`retriever.budget.context_fill`)."""
-    return context_hits(hits, max_tokens, share)[0]
 
 
 def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:
