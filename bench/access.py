@@ -57,7 +57,7 @@ for p in (REPO, REPO / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from synthetic_tree import DIM, MODEL, make_cases, make_corpus  # noqa: E402
+from synthetic_tree import DIM, MODEL, make_cases, make_corpus, make_queries  # noqa: E402
 
 from retriever.edge_store import EdgeNodeStore  # noqa: E402
 from retriever.search import candidate_limit  # noqa: E402
@@ -145,7 +145,35 @@ def bench_filter(n: int, n_classes: int, k: int, folder: Path) -> None:
             f" ms  ({p50 / base_p50:4.2f}x unfiltered; target <= 1.2x)  recall@100 "
             f"{np.mean(recalls):.3f}"
         )
+    _own_questions(store, c, case, classes, readers, filters, k, limit, rng)
     store.close()
+
+
+def _own_questions(  # type: ignore[no-untyped-def]
+    store, c, case, classes, readers, filters, k: int, limit: int, rng: np.random.Generator
+) -> None:
+    """The half reader again, on questions near leaves it may read (what a member of a team
+    mostly asks about), against the owner on the same questions: the walk's cost where a
+    question lands among readable points. The target is judged on the questions above (any
+    leaf), where half land among points the reader may not read."""
+    name = next(n for n, r in readers.items() if r is not None)
+    ok = set(readers[name])
+    mine = np.nonzero(
+        case.mask & (c.layers == 0) & np.array([bool(a) and a <= ok for a in classes])
+    )[0]
+    queries = make_queries(c, mine, k, rng)
+    ts: dict[str, list[float]] = {"owner": [], name: []}
+    for _ in range(2):
+        for q in queries:
+            for who, flt in (("owner", filters["unfiltered (owner)"]), (name, filters[name])):
+                t0 = time.perf_counter()
+                store.search_budget(q, flt, limit, MAX_TOKENS)
+                ts[who].append(time.perf_counter() - t0)
+    owner, reader = pct(ts["owner"], 50), pct(ts[name], 50)
+    print(
+        f"  {name}, questions near its own leaves: p50 {reader:6.2f} ms, the owner "
+        f"{owner:6.2f} ms on the same questions ({reader / owner:4.2f}x)"
+    )
 
 
 # -- change ----------------------------------------------------------------------------------
