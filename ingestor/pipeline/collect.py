@@ -323,9 +323,7 @@ class Collector:
         Never a deletion here."""
         paths = [path for path, _, _ in pending]
         if self.readers is None:
-            outcomes: Iterable[Document | SourceError] = map(
-                self._read_here, paths, [root] * len(paths)
-            )
+            outcomes: Iterable[Document | SourceError] = (self._read_here(p, root) for p in paths)
         else:
             outcomes = read_files(
                 self.readers, paths, root, self.options, self.chunker, workers=self.workers

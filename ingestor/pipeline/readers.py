@@ -77,9 +77,9 @@ def read_files(
 ) -> Iterator[Document | SourceError]:
     """The document of each of ``paths`` (with the leaves ``chunker`` made of it: how the
     collector reads the files of an update), or the SourceError that refused it (one over its
-    budget: ReadBudgetError), in order, read by up to ``workers`` readers (more than one only once reading
-    has taken :data:`PARALLEL_READ_SECONDS`: an update of a few
-    files starts no process).
+    budget: ReadBudgetError), in order, read by up to ``workers`` readers (more than one only
+    once reading has taken :data:`PARALLEL_READ_SECONDS`: an update of a few files starts no
+    process).
 
     Raises:
         ReadStopped: the daemon is stopping.
@@ -150,15 +150,6 @@ class ReadWorkers:
         later has its readers killed and raises :class:`ReadStopped` (as any read after)."""
         self._stop = stop
         self._stop_seen = None
-
-    def read(self, task: ReadTask[T]) -> ReadThen[T]:
-        """:func:`~ingestor.read.documents.read_then` of ``task`` in a reader, under the budget.
-
-        Raises:
-            ReadStopped: the daemon is stopping.
-        """
-        (result,) = self.map([task])
-        return result
 
     def map(self, tasks: Iterable[ReadTask[T]], *, workers: int = 1) -> Iterator[ReadThen[T]]:
         """Yield ``read_then(task)`` of each task, in task order, read by up to ``workers``

@@ -268,10 +268,10 @@ def test_a_reader_killed_between_files_is_replaced(tmp_path: Path) -> None:
     workers = ReadWorkers(BUDGET)
     task = (tmp_path / "a.txt", tmp_path, None, OPTIONS, reader_pid)
     try:
-        first = workers.read(task)[2]
+        [(_, _, first)] = workers.map([task])
         os.kill(first, signal.SIGKILL)  # the OOM killer, or an operator
         workers.readers[0].process.join(HANG_GUARD)
-        second = workers.read(task)[2]
+        [(_, _, second)] = workers.map([task])
     finally:
         workers.close()
     assert second != first
@@ -287,7 +287,7 @@ def test_a_stop_kills_a_reader_busy_with_a_file(tmp_path: Path, calls: Path) -> 
 
     def read() -> None:
         try:
-            workers.read((tmp_path / "x.hang.txt", tmp_path, None, OPTIONS, source_of))
+            list(workers.map([(tmp_path / "x.hang.txt", tmp_path, None, OPTIONS, source_of)]))
         except BaseException as exc:
             raised.append(exc)
 
