@@ -25,7 +25,6 @@ import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
 from typing import TypeVar
 
 __all__ = ["Background", "lower_thread_priority", "thread_nice"]
@@ -62,7 +61,8 @@ def lower_thread_priority(increment: int) -> int | None:
 
 class Background:
     """One thread, its priority lowered by ``increment``, running the calls given to
-    :meth:`run` one at a time while the caller waits; a context manager whose exit ends it."""
+    :meth:`run` one at a time while the caller waits; :meth:`close` ends it (use it in
+    ``contextlib.closing``)."""
 
     def __init__(self, increment: int, name: str = "adrap-background") -> None:
         self._pool = ThreadPoolExecutor(
@@ -75,14 +75,3 @@ class Background:
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-
-    def __enter__(self) -> Background:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

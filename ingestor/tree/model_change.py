@@ -220,7 +220,7 @@ class ModelChange:
         nxt = self.beside.open(dim, model)
         # Embedding, indexing and refitting yield the cores to the questions the live store
         # answers meanwhile (tree.background); commits and permission passes run here.
-        with Background(self.nice) as bg:
+        with contextlib.closing(Background(self.nice)) as bg:
             t_embed = time.perf_counter()
             embed_s = self._copy(rows, state, nxt, ids, start, model, bg)
             copy_s = time.perf_counter() - t_embed
