@@ -128,7 +128,7 @@ def at_scale(leaves: int, n_questions: int) -> None:
         new = make_embedder(s)
         follower = FollowingEmbedder(old, new, old.model_id)
         service = make_query_service(s, store, follower)
-        before = [t for q in questions for t in [_timed(service, q)]]
+        before = [_timed(service, q) for q in questions]
         pipeline = make_pipeline(s, store, new, on_model_switch=follower.switch)
         change = pipeline.context.model_change
         change_s, during = during_change(
