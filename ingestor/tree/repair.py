@@ -12,10 +12,13 @@ commit: a kill before the commit leaves the old subtree, after it the new one).
 The budget: a repair is installed only when its estimate fits in what is left of the hour's
 ``tokens_per_hour`` (spent over the last hour, from the ledger kept in the state, so a restart
 does not refill it). The region is fitted first, the layer untouched, so the estimate counts only
-the clusters that change: twice the prompts of their layer-1 summaries (the prompt and the text
-written) and the prompts of the summaries above them; a repair that spent more than its estimate
-(logged) is charged what it spent. Charged: the tokens the summariser
-reports (prompt + completion), or the children's tokens of the summaries paid when it reports none.
+the clusters that change: one call for each of their layer-1 summaries and for each summary above
+them, each as :class:`~ingestor.tree.summary_calls.CallCost` estimates it (what the call is
+charged: an LLM's prompt with a tokenizer margin and its template, plus the longest summary it
+may write; the children's tokens alone for a summariser that reports no usage). A repair that
+spent more than its estimate (logged) is charged what it spent. Charged: the tokens the
+summariser reports (prompt + completion), or the children's tokens of the summaries paid when it
+reports none.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.drift import drift_record, group_drifts, reset_groups
 from ingestor.tree.state import TreeState
+from ingestor.tree.summary_calls import CallCost
 
 __all__ = ["HOUR", "RepairBudget", "RepairParams", "Repaired", "charged", "plan", "repair_region"]
 
@@ -125,25 +129,24 @@ def plan(state: TreeState, params: RepairParams) -> list[list[int]]:
     return out
 
 
-def estimate(state: TreeState, fit: RegionFit, limit: int) -> int:
-    """A region fit's token estimate: twice the prompts of the layer-1 summaries it changes (each
-    its members' tokens, at most the summariser's ``limit``: the prompt and the text written),
-    plus the prompt of every ancestor of the summaries it changes or drops (each its children's
-    tokens), counted once."""
+def estimate(state: TreeState, fit: RegionFit, cost: CallCost) -> int:
+    """A region fit's token estimate: a call for each layer-1 summary it changes (over its
+    members) and for each ancestor of the summaries it changes or drops (over its children),
+    each ancestor counted once, each call as ``cost`` charges it."""
     changed = fit.changed()
     state.nodes.prefetch({n for m in changed for n in m})
     tokens = {
         n: node.n_tokens for m in changed for n in m if (node := state.nodes.peek(n)) is not None
     }
-    first = sum(min(limit, sum(tokens.get(n, 0) for n in m)) for m in changed)
+    first = sum(cost(sum(tokens.get(n, 0) for n in m)) for m in changed)
     kept = {i for i, m in zip(fit.ids, fit.flat, strict=True) if i >= 0 and fit.old[i] == m}
     al = state.layers[0]
     olds = [n for cid in fit.old if cid not in kept for n in al.cluster_nodes.get(cid, [])]
-    return 2 * first + _ancestors(state, olds, limit)
+    return first + _ancestors(state, olds, cost)
 
 
-def _ancestors(state: TreeState, starts: list[str], limit: int) -> int:
-    """The prompts of the ancestors of ``starts`` (each at most ``limit``), each counted once."""
+def _ancestors(state: TreeState, starts: list[str], cost: CallCost) -> int:
+    """The calls of the ancestors of ``starts`` (each over its children), each counted once."""
     seen: set[str] = set()
     todo, total = list(starts), 0
     while todo:
@@ -156,7 +159,7 @@ def _ancestors(state: TreeState, starts: list[str], limit: int) -> int:
             seen.add(p)
             state.nodes.prefetch(parent.children)
             kids = [k.n_tokens for c in parent.children if (k := state.nodes.peek(c)) is not None]
-            total += min(limit, sum(kids))
+            total += cost(sum(kids))
             todo.append(p)
     return total
 
@@ -185,7 +188,10 @@ def repair_region(
         return None
     al = state.layers[0]
     fit = fit_region(al, region, state.matrix)
-    cost = estimate(state, fit, builder.summaries.params.max_input_tokens or 1 << 40)
+    summaries = builder.summaries
+    cost = estimate(
+        state, fit, CallCost.of(summaries.summarizer, summaries.params.summary_max_tokens)
+    )
     if cost > left:
         waits[key] = cost
         log.info(

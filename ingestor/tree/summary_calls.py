@@ -10,7 +10,9 @@ processes (:class:`~ingestor.protocols.MappedSummarizer`: the extractive one), a
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from ingestor.cluster.parallel import worker_pool
@@ -20,6 +22,7 @@ __all__ = [
     "MAPPED_GROUPS_PER_WORKER",
     "SUMMARY_BATCH_MAX",
     "SUMMARY_BATCH_SECONDS",
+    "CallCost",
     "batch_floor",
     "mapped",
     "next_batch",
@@ -32,6 +35,35 @@ SUMMARY_BATCH_SECONDS = 5.0
 SUMMARY_BATCH_MAX = 64
 #: Clusters a batch gives each worker when a mapped summariser runs on the build's workers.
 MAPPED_GROUPS_PER_WORKER = 32
+#: An LLM counts a text in its own tokenizer: SmolLM2's counts SQuAD text at 1.07-1.16x cl100k.
+LLM_TOKEN_MARGIN = 1.2
+#: The chat template, system prompt and instruction around a call's texts (SmolLM2: ~45 tokens).
+LLM_CALL_OVERHEAD = 64
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """What one summary call is charged, estimated before it is made, from its children's
+    tokens (cl100k, as stored): a summariser that reports its usage (an LLM) is charged prompt
+    and completion in its own tokens, so its prompt gets a tokenizer margin and the template
+    around it, plus the longest summary it may write; one that reports none (the extractive one)
+    is charged the children's tokens alone."""
+
+    completion: int
+    margin: float = 1.0
+    overhead: int = 0
+
+    @classmethod
+    def of(cls, summarizer: Summarizer, summary_max_tokens: int) -> CallCost:
+        if hasattr(summarizer, "prompt_tokens") or hasattr(summarizer, "completion_tokens"):
+            return cls(summary_max_tokens, LLM_TOKEN_MARGIN, LLM_CALL_OVERHEAD)
+        return cls(0)
+
+    def __call__(self, children_tokens: int) -> int:
+        """The tokens one call over children of ``children_tokens`` tokens is charged, at most."""
+        if not self.completion:
+            return children_tokens
+        return math.ceil(children_tokens * self.margin) + self.overhead + self.completion
 
 
 def mapped(summarizer: Summarizer, workers: int) -> bool:

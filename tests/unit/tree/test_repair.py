@@ -4,12 +4,14 @@ within a token budget, committed as one update (a failure before the commit leav
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.repair import run_repairs
+from ingestor.read.tokens import count_tokens
 from ingestor.tree.drift import drift_record, drift_summary, group_drifts
 from ingestor.tree.persist import load_state
 from ingestor.tree.repair import RepairBudget, RepairParams, plan
@@ -20,12 +22,32 @@ from tests.unit.tree.test_adrap import check_invariants, make_pipeline, write_co
 ANY = RepairParams(threshold=0.2, tokens_per_hour=10**9, max_leaves=10**6)
 
 
-def drifted(tmp: Path, seed: int = 3) -> tuple[Pipeline, Path]:
+class ReportingSummarizer(EchoSummarizer):
+    """Reports its usage as an LLM server does: the prompt in a tokenizer that counts 1.1x
+    cl100k, a 45-token template around it, and the summary's tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompt_tokens = self.completion_tokens = 0
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        out = super().summarize_many(groups, max_tokens=max_tokens, query=query)
+        for texts, text in zip(groups, out, strict=True):
+            self.prompt_tokens += round(1.1 * sum(map(count_tokens, texts))) + 45
+            self.completion_tokens += count_tokens(text)
+        return out
+
+
+def drifted(
+    tmp: Path, seed: int = 3, summarizer: EchoSummarizer | None = None
+) -> tuple[Pipeline, Path]:
     """A built tree of 40 documents, then half of them replaced through adRAP."""
     rng = random.Random(seed)
     root = tmp / "docs"
     write_corpus(root, rng, 40)
-    p = make_pipeline(tmp, EchoSummarizer())
+    p = make_pipeline(tmp, summarizer or EchoSummarizer())
     p.build(root)
     changed = []
     for i in range(0, 40, 2):
@@ -100,6 +122,25 @@ def test_a_repair_reclusters_the_drifted_subtrees_and_keeps_the_tree_whole(
     (root / "late.txt").write_text(doc_text(rng, 8))
     p.update([root / "late.txt"])
     check_invariants(p)
+    p.context.store.close()
+
+
+@pytest.mark.parametrize(
+    ("summarizer", "most"),
+    [(EchoSummarizer, 1.1), (ReportingSummarizer, 1.3)],
+    ids=["no usage", "usage"],
+)
+def test_a_repairs_estimate_covers_what_it_is_charged_and_no_more_than_it_needs(
+    tmp_path: Path, summarizer: type[EchoSummarizer], most: float
+) -> None:
+    """The estimate decides whether a repair fits the hour: under its charge, repairs overspend
+    the budget; far over it, repairs that would fit wait. It counted every layer-1 prompt twice
+    (1.75x the charge of a summariser that reports no usage) and no LLM's template."""
+    p, _ = drifted(tmp_path, summarizer=summarizer())
+    run = run_repairs(p.context, p.require_state(), ANY, now=1000.0)
+    assert run.done
+    for done in run.done:
+        assert done.tokens <= done.estimate <= most * done.tokens, (done.estimate, done.tokens)
     p.context.store.close()
 
 
