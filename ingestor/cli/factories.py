@@ -252,6 +252,7 @@ def make_pipeline(
     defer_summaries: Callable[[], bool] | None = None,
     on_model_switch: Callable[[], None] | None = None,
     queries_lock: Any = None,
+    before: tuple[Embedder, str] | None = None,
 ) -> Pipeline:
     """Return the tree's pipeline over ``store`` (``defer_summaries``: asked at each update
     whether its summaries wait for the daemon's schedule; None: they are paid at once).
@@ -259,7 +260,12 @@ def make_pipeline(
     Its writers move a tree built with another embedding model to ``embedder``'s before they
     open it (:mod:`ingestor.tree.model_change`); ``on_model_switch`` is called when the store
     switches (the daemon's query embedder follows), both under ``queries_lock`` (the daemon's
-    query lock: no question is embedded with one model and searched in the other's store)."""
+    query lock: no question is embedded with one model and searched in the other's store).
+
+    ``before``: the embedder of the model the tree holds, and its id (the daemon's, when it can
+    be loaded): the change then copies in steps between updates
+    (:meth:`~ingestor.tree.model_change.ModelChange.step`), which embed with it until the
+    switch; without it, the change runs whole before the writer's first update."""
     from ingestor.cluster.parallel import worker_count
     from ingestor.cluster.two_step import TreeClusterer
     from ingestor.pipeline import Pipeline
@@ -277,6 +283,13 @@ def make_pipeline(
     limit = summary.openai.max_input_tokens if summary.backend == "openai" else None
     if not isinstance(embedder, DedupingEmbedder):  # a share's copies: one text, one embedding
         embedder = DedupingEmbedder(embedder)
+    writer: Embedder = embedder
+    follower = None
+    if before is not None:  # updates embed with the tree's model until the switch
+        from retriever.model_switch import FollowingEmbedder
+
+        follower = FollowingEmbedder(DedupingEmbedder(before[0]), embedder, before[1])
+        writer = follower
     workers = worker_count(settings.build.workers)
 
     def make_clusterer() -> TreeClusterer:
@@ -293,7 +306,7 @@ def make_pipeline(
         )
 
     builder = TreeBuilder(
-        embedder,
+        writer,
         make_summarizer(settings),
         make_clusterer,
         TreeParams(
@@ -317,13 +330,14 @@ def make_pipeline(
         store,
         embedder,
         builder,
-        on_switch=on_model_switch,
+        on_switch=on_model_switch if follower is None else _both(follower.switch, on_model_switch),
         queries=queries_lock,
         nice=settings.watch.writer_nice,  # yields the cores to questions, as updates do
     )
+    change.stepwise = follower is not None
     pipeline = Pipeline(
         tree=settings.tree,
-        embedder=embedder,
+        embedder=writer,
         builder=builder,
         store=store,
         models=models,
@@ -342,7 +356,18 @@ def make_pipeline(
         defer_summaries=defer_summaries,
         retention=Retention(settings.changes.keep_records, settings.changes.keep_days),
     )
+    if change.stepwise:
+        pipeline.context.copy_marks = change.marks
     return pipeline
+
+
+def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    def both() -> None:
+        first()
+        if then is not None:
+            then()
+
+    return both
 
 
 def make_summary_schedule(settings: Settings) -> Any:
@@ -380,6 +405,7 @@ def make_daemon_parts(
     queries = make_query_service(
         settings, locked, follower or question_embedder, access.registry, lock=query_lock
     )
+    writer = tree_model(settings, embedder) if follower is not None and follower.old else None
     pipeline = make_pipeline(
         settings,
         locked,
@@ -388,6 +414,7 @@ def make_daemon_parts(
         defer_summaries=summaries.defers_now,
         on_model_switch=None if follower is None else follower.switch,
         queries_lock=query_lock,
+        before=(writer[0], writer[1]) if writer is not None and writer[0] is not None else None,
     )
     return DaemonParts(
         pipeline,
@@ -404,9 +431,21 @@ def following_embedder(settings: Settings, embedder: Embedder, questions: Embedd
     live store holds (the state's) until the switch, then ``questions`` (the setting's); None
     when the state is already ``embedder``'s model (or not built). A model that cannot be
     loaded any more leaves questions refused, with the reason, until the switch."""
+    from retriever.model_switch import FollowingEmbedder
+
+    found = tree_model(settings, embedder)
+    if found is None:
+        return None
+    before, old = found
+    return FollowingEmbedder(before, questions, old)
+
+
+def tree_model(settings: Settings, embedder: Embedder) -> tuple[Embedder | None, str] | None:
+    """Return an embedder of the model the tree holds when it is not ``embedder``'s (None when
+    it is, or no tree is built), with that model's id: the embedder is None when the model
+    cannot be loaded any more (logged)."""
     from ingestor.tree.model_change import stored_model
     from retriever import EmbeddingError
-    from retriever.model_switch import FollowingEmbedder
     from retriever.schema import model_backend
 
     found = stored_model(state_db(settings))
@@ -417,17 +456,16 @@ def following_embedder(settings: Settings, embedder: Embedder, questions: Embedd
     backend, name = model_backend(old)
     then = e.model_copy(update={"backend": backend, "model": name})
     try:
-        before: Embedder | None = make_query_embedder(settings.model_copy(update={"embed": then}))
+        return make_query_embedder(settings.model_copy(update={"embed": then})), old
     except EmbeddingError as exc:
         log.warning(
-            "the tree's embedding model %r cannot be loaded (%s): questions are refused until "
-            "the change to %r is done",
+            "the tree's embedding model %r cannot be loaded (%s): questions are refused and "
+            "updates wait until the change to %r is done",
             old,
             exc,
             embedder.model_id,
         )
-        before = None
-    return FollowingEmbedder(before, questions, old)
+        return None, old
 
 
 @contextmanager

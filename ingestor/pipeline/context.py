@@ -39,7 +39,7 @@ from ingestor.tree.persist import (
     pending_intent,
 )
 from ingestor.tree.state import TreeState
-from models_store import ModelStore, ModelStoreError, RowStore
+from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore
 from retriever.schema import NodePayload
 
@@ -90,6 +90,10 @@ class TreeContext:
         #: Run by a writer before it opens the state: moves the tree to ``embedder``'s model when
         #: it was built with another (``ingestor.tree.model_change``); a no-op otherwise.
         self.model_change = model_change
+        #: While a change of embedding model copies the tree in steps between updates (the
+        #: daemon): the rows marking the nodes an update writes or deletes, committed with its
+        #: intent (:meth:`~ingestor.tree.model_change.ModelChange.marks`).
+        self.copy_marks: Callable[[list[str], list[str]], Changes | None] | None = None
 
     # -- the state ---------------------------------------------------------------------------
 
@@ -195,7 +199,8 @@ class TreeContext:
 
     def record_intent(self, state: TreeState, upsert: list[str], delete: list[str]) -> None:
         """Record, before writing, the points an update upserts and deletes (see :meth:`recover`)."""
-        self.guard(lambda: begin_intent(state, upsert, delete), "write to")
+        also = self.copy_marks(upsert, delete) if self.copy_marks is not None else None
+        self.guard(lambda: begin_intent(state, upsert, delete, also=also), "write to")
 
     def drop_intent(self, state: TreeState) -> None:
         """Drop the intent once the update it names is fully written."""

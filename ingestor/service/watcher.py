@@ -25,17 +25,15 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ingestor.config import WatchSettings, default_of
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.pipeline.repair import RepairRun, run_repairs
 from ingestor.pipeline.vectors import removed_leaf_texts
 from ingestor.read.documents import Document
 from ingestor.read.listing import DEFAULT_IGNORE, source_path, source_text
-from ingestor.service.clock import Clock, SystemClock
+from ingestor.service.clock import SystemClock
 from ingestor.service.events import Change, EnqueueHandler, PathFilter, make_observer
 from ingestor.service.failures import Quarantine, classify
 from ingestor.service.intake import Burst, Redo, Settling, not_quarantined
@@ -45,6 +43,7 @@ from ingestor.service.large_docs import (
     changed_since_read,
     large_groups,
 )
+from ingestor.service.watch_config import Hooks, Timing
 from ingestor.tree.background import lower_thread_priority
 from ingestor.tree.persist import shed_rows
 from ingestor.tree.repair import RepairParams
@@ -59,72 +58,8 @@ log = logging.getLogger(__name__)
 __all__ = ["EnqueueHandler", "Hooks", "Timing", "Watcher", "make_observer"]
 
 _TICK = 0.25  # seconds between checks of the stop flag while idle
+STEP_RETRY = 30.0  # seconds before a failed background step (a model change's copy) is retried
 ROOM_RETRY = 2.0  # seconds between looks at the disk's free space while updates wait for it
-
-
-@dataclass(frozen=True, slots=True)
-class Timing:
-    """When the worker takes a burst, how it retries, yields the CPU and keeps memory.
-
-    Attributes:
-        debounce: quiet seconds that end a burst.
-        close_grace: quiet seconds that end a burst whose every path is complete (closed after
-            a write, or moved into place); None, or any value >= ``debounce``, always waits
-            ``debounce``. Ignored when ``settle`` > 0 (polling reports no closes).
-        max_wait: longest a burst is coalesced before it is applied anyway (default 30 times
-            debounce, at least 5 s), so a folder that never goes quiet is still indexed.
-        settle: seconds a file's (size, mtime) must stay unchanged before it is read (polling
-            mode: a file still being copied onto a share is not indexed half); 0 reads at once.
-        max_backoff: cap of the retry delay after a failed batch, seconds.
-        idle_after: quiet seconds before the idle hook runs (and at most that often after).
-        nice: added to the worker thread's nice value (Linux), so that queries keep their CPU
-            while it embeds and clusters; 0 keeps the normal priority.
-        max_held_rows: past this many rows of the tree's state held in memory after a batch,
-            they are dropped and read again when needed (:func:`~ingestor.tree.persist.shed_rows`);
-            None holds them all.
-        clock: reads the time and waits for changes (None: the real clocks).
-    """
-
-    debounce: float = default_of(WatchSettings, "debounce_seconds")
-    close_grace: float | None = default_of(WatchSettings, "close_grace_seconds")
-    max_wait: float | None = None
-    settle: float = 0.0
-    max_backoff: float = default_of(WatchSettings, "max_backoff_seconds")
-    idle_after: float = 10.0
-    nice: int = 0
-    max_held_rows: int | None = None
-    clock: Clock | None = None
-
-    @classmethod
-    def of(cls, watch: WatchSettings, *, polling: bool) -> Timing:
-        """Return the timing of the watch settings (``polling``: files settle over a poll)."""
-        return cls(
-            debounce=watch.debounce_seconds,
-            close_grace=watch.close_grace_seconds,
-            settle=watch.poll_interval if polling else 0.0,
-            max_backoff=watch.max_backoff_seconds,
-            nice=watch.writer_nice,
-            max_held_rows=watch.max_held_rows,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Hooks:
-    """What the worker tells its owner (the daemon), each called in the worker's thread.
-
-    Attributes:
-        on_applied: after each applied batch, under the writer's lock.
-        on_error: with the exception class name after each failed batch.
-        on_idle: maintenance after ``Timing.idle_after`` quiet seconds (the daemon builds the
-            embedded store's index there, never inside an update).
-        room: why no update may write now (too little free disk space), or None; a batch then
-            waits, unread, and is looked at again every :data:`ROOM_RETRY` seconds.
-    """
-
-    on_applied: Callable[[UpdateReport, TreeState], None] | None = None
-    on_error: Callable[[str], None] | None = None
-    on_idle: Callable[[], None] | None = None
-    room: Callable[[], str | None] | None = None
 
 
 class Watcher:
@@ -178,6 +113,8 @@ class Watcher:
         self.guard = guard
         self.on_idle = h.on_idle
         self.room = h.room
+        self.step = h.step
+        self._step_next = 0.0  # a failed step is tried again from then (monotonic)
         self._short = False  # updates wait for disk space (said once, and when they go on)
         self.idle_after = t.idle_after
         self.nice = t.nice
@@ -265,10 +202,14 @@ class Watcher:
             if self.settling.due(now):
                 burst.join(self.settling.unsettled)
                 break
+            stepping = self.step is not None and now >= self._step_next
             try:
-                item = self.clock.get(self.paths, _TICK)
+                item = self.clock.get(self.paths, 0.0 if stepping else _TICK)
             except queue.Empty:
-                self._idle(now)
+                if stepping:
+                    self._step()
+                else:
+                    self._idle(now)
                 continue
             if item is not None and burst.add(item):
                 break
@@ -286,6 +227,24 @@ class Watcher:
             if item is not None and burst.add(item):
                 last = self.clock.monotonic()
         return burst.paths
+
+    def _step(self) -> None:
+        """Run one step of :attr:`step` under the writer's lock; a failed one is logged and
+        tried again after :data:`STEP_RETRY` seconds (an endpoint down must not stop updates)."""
+        assert self.step is not None
+        with self.lock:
+            try:
+                more = self.step(self.state)
+            except Exception:  # the watcher goes on; the step's own state is committed per step
+                log.exception(
+                    "a step of the writer's background work failed; retried in %d s", STEP_RETRY
+                )
+                self._step_next = self.clock.monotonic() + STEP_RETRY
+                return
+            if not more:
+                self.step = None
+                self._reload()
+        self._active_at = self.clock.monotonic()
 
     def _idle(self, now: float) -> None:
         """Run ``on_idle`` (maintenance: the daemon builds the search index) once nothing has

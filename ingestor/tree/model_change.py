@@ -29,9 +29,14 @@ Steps 1 and 2 embed, index and refit in a thread whose priority is lowered by ``
 questions answered meanwhile get the cores they need.
 
 Setting the model back during a copy abandons it (the new store is deleted); setting a third
-model restarts the copy for it. Updates wait: the change runs where a writer opens the state
-(``TreeContext.open_state``), before its update; the daemon's watcher starts after it, and finds
-by its scan what changed meanwhile.
+model restarts the copy for it.
+
+Updates: a writing command runs the change where it opens the state
+(``TreeContext.open_state``), before its update. The daemon's writer, when it can load the old
+model (``stepwise``), runs the copy in steps between its updates (:meth:`ModelChange.step`):
+updates embed with the old model into the live store meanwhile, and every node an update writes
+or deletes is marked (:meth:`ModelChange.marks`, committed with the update's intent) and copied
+again, or deleted, before the copy goes on; the last step indexes, refits and switches.
 
 ``adrap status``, ``/status``, ``/metrics`` and the dashboard show the change under way from
 these rows (:mod:`ingestor.tree.model_progress`, read without the clustering libraries).
@@ -49,7 +54,7 @@ import inspect
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ingestor.cluster.adaptive import LayerDelta
@@ -87,6 +92,22 @@ log = logging.getLogger(__name__)
 BATCH = 512
 MIN_BATCH = 8
 STEPS = 16
+#: Row-key prefix (namespace :data:`NS`) of the nodes written or deleted by an update during a copy
+#: in steps: copied again (or deleted) before the copy goes on.
+DIRTY = "dirty:"
+
+
+@dataclass
+class _Steps:
+    """A copy run in steps: its rows, plan, new store, list of node ids and where it is."""
+
+    rows: RowStore
+    plan: ChangePlan
+    nxt: NodeStore
+    ids: list[str]
+    at: int
+    size: int
+    times: dict[str, float]
 
 
 class ModelChange:
@@ -143,6 +164,10 @@ class ModelChange:
         #: What the last run did: nodes embedded, seconds per step, summaries regenerated.
         self.report: dict[str, Any] = {}
         self.between: Callable[[TreeState, NodeStore, str], None] | None = None
+        #: The daemon's writer runs the copy in steps between its updates (:meth:`step`), with
+        #: the old model for the updates meanwhile; False: :meth:`__call__` runs it all at once.
+        self.stepwise = False
+        self._steps: _Steps | None = None
 
     @property
     def beside(self) -> NextStore:
@@ -187,16 +212,105 @@ class ModelChange:
         if plan is not None and (plan.model, plan.dim) != want:
             self._abandon(rows, plan, f"the model is {want[0]!r} now")
             plan = None
+        if self.stepwise:  # the daemon's writer copies in steps between its updates (step)
+            return changed
         self._change(rows, plan, have[0])
+        return True
+
+    # -- in steps, between updates (the daemon) ----------------------------------------------------
+
+    def marks(self, upsert: list[str], delete: list[str]) -> Changes | None:
+        """The rows that mark the nodes an update writes or deletes as to be copied again, to
+        be committed with the update's intent (so a kill never loses one); None when no copy
+        runs in steps. Every one is marked, copied or not yet: a node the copy reaches later is
+        copied twice, a new node the copy's list lacks is copied once."""
+        if self._steps is None:
+            return None
+        ch = Changes()
+        for node_id in (*upsert, *delete):
+            ch.set(NS, DIRTY + node_id, b"")
+        return ch
+
+    def step(self, state: TreeState) -> bool:
+        """Run one step of the change in the daemon's writer, between two updates; return
+        whether more steps remain (False: none is due, or this one switched the store).
+
+        ``state`` is the writer's committed state, of the old model: the nodes updates wrote or
+        deleted since they were copied are copied again (or deleted) first, then the next batch
+        of the copy's list. When both are done, the last step indexes, refits and switches as
+        :meth:`__call__` does (updates wait for that step alone); the writer then opens the
+        state again (the new model's).
+        """
+        if self._steps is None and not self.begin():
+            return False
+        st = self._steps
+        assert st is not None
+        with contextlib.closing(Background(self.nice)) as bg:
+            dirty = [k[len(DIRTY) :] for k in st.rows.keys_prefix(NS, DIRTY)[: st.size]]
+            if dirty:
+                self._copy_again(st, state, dirty, bg)
+                return True
+            if st.at < len(st.ids):
+                batch = st.ids[st.at : st.at + st.size]
+                self._copy_batch(st.rows, state, st.nxt, batch, st.at + len(batch), bg, st)
+                st.at += len(batch)
+                return True
+            self._steps = None
+            fresh = load_state(self.models, self.tree)  # every node copied: as the writer's
+            assert fresh is not None
+            self._finish(st.rows, st.plan, fresh, st.nxt, bg, st.times)
+        return False
+
+    @property
+    def copying(self) -> bool:
+        """Whether a copy in steps runs (:meth:`begin` started it, the switch not yet done)."""
+        return self._steps is not None
+
+    def begin(self) -> bool:
+        """Start (or resume) a copy in steps when the committed state is of another model than
+        the new one; return whether one runs. From here, :meth:`marks` marks what updates
+        write: call it before the writer's first update (:meth:`__call__` first, to finish or
+        abandon what an earlier run left)."""
+        if self._steps is not None:
+            return True
+        path = state_path(self.models, self.tree)
+        if not path.exists():
+            return False
+        rows = RowStore.shared(path)
+        manifest = rows.manifest()
+        have = (str(manifest.get("embed_model")), int(manifest.get("dim") or 0))
+        if "tree_name" not in manifest or have == (self.embedder.model_id, self.embedder.dim):
+            return False
+        state = load_state(self.models, self.tree)
+        assert state is not None
+        plan, ids, start = self._begin(rows, read_plan(rows), have[0], state)
+        size = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
+        nxt = self.beside.open(plan.dim, plan.model)
+        times = {"start": float(start), "t0": time.perf_counter()}
+        self._steps = _Steps(rows, plan, nxt, ids, start, size, times)
         return True
 
     # -- the steps -------------------------------------------------------------------------------
 
     def _change(self, rows: RowStore, plan: ChangePlan | None, old: str) -> None:
-        t0 = time.perf_counter()
-        model, dim = self.embedder.model_id, self.embedder.dim
         state = load_state(self.models, self.tree)  # no embedder given: not refused
         assert state is not None  # the caller found its committed manifest
+        t0 = time.perf_counter()
+        plan, ids, start = self._begin(rows, plan, old, state)
+        nxt = self.beside.open(plan.dim, plan.model)
+        # Embedding, indexing and refitting yield the cores to the questions the live store
+        # answers meanwhile (tree.background); commits and permission passes run here.
+        with contextlib.closing(Background(self.nice)) as bg:
+            times = {"start": start, "t0": t0}
+            self._copy(rows, state, nxt, ids, start, bg, times)
+            self._finish(rows, plan, state, nxt, bg, times)
+
+    def _begin(
+        self, rows: RowStore, plan: ChangePlan | None, old: str, state: TreeState
+    ) -> tuple[ChangePlan, list[str], int]:
+        """Record the change (a new plan) or read where it stopped; return the plan, the node
+        ids to copy in order, and where in them the copy resumes."""
+        model, dim = self.embedder.model_id, self.embedder.dim
         ids = sorted(state.nodes.keys_with_prefix(""))
         if plan is None:
             self.beside.drop()  # one an earlier change left unrecorded
@@ -208,7 +322,7 @@ class ModelChange:
         log.info(
             "tree %r: changing the embedding model from %r to %r: embedding the text of its %d "
             "nodes again%s beside the live store (%s), summaries kept (no summary is paid); "
-            "queries use %r until the switch",
+            "queries use %r until the switch%s",
             self.tree,
             old,
             model,
@@ -216,24 +330,32 @@ class ModelChange:
             f" (resumed: {start} done)" if start else "",
             self.beside.where,
             old,
+            "; updates go on meanwhile (with the old model, then copied)" if self.stepwise else "",
         )
-        nxt = self.beside.open(dim, model)
-        # Embedding, indexing and refitting yield the cores to the questions the live store
-        # answers meanwhile (tree.background); commits and permission passes run here.
-        with contextlib.closing(Background(self.nice)) as bg:
-            t_embed = time.perf_counter()
-            embed_s = self._copy(rows, state, nxt, ids, start, model, bg)
-            copy_s = time.perf_counter() - t_embed
-            plan = replace(plan, phase=REFIT)  # what status shows; a kill from here resumes here
-            self._write(rows, state, {"plan": dumps(asdict(plan))})
-            t_index = time.perf_counter()
-            nxt.flush()
-            bg.run(nxt.optimize)
-            index_s = time.perf_counter() - t_index
-            t_refit = time.perf_counter()
-            state.embed_model, state.dim = model, dim
-            state.vectors.fetch = nxt.retrieve_vectors
-            refitted = bg.run(self._refit, state, nxt)
+        return plan, ids, start
+
+    def _finish(
+        self,
+        rows: RowStore,
+        plan: ChangePlan,
+        state: TreeState,
+        nxt: NodeStore,
+        bg: Background,
+        times: dict[str, float],
+    ) -> None:
+        """Every node copied: index the new store, refit the layers, commit, switch."""
+        model, dim = plan.model, plan.dim
+        copy_s = time.perf_counter() - times["t0"]
+        plan = replace(plan, phase=REFIT)  # what status shows; a kill from here resumes here
+        self._write(rows, state, {"plan": dumps(asdict(plan))})
+        t_index = time.perf_counter()
+        nxt.flush()
+        bg.run(nxt.optimize)
+        index_s = time.perf_counter() - t_index
+        t_refit = time.perf_counter()
+        state.embed_model, state.dim = model, dim
+        state.vectors.fetch = nxt.retrieve_vectors
+        refitted = bg.run(self._refit, state, nxt)
         regenerated = refitted.summaries_regenerated if refitted is not None else 0
         refit_s = time.perf_counter() - t_refit
         changelog.note(  # written by the commit below, with the new model
@@ -241,7 +363,7 @@ class ModelChange:
             "model",
             started_at=plan.started_at,
             stats=refitted,
-            detail=f"embedding model {old} -> {model}: every node's text embedded again, "
+            detail=f"embedding model {plan.old} -> {model}: every node's text embedded again, "
             f"{regenerated} summaries paid",
         )
         plan = replace(plan, phase=SWITCH)
@@ -253,14 +375,15 @@ class ModelChange:
         commit_state(self.models, state, also=also)
         log.debug("model change: committed the new model; switching the store")
         self._switch(rows, plan)
+        nodes = len(state.nodes)
         self.report = {
-            "nodes": len(ids),
-            "embedded": len(ids) - start,
-            "embed_seconds": embed_s,
+            "nodes": nodes,
+            "embedded": int(times.get("embedded", nodes - times["start"])),
+            "embed_seconds": times.get("embed", 0.0),
             "copy_seconds": copy_s,
             "index_seconds": index_s,
             "refit_seconds": refit_s,
-            "seconds": time.perf_counter() - t0,
+            "seconds": time.perf_counter() - times["t0"],
             "summaries_regenerated": regenerated,
         }
 
@@ -271,29 +394,72 @@ class ModelChange:
         nxt: NodeStore,
         ids: list[str],
         start: int,
-        model: str,
         bg: Background,
-    ) -> float:
+        times: dict[str, float],
+    ) -> None:
         """Embed and write ``ids[start:]`` into ``nxt`` (in ``bg``), committing the cursor after
-        each batch; return the seconds spent embedding."""
-        embed_s = 0.0
+        each batch, then running :attr:`between`."""
         step = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
         for at in range(start, len(ids), step):
             batch = ids[at : at + step]
-            state.nodes.prefetch(batch)
-            nodes = [state.nodes[i] for i in batch]
-            t = time.perf_counter()
-            vectors = bg.run(self.embedder.embed_documents, [n.text for n in nodes])
-            embed_s += time.perf_counter() - t
-            bg.run(_write_batch, nxt, [n.payload(state.tree, model) for n in nodes], vectors)
-            done = at + len(batch)
-            self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
+            self._copy_batch(rows, state, nxt, batch, at + len(batch), bg, times)
             if self.between is not None:
                 self.between(state, nxt, batch[-1])
-            state.nodes.shed()
-            log.debug("model change: %d of %d nodes embedded", done, len(ids))
-            self.progress("re-embed", done, len(ids))
-        return embed_s
+            log.debug("model change: %d of %d nodes embedded", at + len(batch), len(ids))
+            self.progress("re-embed", at + len(batch), len(ids))
+
+    def _copy_batch(
+        self,
+        rows: RowStore,
+        state: TreeState,
+        nxt: NodeStore,
+        batch: list[str],
+        done: int,
+        bg: Background,
+        times: dict[str, float] | _Steps,
+    ) -> None:
+        """Embed ``batch``'s texts with the new model, write them into ``nxt`` (durable), then
+        commit the cursor (the batch's last id) and ``done``. A node gone since the copy's list
+        was made is skipped (its deletion marked it, see :meth:`marks`)."""
+        state.nodes.prefetch(batch)
+        nodes = [n for i in batch if (n := state.nodes.get(i)) is not None]
+        self._embed_into(state, nxt, nodes, bg, times if isinstance(times, dict) else times.times)
+        self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
+        state.nodes.shed()
+
+    def _copy_again(self, st: _Steps, state: TreeState, dirty: list[str], bg: Background) -> None:
+        """Copy again the nodes updates wrote since they were copied; delete those they deleted;
+        then forget the marks (one commit: a kill before it copies them again)."""
+        state.nodes.prefetch(dirty)
+        nodes = [n for i in dirty if (n := state.nodes.get(i)) is not None]
+        gone = [i for i in dirty if i not in state.nodes]
+        self._embed_into(state, st.nxt, nodes, bg, st.times)
+        if gone:
+            st.nxt.delete(gone)
+            st.nxt.flush()
+        ch = Changes()
+        for node_id in dirty:
+            ch.remove(NS, DIRTY + node_id)
+        st.rows.commit(ch, stamp=state.generation)
+        state.nodes.shed()
+        log.debug("model change: %d nodes updated meanwhile copied again", len(dirty))
+
+    def _embed_into(
+        self,
+        state: TreeState,
+        nxt: NodeStore,
+        nodes: list[Any],
+        bg: Background,
+        times: dict[str, float],
+    ) -> None:
+        if not nodes:
+            return
+        t = time.perf_counter()
+        vectors = bg.run(self.embedder.embed_documents, [n.text for n in nodes])
+        times["embed"] = times.get("embed", 0.0) + time.perf_counter() - t
+        times["embedded"] = times.get("embedded", 0.0) + len(nodes)
+        payloads = [n.payload(state.tree, self.embedder.model_id) for n in nodes]
+        bg.run(_write_batch, nxt, payloads, vectors)
 
     def _refit(self, state: TreeState, nxt: NodeStore) -> UpdateStats | None:
         """Fit every layer's models again from the new vectors around its clusters; return what

@@ -265,11 +265,14 @@ class Intent:
     delete: list[str]
 
 
-def begin_intent(state: TreeState, upsert: list[str], delete: list[str]) -> None:
-    """Record, before touching the node store, which points this update writes and deletes."""
+def begin_intent(
+    state: TreeState, upsert: list[str], delete: list[str], *, also: Changes | None = None
+) -> None:
+    """Record, before touching the node store, which points this update writes and deletes
+    (with the rows of ``also``, in the same transaction)."""
     if state.rows is None:
         return
-    ch = Changes()
+    ch = also if also is not None else Changes()
     ch.set(_INTENT, "upsert", dumps(sorted(upsert)))
     ch.set(_INTENT, "delete", dumps(sorted(delete)))
     ch.set(_INTENT, "committed", dumps(False))

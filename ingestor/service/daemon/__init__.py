@@ -49,6 +49,7 @@ from ingestor.tree.model_progress import change_in
 from ingestor.tree.params import Progress, no_progress
 from ingestor.tree.persist import load_state, state_path
 from ingestor.tree.repair import RepairParams
+from ingestor.tree.state import TreeState
 from retriever.heap import limit_heap_arenas
 from retriever.room import MIB, free_bytes, free_files, room_problem
 
@@ -228,7 +229,13 @@ class Daemon:
                 state,
                 PathFilter(self.root, self.ignore, self.exclude),
                 Timing.of(self.watch, polling=self.polling),
-                hooks=Hooks(self.api.applied, self.metrics.error, self._maintain, self._room),
+                hooks=Hooks(
+                    self.api.applied,
+                    self.metrics.error,
+                    self._maintain,
+                    self._room,
+                    step=self._model_steps(),
+                ),
                 lock=self.lock,
                 guard=self.guard,
                 quarantine=self.quarantine,
@@ -271,6 +278,25 @@ class Daemon:
             self.stop_http()
         log.info("stopped")
 
+    def _model_steps(self) -> Callable[[TreeState], bool] | None:
+        """The watcher's steps of a change of embedding model copied between updates (see
+        :meth:`~ingestor.tree.model_change.ModelChange.step`), or None when none runs."""
+        from ingestor.tree.model_change import ModelChange
+
+        change = self.pipeline.context.model_change
+        if not isinstance(change, ModelChange) or not change.copying:
+            return None
+
+        def step(state: TreeState) -> bool:
+            if change.step(state):
+                return True
+            switched = load_state(change.models, change.tree, layers=False)
+            if switched is not None:  # /status and /metrics: the new model's tree
+                self.metrics.snapshot(switched)
+            return False
+
+        return step
+
     def _watch_again(self, observer: Any) -> None:
         """The root came back (or is another directory): watch it afresh and rescan it."""
         assert self.watcher is not None
@@ -298,6 +324,11 @@ class Daemon:
                     self.metrics.snapshot(built)
                 self.metrics.ready = True
             found = self.pipeline.open_state(recover=True)
+            if found is not None and _copies_in_steps(change):
+                log.info(
+                    "the change of embedding model copies the tree between updates; the "
+                    "watcher starts now (updates embed with the tree's model until the switch)"
+                )
             if found is not None:
                 state = found
                 if Path(state.root) != self.root:
@@ -476,3 +507,11 @@ class Daemon:
             self.server.stop()
         if self.unix_server is not None:
             self.unix_server.stop()
+
+
+def _copies_in_steps(change: object) -> bool:
+    """Start a change of embedding model that copies in steps between updates (the writer can
+    embed with the tree's model meanwhile); return whether one runs."""
+    from ingestor.tree.model_change import ModelChange
+
+    return isinstance(change, ModelChange) and change.stepwise and change.begin()

@@ -555,3 +555,41 @@ def test_past_its_bound_the_worker_drops_the_rows_it_holds_after_a_batch(
         assert f"held{bound}.txt" in w.state.sources  # read again once dropped
     assert held[None] > 0
     assert held[0] == 0
+
+
+def test_background_steps_run_between_batches_and_a_failed_one_stops_no_update(
+    tree: tuple[Pipeline, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change of embedding model copies the tree in steps between the daemon's updates: the
+    steps run whenever no batch is ready, under the writer's lock, with the committed state; a
+    failing step (its endpoint down) is logged and retried later while updates land; once the
+    steps say none remains, the worker opens the state again (the switched tree's)."""
+    import ingestor.service.watcher as watcher_module
+
+    monkeypatch.setattr(watcher_module, "STEP_RETRY", 0.2)
+    p, root = tree
+    lock = threading.Lock()
+    seen: list[str] = []
+    fail = [True]
+
+    def step(state: Any) -> bool:
+        assert lock.locked(), "a step runs under the writer's lock"
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError("endpoint down")
+        seen.append(str(state.generation))
+        return len(seen) < 5
+
+    w = make_watcher(p, p.require_state(), root, debounce=0.05, lock=lock, step=step)
+    first = w.state
+    w.start()
+    try:
+        (root / "new.txt").write_text(doc_text(random.Random(6), 5))
+        w.enqueue([root / "new.txt"])
+        wait_until(lambda: w.batches >= 1 and w.pending() == 0, timeout=60)
+        wait_until(lambda: w.step is None, timeout=30)
+    finally:
+        w.stop()
+    assert len(seen) == 5, "the failed step was retried; steps stop once none remains"
+    assert w.state is not first, "the state is opened again after the last step"
+    assert_agrees(p, root)

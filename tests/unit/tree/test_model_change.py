@@ -7,6 +7,7 @@ runs the real ones); the store is a real qdrant-edge shard."""
 
 from __future__ import annotations
 
+import gc
 import random
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,8 @@ from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.model_change import NS, ModelChange, pending_change, stored_model
 from ingestor.tree.model_progress import REFIT, SWITCH, change_in
 from ingestor.tree.persist import load_state, state_path
+from ingestor.tree.rowmap import loads
+from ingestor.tree.state import TreeState
 from models_store import IncompatibleModelError, ModelStore, RowStore
 from retriever import SearchFilter
 from retriever.edge_shard import swap_folders
@@ -67,10 +70,12 @@ def changed(
     beside: EdgeNext | None = None,
     on_switch: object = None,
     nice: int = 0,
+    writer: FollowingEmbedder | None = None,
 ) -> Pipeline:
-    """A pipeline over ``old``'s store and state whose writers change to ``embedder``'s model."""
+    """A pipeline over ``old``'s store and state whose writers change to ``embedder``'s model
+    (``writer``: what its updates embed with, when not the new model from the start)."""
     builder = TreeBuilder(
-        embedder,
+        writer or embedder,
         summarizer or EchoSummarizer(),
         lambda: TreeClusterer(random_state=0, n_epochs=50),
         TreeParams(summary_max_tokens=40),
@@ -90,7 +95,7 @@ def changed(
     )
     return Pipeline(
         tree="t",
-        embedder=embedder,
+        embedder=writer or embedder,
         builder=builder,
         store=store,
         models=models,
@@ -386,3 +391,117 @@ def test_a_permission_changed_during_the_copy_reaches_both_stores(
     stored = p.context.store.retrieve([leaf.node_id])[0]
     assert list(stored.access) == [now], "the switched store holds the class set mid-copy"
     check_invariants(p)  # every point's payload is the state's, access included
+
+
+def stepwise(tmp: Path, old: Pipeline, new: Embedder32) -> tuple[Pipeline, ModelChange]:
+    """The daemon's writer over ``old``'s tree while it changes to ``new``'s model: its updates
+    embed with the old model (a following embedder) until the switch, the copy runs in steps."""
+    was = old.context.embedder
+    assert isinstance(was, HashEmbedder)
+    follower = FollowingEmbedder(HashEmbedder(dim=was.dim), new, was.model_id)
+    p = changed(tmp, old, new, on_switch=follower.switch, writer=follower)
+    change = p.context.model_change
+    assert isinstance(change, ModelChange)
+    change.stepwise = True
+    p.context.copy_marks = change.marks
+    return p, change
+
+
+def copied_leaf(state: TreeState, cursor: str, *, but: str | None = None) -> str:
+    """The source of a leaf the copy has written (its id at most ``cursor``)."""
+    return next(
+        n.source
+        for i, n in sorted(state.nodes.items())
+        if i <= cursor and n.layer == 0 and n.source is not None and n.source != but
+    )
+
+
+def assert_new_store_is_the_state(p: Pipeline, emb: Embedder32) -> None:
+    """Every point is the state's node (payload), its vector the new model's of its text."""
+    check_invariants(p)
+    state = p.require_state()
+    ids = sorted(state.nodes)
+    store = p.context.store
+    want = emb.embed_documents([state.nodes[i].text for i in ids])
+    np.testing.assert_allclose(store.retrieve_vectors(ids), want, atol=1e-5)
+
+
+def test_updates_go_on_during_a_copy_in_steps_and_reach_the_new_store(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    """Updates waited for a change of model (the copy ran before the daemon's watcher): hours
+    at a million nodes. The daemon's writer now copies in steps between its updates, which embed
+    with the old model meanwhile; what an update writes or deletes after its nodes were copied is
+    copied again (or deleted) before the switch, so the new store is the final tree."""
+    old, root = built
+    kept = summaries(old)
+    emb = Embedder32()
+    p, change = stepwise(tmp_path, old, emb)
+    state = p.require_state(recover=True)
+    assert emb.texts == [], "stepwise: opening the state copies nothing"
+    assert change.begin()
+    assert change.step(state)
+    assert change.step(state)
+    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    edited = copied_leaf(state, cursor)
+    removed = copied_leaf(state, cursor, but=edited)
+    (root / edited).write_text(doc_text(random.Random(21), 7))
+    (root / removed).unlink()
+    (root / "new.txt").write_text(doc_text(random.Random(22), 6))
+    report = p.update([root / edited, root / removed, root / "new.txt"])
+    assert report.stats.leaves_added
+    assert report.stats.leaves_removed
+    # The live store is the old model's, updated at once: queries see the update now.
+    state = p.require_state()
+    assert state.embed_model == "hash-48"
+    check_invariants(p)
+    steps = 0
+    while change.step(state):
+        steps += 1
+        state = p.require_state()
+        if steps == 3:  # another update mid-copy
+            (root / "later.txt").write_text(doc_text(random.Random(23), 5))
+            p.update([root / "later.txt"])
+            state = p.require_state()
+    state = p.require_state()
+    assert (state.embed_model, state.dim) == (NEW, 32)
+    assert {"new.txt", "later.txt", edited} <= set(state.sources)
+    assert removed not in state.sources
+    assert_new_store_is_the_state(p, emb)
+    assert change.report["summaries_regenerated"] == 0, "the change paid no summary"
+    assert set(kept) & set(summaries(p)), "the summaries no update reached are kept"
+    rows = RowStore.shared(state_path(p.context.models, "t"))
+    assert rows.count(NS) == 0, "no mark is left"
+    # The writer follows: its next update embeds with the new model.
+    before = len(emb.texts)
+    (root / "after.txt").write_text(doc_text(random.Random(24), 5))
+    p.update([root / "after.txt"])
+    assert len(emb.texts) > before
+    assert_new_store_is_the_state(p, emb)
+
+
+def test_a_copy_in_steps_killed_after_an_update_copies_that_update_when_resumed(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    """The marks of what an update wrote are committed with its intent: a daemon killed after
+    the update (its nodes copied before it) copies them again once restarted."""
+    old, root = built
+    p, change = stepwise(tmp_path, old, Embedder32())
+    state = p.require_state(recover=True)
+    assert change.begin()
+    assert change.step(state)
+    assert change.step(state)
+    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    edited = copied_leaf(state, cursor)
+    (root / edited).write_text(doc_text(random.Random(31), 6))
+    p.update([root / edited])
+    del p, change, state  # killed: its new store is closed when collected
+    gc.collect()
+    emb = Embedder32()
+    again, change = stepwise(tmp_path, old, emb)
+    state = again.require_state(recover=True)
+    assert change.begin()
+    while change.step(state):
+        state = again.require_state()
+    assert again.require_state().embed_model == NEW
+    assert_new_store_is_the_state(again, emb)
