@@ -505,3 +505,33 @@ def test_a_copy_in_steps_killed_after_an_update_copies_that_update_when_resumed(
         state = again.require_state()
     assert again.require_state().embed_model == NEW
     assert_new_store_is_the_state(again, emb)
+
+
+def test_a_permission_changed_during_a_copy_in_steps_reaches_the_switched_store(
+    tmp_path: Path, built: tuple[Pipeline, Path]
+) -> None:
+    """The daemon's permission pass is an update like any other during a copy in steps: the
+    live store gets the new class at once, and the nodes it changed are copied again, so the
+    switched store has it too."""
+    old, root = built
+    emb = Embedder32()
+    p, change = stepwise(tmp_path, old, emb)
+    state = p.require_state(recover=True)
+    assert change.begin()
+    assert change.step(state)
+    assert change.step(state)
+    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    source = copied_leaf(state, cursor)
+    leaf = next(i for i, n in state.nodes.items() if n.source == source and i <= cursor)
+    was = state.sources[source].access
+    target = root / source
+    target.chmod(0o600 if target.stat().st_mode & 0o044 else 0o644)
+    assert p.update_access(state).files_reclassed == 1
+    now = p.require_state().sources[source].access
+    assert now != was
+    assert list(p.context.store.retrieve([leaf])[0].access) == [now], "the live store at once"
+    while change.step(state):
+        state = p.require_state()
+    assert p.require_state().embed_model == NEW
+    assert list(p.context.store.retrieve([leaf])[0].access) == [now], "and the switched store"
+    assert_new_store_is_the_state(p, emb)
