@@ -234,6 +234,8 @@ class Watcher:
         assert self.step is not None
         with self.lock:
             try:
+                if self._stale:  # a failed update or pass left it half-applied
+                    self._reload()
                 more = self.step(self.state)
             except Exception:  # the watcher goes on; the step's own state is committed per step
                 log.exception(

@@ -571,9 +571,11 @@ def test_background_steps_run_between_batches_and_a_failed_one_stops_no_update(
     lock = threading.Lock()
     seen: list[str] = []
     fail = [True]
+    states: list[Any] = []
 
     def step(state: Any) -> bool:
         assert lock.locked(), "a step runs under the writer's lock"
+        states.append(state)
         if fail[0]:
             fail[0] = False
             raise RuntimeError("endpoint down")
@@ -582,6 +584,7 @@ def test_background_steps_run_between_batches_and_a_failed_one_stops_no_update(
 
     w = make_watcher(p, p.require_state(), root, debounce=0.05, lock=lock, step=step)
     first = w.state
+    w._stale = True  # as a failed batch or permission pass leaves it
     w.start()
     try:
         (root / "new.txt").write_text(doc_text(random.Random(6), 5))
@@ -591,5 +594,6 @@ def test_background_steps_run_between_batches_and_a_failed_one_stops_no_update(
     finally:
         w.stop()
     assert len(seen) == 5, "the failed step was retried; steps stop once none remains"
-    assert w.state is not first, "the state is opened again after the last step"
+    assert states[0] is not first, "a state a failed update left half-applied is opened again"
+    assert w.state is not states[-1], "and again once the steps are done (the switched tree's)"
     assert_agrees(p, root)
