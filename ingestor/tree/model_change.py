@@ -256,6 +256,8 @@ class ModelChange:
                 st.at += len(batch)
                 return True
             self._steps = None
+            state.nodes.shed()  # the writer's state is opened again after the switch: only the
+            state.vectors.shed()  # refit's copy is held meanwhile
             fresh = load_state(self.models, self.tree)  # every node copied: as the writer's
             assert fresh is not None
             self._finish(st.rows, st.plan, fresh, st.nxt, bg, st.times)
