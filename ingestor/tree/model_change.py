@@ -283,7 +283,7 @@ class ModelChange:
         have = (str(manifest.get("embed_model")), int(manifest.get("dim") or 0))
         if "tree_name" not in manifest or have == (self.embedder.model_id, self.embedder.dim):
             return False
-        state = load_state(self.models, self.tree)
+        state = load_state(self.models, self.tree, layers=False)  # its node ids alone
         assert state is not None
         plan, ids, start = self._begin(rows, read_plan(rows), have[0], state)
         size = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
