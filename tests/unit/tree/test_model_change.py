@@ -407,6 +407,17 @@ def stepwise(tmp: Path, old: Pipeline, new: Embedder32) -> tuple[Pipeline, Model
     return p, change
 
 
+def two_steps(p: Pipeline, change: ModelChange) -> tuple[TreeState, str]:
+    """Open the writer's state (nothing is copied), start the copy, run two steps; return the
+    state and the committed cursor (every node id up to it is copied)."""
+    state = p.require_state(recover=True)
+    assert change.begin()
+    assert change.step(state)
+    assert change.step(state)
+    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    return state, cursor
+
+
 def copied_leaf(state: TreeState, cursor: str, *, but: str | None = None) -> str:
     """The source of a leaf the copy has written (its id at most ``cursor``)."""
     return next(
@@ -437,12 +448,9 @@ def test_updates_go_on_during_a_copy_in_steps_and_reach_the_new_store(
     kept = summaries(old)
     emb = Embedder32()
     p, change = stepwise(tmp_path, old, emb)
-    state = p.require_state(recover=True)
+    p.require_state(recover=True)
     assert emb.texts == [], "stepwise: opening the state copies nothing"
-    assert change.begin()
-    assert change.step(state)
-    assert change.step(state)
-    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    state, cursor = two_steps(p, change)
     edited = copied_leaf(state, cursor)
     removed = copied_leaf(state, cursor, but=edited)
     (root / edited).write_text(doc_text(random.Random(21), 7))
@@ -487,11 +495,7 @@ def test_a_copy_in_steps_killed_after_an_update_copies_that_update_when_resumed(
     the update (its nodes copied before it) copies them again once restarted."""
     old, root = built
     p, change = stepwise(tmp_path, old, Embedder32())
-    state = p.require_state(recover=True)
-    assert change.begin()
-    assert change.step(state)
-    assert change.step(state)
-    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    state, cursor = two_steps(p, change)
     edited = copied_leaf(state, cursor)
     (root / edited).write_text(doc_text(random.Random(31), 6))
     p.update([root / edited])
@@ -516,11 +520,7 @@ def test_a_permission_changed_during_a_copy_in_steps_reaches_the_switched_store(
     old, root = built
     emb = Embedder32()
     p, change = stepwise(tmp_path, old, emb)
-    state = p.require_state(recover=True)
-    assert change.begin()
-    assert change.step(state)
-    assert change.step(state)
-    cursor = str(loads(RowStore.shared(state_path(p.context.models, "t")).get(NS, "cursor")))
+    state, cursor = two_steps(p, change)
     source = copied_leaf(state, cursor)
     leaf = next(i for i, n in state.nodes.items() if n.source == source and i <= cursor)
     was = state.sources[source].access
