@@ -206,10 +206,9 @@ class Watcher:
             try:
                 item = self.clock.get(self.paths, 0.0 if stepping else _TICK)
             except queue.Empty:
+                self._idle(now)  # maintenance goes on during steps: they are not updates
                 if stepping:
                     self._step()
-                else:
-                    self._idle(now)
                 continue
             if item is not None and burst.add(item):
                 break
@@ -246,7 +245,6 @@ class Watcher:
             if not more:
                 self.step = None
                 self._reload()
-        self._active_at = self.clock.monotonic()
 
     def _idle(self, now: float) -> None:
         """Run ``on_idle`` (maintenance: the daemon builds the search index) once nothing has

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -580,9 +581,20 @@ def test_background_steps_run_between_batches_and_a_failed_one_stops_no_update(
             fail[0] = False
             raise RuntimeError("endpoint down")
         seen.append(str(state.generation))
+        time.sleep(0.05)  # a step takes time: maintenance runs between steps too
         return len(seen) < 5
 
-    w = make_watcher(p, p.require_state(), root, debounce=0.05, lock=lock, step=step)
+    idle: list[int] = []
+    w = make_watcher(
+        p,
+        p.require_state(),
+        root,
+        debounce=0.05,
+        lock=lock,
+        step=step,
+        on_idle=lambda: idle.append(len(states)),
+        idle_after=0.1,
+    )
     first = w.state
     w._stale = True  # as a failed batch or permission pass leaves it
     w.start()
@@ -594,6 +606,7 @@ def test_background_steps_run_between_batches_and_a_failed_one_stops_no_update(
     finally:
         w.stop()
     assert len(seen) == 5, "the failed step was retried; steps stop once none remains"
+    assert any(0 < n < len(states) for n in idle), "idle maintenance ran during the steps"
     assert states[0] is not first, "a state a failed update left half-applied is opened again"
     assert w.state is not states[-1], "and again once the steps are done (the switched tree's)"
     assert_agrees(p, root)
