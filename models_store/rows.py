@@ -199,10 +199,10 @@ class RowStore:
             return list(self.items(ns))
         return [(k, bytes(v)) for k, v in self._range("key, value", ns, *_prefix_range(prefix))]
 
-    def keys_prefix(self, ns: str, prefix: str) -> list[str]:
-        """Return the keys of a namespace that start with ``prefix``, in order (one index range
-        scan, no value read: the cost of those keys, not of the namespace)."""
-        return [k for (k,) in self._range("key", ns, *_prefix_range(prefix))]
+    def keys_prefix(self, ns: str, prefix: str, *, limit: int | None = None) -> list[str]:
+        """Return the keys of a namespace that start with ``prefix``, in order, at most ``limit``
+        (one index range scan, no value read: the cost of those keys, not of the namespace)."""
+        return [k for (k,) in self._range("key", ns, *_prefix_range(prefix), limit=limit)]
 
     def items_range(
         self,

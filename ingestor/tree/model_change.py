@@ -246,7 +246,7 @@ class ModelChange:
         st = self._steps
         assert st is not None
         with contextlib.closing(Background(self.nice)) as bg:
-            dirty = [k[len(DIRTY) :] for k in st.rows.keys_prefix(NS, DIRTY)[: st.size]]
+            dirty = [k[len(DIRTY) :] for k in st.rows.keys_prefix(NS, DIRTY, limit=st.size)]
             if dirty:
                 self._copy_again(st, state, dirty, bg)
                 return True

@@ -167,3 +167,15 @@ def test_eviction_counts_a_namespace_only_when_it_may_be_over_its_bound(tmp_path
     assert len(counts) == 3
     assert len(list(rows.items("cache"))) == 90
     rows.close()
+
+
+def test_keys_prefix_reads_at_most_limit_keys_in_order(tmp_path: Path) -> None:
+    """A change of model reads its marks a batch at a time: the first ``limit`` keys of the
+    prefix, not every mark on each step."""
+    rows = RowStore(tmp_path / "s.sqlite", create=True)
+    ch = Changes()
+    for key in ("dirty:c", "dirty:a", "dirty:b", "cursor", "dirtx"):
+        ch.set("ns", key, b"")
+    rows.commit(ch)
+    assert rows.keys_prefix("ns", "dirty:") == ["dirty:a", "dirty:b", "dirty:c"]
+    assert rows.keys_prefix("ns", "dirty:", limit=2) == ["dirty:a", "dirty:b"]
