@@ -252,8 +252,9 @@ class ModelChange:
                 return True
             if st.at < len(st.ids):
                 batch = st.ids[st.at : st.at + st.size]
-                self._copy_batch(st.rows, state, st.nxt, batch, st.at + len(batch), bg, st)
-                st.at += len(batch)
+                done = st.at + len(batch)
+                self._copy_batch(st.rows, state, st.nxt, batch, done, bg, st.times)
+                st.at = done
                 return True
             self._steps = None
             state.nodes.shed()  # the writer's state is opened again after the switch: only the
@@ -286,7 +287,7 @@ class ModelChange:
         state = load_state(self.models, self.tree, layers=False)  # its node ids alone
         assert state is not None
         plan, ids, start = self._begin(rows, read_plan(rows), have[0], state)
-        size = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
+        size = self._step_size(len(ids))
         nxt = self.beside.open(plan.dim, plan.model)
         times = {"start": float(start), "t0": time.perf_counter()}
         self._steps = _Steps(rows, plan, nxt, ids, start, size, times)
@@ -401,7 +402,7 @@ class ModelChange:
     ) -> None:
         """Embed and write ``ids[start:]`` into ``nxt`` (in ``bg``), committing the cursor after
         each batch, then running :attr:`between`."""
-        step = self.batch or max(MIN_BATCH, min(BATCH, len(ids) // STEPS))
+        step = self._step_size(len(ids))
         for at in range(start, len(ids), step):
             batch = ids[at : at + step]
             self._copy_batch(rows, state, nxt, batch, at + len(batch), bg, times)
@@ -409,6 +410,11 @@ class ModelChange:
                 self.between(state, nxt, batch[-1])
             log.debug("model change: %d of %d nodes embedded", at + len(batch), len(ids))
             self.progress("re-embed", at + len(batch), len(ids))
+
+    def _step_size(self, nodes: int) -> int:
+        """Nodes a step of the copy embeds: :attr:`batch`, else about 1/:data:`STEPS` of the
+        tree, within [:data:`MIN_BATCH`, :data:`BATCH`]."""
+        return self.batch or max(MIN_BATCH, min(BATCH, nodes // STEPS))
 
     def _copy_batch(
         self,
@@ -418,14 +424,14 @@ class ModelChange:
         batch: list[str],
         done: int,
         bg: Background,
-        times: dict[str, float] | _Steps,
+        times: dict[str, float],
     ) -> None:
         """Embed ``batch``'s texts with the new model, write them into ``nxt`` (durable), then
         commit the cursor (the batch's last id) and ``done``. A node gone since the copy's list
         was made is skipped (its deletion marked it, see :meth:`marks`)."""
         state.nodes.prefetch(batch)
         nodes = [n for i in batch if (n := state.nodes.get(i)) is not None]
-        self._embed_into(state, nxt, nodes, bg, times if isinstance(times, dict) else times.times)
+        self._embed_into(state, nxt, nodes, bg, times)
         self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
         state.nodes.shed()
 
