@@ -302,6 +302,23 @@ class AdaptiveLayer(LayerState):
         result = gmm.remove(pid)
         delta.absorb(result.dirty, result.created, result.split, result.removed)
 
+    def rename(self, old: str, new: str) -> None:
+        """Give node ``old``'s place to node ``new`` (the same text under another id: a moved
+        file's leaf): the same point in the same clusters, so no cluster changes."""
+        if new in self.point_of:
+            raise ValueError(f"layer {self.layer} already holds node {new}: remove it first")
+        g, pid = self.point_of.pop(old)
+        self.point_of[new] = (g, pid)
+        if pid == GUARDED:
+            _, nodes = edit(self.guarded, g)
+            nodes.discard(old)
+            nodes.add(new)
+        else:
+            self.node_at[(g, pid)] = new
+        digest = self.placed.pop(old, None)
+        if digest is not None:
+            self.placed[new] = digest
+
     def __len__(self) -> int:
         return len(self.point_of)
 

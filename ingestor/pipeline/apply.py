@@ -23,6 +23,7 @@ from ingestor.pipeline.access import set_leaf_access
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
+from ingestor.pipeline.moves import MoveFinder, move_leaves
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.pipeline.vectors import reuse_removed
 from ingestor.read.documents import Document
@@ -48,6 +49,9 @@ class LeafChanges:
         reclassed: ids of kept leaves whose file's access class changed (also in ``touched``):
             their ancestors' classes are brought up to date, their texts and vectors kept.
         refreshed: a source's stat record changed while its text did not (a commit, no write).
+        moved: old leaf id -> new leaf id, for the leaves of files moved or renamed with their
+            text unchanged: the new leaves took the old ones' places (:mod:`.moves`), their
+            parents list them; the old points are deleted, the new ones and the parents written.
     """
 
     added: list[Node] = field(default_factory=list)
@@ -55,6 +59,7 @@ class LeafChanges:
     touched: list[str] = field(default_factory=list)
     reclassed: list[str] = field(default_factory=list)
     refreshed: bool = False
+    moved: dict[str, str] = field(default_factory=dict)
     #: The files changed, for the change log (``ingestor.tree.changelog``).
     files: list[FileChange] = field(default_factory=list)
 
@@ -149,9 +154,18 @@ class ApplyStage:
         changes = self.leaf_changes(state, docs, gone, report)
         added, removed, touched = changes.added, changes.removed, changes.touched
         if not added and not removed and not touched:
-            if (
-                changes.refreshed
-            ):  # only stat records changed: a commit of those rows, no store write
+            if changes.moved:  # files moved, nothing else: their leaves and the tree above
+                report.stats = self._moved(state, changes)
+                changelog.note(
+                    state,
+                    "update",
+                    started_at=report.started_at,
+                    files=changes.files,
+                    stats=report.stats,
+                )
+                ctx.store_changes(state, report.stats.upserted, report.stats.deleted)
+                report.state_bytes = state.last_commit_bytes
+            elif changes.refreshed:  # only stat records changed: a commit of rows, no store write
                 ctx.store_changes(state, set(), set())
                 report.state_bytes = state.last_commit_bytes
             return
@@ -197,6 +211,10 @@ class ApplyStage:
             state, [n.node_id for n in added], removed, defer=self.defer_summaries()
         )
         report.stats.upserted.update(touched)
+        if changes.moved:  # after adRAP: the parents the moved leaves have now
+            moved = self._moved(state, changes)
+            report.stats.upserted |= moved.upserted
+            report.stats.deleted |= moved.deleted
         TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
         changelog.note(
             state, "update", started_at=report.started_at, files=changes.files, stats=report.stats
@@ -229,6 +247,7 @@ class ApplyStage:
         out = LeafChanges()
         access = self.context.access
         access.begin(state.root)
+        moves = MoveFinder(state, docs, gone)
         for doc in docs:
             old = state.sources.get(doc.source)
             if old is not None and old.content_hash == doc.content_hash:
@@ -261,6 +280,14 @@ class ApplyStage:
             leaves = self.build.leaves_of(doc)
             for n in leaves:
                 n.access = frozenset({cls})
+            came_from = moves.take(state, doc, leaves) if old is None else None
+            if came_from is not None and self._move(state, came_from, leaves, out, report):
+                state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
+                report.files_added += 1
+                out.files.append(
+                    FileChange(doc.source, "added", cls, owner_of(state.root, doc.source))
+                )
+                continue
             new_ids = {n.node_id for n in leaves}
             old_ids = set(old.node_ids) if old else set()
             if old is not None:
@@ -323,6 +350,33 @@ class ApplyStage:
         # payloads only: no re-encoding
         self.context.store_access(state, report.stats.upserted, ensure=ensure)
         report.state_bytes = state.last_commit_bytes
+
+    @staticmethod
+    def _move(
+        state: TreeState, source: str, leaves: list[Node], out: LeafChanges, report: UpdateReport
+    ) -> bool:
+        """Give the leaves of removed file ``source`` to ``leaves`` (:func:`.moves.move_leaves`)
+        and drop its record; False when they cannot be (its leaves are then removed as usual)."""
+        entry = state.sources[source]
+        if not move_leaves(state, list(entry.node_ids), leaves):
+            return False
+        state.sources.pop(source)
+        out.moved.update(zip(entry.node_ids, (n.node_id for n in leaves), strict=True))
+        out.files.append(FileChange(source, "removed", entry.access))
+        report.files_removed += 1
+        return True
+
+    @staticmethod
+    def _moved(state: TreeState, changes: LeafChanges) -> UpdateStats:
+        """What the batch's moves write: the moved leaves' old points deleted, the new ones,
+        their parents (``children``) and the ancestors whose provenance changed written."""
+        stats = UpdateStats()
+        stats.deleted.update(changes.moved)
+        new = set(changes.moved.values())
+        stats.upserted.update(new)
+        stats.upserted.update(p for i in new for p in state.nodes[i].parents)
+        TreeUpdater.refresh_provenance(state, new, stats)
+        return stats
 
     @staticmethod
     def _reclass(state: TreeState, leaf_ids: list[str], cls: str, out: LeafChanges) -> None:

@@ -252,3 +252,28 @@ def test_a_share_gone_between_reading_a_file_and_applying_it_changes_no_ones_acc
     assert not any("otter counted" in t for t in after), "a new text of unknown readers"
     assert violations(p.require_state()) == []
     p.context.store.close()
+
+
+@root_only
+def test_a_file_moved_into_a_closed_folder_loses_its_readers_summaries_included(
+    share: Path, tmp_path: Path
+) -> None:
+    """A moved file's leaves keep their places (``test_moves``), and their readers become the new
+    folder's: the summaries over them are the readers-of-both's alone, none written again."""
+    _secret_doc(share / "open" / "memo.txt")
+    summ = QuotingSummarizer()
+    p = corpus_pipeline(tmp_path, summ)
+    p.build(share)
+    assert any(SECRET in t for t in _texts(p, ANONYMOUS)), "the memo is public before the move"
+    calls = summ.calls
+    summaries = {i for i, n in p.require_state().nodes.items() if n.layer > 0}
+    (share / "open" / "memo.txt").rename(share / "hr" / "memo.txt")
+    report = p.reconcile(share)
+    state = p.require_state()
+    assert (report.files_added, report.files_removed) == (1, 1)
+    assert summ.calls == calls, "a move wrote summaries again"
+    assert {i for i, n in state.nodes.items() if n.layer > 0} == summaries, "summaries replaced"
+    assert violations(state) == []
+    assert not any(SECRET in t for t in _texts(p, ANONYMOUS)), "the moved secret leaked"
+    assert any(SECRET in t for t in _texts(p, HR))
+    p.context.store.close()

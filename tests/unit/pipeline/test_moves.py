@@ -1,0 +1,150 @@
+"""A moved or renamed file keeps its place in the tree: its leaves take their new ids where the
+old ones were, and no summary is written again (issue 55: a tree kept for years is reorganised).
+
+Real TreeClusterer, qdrant-edge and state database; hashed embeddings and echo summaries.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from watchdog.events import DirMovedEvent
+
+from ingestor.pipeline import Pipeline
+from ingestor.tree.invariants import violations
+from ingestor.tree.state import TreeState
+from retriever import SearchFilter
+from testkit.corpus import doc_text, make_pipeline
+from testkit.daemons import make_watcher
+from testkit.fakes import CountingEmbedder, EchoSummarizer
+
+
+def _built(tmp_path: Path) -> tuple[Pipeline, EchoSummarizer, Path]:
+    rng = random.Random(7)
+    root = tmp_path / "share"
+    for folder in ("team", "notes", "old"):
+        (root / folder).mkdir(parents=True)
+        for i in range(12):
+            (root / folder / f"d{i}.txt").write_text(doc_text(rng, 8))
+    summ = EchoSummarizer()
+    p = make_pipeline(tmp_path, summ)
+    p.build(root)
+    assert p.require_state().layers, "the test needs a tree with summaries"
+    return p, summ, root
+
+
+def _shape(state: TreeState) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Each summary's text and its children's texts: the tree, whatever the leaves are called."""
+    out = {}
+    for nid, node in state.nodes.items():
+        if node.layer >= 1:
+            kids = tuple(sorted(state.nodes[c].text for c in node.children))
+            out[nid] = (node.text, kids)
+    return out
+
+
+def _leaf_parents(state: TreeState, source: str) -> list[tuple[str, ...]]:
+    return [tuple(state.nodes[i].parents) for i in state.sources[source].node_ids]
+
+
+def _store_matches_state(p: Pipeline) -> None:
+    state = p.require_state()
+    store = p.context.store
+    stored = set(store.iter_ids("t"))
+    assert stored == set(state.nodes), "store and state hold different nodes"
+    ids = sorted(state.nodes)
+    got = {n.node_id: n.model_dump() for n in store.retrieve(ids)}
+    want = {n.node_id: n.model_dump() for n in state.payloads(ids)}
+    assert got == want, "a stored payload differs from the state's"
+
+
+def test_a_moved_folder_keeps_its_summaries_and_places(tmp_path: Path) -> None:
+    p, summ, root = _built(tmp_path)
+    before = p.require_state()
+    shape = _shape(before)
+    parents = {f"old/d{i}.txt": _leaf_parents(before, f"old/d{i}.txt") for i in range(12)}
+    (root / "old").rename(root / "archive")
+    emb = p.context.embedder
+    assert isinstance(emb, CountingEmbedder)
+    emb.texts.clear()
+    calls = summ.calls
+
+    report = p.reconcile(root)
+
+    state = p.require_state()
+    assert (report.files_added, report.files_removed) == (12, 12)
+    assert summ.calls == calls, "a move wrote summaries again"
+    assert emb.texts == [], "a move embedded text again"
+    assert _shape(state) == shape, "the tree above the moved leaves changed"
+    for i in range(12):
+        assert _leaf_parents(state, f"archive/d{i}.txt") == parents[f"old/d{i}.txt"]
+        assert f"old/d{i}.txt" not in state.sources
+    assert violations(state) == []
+    _store_matches_state(p)
+    hits = p.context.store.search(
+        emb.embed_query("orchard apples"), SearchFilter(tree="t", source_prefix="archive/"), 50
+    )
+    assert hits
+    assert all(h.node.source is None or h.node.source.startswith("archive/") for h in hits)
+    tops = [n for n in state.nodes.values() if n.layer == len(state.layers)]
+    assert any("archive/" in (n.dirs or ()) or n.dirs_capped for n in tops)
+    assert not any("old/" in (n.dirs or ()) for n in state.nodes.values())
+
+
+def test_a_moved_then_edited_file_is_placed_again(tmp_path: Path) -> None:
+    """A file moved and edited in one batch is not the same text: its leaves are removed and
+    the new ones placed as any new file's (and the tree stays sound)."""
+    p, _summ, root = _built(tmp_path)
+    (root / "team" / "d0.txt").rename(root / "notes" / "moved.txt")
+    with (root / "notes" / "moved.txt").open("a") as fh:
+        fh.write(" A new closing sentence about glaciers and valleys.")
+    emb = p.context.embedder
+    assert isinstance(emb, CountingEmbedder)
+    emb.texts.clear()
+    p.reconcile(root)
+    state = p.require_state()
+    assert "notes/moved.txt" in state.sources
+    assert "team/d0.txt" not in state.sources
+    assert violations(state) == []
+    _store_matches_state(p)
+
+
+def test_a_renamed_copy_moves_one_file_and_places_the_other(tmp_path: Path) -> None:
+    """Two new files with the text of one removed file: one takes the removed file's place, the
+    other is placed as a new file."""
+    p, _summ, root = _built(tmp_path)
+    parents = _leaf_parents(p.require_state(), "team/d1.txt")
+    text = (root / "team" / "d1.txt").read_text()
+    (root / "team" / "d1.txt").rename(root / "notes" / "one.txt")
+    (root / "notes" / "two.txt").write_text(text)
+    emb = p.context.embedder
+    assert isinstance(emb, CountingEmbedder)
+    emb.texts.clear()
+    p.reconcile(root)
+    state = p.require_state()
+    assert {"notes/one.txt", "notes/two.txt"} <= set(state.sources)
+    assert parents in (_leaf_parents(state, "notes/one.txt"), _leaf_parents(state, "notes/two.txt"))
+    leaf_texts = [state.nodes[i].text for i in state.sources["notes/two.txt"].node_ids]
+    assert sum(t in leaf_texts for t in emb.texts) <= len(leaf_texts), "both were embedded"
+    assert violations(state) == []
+    _store_matches_state(p)
+
+
+def test_the_daemon_moves_a_renamed_folder_in_one_batch_without_summaries(tmp_path: Path) -> None:
+    """The watcher gets a folder's rename as one event: both ends go into one batch, so the
+    folder's files are moved, not removed and added again."""
+    p, summ, root = _built(tmp_path)
+    shape = _shape(p.require_state())
+    w = make_watcher(p, p.require_state(), root, debounce=0.05)
+    calls = summ.calls
+    (root / "old").rename(root / "archive")
+    w.handler.dispatch(DirMovedEvent(str(root / "old"), str(root / "archive")))
+    assert w.apply(w.next_batch())
+    assert w.last_report is not None
+    assert (w.last_report.files_added, w.last_report.files_removed) == (12, 12)
+    assert summ.calls == calls, "a folder's rename wrote summaries again"
+    state = p.require_state()
+    assert _shape(state) == shape
+    assert violations(state) == []
+    _store_matches_state(p)
