@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
+import pytest
 from watchdog.events import DirMovedEvent
 
 from ingestor.pipeline import Pipeline
@@ -146,5 +148,40 @@ def test_the_daemon_moves_a_renamed_folder_in_one_batch_without_summaries(tmp_pa
     assert summ.calls == calls, "a folder's rename wrote summaries again"
     state = p.require_state()
     assert _shape(state) == shape
+    assert violations(state) == []
+    _store_matches_state(p)
+
+
+@pytest.mark.parametrize("where", ["before the commit", "between the commit and the deletes"])
+def test_a_move_killed_mid_update_ends_with_store_and_state_agreeing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """Killed after its upserts (parents listing the new ids) and before the commit, the tree is
+    the one before the move and the next update moves the files; killed after the commit, the
+    next update deletes the old leaves' points."""
+    p, summ, root = _built(tmp_path)
+    generation = p.require_state().generation
+
+    def crash(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt(f"killed {where}")
+
+    if where == "before the commit":
+        monkeypatch.setattr("ingestor.pipeline.context.commit_state", crash)
+    else:
+        monkeypatch.setattr(p.context.store, "delete", crash)
+    (root / "old").rename(root / "archive")
+    with pytest.raises(KeyboardInterrupt):
+        p.update([root / "old", root / "archive"])
+    monkeypatch.undo()
+    state = p.require_state()
+    committed = state.generation > generation
+    assert committed == (where != "before the commit")
+    calls = summ.calls
+    p.update([root / "old", root / "archive"])
+    state = p.require_state()
+    assert sorted(s for s in state.sources if s.startswith("archive/")) == sorted(
+        f"archive/d{i}.txt" for i in range(12)
+    )
+    assert summ.calls == calls, "the move, done again or finished, wrote summaries"
     assert violations(state) == []
     _store_matches_state(p)
