@@ -283,7 +283,6 @@ class ApplyStage:
             came_from = moves.take(state, doc, leaves) if old is None else None
             if came_from is not None and self._move(state, came_from, leaves, out, report):
                 state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
-                report.files_added += 1
                 out.files.append(
                     FileChange(doc.source, "added", cls, owner_of(state.root, doc.source))
                 )
@@ -363,7 +362,7 @@ class ApplyStage:
         state.sources.pop(source)
         out.moved.update(zip(entry.node_ids, (n.node_id for n in leaves), strict=True))
         out.files.append(FileChange(source, "removed", entry.access))
-        report.files_removed += 1
+        report.files_moved += 1
         return True
 
     @staticmethod

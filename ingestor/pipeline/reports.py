@@ -33,6 +33,9 @@ class UpdateReport:
     files_added: int = 0
     files_changed: int = 0
     files_removed: int = 0
+    #: Files moved or renamed with their text unchanged: their leaves kept their places
+    #: (``ingestor.pipeline.moves``); counted neither as added nor as removed.
+    files_moved: int = 0
     files_unchanged: int = 0
     #: Files whose permissions changed (their points' access classes rewritten, nothing read).
     files_reclassed: int = 0
@@ -62,6 +65,7 @@ class UpdateReport:
         return (
             f"files +{self.files_added} ~{self.files_changed} -{self.files_removed} "
             f"(={self.files_unchanged})"
+            f"{f', {self.files_moved} moved' if self.files_moved else ''}"
             f"{f', {self.files_reclassed} with new permissions' if self.files_reclassed else ''}"
             f"; leaves +{s.leaves_added} -{s.leaves_removed}; clusters "
             f"changed {s.clusters_changed}, created {s.clusters_created}, split {s.clusters_split}, "

@@ -97,7 +97,12 @@ class Metrics:
                 self.layers = state.layer_counts()
                 return
             self.updates += 1
-            self.files_changed += report.files_added + report.files_changed + report.files_removed
+            self.files_changed += (
+                report.files_added
+                + report.files_changed
+                + report.files_removed
+                + report.files_moved
+            )
             self.leaves_added += s.leaves_added
             self.leaves_removed += s.leaves_removed
             self.rebuilds += report.rebuilt
@@ -114,6 +119,7 @@ class Metrics:
                 "files_added": report.files_added,
                 "files_changed": report.files_changed,
                 "files_removed": report.files_removed,
+                "files_moved": report.files_moved,
                 "leaves_added": s.leaves_added,
                 "leaves_removed": s.leaves_removed,
                 "clusters_changed": s.clusters_changed,

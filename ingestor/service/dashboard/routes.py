@@ -90,7 +90,8 @@ def last_update(updates: dict[str, Any]) -> tuple[str, Touched]:
     when = time.strftime("%H:%M:%S", time.localtime(up["at"]))
     note = (
         f"nodes written by the last update ({when}: files +{up.get('files_added', 0)} "
-        f"~{up.get('files_changed', 0)} -{up.get('files_removed', 0)})"
+        f"~{up.get('files_changed', 0)} -{up.get('files_removed', 0)}"
+        f"{f', {moved} moved' if (moved := up.get('files_moved', 0)) else ''})"
     )
     # Stamps are stored to the microsecond: the window opens one before the update started.
     started = up.get("started_at", up["at"] - up.get("seconds", 0.0))

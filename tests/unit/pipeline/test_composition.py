@@ -85,7 +85,7 @@ def test_a_renamed_file_takes_its_leaf_vectors_back_instead_of_embedding_them_ag
     (root / "a.txt").rename(root / "moved.txt")
     emb.texts.clear()
     report = p.reconcile(root)
-    assert (report.files_added, report.files_removed) == (1, 1)
+    assert (report.files_added, report.files_removed, report.files_moved) == (0, 0, 1)
     assert emb.texts == [], "the moved file's leaves were embedded again"
     state = p.require_state()
     assert "moved.txt" in state.sources

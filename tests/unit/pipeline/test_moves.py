@@ -75,7 +75,7 @@ def test_a_moved_folder_keeps_its_summaries_and_places(tmp_path: Path) -> None:
     report = p.reconcile(root)
 
     state = p.require_state()
-    assert (report.files_added, report.files_removed) == (12, 12)
+    assert (report.files_added, report.files_removed, report.files_moved) == (0, 0, 12)
     assert summ.calls == calls, "a move wrote summaries again"
     assert emb.texts == [], "a move embedded text again"
     assert _shape(state) == shape, "the tree above the moved leaves changed"
@@ -144,7 +144,9 @@ def test_the_daemon_moves_a_renamed_folder_in_one_batch_without_summaries(tmp_pa
     w.handler.dispatch(DirMovedEvent(str(root / "old"), str(root / "archive")))
     assert w.apply(w.next_batch())
     assert w.last_report is not None
-    assert (w.last_report.files_added, w.last_report.files_removed) == (12, 12)
+    assert (w.last_report.files_added, w.last_report.files_removed) == (0, 0)
+    assert w.last_report.files_moved == 12
+    assert ", 12 moved" in w.last_report.summary()
     assert summ.calls == calls, "a folder's rename wrote summaries again"
     state = p.require_state()
     assert _shape(state) == shape
