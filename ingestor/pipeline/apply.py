@@ -152,23 +152,38 @@ class ApplyStage:
         """
         ctx = self.context
         changes = self.leaf_changes(state, docs, gone, report)
-        added, removed, touched = changes.added, changes.removed, changes.touched
-        if not added and not removed and not touched:
-            if changes.moved:  # files moved, nothing else: their leaves and the tree above
-                report.stats = self._moved(state, changes)
-                changelog.note(
-                    state,
-                    "update",
-                    started_at=report.started_at,
-                    files=changes.files,
-                    stats=report.stats,
-                )
-                ctx.store_changes(state, report.stats.upserted, report.stats.deleted)
-                report.state_bytes = state.last_commit_bytes
-            elif changes.refreshed:  # only stat records changed: a commit of rows, no store write
+        if changes.added or changes.removed or changes.touched:
+            placed = self._place(state, changes, report, embedder)
+            if placed is None:  # the layers were built again, and stored
+                return
+            report.stats = placed
+        elif changes.moved:  # files moved, nothing else: their leaves and the tree above
+            report.stats = UpdateStats()
+        else:
+            if changes.refreshed:  # only stat records changed: a commit of rows, no store write
                 ctx.store_changes(state, set(), set())
                 report.state_bytes = state.last_commit_bytes
             return
+        if changes.moved:  # after adRAP: the parents the moved leaves have now
+            self._write_moves(state, changes.moved, report.stats)
+        TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
+        changelog.note(
+            state, "update", started_at=report.started_at, files=changes.files, stats=report.stats
+        )
+        ctx.store_changes(state, report.stats.upserted, report.stats.deleted)
+        report.state_bytes = state.last_commit_bytes
+
+    def _place(
+        self,
+        state: TreeState,
+        changes: LeafChanges,
+        report: UpdateReport,
+        embedder: Embedder | None,
+    ) -> UpdateStats | None:
+        """Embed the new leaves and place the batch's leaves with adRAP; None when the layers
+        were built again instead (and stored: past the drift threshold, or the first layers)."""
+        ctx = self.context
+        added, removed, touched = changes.added, changes.removed, changes.touched
         # Phase lines (debug): bench/crash.py reads them to place its kills and report where
         # each one landed; they also date each step of a slow update under -v.
         log.debug("update: embedding %d new leaves (%d removed)", len(added), len(removed))
@@ -194,7 +209,7 @@ class ApplyStage:
                 f" on {n_leaves} leaves <= ADRAP_ADRAP__REBUILD_MAX_LEAVES"
             )
             self._rebuild_layers(state, changes, report)
-            return
+            return None
         if drifted:
             report.drift_past = round(drift, 3)
             log.warning(
@@ -207,20 +222,11 @@ class ApplyStage:
                 self.rebuild_max_leaves,
             )
         log.debug("update: placing %d leaves, removing %d (adRAP)", len(added), len(removed))
-        report.stats = TreeUpdater(ctx.builder).apply(
+        stats = TreeUpdater(ctx.builder).apply(
             state, [n.node_id for n in added], removed, defer=self.defer_summaries()
         )
-        report.stats.upserted.update(touched)
-        if changes.moved:  # after adRAP: the parents the moved leaves have now
-            moved = self._moved(state, changes)
-            report.stats.upserted |= moved.upserted
-            report.stats.deleted |= moved.deleted
-        TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
-        changelog.note(
-            state, "update", started_at=report.started_at, files=changes.files, stats=report.stats
-        )
-        ctx.store_changes(state, report.stats.upserted, report.stats.deleted)
-        report.state_bytes = state.last_commit_bytes
+        stats.upserted.update(touched)
+        return stats
 
     def refresh(self, state: TreeState) -> UpdateReport:
         """Regenerate every stale summary once, bottom-up (:meth:`TreeUpdater.refresh`), and
@@ -366,16 +372,15 @@ class ApplyStage:
         return True
 
     @staticmethod
-    def _moved(state: TreeState, changes: LeafChanges) -> UpdateStats:
-        """What the batch's moves write: the moved leaves' old points deleted, the new ones,
-        their parents (``children``) and the ancestors whose provenance changed written."""
-        stats = UpdateStats()
-        stats.deleted.update(changes.moved)
-        new = set(changes.moved.values())
+    def _write_moves(state: TreeState, moved: dict[str, str], stats: UpdateStats) -> None:
+        """Add what the batch's moves (old leaf id -> new) write to ``stats``: the old points
+        deleted; the new ones, their parents (``children``) and the ancestors whose provenance
+        changed written."""
+        stats.deleted.update(moved)
+        new = set(moved.values())
         stats.upserted.update(new)
         stats.upserted.update(p for i in new for p in state.nodes[i].parents)
         TreeUpdater.refresh_provenance(state, new, stats)
-        return stats
 
     @staticmethod
     def _reclass(state: TreeState, leaf_ids: list[str], cls: str, out: LeafChanges) -> None:
