@@ -14,12 +14,14 @@ import pytest
 from watchdog.events import DirMovedEvent
 
 from ingestor.pipeline import Pipeline
+from ingestor.service.watcher import make_observer
 from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from retriever import SearchFilter
 from testkit.corpus import doc_text, make_pipeline
 from testkit.daemons import make_watcher
 from testkit.fakes import CountingEmbedder, EchoSummarizer
+from tests.conftest import wait_until
 
 
 def _built(tmp_path: Path) -> tuple[Pipeline, EchoSummarizer, Path]:
@@ -186,4 +188,30 @@ def test_a_move_killed_mid_update_ends_with_store_and_state_agreeing(
     )
     assert summ.calls == calls, "the move, done again or finished, wrote summaries"
     assert violations(state) == []
+    _store_matches_state(p)
+
+
+@pytest.mark.parametrize("polling", [False, True], ids=["native", "polling"])
+def test_a_folder_renamed_under_a_real_observer_is_moved(tmp_path: Path, polling: bool) -> None:
+    """``mv`` of a folder under the daemon's own observers (inotify, and the polling one of
+    network shares) reaches the update as both ends at once: moved, no summary written."""
+    p, summ, root = _built(tmp_path)
+    shape = _shape(p.require_state())
+    w = make_watcher(p, p.require_state(), root, debounce=0.2)
+    observer = make_observer(polling=polling, interval=0.2)
+    observer.schedule(w.handler, str(root), recursive=True)
+    observer.start()
+    w.start()
+    calls = summ.calls
+    try:
+        (root / "old").rename(root / "archive")
+        wait_until(lambda: "archive/d0.txt" in p.require_state().sources)
+    finally:
+        observer.stop()
+        observer.join()
+        w.stop(timeout=30)
+    state = p.require_state()
+    assert not any(s.startswith("old/") for s in state.sources)
+    assert summ.calls == calls, "the rename wrote summaries again"
+    assert _shape(state) == shape
     _store_matches_state(p)
