@@ -25,9 +25,11 @@ from retriever import Embedder
 
 
 def cache_key(summarizer: Summarizer, max_tokens: int, child_hashes: Sequence[str]) -> str:
-    """Return the summary-cache key: summariser, prompt version, length and children's content."""
+    """Return the summary-cache key: summariser, prompt version, length and children's distinct
+    texts (a cluster that gained only copies of texts it held, a copied file's leaves, is the
+    same summary: see :meth:`SummaryWriter.summarize_groups`)."""
     h = hashlib.sha256(f"{summarizer.id}\0{summarizer.prompt_version}\0{max_tokens}".encode())
-    for c in sorted(child_hashes):
+    for c in sorted(set(child_hashes)):
         h.update(c.encode())
     return h.hexdigest()
 
@@ -320,12 +322,12 @@ class SummaryWriter:
         start, size = 0, floor
         while start < len(missing):
             todo = missing[start : start + size]
-            texts = [[_node(state, c).text for c in groups[i]] for i in todo]
-            stats.summary_input_tokens += sum(
-                _node(state, c).n_tokens for i in todo for c in groups[i]
-            )
+            texts = [_distinct_texts(state, groups[i]) for i in todo]
+            stats.summary_input_tokens += sum(n for kids in texts for n in kids.values())
             before, t0 = calls.tokens_used(self.summarizer), time.perf_counter()
-            out = calls.summarize_many(self.summarizer, texts, max_tokens, self.workers)
+            out = calls.summarize_many(
+                self.summarizer, [list(kids) for kids in texts], max_tokens, self.workers
+            )
             size = calls.next_batch(len(todo), time.perf_counter() - t0, floor)
             stats.summary_calls += len(todo)
             stats.summary_tokens += calls.tokens_used(self.summarizer) - before
@@ -361,6 +363,17 @@ class SummaryWriter:
                 sub = [g[:half], g[half:]]
             todo.extend(sub)
         return [[members[i] for i in g] for g in sorted(out, key=lambda g: g[0])]
+
+
+def _distinct_texts(state: TreeState, members: list[str]) -> dict[str, int]:
+    """Return the members' texts, each once, in order, with their tokens: a copy (a copied
+    file's leaf) adds nothing to summarise, and an LLM would be paid to read it twice, an
+    extractive summary might quote it twice."""
+    texts: dict[str, int] = {}
+    for m in members:
+        node = _node(state, m)
+        texts.setdefault(node.text, node.n_tokens)
+    return texts
 
 
 def _node(state: TreeState, node_id: str) -> Node:
