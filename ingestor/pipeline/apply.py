@@ -164,9 +164,11 @@ class ApplyStage:
                 ctx.store_changes(state, set(), set())
                 report.state_bytes = state.last_commit_bytes
             return
+        # the ancestors' provenance, over leaves of new classes and moved leaves, in one walk
+        start = set(changes.reclassed)
         if changes.moved:  # after adRAP: the parents the moved leaves have now
-            self._write_moves(state, changes.moved, report.stats)
-        TreeUpdater.refresh_provenance(state, set(changes.reclassed), report.stats)
+            start |= self._write_moves(state, changes.moved, report.stats)
+        TreeUpdater.refresh_provenance(state, start, report.stats)
         changelog.note(
             state, "update", started_at=report.started_at, files=changes.files, stats=report.stats
         )
@@ -372,15 +374,15 @@ class ApplyStage:
         return True
 
     @staticmethod
-    def _write_moves(state: TreeState, moved: dict[str, str], stats: UpdateStats) -> None:
+    def _write_moves(state: TreeState, moved: dict[str, str], stats: UpdateStats) -> set[str]:
         """Add what the batch's moves (old leaf id -> new) write to ``stats``: the old points
-        deleted; the new ones, their parents (``children``) and the ancestors whose provenance
-        changed written."""
+        deleted; the new ones and their parents (``children``) written. Return the new ids,
+        whose ancestors' provenance the caller brings up to date."""
         stats.deleted.update(moved)
         new = set(moved.values())
         stats.upserted.update(new)
         stats.upserted.update(p for i in new for p in state.nodes[i].parents)
-        TreeUpdater.refresh_provenance(state, new, stats)
+        return new
 
     @staticmethod
     def _reclass(state: TreeState, leaf_ids: list[str], cls: str, out: LeafChanges) -> None:
