@@ -23,7 +23,7 @@ from ingestor.pipeline.access import set_leaf_access
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector, source_entry
 from ingestor.pipeline.context import TreeContext, bulk_writes
-from ingestor.pipeline.moves import MoveFinder, move_leaves
+from ingestor.pipeline.moves import MoveFinder, move_leaves, moved_from
 from ingestor.pipeline.reports import UpdateReport
 from ingestor.pipeline.vectors import reuse_removed
 from ingestor.read.documents import Document
@@ -110,6 +110,10 @@ class ApplyStage:
             gone = self.collector.sources_under(state, paths)
         else:
             docs, gone = self.collector.collect(state, paths, report)
+            # `adrap add new/` after `mv old new`: the old place is gone, and the new keeps it
+            for source in moved_from(state, docs, gone, Path(state.root)):
+                gone.append(source)
+                self.collector.unread.clear_under(source)
         self.apply(state, docs, gone, report)
         report.seconds = time.perf_counter() - t0
         return report

@@ -18,12 +18,14 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from pathlib import Path
 
 from ingestor.read.documents import Document
+from ingestor.read.listing import Listings, confirmed_gone, source_path
 from ingestor.tree.state import Node, TreeState
 from retriever.errors import StoreError
 
-__all__ = ["MoveFinder", "move_leaves"]
+__all__ = ["MoveFinder", "move_leaves", "moved_from"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,35 @@ class MoveFinder:
                 del candidates[i]
                 return source
         return None
+
+
+def moved_from(
+    state: TreeState, docs: Iterable[Document], gone: Iterable[str], root: Path
+) -> list[str]:
+    """Return the indexed files the new files of ``docs`` may have moved from, beyond ``gone``:
+    those with a new file's content hash that are gone from the share (:func:`confirmed_gone`:
+    absent from a successful listing, never "cannot be listed now").
+
+    For an update given only the new place of a move. They are gone, so they are removed
+    whether or not :class:`MoveFinder` pairs them. Reads every file's record once, and only
+    when ``docs`` holds a file the tree does not know (~1 s at 100k files).
+    """
+    docs = list(docs)
+    new = {d.content_hash for d in docs if d.source not in state.sources}
+    if not new:
+        return []
+    taken = set(gone) | {d.source for d in docs}
+    listed: Listings = {}  # one listing a folder
+    found = [
+        source
+        for source, entry in state.sources.items()
+        if entry.content_hash in new
+        and source not in taken
+        and confirmed_gone(source_path(root, source), root, listed)
+    ]
+    if found:
+        log.info("%d files of this update were moved from: %s", len(found), ", ".join(found[:5]))
+    return found
 
 
 def move_leaves(state: TreeState, old_ids: list[str], leaves: list[Node]) -> bool:

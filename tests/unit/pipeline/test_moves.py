@@ -6,7 +6,10 @@ Real TreeClusterer, qdrant-edge and state database; hashed embeddings and echo s
 
 from __future__ import annotations
 
+import errno
+import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +157,64 @@ def test_the_daemon_moves_a_renamed_folder_in_one_batch_without_summaries(tmp_pa
     assert _shape(state) == shape
     assert violations(state) == []
     _store_matches_state(p)
+
+
+def test_adding_only_the_new_place_of_a_move_moves_the_files(tmp_path: Path) -> None:
+    """``adrap add archive`` after ``mv old archive``: the old place is found (same text, gone
+    from the share), so the files keep their places and the old names leave the tree, instead of
+    staying there, cited by answers, until ``adrap remove old``."""
+    p, summ, root = _built(tmp_path)
+    shape = _shape(p.require_state())
+    (root / "old").rename(root / "archive")
+    (root / "team" / "d3.txt").rename(root / "notes" / "d3-moved.txt")
+    calls = summ.calls
+
+    report = p.update([root / "archive", root / "notes" / "d3-moved.txt"])
+
+    state = p.require_state()
+    assert (report.files_added, report.files_removed, report.files_moved) == (0, 0, 13)
+    assert not any(s.startswith("old/") for s in state.sources), "the old names stayed"
+    assert "team/d3.txt" not in state.sources
+    assert summ.calls == calls, "a move wrote summaries again"
+    assert _shape(state) == shape
+    assert violations(state) == []
+    _store_matches_state(p)
+
+
+def test_adding_a_copy_keeps_the_original(tmp_path: Path) -> None:
+    """A copy's original is still there: nothing is removed, and the copy is added."""
+    p, _summ, root = _built(tmp_path)
+    shutil.copytree(root / "old", root / "copy")
+    report = p.update([root / "copy"])
+    state = p.require_state()
+    assert (report.files_added, report.files_removed, report.files_moved) == (12, 0, 0)
+    assert all(f"old/d{i}.txt" in state.sources for i in range(12))
+    assert violations(state) == []
+    _store_matches_state(p)
+
+
+def test_a_file_whose_folder_cannot_be_listed_is_not_taken_as_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a file that is gone is removed: an indexed twin whose folder cannot be listed now
+    (a flaky mount) is kept, and the new file is added beside it."""
+    p, _summ, root = _built(tmp_path)
+    shutil.copy(root / "old" / "d0.txt", root / "notes" / "twin.txt")
+    real = os.listdir
+
+    def flaky(path: Any = ".") -> list[str]:
+        if Path(path) == root / "old":
+            raise OSError(errno.EIO, "Input/output error")
+        return real(path)
+
+    monkeypatch.setattr("ingestor.read.listing.os.listdir", flaky)
+    (root / "old" / "d0.txt").unlink()  # gone, but its folder's listing fails: not proven
+    report = p.update([root / "notes" / "twin.txt"])
+    monkeypatch.undo()
+    state = p.require_state()
+    assert (report.files_added, report.files_moved) == (1, 0)
+    assert "old/d0.txt" in state.sources
+    assert violations(state) == []
 
 
 @pytest.mark.parametrize("where", ["before the commit", "between the commit and the deletes"])
