@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -112,6 +112,15 @@ class NodeStore(Protocol):
         returned is the offset of the next page, None after the last. Cost is one page, not the
         points before it: the engine seeks to ``offset`` through its id index.
         """
+        ...
+
+    def scroll_fields(
+        self, flt: SearchFilter, fields: Sequence[str], limit: int, offset: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """:meth:`scroll` reading only the payload ``fields`` (names of
+        :class:`~retriever.schema.F`): one dict a point, without the fields it lacks. For readers
+        of many nodes that need a few fields (the dashboard's picture of a 100k-node tree: ~1.2 s,
+        whole nodes ~3 s)."""
         ...
 
     def count(self, flt: SearchFilter) -> int:

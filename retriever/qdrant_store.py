@@ -36,6 +36,7 @@ from retriever.schema import (
 )
 from retriever.sparse import DEFAULT_BOUND, HybridBound, TermSample, bounded_query
 from retriever.validation import (
+    check_fields,
     check_ids,
     check_node,
     check_page,
@@ -229,6 +230,32 @@ class QdrantNodeStore(QdrantCollection):
             )
         nodes = [NodePayload.from_payload(r.payload) for r in records]
         return nodes, None if after is None else str(after)
+
+    def scroll_fields(
+        self, flt: SearchFilter, fields: Sequence[str], limit: int, offset: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """:meth:`scroll` reading only the payload ``fields`` of each point.
+
+        Raises:
+            ValueError: as :meth:`scroll`, or a field is not a node's.
+            StoreError: the server failed or is unreachable.
+        """
+        start = check_page(limit, offset)
+        keys = check_fields(fields)
+        scroll_filter = _qdrant_filter(flt)
+        if scroll_filter is None:
+            return [], None
+        self.require_open()
+        with self.call(f"scroll a page of tree {flt.tree!r}"):
+            records, after = self.client.scroll(
+                self.collection,
+                scroll_filter=scroll_filter,
+                limit=limit,
+                offset=start,
+                with_payload=keys,
+                with_vectors=False,
+            )
+        return [dict(r.payload or {}) for r in records], None if after is None else str(after)
 
     def _scroll(self, scroll_filter: models.Filter | None, tree: str) -> Iterator[str]:
         offset: Any = None

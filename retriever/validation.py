@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from retriever.errors import StoreError
-from retriever.schema import META_POINT_ID, META_TREE, VECTOR_NAME, NodePayload
+from retriever.schema import META_POINT_ID, META_TREE, VECTOR_NAME, F, NodePayload
 
 
 def dense(vector: Any) -> list[float]:
@@ -45,6 +45,24 @@ def check_page(limit: int, offset: str | None) -> str | None:
     if limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
     return None if offset is None else check_ids([offset])[0]
+
+
+def check_fields(fields: Sequence[str]) -> list[str]:
+    """Check payload ``fields`` to read (:meth:`~retriever.protocols.NodeStore.scroll_fields`):
+    names of :class:`~retriever.schema.NodePayload`'s fields, at least one; return them.
+
+    Raises:
+        ValueError: none given, or one is not a node's field.
+    """
+    keys = list(dict.fromkeys(fields))
+    known = NodePayload.model_fields
+    bad = [k for k in keys if k not in known]
+    if not keys or bad:
+        raise ValueError(
+            f"payload fields to read must be node fields, got {bad or keys!r}; "
+            f"use names of retriever.schema.F such as {F.NODE_ID!r} or {F.LAYER!r}"
+        )
+    return keys
 
 
 def check_node(node: NodePayload) -> None:

@@ -138,6 +138,12 @@ class LockedStore(NodeStore):
         with self.held():
             return self.inner.scroll(flt, limit, offset)
 
+    def scroll_fields(
+        self, flt: SearchFilter, fields: Sequence[str], limit: int, offset: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        with self.held():
+            return self.inner.scroll_fields(flt, fields, limit, offset)
+
     def count(self, flt: SearchFilter) -> int:
         with self.held():
             return self.inner.count(flt)

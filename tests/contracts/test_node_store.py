@@ -26,6 +26,7 @@ from retriever.qdrant_store import QdrantNodeStore
 from retriever.schema import (
     META_POINT_ID,
     META_TREE,
+    F,
     Kind,
     NodePayload,
     SearchFilter,
@@ -577,6 +578,45 @@ def test_scroll_pages_one_layer_in_id_order_from_an_offset(store: Any) -> None:
         store.scroll(flt, 0)
     with pytest.raises(ValueError, match="not a uuid"):
         store.scroll(flt, 5, "nope")
+
+
+def test_scroll_fields_reads_only_those_fields_in_the_same_pages(store: Any) -> None:
+    """``scroll_fields`` pages as ``scroll`` does, each point's dict holding only the fields
+    asked for (none it lacks), under the same filter, readers' included."""
+    nodes = [
+        make_node(f"n{i}", layer=i % 3).model_copy(update={"access": ("pub",)}) for i in range(25)
+    ]
+    nodes[4] = nodes[4].model_copy(update={"access": ("closed",)})
+    store.upsert(nodes, unit_vectors(25))
+    fields = (F.NODE_ID, F.LAYER, F.PARENTS, F.SOURCE)
+    flt = SearchFilter(tree="t1")
+
+    whole: list[NodePayload] = []
+    got: list[dict[str, Any]] = []
+    page, offset = store.scroll(flt, 4)
+    whole += page
+    fpage, foffset = store.scroll_fields(flt, fields, 4)
+    got += fpage
+    while offset is not None:
+        assert foffset == offset
+        page, offset = store.scroll(flt, 4, offset)
+        fpage, foffset = store.scroll_fields(flt, fields, 4, foffset)
+        whole += page
+        got += fpage
+    assert foffset is None
+    want = [{k: v for k, v in n.to_payload().items() if k in fields} for n in whole]
+    assert [{k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()} for d in got] == [
+        {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()} for d in want
+    ]
+    assert all(set(d) <= set(fields) and F.TEXT not in d for d in got)
+    public = SearchFilter(tree="t1", readable=("pub",))
+    ids = [d[F.NODE_ID] for d in store.scroll_fields(public, (F.NODE_ID,), 100)[0]]
+    assert nodes[4].node_id not in ids
+    assert len(ids) == 24
+    with pytest.raises(ValueError, match="node fields"):
+        store.scroll_fields(flt, ("nope",), 5)
+    with pytest.raises(ValueError, match="node fields"):
+        store.scroll_fields(flt, (), 5)
 
 
 def test_upsert_batches_and_large_limits(

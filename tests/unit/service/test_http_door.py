@@ -152,7 +152,7 @@ def fake_view() -> Any:
         layer_page=lambda n, limit, offset, *_: {"nodes": []},
         node=lambda node_id, *_: {"node_id": node_id},
         children=lambda node_id, offset, limit, *_: {"children": []},
-        store=SimpleNamespace(scroll=lambda flt, limit, offset: ([], None)),  # the picture's
+        store=SimpleNamespace(scroll_fields=lambda flt, fields, limit, offset: ([], None)),
     )
 
 
