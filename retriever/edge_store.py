@@ -292,7 +292,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         """
         ids = check_ids(node_ids)
         return ordered_vectors(
-            self._records(ids, with_payload=False), ids, self.dim, f"embedded store {self.path}"
+            self._records(ids, with_payload=False, checked=True),
+            ids,
+            self.dim,
+            f"embedded store {self.path}",
         )
 
     def iter_ids(self, tree: str) -> Iterator[str]:
@@ -582,9 +585,15 @@ class EdgeNodeStore(EdgeShardLifecycle):
             self.term_sample = sample
         return sample
 
-    def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, qe.Record]:
+    def _records(
+        self, node_ids: Sequence[str], *, with_payload: bool, checked: bool = False
+    ) -> dict[str, qe.Record]:
+        """The records of ``node_ids`` by canonical id (``checked``: the ids are canonical
+        already, :func:`check_ids`' output: not parsed again, ~2.6 us an id)."""
         ids: list[qe.PointId] = list(
-            dict.fromkeys(i for i in check_ids(node_ids) if i != META_POINT_ID)
+            dict.fromkeys(
+                i for i in (node_ids if checked else check_ids(node_ids)) if i != META_POINT_ID
+            )
         )
         if not ids:
             return {}

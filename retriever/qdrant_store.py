@@ -193,7 +193,8 @@ class QdrantNodeStore(QdrantCollection):
             StoreError: some ids have no point (named in the message).
         """
         ids = check_ids(node_ids)
-        return ordered_vectors(self._records(ids, with_payload=False), ids, self.dim, self.where())
+        found = self._records(ids, with_payload=False, checked=True)
+        return ordered_vectors(found, ids, self.dim, self.where())
 
     def iter_ids(self, tree: str) -> Iterator[str]:
         """Yield the node id of every point of ``tree`` (scrolled in pages).
@@ -390,9 +391,15 @@ class QdrantNodeStore(QdrantCollection):
                 with_vectors=False,
             ).points
 
-    def _records(self, node_ids: Sequence[str], *, with_payload: bool) -> dict[str, models.Record]:
+    def _records(
+        self, node_ids: Sequence[str], *, with_payload: bool, checked: bool = False
+    ) -> dict[str, models.Record]:
+        """The records of ``node_ids`` by canonical id (``checked``: the ids are canonical
+        already, :func:`check_ids`' output: not parsed again, ~2.6 us an id)."""
         ids: list[models.ExtendedPointId] = list(
-            dict.fromkeys(i for i in check_ids(node_ids) if i != META_POINT_ID)
+            dict.fromkeys(
+                i for i in (node_ids if checked else check_ids(node_ids)) if i != META_POINT_ID
+            )
         )
         if not ids:
             return {}

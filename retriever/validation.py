@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -13,10 +13,11 @@ from retriever.errors import StoreError
 from retriever.schema import META_POINT_ID, META_TREE, VECTOR_NAME, F, NodePayload
 
 
-def dense(vector: Any) -> list[float]:
+def dense(vector: Any) -> Sequence[float]:
+    """The dense vector of a record's ``vector`` (named or not), not copied."""
     if isinstance(vector, dict):
-        return list(vector[VECTOR_NAME])
-    return list(vector)
+        return cast("Sequence[float]", vector[VECTOR_NAME])
+    return cast("Sequence[float]", vector)
 
 
 def check_ids(node_ids: Sequence[str]) -> list[str]:
