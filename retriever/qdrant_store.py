@@ -184,7 +184,8 @@ class QdrantNodeStore(QdrantCollection):
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
         """Return the nodes with these ids that exist, in the given order."""
-        return ordered_payloads(self._records(node_ids, with_payload=True), node_ids)
+        ids = check_ids(node_ids)
+        return ordered_payloads(self._records(ids, with_payload=True, checked=True), ids)
 
     def retrieve_vectors(self, node_ids: Sequence[str]) -> NDArray[np.float32]:
         """Return an ``(n, dim)`` array of the stored (L2-normalised) vectors of these ids.

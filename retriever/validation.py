@@ -97,9 +97,10 @@ def check_query(vector: NDArray[np.float32], dim: int | None) -> list[float]:
     return arr.tolist()  # type: ignore[no-any-return]
 
 
-def ordered_payloads(found: dict[str, Any], node_ids: Sequence[str]) -> list[NodePayload]:
-    """Return the payloads of the records found, in the order of ``node_ids`` (missing skipped)."""
-    return [NodePayload.from_payload(found[i].payload) for i in check_ids(node_ids) if i in found]
+def ordered_payloads(found: dict[str, Any], ids: Sequence[str]) -> list[NodePayload]:
+    """Return the payloads of the records found, in the order of ``ids`` (canonical, as
+    :func:`check_ids` returns them; missing skipped)."""
+    return [NodePayload.from_payload(found[i].payload) for i in ids if i in found]
 
 
 def ordered_vectors(
