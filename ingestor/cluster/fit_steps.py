@@ -144,3 +144,14 @@ def fit_group(task: tuple[FitSteps, NDArray[np.float32], int]) -> LocalFit | Non
     """``steps.fit_group(X, seed)`` for ``task = (steps, X, seed)``: a worker's task."""
     steps, X, seed = task
     return steps.fit_group(X, seed)
+
+
+def reduce_group(
+    task: tuple[FitSteps, NDArray[np.float32], int | None],
+) -> tuple[Any, NDArray[np.float32]]:
+    """A group's local UMAP alone, fitted as the local step fits it (the same sample of the
+    rows, drawn from ``seed``), and the embedding of every row: for ``task = (steps, X, seed)``,
+    a worker's task (:meth:`~ingestor.cluster.two_step.TreeClusterer.reduce_locals`)."""
+    steps, X, seed = task
+    fit_idx = steps.sample(len(X), np.random.default_rng(seed))
+    return steps.reduce(X, fit_idx, steps.local_n_neighbors, "local", WorkerPool(1))

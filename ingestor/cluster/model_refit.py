@@ -21,9 +21,11 @@ BIC search and no summary.
 from __future__ import annotations
 
 import logging
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ingestor.cluster.group_refit import group_fit, refit_group
 from ingestor.cluster.layer_state import LayerDelta, Vectors
@@ -33,9 +35,12 @@ if TYPE_CHECKING:
     from ingestor.cluster.adaptive import AdaptiveLayer
     from ingestor.cluster.online_gmm import OnlineGMM
 
-__all__ = ["refit_global", "refit_local"]
+__all__ = ["reduces", "refit_global", "refit_local", "refit_locals"]
 
 log = logging.getLogger(__name__)
+
+#: A group's member nodes (sorted), their point ids and its clusters (cluster id -> members).
+Members = tuple[list[str], list[int], dict[int, frozenset[str]]]
 
 
 def refit_global(al: AdaptiveLayer, fresh: Any, vectors: Vectors) -> None:
@@ -60,11 +65,12 @@ def refit_global(al: AdaptiveLayer, fresh: Any, vectors: Vectors) -> None:
 def refit_local(
     al: AdaptiveLayer,
     g: int,
-    members: tuple[list[str], list[int], dict[int, frozenset[str]]],
+    members: Members,
     vectors: Vectors,
     delta: LayerDelta,
     *,
     old: OnlineGMM | None = None,
+    reduced: tuple[Any, NDArray[np.float32]] | None = None,
 ) -> None:
     """Give group ``g`` of ``al`` a new local model and online GMM holding ``members``' clusters.
 
@@ -76,6 +82,8 @@ def refit_local(
         delta: gets the clusters that changed (only when the group becomes one cluster).
         old: the group's online GMM when it could be read: the sizes its clusters were last
             offered a split at are kept.
+        reduced: the group's local UMAP and embedding, fitted already (:func:`refit_locals`);
+            None: fitted here, where :func:`reduces` says the group has one.
     """
     nodes, pids, clusters = members
     c = al.clusterer
@@ -90,19 +98,25 @@ def refit_local(
         c.local_models_[g] = LocalModel(np.arange(0), None, None, None, (cid,))
         al.guarded[g] = (cid, set())
         return
-    X = vectors(nodes)
     at = {n: r for r, n in enumerate(nodes)}
     cids = sorted(clusters)
     chosen = np.zeros((len(nodes), len(cids)), dtype=bool)
     for j, cid in enumerate(cids):
         chosen[[at[n] for n in clusters[cid]], j] = True
-    if len(nodes) <= c.n_components + 1 or not chosen.any(axis=1).all():
+    if not reduces(al, g, members):
         # Too few for a UMAP (or a member in no cluster): as a refit of the group would.
         fit = refit_group(
-            c, nodes, X, clusters, point_ids=pids, ids=al.ids, tau_n=al.tau_n, tau_c=al.tau_c
+            c,
+            nodes,
+            vectors(nodes),
+            clusters,
+            point_ids=pids,
+            ids=al.ids,
+            tau_n=al.tau_n,
+            tau_c=al.tau_c,
         )
     else:
-        umap, Y = c.reduce_local(X)
+        umap, Y = reduced if reduced is not None else c.reduce_local(vectors(nodes))
         fit = group_fit(
             np.asarray(Y, dtype=np.float64),
             chosen,
@@ -120,3 +134,42 @@ def refit_local(
             fit.online.offered = {k: v for k, v in old.offered.items() if k in clusters}
     al.groups.install(g, fit, nodes, pids, placed=True)
     delta.refitted(clusters, fit.clusters, split=False)
+
+
+def reduces(al: AdaptiveLayer, g: int, members: Members) -> bool:
+    """Whether :func:`refit_local` fits group ``g`` a local UMAP: it has a model (not guarded),
+    more members than ``n_components + 1`` and every member in one of its clusters (else it
+    becomes one cluster, as a refit of the group would make it)."""
+    nodes, _, clusters = members
+    if g in al.guarded or len(nodes) <= al.clusterer.n_components + 1:
+        return False
+    held: set[str] = set()
+    for m in clusters.values():
+        held.update(m)
+    return held.issuperset(nodes)
+
+
+def refit_locals(
+    al: AdaptiveLayer,
+    members: dict[int, Members],
+    vectors: Vectors,
+    delta: LayerDelta,
+    olds: dict[int, OnlineGMM | None],
+) -> None:
+    """:func:`refit_local` of each group of ``members`` (in its order; ``olds``: each group's
+    online GMM where it could be read), their local UMAPs fitted on the layer clusterer's
+    workers (:meth:`~ingestor.cluster.two_step.TreeClusterer.reduce_locals`), a few groups'
+    vectors ahead: the same fits as one at a time. 26.5k leaves, 73 groups: 18.4 s one at a
+    time."""
+    wanted = [g for g, m in members.items() if reduces(al, g, m)]
+    fits = al.clusterer.reduce_locals(
+        (vectors(members[g][0]) for g in wanted),
+        count=len(wanted),
+        rows=sum(len(members[g][0]) for g in wanted),
+    )
+    take = set(wanted)
+    with closing(fits):  # an error part way stops the workers
+        for g, m in members.items():
+            reduced = next(fits) if g in take else None
+            refit_local(al, g, m, vectors, delta, old=olds.get(g), reduced=reduced)
+        next(fits, None)  # run to its end: the workers are shut down, not killed

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import MutableSequence
+from collections.abc import Iterable, Iterator, MutableSequence
 from dataclasses import dataclass, fields
 from typing import Any, Self
 
@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.mixture import GaussianMixture
 
-from ingestor.cluster.fit_steps import FitSteps, LocalFit, fit_group
+from ingestor.cluster.fit_steps import FitSteps, LocalFit, fit_group, reduce_group
 from ingestor.cluster.global_split import DEFAULT_MAX_GROUP, bound_groups
 from ingestor.cluster.gmm import (
     gaussian_parameters,
@@ -197,6 +197,26 @@ class TreeClusterer:
         fit_idx = steps.sample(len(X), np.random.default_rng(self.random_state))
         with worker_pool(self.workers) as pool:
             return steps.reduce(X, fit_idx, self.local_n_neighbors, "local", pool)
+
+    def reduce_locals(
+        self, Xs: Iterable[NDArray[np.floating]], *, count: int, rows: int
+    ) -> Iterator[tuple[Any, NDArray[np.float32]]]:
+        """:meth:`reduce_local` of each of ``count`` groups' rows ``Xs`` (``rows`` in all), on
+        this clusterer's workers, yielded in order: each fit is a pure function of its rows and
+        the seed, so the same for any number of workers. ``Xs`` is read as the workers take
+        them (a few groups ahead), not all at once."""
+        steps = self._steps()
+        tasks = ((steps, unit_rows(X), self.random_state) for X in Xs)
+        with worker_pool(self.workers) as pool:
+            results = pool.map(
+                reduce_group,
+                tasks,
+                count=count,
+                rows=rows,
+                what=lambda i: f"local UMAP {i + 1} of {count} (a refit)",
+            )
+            for reducer, Y in results:
+                yield restore_index(reducer), Y
 
     def fit_groups(self, X: NDArray[np.floating], labels: NDArray[np.intp], n_groups: int) -> Self:
         """Fit the global step around given global clusters: a global UMAP on X and one global

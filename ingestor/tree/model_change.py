@@ -59,7 +59,7 @@ from typing import Any
 
 from ingestor.cluster.adaptive import LayerDelta
 from ingestor.cluster.digest import vector_digest
-from ingestor.cluster.model_refit import refit_global, refit_local
+from ingestor.cluster.model_refit import refit_global, refit_locals
 from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.background import Background
@@ -478,9 +478,10 @@ class ModelChange:
         for i, al in enumerate(state.layers):
             delta = deltas.setdefault(i, LayerDelta())
             refit_global(al, _fresh(al.clusterer, make), state.matrix)
-            for g in range(len(al.gmms)):
-                old = None if g in al.guarded else al.gmms[g]
-                refit_local(al, g, al.groups.members_of(g), state.matrix, delta, old=old)
+            groups = range(len(al.gmms))
+            members = {g: al.groups.members_of(g) for g in groups}
+            olds = {g: al.gmms[g] for g in groups if g not in al.guarded}
+            refit_locals(al, members, state.matrix, delta, olds)
             if i > 0:  # each summary is placed from its own vector: the new model's now
                 nodes = sorted(al.point_of)
                 for node_id, vec in zip(nodes, state.matrix(nodes), strict=True):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ingestor.cluster.adaptive import AdaptiveLayer, LayerDelta
-from ingestor.cluster.model_refit import refit_global, refit_local
+from ingestor.cluster.model_refit import Members, refit_global, refit_locals
 from ingestor.tree.layer_store import ModelDamage, unreadable_models
 from ingestor.tree.state import TreeState
 from models_store import library_changes, library_versions
@@ -31,7 +31,6 @@ __all__ = ["repair_models"]
 log = logging.getLogger(__name__)
 
 #: A group's members (sorted), their point ids and its clusters (cluster id → members).
-Members = tuple[list[str], list[int], dict[int, frozenset[str]]]
 
 
 def repair_models(state: TreeState, make_clusterer: Callable[[], Any]) -> dict[int, LayerDelta]:
@@ -89,12 +88,10 @@ def _repair_layer(
     groups = damage.groups()
     lost = [g for g in groups if g in damage.online and g not in al.guarded]
     from_tree = _members_from_tree(state, al, lost) if lost else {}
-    for g in groups:
-        if g in from_tree:
-            refit_local(al, g, from_tree[g], state.matrix, delta)
-        else:  # its online GMM (or its guarded cluster) says who is where
-            old = None if g in al.guarded else al.gmms[g]
-            refit_local(al, g, al.groups.members_of(g), state.matrix, delta, old=old)
+    # a lost online GMM: the tree says who is where; else its GMM (or guarded cluster) does
+    members = {g: from_tree[g] if g in from_tree else al.groups.members_of(g) for g in groups}
+    olds = {g: al.gmms[g] for g in groups if g not in from_tree and g not in al.guarded}
+    refit_locals(al, members, state.matrix, delta, olds)
 
 
 def _members_from_tree(

@@ -78,6 +78,24 @@ def test_a_fit_is_the_same_with_one_and_two_workers(two_workers: WorkerPool) -> 
     assert stored.predict(new) == one.predict(new)
 
 
+def test_refit_local_umaps_are_the_same_on_the_workers(two_workers: WorkerPool) -> None:
+    """A model change's (or an upgrade's) local UMAPs, fitted on the workers a few groups ahead
+    (``reduce_locals``), are those fitted one at a time in this process (``reduce_local``)."""
+    X, labels = sphere_blobs(n_blobs=4, per_blob=70, dim=16, spread=0.3, seed=2)
+    groups = [X[labels == b] for b in range(4)]
+
+    def clusterer(workers: int) -> TreeClusterer:
+        return TreeClusterer(random_state=0, fit_sample=50, n_epochs=50, workers=workers)
+
+    serial = [clusterer(1).reduce_local(G) for G in groups]
+    parallel_fits = list(clusterer(2).reduce_locals(iter(groups), count=4, rows=len(X)))
+    assert two_workers.started
+    assert len(parallel_fits) == 4
+    for G, (umap_a, y_a), (umap_b, y_b) in zip(groups, serial, parallel_fits, strict=True):
+        assert np.array_equal(y_a, y_b)
+        assert np.array_equal(umap_a.transform(G[:5]), umap_b.transform(G[:5]))
+
+
 def test_blocked_transform_is_the_same_for_any_worker_count(two_workers: WorkerPool) -> None:
     """Each block is transformed on its own: the result depends on the block size only."""
     X, _ = sphere_blobs(n_blobs=4, per_blob=100, dim=16, spread=0.3, seed=2)
