@@ -41,12 +41,11 @@ from retriever.access_map import NO_CLASSES, point_key, scroll_access
 from retriever.budget import context_hits
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
-from retriever.edge_translate import edge_points, edge_query_request, graph_filter
+from retriever.edge_translate import edge_points, edge_query_request, edge_term_sample, graph_filter
 from retriever.edge_translate import edge_search_params as edge_search_params  # the facade uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
     META_POINT_ID,
-    SPARSE_VECTOR,
     VECTOR_NAME,
     F,
     NodePayload,
@@ -55,7 +54,6 @@ from retriever.schema import (
 )
 from retriever.sparse import (
     DEFAULT_BOUND,
-    SAMPLE_POINTS,
     HybridBound,
     TermSample,
     bounded_query,
@@ -292,12 +290,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
             StoreError: some ids have no point (named in the message).
         """
         ids = check_ids(node_ids)
-        return ordered_vectors(
-            self._records(ids, with_payload=False, checked=True),
-            ids,
-            self.dim,
-            f"embedded store {self.path}",
-        )
+        found = self._records(ids, with_payload=False, checked=True)
+        return ordered_vectors(found, ids, self.dim, f"embedded store {self.path}")
 
     def iter_ids(self, tree: str) -> Iterator[str]:
         """Yield the node id of every point of ``tree`` (scrolled in pages).
@@ -316,18 +310,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
             ValueError: ``limit < 1``, ``offset`` is not a node id, or ``flt.tree`` is reserved.
             StoreError: the engine failed.
         """
-        start = check_page(limit, offset)
-        edge_filter = _edge_filter(flt)
-        if edge_filter is None:
-            return [], None
-        shard = self.require()
-        request = qe.ScrollRequest(
-            offset=start, limit=limit, filter=edge_filter, with_payload=True, with_vector=False
-        )
-        with self.engine(f"scroll a page of tree {flt.tree!r}"):
-            records, after = shard.scroll(request)
-        nodes = [NodePayload.from_payload(r.payload) for r in records]
-        return nodes, None if after is None else str(after)
+        records, after = self._page(flt, limit, offset, True)
+        return [NodePayload.from_payload(r.payload) for r in records], after
 
     def scroll_fields(
         self, flt: SearchFilter, fields: Sequence[str], limit: int, offset: str | None = None
@@ -339,8 +323,19 @@ class EdgeNodeStore(EdgeShardLifecycle):
             ValueError: as :meth:`scroll`, or a field is not a node's.
             StoreError: the engine failed.
         """
+        selector = qe.PayloadSelector.Include(check_fields(fields))
+        records, after = self._page(flt, limit, offset, selector)
+        return [dict(r.payload or {}) for r in records], after
+
+    def _page(
+        self,
+        flt: SearchFilter,
+        limit: int,
+        offset: str | None,
+        with_payload: bool | qe.PayloadSelector,
+    ) -> tuple[list[qe.Record], str | None]:
+        """One scroll page of the points matching ``flt`` and the next page's offset."""
         start = check_page(limit, offset)
-        keys = check_fields(fields)
         edge_filter = _edge_filter(flt)
         if edge_filter is None:
             return [], None
@@ -349,12 +344,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
             offset=start,
             limit=limit,
             filter=edge_filter,
-            with_payload=qe.PayloadSelector.Include(keys),
+            with_payload=with_payload,
             with_vector=False,
         )
         with self.engine(f"scroll a page of tree {flt.tree!r}"):
             records, after = shard.scroll(request)
-        return [dict(r.payload or {}) for r in records], None if after is None else str(after)
+        return records, None if after is None else str(after)
 
     def _scroll(
         self, shard: qe.EdgeShard, edge_filter: qe.Filter | None, tree: str
@@ -573,17 +568,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
         sample = self.term_sample
         if sample is None or sample.stale():
             shard = self.require()
-            request = qe.ScrollRequest(
-                limit=SAMPLE_POINTS, with_payload=False, with_vector=[SPARSE_VECTOR]
-            )
             with self.engine("sample the BM25 vectors"):
-                records, _ = shard.scroll(request)
-                points = shard.count(qe.CountRequest(exact=False))
-            named = (r.vector for r in records if isinstance(r.vector, dict))
-            vectors = (v.get(SPARSE_VECTOR) for v in named)
-            terms = (v.indices for v in vectors if isinstance(v, qe.SparseVector))
-            sample = TermSample.of(terms, points - 1)  # less the meta point
-            self.term_sample = sample
+                sample = self.term_sample = edge_term_sample(shard)
         return sample
 
     def _records(

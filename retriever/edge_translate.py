@@ -18,7 +18,7 @@ from retriever.schema import (
     point_vectors,
     vector_layers,
 )
-from retriever.sparse import Fusion, bm25_documents
+from retriever.sparse import SAMPLE_POINTS, Fusion, TermSample, bm25_documents
 from retriever.validation import check_ids
 
 
@@ -159,3 +159,15 @@ def edge_query_request(
         with_payload=with_payload,
         with_vector=False,
     )
+
+
+def edge_term_sample(shard: qe.EdgeShard) -> TermSample:
+    """Return the :class:`~retriever.sparse.TermSample` of ``shard``: the BM25 vectors of its
+    first :data:`~retriever.sparse.SAMPLE_POINTS` points in id order (uuid5 hashes: an even
+    spread over the store's trees and files), as a server store reads its own."""
+    request = qe.ScrollRequest(limit=SAMPLE_POINTS, with_payload=False, with_vector=[SPARSE_VECTOR])
+    records, _ = shard.scroll(request)
+    points = shard.count(qe.CountRequest(exact=False)) - 1  # less the meta point
+    named = (r.vector for r in records if isinstance(r.vector, dict))
+    vectors = (v.get(SPARSE_VECTOR) for v in named)
+    return TermSample.of((v.indices for v in vectors if isinstance(v, qe.SparseVector)), points)

@@ -216,22 +216,8 @@ class QdrantNodeStore(QdrantCollection):
             ValueError: ``limit < 1``, ``offset`` is not a node id, or ``flt.tree`` is reserved.
             StoreError: the server failed or is unreachable.
         """
-        start = check_page(limit, offset)
-        scroll_filter = _qdrant_filter(flt)
-        if scroll_filter is None:
-            return [], None
-        self.require_open()
-        with self.call(f"scroll a page of tree {flt.tree!r}"):
-            records, after = self.client.scroll(
-                self.collection,
-                scroll_filter=scroll_filter,
-                limit=limit,
-                offset=start,
-                with_payload=True,
-                with_vectors=False,
-            )
-        nodes = [NodePayload.from_payload(r.payload) for r in records]
-        return nodes, None if after is None else str(after)
+        records, after = self._page(flt, limit, offset, True)
+        return [NodePayload.from_payload(r.payload) for r in records], after
 
     def scroll_fields(
         self, flt: SearchFilter, fields: Sequence[str], limit: int, offset: str | None = None
@@ -242,8 +228,14 @@ class QdrantNodeStore(QdrantCollection):
             ValueError: as :meth:`scroll`, or a field is not a node's.
             StoreError: the server failed or is unreachable.
         """
+        records, after = self._page(flt, limit, offset, check_fields(fields))
+        return [dict(r.payload or {}) for r in records], after
+
+    def _page(
+        self, flt: SearchFilter, limit: int, offset: str | None, with_payload: bool | list[str]
+    ) -> tuple[list[models.Record], str | None]:
+        """One scroll page of the points matching ``flt`` and the next page's offset."""
         start = check_page(limit, offset)
-        keys = check_fields(fields)
         scroll_filter = _qdrant_filter(flt)
         if scroll_filter is None:
             return [], None
@@ -254,10 +246,10 @@ class QdrantNodeStore(QdrantCollection):
                 scroll_filter=scroll_filter,
                 limit=limit,
                 offset=start,
-                with_payload=keys,
+                with_payload=with_payload,
                 with_vectors=False,
             )
-        return [dict(r.payload or {}) for r in records], None if after is None else str(after)
+        return records, None if after is None else str(after)
 
     def _scroll(self, scroll_filter: models.Filter | None, tree: str) -> Iterator[str]:
         offset: Any = None

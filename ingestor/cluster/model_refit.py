@@ -105,15 +105,9 @@ def refit_local(
         chosen[[at[n] for n in clusters[cid]], j] = True
     if not reduces(al, g, members):
         # Too few for a UMAP (or a member in no cluster): as a refit of the group would.
+        X, ids = vectors(nodes), al.ids
         fit = refit_group(
-            c,
-            nodes,
-            vectors(nodes),
-            clusters,
-            point_ids=pids,
-            ids=al.ids,
-            tau_n=al.tau_n,
-            tau_c=al.tau_c,
+            c, nodes, X, clusters, point_ids=pids, ids=ids, tau_n=al.tau_n, tau_c=al.tau_c
         )
     else:
         umap, Y = reduced if reduced is not None else c.reduce_local(vectors(nodes))
