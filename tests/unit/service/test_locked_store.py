@@ -12,7 +12,7 @@ import pytest
 
 from ingestor.pipeline.context import bulk_writes
 from ingestor.service.concurrency import LockedStore, lock_store
-from retriever import NodeStore, SearchFilter
+from retriever import F, NodeStore, SearchFilter
 
 FLT = SearchFilter(tree="t")
 VEC = np.zeros(4, dtype=np.float32)
@@ -28,6 +28,7 @@ CALLS: dict[str, tuple[Any, ...]] = {
     "retrieve_vectors": ([],),
     "iter_ids": ("t",),
     "scroll": (FLT, 10),
+    "scroll_fields": (FLT, (F.NODE_ID,), 10),
     "count": (FLT,),
     "optimize": (),
     "flush": (),
