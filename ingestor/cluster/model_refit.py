@@ -154,7 +154,7 @@ def refit_locals(
     online GMM where it could be read), their local UMAPs fitted on the layer clusterer's
     workers (:meth:`~ingestor.cluster.two_step.TreeClusterer.reduce_locals`), a few groups'
     vectors ahead: the same fits as one at a time. 26.5k leaves, 73 groups: 18.4 s one at a
-    time."""
+    time, 11.6-12.8 s on 2 workers."""
     wanted = [g for g, m in members.items() if reduces(al, g, m)]
     fits = al.clusterer.reduce_locals(
         (vectors(members[g][0]) for g in wanted),
