@@ -209,11 +209,13 @@ class Pipeline:
         self.context.access.forget_unnamed(state)  # the classes the points name now
         return report
 
-    def reclass_during_copy(self, state: TreeState, copy: NodeStore, copied_to: str) -> None:
+    def reclass_during_copy(
+        self, state: TreeState, copy: NodeStore, copied: Callable[[str], bool]
+    ) -> None:
         """A permission pass while a change of embedding model copies the tree (it runs no
         other: updates wait for it, and it may take hours): the changed files' classes go to
-        the state, the live store and the new store's nodes already copied (ids up to
-        ``copied_to``); the copy takes the rest from the state. Run at most every
+        the state, the live store and the new store's nodes already copied (``copied``); the
+        copy takes the rest from the state. Run at most every
         :data:`COPY_PASS_SECONDS`, and then only if the last pass took under a tenth of the
         time since (as the daemon's passes). A kill between the commit and the new store's
         write is mended by the store check that follows every switch (:meth:`reconcile_store`).
@@ -224,7 +226,7 @@ class Pipeline:
         report = self.update_access(state, ensure=False)
         took = time.monotonic() - now
         self._copy_pass_due = now + max(COPY_PASS_SECONDS, 10 * took)
-        ids = sorted(i for i in report.stats.upserted if i <= copied_to and i in state.nodes)
+        ids = sorted(i for i in report.stats.upserted if i in state.nodes and copied(i))
         if ids:
             copy.set_access(by_access(state, ids))
             copy.flush()
@@ -324,14 +326,16 @@ class Pipeline:
         return len(orphans), len(stale)
 
 
-def _weakly(method: Callable[[TreeState, NodeStore, str], None]) -> Callable[..., None]:
+def _weakly(
+    method: Callable[[TreeState, NodeStore, Callable[[str], bool]], None],
+) -> Callable[..., None]:
     """``method`` through a weak reference: the change of model the pipeline holds does not
     keep the pipeline (and a killed change's new store, closed when collected) alive."""
     ref = weakref.WeakMethod(method)
 
-    def call(state: TreeState, copy: NodeStore, copied_to: str) -> None:
+    def call(state: TreeState, copy: NodeStore, copied: Callable[[str], bool]) -> None:
         bound = ref()
         if bound is not None:
-            bound(state, copy, copied_to)
+            bound(state, copy, copied)
 
     return call

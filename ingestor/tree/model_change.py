@@ -9,9 +9,11 @@ tree is moved to the new model in place of being refused:
    with the same point id and payload (``embed_model`` aside), into a store *beside* the live one
    (:mod:`retriever.model_switch`: ``<store>.next`` for the embedded shard, the alias's next
    generation on a server), a batch at a time; after each batch the new store is flushed and the
-   cursor (the last node id written, in id order) is committed to the state database
+   cursor (the last node written, as its copy key) is committed to the state database
    (namespace ``model_change``). A kill resumes from the cursor, never from zero. The live store
-   and the state are not touched: queries keep reading the old model's points meanwhile.
+   and the state are not touched: queries keep reading the old model's points meanwhile. The
+   nodes go in the order of their text (:func:`copy_order`), so the copies of one text come
+   together and are embedded once.
 2. **refit** (recorded as the plan's phase, so ``status`` shows it): the new store is indexed,
    and every layer's fitted models are fitted again around the clusters the layer has,
    from the new vectors, as after a library upgrade (:mod:`ingestor.cluster.model_refit`: a
@@ -99,7 +101,8 @@ DIRTY = "dirty:"
 
 @dataclass
 class _Steps:
-    """A copy run in steps: its rows, plan, new store, list of node ids and where it is."""
+    """A copy run in steps: its rows, plan, new store, copy keys (:func:`copy_order`) and where
+    it is."""
 
     rows: RowStore
     plan: ChangePlan
@@ -128,8 +131,8 @@ class ModelChange:
         batch: nodes per step (None: see :data:`BATCH`).
 
     Attributes:
-        between: called after each step of the copy with the state, the new store and the last
-            node id written (every node id up to it, in id order, is in the new store): the
+        between: called after each step of the copy with the state, the new store and whether
+            a node id is among those written so far (:func:`copied_through`): the
             pipeline's permission pass (:meth:`~ingestor.pipeline.Pipeline.reclass_during_copy`),
             so that a permission changed during a long copy is applied at once, to the live
             store and to the nodes already copied. None: nothing runs between steps.
@@ -163,7 +166,7 @@ class ModelChange:
         self.nice = nice
         #: What the last run did: nodes embedded, seconds per step, summaries regenerated.
         self.report: dict[str, Any] = {}
-        self.between: Callable[[TreeState, NodeStore, str], None] | None = None
+        self.between: Callable[[TreeState, NodeStore, Callable[[str], bool]], None] | None = None
         #: The daemon's writer runs the copy in steps between its updates (:meth:`step`), with
         #: the old model for the updates meanwhile; False: :meth:`__call__` runs it all at once.
         self.stepwise = False
@@ -311,16 +314,17 @@ class ModelChange:
     def _begin(
         self, rows: RowStore, plan: ChangePlan | None, old: str, state: TreeState
     ) -> tuple[ChangePlan, list[str], int]:
-        """Record the change (a new plan) or read where it stopped; return the plan, the node
-        ids to copy in order, and where in them the copy resumes."""
+        """Record the change (a new plan) or read where it stopped; return the plan, the copy
+        keys in order (:func:`copy_order`), and where in them the copy resumes."""
         model, dim = self.embedder.model_id, self.embedder.dim
-        ids = sorted(state.nodes.keys_with_prefix(""))
+        raw = rows.get(NS, "cursor") if plan is not None else None
+        cursor = str(loads(raw)) if raw is not None else ""
+        legacy = bool(cursor) and ":" not in cursor  # begun in id order by an older adrap
+        ids = sorted(state.nodes.keys_with_prefix("")) if legacy else copy_order(state)
         if plan is None:
             self.beside.drop()  # one an earlier change left unrecorded
             plan = ChangePlan(old, model, dim, COPY, len(ids), time.time())
             self._write(rows, state, {"plan": dumps(asdict(plan))}, clear=True)
-        raw = rows.get(NS, "cursor")
-        cursor = str(loads(raw)) if raw is not None else ""
         start = bisect.bisect_right(ids, cursor) if cursor else 0
         log.info(
             "tree %r: changing the embedding model from %r to %r: embedding the text of its %d "
@@ -407,7 +411,7 @@ class ModelChange:
             batch = ids[at : at + step]
             self._copy_batch(rows, state, nxt, batch, at + len(batch), bg, times)
             if self.between is not None:
-                self.between(state, nxt, batch[-1])
+                self.between(state, nxt, copied_through(state, batch[-1]))
             log.debug("model change: %d of %d nodes embedded", at + len(batch), len(ids))
             self.progress("re-embed", at + len(batch), len(ids))
 
@@ -429,8 +433,9 @@ class ModelChange:
         """Embed ``batch``'s texts with the new model, write them into ``nxt`` (durable), then
         commit the cursor (the batch's last id) and ``done``. A node gone since the copy's list
         was made is skipped (its deletion marked it, see :meth:`marks`)."""
-        state.nodes.prefetch(batch)
-        nodes = [n for i in batch if (n := state.nodes.get(i)) is not None]
+        ids = [node_of(k) for k in batch]
+        state.nodes.prefetch(ids)
+        nodes = [n for i in ids if (n := state.nodes.get(i)) is not None]
         self._embed_into(state, nxt, nodes, bg, times)
         self._write(rows, state, {"cursor": dumps(batch[-1]), "done": dumps(done)})
         state.nodes.shed()
@@ -564,3 +569,30 @@ def _fresh(clusterer: Any, make: Callable[[], Any]) -> Any:
         return type(clusterer)(**params)
     except (AttributeError, TypeError, ValueError):
         return make()
+
+
+def copy_order(state: TreeState) -> list[str]:
+    """The copy's keys in the order it embeds the nodes: ``<content hash>:<node id>``, so the
+    copies of a text (a share's duplicate files, their summaries) come one after another and
+    are embedded once (the embedder keeps the last 4,096 texts). In id order they were spread
+    over the whole copy: a 26.5k-leaf tree's 8,055 distinct texts cost the time of ~10,400.
+    Reads every node once, keeping none (a 1M-node tree's keys: ~100 MB)."""
+    return sorted(f"{node.content_hash}:{node_id}" for node_id, node in state.nodes.scan())
+
+
+def node_of(key: str) -> str:
+    """The node id of a copy key (a cursor written by an older adrap: the node id alone)."""
+    return key.rpartition(":")[2]
+
+
+def copied_through(state: TreeState, cursor: str) -> Callable[[str], bool]:
+    """Whether a node of ``state`` is among those the copy wrote, up to the copy key
+    ``cursor`` (its text unchanged since: the state is the copy's)."""
+
+    def copied(node_id: str) -> bool:
+        if ":" not in cursor:  # a copy in id order
+            return node_id <= cursor
+        node = state.nodes.peek(node_id)
+        return node is not None and f"{node.content_hash}:{node_id}" <= cursor
+
+    return copied

@@ -362,6 +362,17 @@ class RowMap(MutableMapping[str, V], Generic[V]):
         self._dirty.discard(key)
         self._deleted.add(key)
 
+    def scan(self) -> Iterator[tuple[str, V]]:
+        """Yield every ``(key, value)``, in key order for the stored ones, decoding one row at a
+        time and keeping none (this process's unsaved values first): to read a namespace too
+        big to hold, once."""
+        yield from ((k, v) for k, v in list(self._cache.items()) if k in self._dirty)
+        if self._rows is None:
+            return
+        for key, data in self._rows.items(self.ns):
+            if key not in self._dirty and key not in self._deleted:
+                yield key, self._cache[key] if key in self._cache else self._decode(key, data)
+
     def _load_all(self) -> None:
         if self._complete or self._rows is None:
             return

@@ -59,6 +59,22 @@ def test_a_prefetch_answers_later_reads_of_found_and_missing_keys(tmp_path: Path
     assert rows.single == 1
 
 
+def test_a_scan_yields_every_value_once_and_keeps_none(tmp_path: Path) -> None:
+    """``scan`` reads a namespace too big to hold: the stored rows one at a time (none cached),
+    this process's unsaved values instead of the stored ones, deleted keys left out."""
+    rows = stored(tmp_path)
+    m: RowMap[int] = RowMap("m", Clock())
+    m.bind(rows)
+    m["3"] = -3  # unsaved change of a stored key
+    m["new"] = 7  # unsaved new key
+    del m["4"]
+    got = dict(m.scan())
+    want = {str(i): i * i for i in range(10) if i != 4} | {"3": -3, "new": 7}
+    assert got == want
+    assert sum(1 for _ in m.scan()) == len(want), "each key once"
+    assert set(m._cache) <= {"3", "new"}, "stored rows were kept"
+
+
 def test_keyed_maps_prefetch_their_encoded_keys(tmp_path: Path) -> None:
     rows = stored(tmp_path)
     inner: RowMap[str] = RowMap("p", Clock())
