@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
+from watchdog.events import DirMovedEvent, FileMovedEvent
 
 from ingestor.answer.changes import ChangeFeed, state_rows
 from ingestor.answer.service import QueryDefaults, QueryService
 from ingestor.config import Settings, WatchSettings
 from ingestor.pipeline import Pipeline
+from ingestor.pipeline.reports import UpdateReport
 from ingestor.read.listing import DEFAULT_IGNORE
 from ingestor.service.concurrency import LockedStore
 from ingestor.service.daemon import Daemon, DaemonParts
@@ -205,3 +207,14 @@ def make_watcher(
         guard=guard,
         quarantine=quarantine,
     )
+
+
+def watched_move(w: Watcher, old: Path, new: Path) -> UpdateReport:
+    """Rename ``old`` (a file or a folder) to ``new`` as a user would, hand ``w`` the move event
+    its observer sends, apply the batch and return its report."""
+    old.rename(new)
+    event = DirMovedEvent if new.is_dir() else FileMovedEvent
+    w.handler.dispatch(event(str(old), str(new)))
+    assert w.apply(w.next_batch())
+    assert w.last_report is not None
+    return w.last_report

@@ -98,18 +98,24 @@ def refit_local(
         c.local_models_[g] = LocalModel(np.arange(0), None, None, None, (cid,))
         al.guarded[g] = (cid, set())
         return
-    at = {n: r for r, n in enumerate(nodes)}
-    cids = sorted(clusters)
-    chosen = np.zeros((len(nodes), len(cids)), dtype=bool)
-    for j, cid in enumerate(cids):
-        chosen[[at[n] for n in clusters[cid]], j] = True
     if not reduces(al, g, members):
         # Too few for a UMAP (or a member in no cluster): as a refit of the group would.
-        X, ids = vectors(nodes), al.ids
         fit = refit_group(
-            c, nodes, X, clusters, point_ids=pids, ids=ids, tau_n=al.tau_n, tau_c=al.tau_c
+            c,
+            nodes,
+            vectors(nodes),
+            clusters,
+            point_ids=pids,
+            ids=al.ids,
+            tau_n=al.tau_n,
+            tau_c=al.tau_c,
         )
     else:
+        at = {n: r for r, n in enumerate(nodes)}
+        cids = sorted(clusters)
+        chosen = np.zeros((len(nodes), len(cids)), dtype=bool)
+        for j, cid in enumerate(cids):
+            chosen[[at[n] for n in clusters[cid]], j] = True
         umap, Y = reduced if reduced is not None else c.reduce_local(vectors(nodes))
         fit = group_fit(
             np.asarray(Y, dtype=np.float64),

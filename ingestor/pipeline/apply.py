@@ -293,34 +293,11 @@ class ApplyStage:
             for n in leaves:
                 n.access = frozenset({cls})
             came_from = moves.take(state, doc, leaves) if old is None else None
-            if came_from is not None and self._move(state, came_from, leaves, out, report):
-                state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
-                out.files.append(
-                    FileChange(doc.source, "added", cls, owner_of(state.root, doc.source))
-                )
-                continue
-            new_ids = {n.node_id for n in leaves}
-            old_ids = set(old.node_ids) if old else set()
-            if old is not None:
-                out.removed.extend(i for i in old.node_ids if i not in new_ids)
-            for n in leaves:
-                if n.node_id in old_ids:  # unchanged chunk: keep the node, refresh provenance
-                    kept = state.nodes.edit(n.node_id)
-                    kept.chunk_index, kept.char_start, kept.char_end = (
-                        n.chunk_index,
-                        n.char_start,
-                        n.char_end,
-                    )
-                    kept.section, kept.locator = n.section, n.locator
-                    out.touched.append(n.node_id)
-                    if kept.access != n.access:
-                        kept.access = n.access
-                        out.reclassed.append(n.node_id)
-                else:
-                    out.added.append(n)
+            if came_from is None or not self._move(state, came_from, leaves, out, report):
+                self._place_leaves(state, old, leaves, out)
+                report.files_changed += old is not None
+                report.files_added += old is None
             state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
-            report.files_changed += old is not None
-            report.files_added += old is None
             action: Action = "edited" if old is not None else "added"
             out.files.append(FileChange(doc.source, action, cls, owner_of(state.root, doc.source)))
         for source in dict.fromkeys(gone):
@@ -361,6 +338,33 @@ class ApplyStage:
         # payloads only: no re-encoding
         self.context.store_access(state, report.stats.upserted, ensure=ensure)
         report.state_bytes = state.last_commit_bytes
+
+    @staticmethod
+    def _place_leaves(
+        state: TreeState, old: SourceEntry | None, leaves: list[Node], out: LeafChanges
+    ) -> None:
+        """Sort a new or edited file's ``leaves`` (its record ``old``, None for a new file):
+        those it had already are kept, their places in the text refreshed; the others are
+        added, and the ones it no longer has removed."""
+        new_ids = {n.node_id for n in leaves}
+        old_ids = set(old.node_ids) if old else set()
+        if old is not None:
+            out.removed.extend(i for i in old.node_ids if i not in new_ids)
+        for n in leaves:
+            if n.node_id in old_ids:  # unchanged chunk: keep the node, refresh provenance
+                kept = state.nodes.edit(n.node_id)
+                kept.chunk_index, kept.char_start, kept.char_end = (
+                    n.chunk_index,
+                    n.char_start,
+                    n.char_end,
+                )
+                kept.section, kept.locator = n.section, n.locator
+                out.touched.append(n.node_id)
+                if kept.access != n.access:
+                    kept.access = n.access
+                    out.reclassed.append(n.node_id)
+            else:
+                out.added.append(n)
 
     @staticmethod
     def _move(

@@ -30,8 +30,6 @@ __all__ = ["repair_models"]
 
 log = logging.getLogger(__name__)
 
-#: A group's members (sorted), their point ids and its clusters (cluster id → members).
-
 
 def repair_models(state: TreeState, make_clusterer: Callable[[], Any]) -> dict[int, LayerDelta]:
     """Refit every fitted model of ``state`` that cannot be read, from the stored vectors.

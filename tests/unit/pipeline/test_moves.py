@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from watchdog.events import DirMovedEvent
 
 from ingestor.pipeline import Pipeline
 from ingestor.service.watcher import make_observer
@@ -22,7 +21,7 @@ from ingestor.tree.invariants import violations
 from ingestor.tree.state import TreeState
 from retriever import SearchFilter
 from testkit.corpus import doc_text, make_pipeline
-from testkit.daemons import make_watcher
+from testkit.daemons import make_watcher, watched_move
 from testkit.fakes import CountingEmbedder, EchoSummarizer
 from tests.conftest import wait_until
 
@@ -145,13 +144,10 @@ def test_the_daemon_moves_a_renamed_folder_in_one_batch_without_summaries(tmp_pa
     shape = _shape(p.require_state())
     w = make_watcher(p, p.require_state(), root, debounce=0.05)
     calls = summ.calls
-    (root / "old").rename(root / "archive")
-    w.handler.dispatch(DirMovedEvent(str(root / "old"), str(root / "archive")))
-    assert w.apply(w.next_batch())
-    assert w.last_report is not None
-    assert (w.last_report.files_added, w.last_report.files_removed) == (0, 0)
-    assert w.last_report.files_moved == 12
-    assert ", 12 moved" in w.last_report.summary()
+    report = watched_move(w, root / "old", root / "archive")
+    assert (report.files_added, report.files_removed) == (0, 0)
+    assert report.files_moved == 12
+    assert ", 12 moved" in report.summary()
     assert summ.calls == calls, "a folder's rename wrote summaries again"
     state = p.require_state()
     assert _shape(state) == shape

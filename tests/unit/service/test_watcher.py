@@ -35,7 +35,7 @@ from ingestor.service.watcher import EnqueueHandler, Watcher, make_observer
 from ingestor.tree.invariants import violations
 from ingestor.tree.persist import held_rows
 from testkit.corpus import doc_text, make_pipeline
-from testkit.daemons import make_daemon, make_watcher
+from testkit.daemons import make_daemon, make_watcher, watched_move
 from testkit.fakes import CountingEmbedder, EchoSummarizer, FakeClock
 from tests.conftest import wait_until
 
@@ -160,12 +160,9 @@ def test_a_rename_with_unchanged_content_reuses_the_leaf_vectors(
     assert isinstance(emb, CountingEmbedder)
     leaves = {w.state.nodes[i].text for i in w.state.sources["d3.txt"].node_ids}
     before = len(emb.texts)
-    (root / "d3.txt").rename(root / "renamed.txt")
-    w.handler.dispatch(FileMovedEvent(str(root / "d3.txt"), str(root / "renamed.txt")))
-    assert w.apply(w.next_batch())
-    assert w.last_report is not None
-    assert (w.last_report.files_added, w.last_report.files_removed) == (0, 0)
-    assert w.last_report.files_moved == 1
+    report = watched_move(w, root / "d3.txt", root / "renamed.txt")
+    assert (report.files_added, report.files_removed) == (0, 0)
+    assert report.files_moved == 1
     assert not leaves & set(emb.texts[before:]), "no leaf of the renamed file is embedded again"
     assert_agrees(p, root, w.state)
 
