@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 @main.command()
-@click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("root", type=click.Path(file_okay=False, path_type=Path))
 @click.option(
     "--polling/--native",
     default=None,
@@ -53,8 +53,8 @@ def watch(
 
     Reconciles at start (first run: full build), then applies each burst of changes as one adRAP
     batch. Serves /healthz /readyz /metrics /status /query /ask on 127.0.0.1:8765 (ADRAP_WATCH__*).
-    A missing or empty share pauses deletions; a file that fails for good is quarantined
-    (`adrap status`, `adrap retry`).
+    A missing or empty share pauses deletions (one away at start is waited for, the tree
+    answered meanwhile); a file that fails for good is quarantined (`adrap status`, `adrap retry`).
 
     \b
     Example:

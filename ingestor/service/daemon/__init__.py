@@ -30,6 +30,7 @@ from starlette.applications import Starlette
 from ingestor.answer.changes import ChangeFeed
 from ingestor.answer.service import QueryService
 from ingestor.config import Settings
+from ingestor.errors import SourceUnavailableError
 from ingestor.pipeline import Pipeline
 from ingestor.pipeline.budget import ReadStopped
 from ingestor.service.concurrency import Cancelled, LockedStore, cancellable
@@ -240,9 +241,11 @@ class Daemon:
                 guard=self.guard,
                 quarantine=self.quarantine,
             )
-            # Watch before the worker starts: events during start-up wait in the queue.
-            observer.schedule(self.watcher.handler, str(self.root), recursive=True)
+            # Watch before the worker starts: events during start-up wait in the queue. Started
+            # first, the observer starts each watch as it is scheduled: a root that cannot be
+            # watched fails its watch alone (a stopped observer's start would fail as a whole).
             observer.start()
+            self._watch_root(observer)
             self.root_monitor.start()
             try:
                 self.watcher.enqueue([self.root])  # changes made while stopped (by stat)
@@ -297,15 +300,27 @@ class Daemon:
 
         return step
 
+    def _watch_root(self, observer: Any) -> None:
+        """Watch the root; a root missing at start (a share not mounted yet after a reboot) is
+        watched once the root monitor sees it back (:meth:`_watch_again`), the tree answered
+        meanwhile."""
+        assert self.watcher is not None
+        try:
+            observer.schedule(self.watcher.handler, str(self.root), recursive=True)
+        except OSError as exc:  # the monitor reports it; its return schedules the watch
+            log.warning(
+                "cannot watch %s yet (%s): the tree is kept and queries are answered; it is "
+                "watched and rescanned once it is back",
+                self.root,
+                exc.strerror or exc,
+            )
+
     def _watch_again(self, observer: Any) -> None:
         """The root came back (or is another directory): watch it afresh and rescan it."""
         assert self.watcher is not None
         self.guard.resume()
-        try:
-            observer.unschedule_all()
-            observer.schedule(self.watcher.handler, str(self.root), recursive=True)
-        except OSError as exc:  # gone again: the monitor reports it, and the next return retries
-            log.warning("cannot watch %s again yet: %s", self.root, exc)
+        observer.unschedule_all()
+        self._watch_root(observer)  # gone again: the monitor reports it, its return retries
         self.watcher.enqueue([self.root])
 
     def _reconcile(self, stop: threading.Event, progress: Progress) -> Any:
@@ -339,6 +354,12 @@ class Daemon:
                     "re-stored); changed files are applied by the worker"
                 )
             else:
+                if not self.root.is_dir():  # a tree kept over a share that is away starts
+                    raise SourceUnavailableError(
+                        f"the folder to watch, {self.root}, is not there (missing, or a share "
+                        "not mounted) and no tree was built from it: nothing to build or answer; "
+                        "mount or create it, or name the folder to watch"
+                    )
                 report = self.pipeline.reconcile(self.root, cancellable(progress, stop))
                 state = self.pipeline.require_state()
                 summary = report.summary()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from watchdog.events import FileCreatedEvent, FileDeletedEvent, FileModifiedEvent
 
-from ingestor.errors import ConfigError
+from ingestor.errors import ConfigError, SourceUnavailableError
 from ingestor.pipeline import load_state
 from ingestor.service.http import HttpLimits
 from ingestor.service.share import SHARE_FILE, ShareGuard
@@ -168,6 +168,59 @@ def test_a_share_that_goes_away_is_reported_and_watched_again_when_it_returns(
             t.join(60)
             p.context.store.close()
     assert set(p.require_state().sources) == on_disk(root)
+
+
+@pytest.mark.parametrize("polling", [False, True])
+def test_a_daemon_started_while_its_share_is_away_answers_and_watches_it_once_back(
+    tmp_path: Path, polling: bool
+) -> None:
+    """A share not mounted yet when the daemon starts (a reboot): the observer's start failed
+    on the missing root and the daemon died, so a supervisor restarted it in a loop and no
+    query was answered. It now answers from the tree, deletes nothing, and watches the share
+    once it is back."""
+    root = tmp_path / "docs"
+    write_corpus(root, 4)
+    p = make_pipeline(tmp_path)
+    p.build(root)
+    aside = tmp_path / "aside"
+    shutil.move(str(root), str(aside))  # away before the daemon starts
+    d = make_daemon(p, root, debounce=0.05, root_check_interval=0.1, polling=polling)
+    stop = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            d.run(stop)
+        except BaseException as exc:  # what the thread died of, for the test
+            failed.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    try:
+        wait_until(lambda: d.metrics.ready or bool(failed))
+        assert not failed, f"the daemon died: {failed}"
+        wait_until(lambda: d.api.status()["watched_folder"]["problem"] is not None)
+        assert d.api.query({"q": "the tree", "max_tokens": "200"})["hits"], "not answered"
+        assert len(p.require_state().sources) == 4, "nothing deleted"
+        shutil.move(str(aside), str(root))
+        wait_until(lambda: d.api.status()["watched_folder"]["available"])
+        (root / "new.txt").write_text(doc_text(random.Random(7), 3))
+        wait_until(lambda: "new.txt" in p.require_state().sources)
+    finally:
+        stop.set()
+        t.join(60)
+        p.context.store.close()
+    assert not failed
+    assert set(p.require_state().sources) == on_disk(root)
+
+
+def test_a_first_daemon_over_a_missing_folder_says_so_and_builds_nothing(tmp_path: Path) -> None:
+    p = make_pipeline(tmp_path)
+    d = make_daemon(p, tmp_path / "not-mounted", http_port=-1)
+    with pytest.raises(SourceUnavailableError, match=r"not-mounted.*no tree was built"):
+        d.run(threading.Event())
+    assert load_state(p.context.models, p.context.tree) is None
+    p.context.store.close()
 
 
 def test_the_root_check_never_reads_the_writers_state(tmp_path: Path) -> None:
