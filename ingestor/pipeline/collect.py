@@ -230,17 +230,20 @@ class Collector:
                 continue
             try:
                 is_dir = stat.S_ISDIR(os.stat(path).st_mode)
-            except (FileNotFoundError, NotADirectoryError):
+            except OSError as exc:
+                if _is_link(path):  # broken or looping: the reader says which, for good
+                    self._want(root, path, None, pending)
+                    continue
+                if not isinstance(exc, FileNotFoundError | NotADirectoryError):
+                    why = f"{rel!r} cannot be reached now ({exc.strerror}); what was read is "
+                    why += "kept and it is tried again; grant access to the folders on its path"
+                    self._unavailable(state, rel, why, report)
+                    continue
                 if confirmed_gone(path, root, listed):
                     gone.extend(_sources_at(state, rel))
                     self.unread.clear_under(rel if rel != "." else "")
                 else:
                     self._unavailable(state, rel, "its folder cannot be listed now", report)
-                continue
-            except OSError as exc:
-                why = f"{rel!r} cannot be reached now ({exc.strerror}); what was read is kept and "
-                why += "it is tried again; grant access to the folders on its path"
-                self._unavailable(state, rel, why, report)
                 continue
             if not is_dir:
                 self._want(root, path, _stat_or_none(path), pending)
@@ -404,6 +407,14 @@ def _sources_at(state: TreeState, rel: str) -> list[str]:
     if rel != "." and rel in state.sources:
         return [rel]
     return state.sources.keys_with_prefix("" if rel == "." else rel + "/")
+
+
+def _is_link(path: Path) -> bool:
+    """Whether ``path`` itself is a symbolic link (its folders looked up as they are now)."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _stat_or_none(path: Path) -> os.stat_result | None:

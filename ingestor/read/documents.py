@@ -21,7 +21,7 @@ from ingestor.errors import SourceError, SourceUnavailableError
 from ingestor.read import formats
 from ingestor.read.listing import DEFAULT_IGNORE, iter_files, source_name
 from ingestor.read.names import source_text
-from ingestor.read.opening import open_inside
+from ingestor.read.opening import open_inside, refuse_special
 from ingestor.read.structure import join_normalised
 
 __all__ = [
@@ -150,6 +150,7 @@ def read_document(
             f"{name!r} is an image; OCR is off: set ADRAP_READ__OCR=true (see docs/formats.md)"
         )
     if suffix not in SUPPORTED_SUFFIXES and suffix not in extra and not ocr:
+        refuse_special(path, root, name)  # a pipe or a bad link says so, not its suffix
         raise SourceError(
             f"{name!r} has unsupported type {suffix or '(no suffix)'!r} (docs/formats.md lists "
             "what is read); if it is plain text add it to ADRAP_READ__TEXT_SUFFIXES, else convert "

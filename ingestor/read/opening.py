@@ -24,7 +24,7 @@ from pathlib import Path
 from ingestor.errors import SourceError, SourceGoneError, SourceUnavailableError
 from ingestor.read.names import source_text
 
-__all__ = ["FILE_FLAGS", "open_inside"]
+__all__ = ["FILE_FLAGS", "open_inside", "refuse_special"]
 
 #: Flags of the file's own open.
 FILE_FLAGS = (
@@ -87,6 +87,39 @@ def open_inside(path: Path, root: Path, name: str) -> tuple[int, os.stat_result]
     )
 
 
+_SPECIAL = {
+    stat.S_IFIFO: "a named pipe",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+}
+
+
+def _not_regular(name: str, mode: int) -> SourceError:
+    kind = _SPECIAL.get(stat.S_IFMT(mode), "a folder" if stat.S_ISDIR(mode) else "")
+    what = f"{kind}, not a regular file" if kind else "not a regular file"
+    return SourceError(f"{name!r} is {what}; only regular files are read")
+
+
+def refuse_special(path: Path, root: Path, name: str) -> None:
+    """Raise the SourceError that names what ``path`` is when it is no file to read at all (a
+    named pipe, a socket, a device; a broken or looping link, or one that leaves ``root``), so
+    that its refusal says that rather than its suffix. Nothing is opened; a regular file, a
+    link to one inside ``root``, or a path that cannot be looked at now returns quietly."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return
+    if stat.S_IFMT(mode) in _SPECIAL:
+        raise _not_regular(name, mode)
+    if stat.S_ISLNK(mode):
+        try:
+            real_root = root.resolve(strict=True)
+            _resolve_inside(path, real_root, name)
+        except (OSError, RuntimeError, SourceGoneError, SourceUnavailableError):
+            return  # not a refusal for good: the suffix's is
+
+
 def _resolve_inside(path: Path, real_root: Path, name: str) -> tuple[str, ...]:
     """Return the components of ``path``'s real path under ``real_root``, or say why not."""
     try:
@@ -105,6 +138,11 @@ def _resolve_inside(path: Path, real_root: Path, name: str) -> tuple[str, ...]:
             "grant access; what was read before is kept"
         ) from exc
     except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop on Python 3.11
+        if isinstance(exc, RuntimeError) or exc.errno == errno.ELOOP:
+            raise SourceError(
+                f"{name!r} is a symbolic link that loops (or passes 40 links on its way); fix "
+                "or remove the link"
+            ) from exc
         raise SourceError(f"{name!r} cannot be resolved ({exc}); fix or remove the link") from exc
     if not real.is_relative_to(real_root):
         raise SourceError(
@@ -129,7 +167,7 @@ def _walk_open(real_root: Path, parts: tuple[str, ...], name: str) -> tuple[int,
         if stat.S_ISLNK(before.st_mode):
             raise _Swapped  # resolved as a file, a link now
         if not stat.S_ISREG(before.st_mode):
-            raise SourceError(f"{name!r} is not a regular file; only regular files are read")
+            raise _not_regular(name, before.st_mode)
         fd = os.open(leaf, FILE_FLAGS, dir_fd=fds[-1])
     except OSError as exc:
         if exc.errno in _SWAPPED:

@@ -6,6 +6,7 @@ import codecs
 import hashlib
 import io
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -246,8 +247,34 @@ def test_file_outside_the_root_is_refused(tmp_path: Path) -> None:
 def test_directory_and_fifo_are_not_regular_files(tmp_path: Path) -> None:
     (tmp_path / "folder.txt").mkdir()
     os.mkfifo(tmp_path / "pipe.txt")  # opening it for reading would block without the stat check
-    assert "not a regular file" in read_error(tmp_path / "folder.txt", tmp_path)
-    assert "not a regular file" in read_error(tmp_path / "pipe.txt", tmp_path)
+    assert "is a folder, not a regular file" in read_error(tmp_path / "folder.txt", tmp_path)
+    assert "is a named pipe, not a regular file" in read_error(tmp_path / "pipe.txt", tmp_path)
+
+
+def test_a_pipe_socket_or_bad_link_without_a_suffix_says_what_it_is_not_its_suffix(
+    tmp_path: Path,
+) -> None:
+    """A share's FIFO, socket or bad link named without a suffix was refused as "unsupported
+    type '(no suffix)'": its name's fault, the fix offered adding a text suffix."""
+    root = tmp_path / "root"
+    root.mkdir()
+    write(tmp_path / "secret", "outside")
+    os.mkfifo(root / "fifo")
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(root / "sock"))
+        (root / "escape").symlink_to(tmp_path / "secret")
+        (root / "dangling").symlink_to(root / "nowhere")
+        (root / "loop1").symlink_to(root / "loop2")
+        (root / "loop2").symlink_to(root / "loop1")
+        write(root / "notes", "plain text with no suffix")
+        (root / "inner").symlink_to(root / "notes")
+        assert "is a named pipe, not a regular file" in read_error(root / "fifo", root)
+        assert "is a socket, not a regular file" in read_error(root / "sock", root)
+        assert "outside the root" in read_error(root / "escape", root)
+        assert "broken symlink" in read_error(root / "dangling", root)
+        assert "link that loops" in read_error(root / "loop1", root)
+        for name in ("notes", "inner"):  # a file, or a link to one inside: the suffix's refusal
+            assert "unsupported type '(no suffix)'" in read_error(root / name, root)
 
 
 def test_pdf_without_a_text_layer_asks_for_ocr(tmp_path: Path) -> None:

@@ -313,6 +313,7 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     (root / "bad.txt").write_bytes(random.Random(5).randbytes(3000))  # garbage, not a codepage
     (root / "passwd.txt").symlink_to("/etc/passwd")
     (root / "loop.txt").symlink_to(root / "loop.txt")
+    (root / "dangling.txt").symlink_to(root / "nowhere.txt")
     (root / "a name with spaces é.txt").write_text(doc_text(random.Random(3), 4))
     # a known file turns binary: its last readable version stays, shown as stale, until it changes
     (root / "d4.txt").write_bytes(b"\x00" * 50)
@@ -338,11 +339,16 @@ def test_unreadable_and_outward_symlinked_files_are_skipped_and_the_worker_keeps
     assert outward is not None
     assert outward.kind == "skipped"
     assert "outside the root" in outward.reason
-    loop = p.collector.unread.get(
-        "loop.txt"
-    )  # ELOOP may be a swap in flight: retried, listed meanwhile
+    # A link that loops is refused for good, as a folder's listing refuses it (it was "cannot
+    # be reached now", retried every few seconds with nothing that could ever change it).
+    loop = p.collector.unread.get("loop.txt")
     assert loop is not None
-    assert "symbolic links" in loop.reason
+    assert loop.kind == "skipped"
+    assert "link that loops" in loop.reason
+    dangling = p.collector.unread.get("dangling.txt")  # was "its folder cannot be listed now"
+    assert dangling is not None
+    assert dangling.kind == "skipped"
+    assert "broken symlink" in dangling.reason
 
 
 def test_stop_applies_what_is_pending_and_joins_the_worker(tree: tuple[Pipeline, Path]) -> None:
