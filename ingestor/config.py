@@ -57,6 +57,28 @@ def _ignore_patterns(value: Any) -> Any:
 
 
 #: A list of strings in the environment: ``a,b`` or ``["a", "b"]`` (``NoDecode``: not JSON only).
+def _endpoint_url(value: Any) -> Any:
+    """An OpenAI-compatible endpoint's URL: empty (a compose file's unset variable) is unset; else
+    it must be an http(s) URL (a bare host:port was sent as a path of OpenAI's)."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        return None
+    if not text.lower().startswith(("http://", "https://")):
+        raise ValueError(
+            f"{text!r} is not an http(s) URL; write the endpoint as http://HOST:PORT/v1"
+        )
+    return text
+
+
+#: OpenAI's own endpoint, the default of the embedding endpoint.
+OPENAI_URL: Final = "https://api.openai.com/v1"
+#: A chat endpoint's base URL (None: unset, the client's default: OpenAI's).
+EndpointUrl = Annotated[str | None, BeforeValidator(_endpoint_url)]
+#: The embedding endpoint's base URL (empty: OpenAI's).
+EmbedUrl = Annotated[str, BeforeValidator(lambda v: _endpoint_url(v) or OPENAI_URL)]
+
 StrList = Annotated[list[str], NoDecode, BeforeValidator(_list_of_strings)]
 #: Ignore patterns: as StrList; ``+a,b`` adds ``a`` and ``b`` to the default patterns.
 IgnorePatterns = Annotated[list[str], NoDecode, BeforeValidator(_ignore_patterns)]
@@ -94,7 +116,7 @@ class QdrantSettings(_Section):
 class EmbedOpenAISettings(_Section):
     """Any OpenAI-compatible ``/v1/embeddings`` endpoint: vLLM, TEI, Ollama, llama.cpp, OpenAI..."""
 
-    base_url: str = "https://api.openai.com/v1"
+    base_url: EmbedUrl = OPENAI_URL
     api_key: SecretStr | None = None
     concurrency: int = Field(default=4, ge=1)
     max_retries: int = Field(default=5, ge=0)
@@ -185,7 +207,7 @@ class BuildSettings(_Section):
 class OpenAISettings(_Section):
     """Any OpenAI-compatible chat endpoint: OpenAI, vLLM, Ollama, llama.cpp, LM Studio..."""
 
-    base_url: str | None = None
+    base_url: EndpointUrl = Field(default=None, examples=["http://localhost:8080/v1"])
     api_key: SecretStr | None = None
     model: str = "gpt-4o-mini"
     concurrency: int = Field(default=4, ge=1)
@@ -218,6 +240,15 @@ class SummarySettings(_Section):
     #: ... and a node joining or leaving a cluster only as a soft member whose posterior is within
     #: this of ADRAP_CLUSTER__THRESHOLD changes nothing of its summary (0: every membership counts).
     soft_margin: float = Field(default=0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _llm_model_named(self) -> SummarySettings:
+        if self.backend == "openai" and not self.openai.model.strip():
+            raise ValueError(
+                "the LLM that writes summaries is not named (ADRAP_SUMMARY__OPENAI__MODEL is "
+                "empty): set it to a model the endpoint serves, e.g. gpt-4o-mini"
+            )
+        return self
 
 
 class AdrapSettings(_Section):

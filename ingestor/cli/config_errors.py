@@ -97,6 +97,8 @@ def _example(field: FieldInfo | None) -> str | None:
     """Return a valid value of ``field`` as it is written in the environment (its default)."""
     if field is None:
         return None
+    if field.examples:
+        return str(field.examples[0])
     default = field.get_default(call_default_factory=True)
     if default is PydanticUndefined or default is None:
         types = _types(field.annotation)

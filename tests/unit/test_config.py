@@ -72,6 +72,13 @@ def test_the_cli_names_each_invalid_variable_in_one_line(monkeypatch: pytest.Mon
         ("ADRAP_QUERY__MODE", "fast", "ADRAP_QUERY__MODE=collapsed"),
         ("ADRAP_READ__IGNORE", "[not json", "ADRAP_READ__IGNORE=.*,"),
         ("ADRAP_WATCH__POLLING", "maybe", "ADRAP_WATCH__POLLING=true"),
+        # A URL without its scheme was taken as a path of OpenAI's own endpoint.
+        (
+            "ADRAP_SUMMARY__OPENAI__BASE_URL",
+            "localhost:8080",
+            "ADRAP_SUMMARY__OPENAI__BASE_URL=http://localhost:8080/v1",
+        ),
+        ("ADRAP_EMBED__OPENAI__BASE_URL", "ftp://x", "not an http(s) URL"),
     ],
 )
 def test_a_bad_setting_is_one_line_naming_the_variable_the_value_and_an_example(
@@ -101,6 +108,23 @@ def test_a_section_check_names_the_variables_set(monkeypatch: pytest.MonkeyPatch
         "Error: ADRAP_CHUNK__OVERLAP='300': chunk overlap (300) must be smaller than "
         "max_tokens (250)\n"
     )
+
+
+def test_an_empty_endpoint_is_unset_and_an_unnamed_llm_is_refused_only_when_it_is_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ADRAP_SUMMARY__OPENAI__BASE_URL=`` (a compose file's unset variable) and an empty model
+    were taken as they were: every summary failed after the leaves were embedded, the error
+    naming "model '' at " (no model, no address)."""
+    monkeypatch.setenv("ADRAP_SUMMARY__OPENAI__BASE_URL", " ")
+    monkeypatch.setenv("ADRAP_EMBED__OPENAI__BASE_URL", "")
+    monkeypatch.setenv("ADRAP_SUMMARY__OPENAI__MODEL", "")
+    s = Settings(_env_file=None)  # type: ignore[call-arg]
+    assert s.summary.openai.base_url is None  # the client's default: OpenAI's
+    assert s.embed.openai.base_url == "https://api.openai.com/v1"
+    monkeypatch.setenv("ADRAP_SUMMARY__BACKEND", "openai")  # now the empty model is used
+    with pytest.raises(ValidationError, match="ADRAP_SUMMARY__OPENAI__MODEL is empty"):
+        Settings(_env_file=None)  # type: ignore[call-arg]
 
 
 @pytest.mark.parametrize(
