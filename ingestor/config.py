@@ -72,6 +72,8 @@ def _endpoint_url(value: Any) -> Any:
     return text
 
 
+#: The largest tree rebuilt by itself past the drift threshold when its summaries cost nothing.
+REBUILD_MAX_LEAVES: Final = 20_000
 #: OpenAI's own endpoint, the default of the embedding endpoint.
 OPENAI_URL: Final = "https://api.openai.com/v1"
 #: A chat endpoint's base URL (None: unset, the client's default: OpenAI's).
@@ -261,8 +263,11 @@ class AdrapSettings(_Section):
     drift_threshold: float = Field(default=0.3, gt=0)
     #: A tree of more leaves is never rebuilt automatically past the drift threshold (hours of
     #: CPU, and every summary paid again with an LLM): adRAP goes on placing leaves, the update
-    #: says so, and `adrap rebuild` rebuilds it when you choose. 0: never automatically.
-    rebuild_max_leaves: int = Field(default=20_000, ge=0)
+    #: says so, and `adrap rebuild` rebuilds it when you choose. 0: never automatically. Unset:
+    #: :data:`REBUILD_MAX_LEAVES` with the extractive summariser, 0 with an LLM (a rebuild of
+    #: even a small tree paid dozens of summaries for one added document; partial repairs
+    #: within their token budget keep such a tree instead): :meth:`Settings.rebuild_bound`.
+    rebuild_max_leaves: int | None = Field(default=None, ge=0)
     #: A subtree (a layer-0 global cluster) whose leaves changed by more than this share since it
     #: was fitted is re-clustered alone, with its nearest ones (docs/operations.md, Drift).
     repair_drift: float = Field(default=0.5, gt=0)
@@ -442,6 +447,15 @@ class Settings(BaseSettings):
     def store_mode(self) -> Literal["embedded", "server"]:
         """``server`` when a Qdrant URL is configured, else ``embedded``."""
         return "server" if self.qdrant.url else "embedded"
+
+    @property
+    def rebuild_bound(self) -> int:
+        """``adrap.rebuild_max_leaves`` as set, else by who writes the summaries: an LLM's are
+        paid, so a tree it summarises is never rebuilt by itself (see AdrapSettings)."""
+        bound = self.adrap.rebuild_max_leaves
+        if bound is not None:
+            return bound
+        return 0 if self.summary.backend == "openai" else REBUILD_MAX_LEAVES
 
     def masked(self) -> dict[str, Any]:
         """Return the effective settings as JSON-able data with every secret masked.

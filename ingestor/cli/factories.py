@@ -347,7 +347,7 @@ def make_pipeline(
         max_file_bytes=settings.read.max_file_bytes,
         ignore=settings.read.ignore,
         drift_threshold=settings.adrap.drift_threshold,
-        rebuild_max_leaves=settings.adrap.rebuild_max_leaves,
+        rebuild_max_leaves=settings.rebuild_bound,
         ocr=settings.read.ocr,
         text_suffixes=settings.read.text_suffixes,
         access=access if access is not None else make_access(settings),

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.config import AdrapSettings, default_of
+from ingestor.config import REBUILD_MAX_LEAVES
 from ingestor.pipeline.access import set_leaf_access
 from ingestor.pipeline.build import BuildStage
 from ingestor.pipeline.collect import Collector, source_entry
@@ -88,7 +88,7 @@ class ApplyStage:
         collector: Collector,
         *,
         drift_threshold: float = 0.3,
-        rebuild_max_leaves: int = default_of(AdrapSettings, "rebuild_max_leaves"),
+        rebuild_max_leaves: int = REBUILD_MAX_LEAVES,
         leaves_first: bool = True,
         defer_summaries: Callable[[], bool] | None = None,
     ) -> None:
@@ -220,12 +220,14 @@ class ApplyStage:
             report.drift_past = round(drift, 3)
             log.warning(
                 "the tree has drifted %.2f from its last build (ADRAP_ADRAP__DRIFT_THRESHOLD %.2f) "
-                "but has %d leaves, more than ADRAP_ADRAP__REBUILD_MAX_LEAVES %d: adRAP places "
-                "them; run `adrap rebuild` when a full rebuild suits you",
+                "but %s: adRAP places them; run `adrap rebuild` when a full rebuild suits you",
                 drift,
                 self.drift_threshold,
-                n_leaves,
-                self.rebuild_max_leaves,
+                f"has {n_leaves} leaves, more than ADRAP_ADRAP__REBUILD_MAX_LEAVES "
+                f"{self.rebuild_max_leaves}"
+                if self.rebuild_max_leaves
+                else "is never rebuilt by itself (ADRAP_ADRAP__REBUILD_MAX_LEAVES 0: the default "
+                "when an LLM writes the summaries)",
             )
         log.debug("update: placing %d leaves, removing %d (adRAP)", len(added), len(removed))
         stats = TreeUpdater(ctx.builder).apply(

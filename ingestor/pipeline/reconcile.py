@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from ingestor.config import AdrapSettings, default_of
+from ingestor.config import REBUILD_MAX_LEAVES
 from ingestor.errors import TreeError
 from ingestor.pipeline.access import TreeAccess
 from ingestor.pipeline.apply import ApplyStage
@@ -75,7 +75,7 @@ class Pipeline:
         ignore: list[str] | None = None,
         tokenizer: Tokenizer | None = None,
         drift_threshold: float = 0.3,
-        rebuild_max_leaves: int = default_of(AdrapSettings, "rebuild_max_leaves"),
+        rebuild_max_leaves: int = REBUILD_MAX_LEAVES,
         leaves_first: bool = True,
         ocr: bool = False,
         text_suffixes: Sequence[str] = (),

@@ -110,6 +110,33 @@ def test_a_section_check_names_the_variables_set(monkeypatch: pytest.MonkeyPatch
     )
 
 
+@pytest.mark.parametrize(
+    ("env", "bound"),
+    [
+        ({}, 20_000),
+        ({"ADRAP_SUMMARY__BACKEND": "openai"}, 0),
+        ({"ADRAP_SUMMARY__BACKEND": "openai", "ADRAP_ADRAP__REBUILD_MAX_LEAVES": "500"}, 500),
+        ({"ADRAP_ADRAP__REBUILD_MAX_LEAVES": "0"}, 0),
+    ],
+)
+def test_a_tree_an_llm_summarises_is_never_rebuilt_by_itself_unless_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], bound: int
+) -> None:
+    """One article added to a three-article tree rebuilt it (drift 0.48 > 0.3 on 133 leaves) and
+    paid 31 of its summaries again: with an LLM those are tokens, for one document."""
+    from ingestor.cli.factories import make_pipeline
+    from retriever.edge_store import EdgeNodeStore
+    from testkit.fakes import HashEmbedder
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    s = Settings(_env_file=None, state_dir=tmp_path)  # type: ignore[call-arg]
+    assert s.rebuild_bound == bound
+    with EdgeNodeStore(tmp_path / "qdrant") as store:
+        p = make_pipeline(s, store, HashEmbedder())
+        assert p.apply_stage.rebuild_max_leaves == bound
+
+
 def test_an_empty_endpoint_is_unset_and_an_unnamed_llm_is_refused_only_when_it_is_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
