@@ -264,9 +264,9 @@ class AdrapSettings(_Section):
     #: A tree of more leaves is never rebuilt automatically past the drift threshold (hours of
     #: CPU, and every summary paid again with an LLM): adRAP goes on placing leaves, the update
     #: says so, and `adrap rebuild` rebuilds it when you choose. 0: never automatically. Unset:
-    #: :data:`REBUILD_MAX_LEAVES` with the extractive summariser, 0 with an LLM (a rebuild of
-    #: even a small tree paid dozens of summaries for one added document; partial repairs
-    #: within their token budget keep such a tree instead): :meth:`Settings.rebuild_bound`.
+    #: :data:`REBUILD_MAX_LEAVES` with the extractive summariser, 0 with an LLM (a rebuild pays
+    #: every summary again: thousands of LLM calls at 20,000 leaves, started by one large add;
+    #: partial repairs within their token budget keep such a tree): :meth:`Settings.rebuild_bound`.
     rebuild_max_leaves: int | None = Field(default=None, ge=0)
     #: A subtree (a layer-0 global cluster) whose leaves changed by more than this share since it
     #: was fitted is re-clustered alone, with its nearest ones (docs/operations.md, Drift).

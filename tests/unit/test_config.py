@@ -122,8 +122,8 @@ def test_a_section_check_names_the_variables_set(monkeypatch: pytest.MonkeyPatch
 def test_a_tree_an_llm_summarises_is_never_rebuilt_by_itself_unless_asked(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], bound: int
 ) -> None:
-    """One article added to a three-article tree rebuilt it (drift 0.48 > 0.3 on 133 leaves) and
-    paid 31 of its summaries again: with an LLM those are tokens, for one document."""
+    """Any tree of up to 20,000 leaves was rebuilt once an update took it past the drift
+    threshold: with an LLM, one large add started a call for every summary of the tree."""
     from ingestor.cli.factories import make_pipeline
     from retriever.edge_store import EdgeNodeStore
     from testkit.fakes import HashEmbedder
