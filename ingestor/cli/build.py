@@ -31,7 +31,11 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
         # The lock first: a running daemon is named at once, before the model is loaded.
         with writer_lock(settings, "build"), opened_store(settings) as store:
             embedder = make_embedder(settings)
-            report = make_pipeline(settings, store, embedder).build(root, show)
+            pipeline = make_pipeline(settings, store, embedder)
+            check = getattr(pipeline.context.builder.summaries.summarizer, "check_reachable", None)
+            if check is not None:  # an LLM that is down fails the build now, not after embedding
+                check()
+            report = pipeline.build(root, show)
         layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in report.stats.seconds.items())
         click.echo(

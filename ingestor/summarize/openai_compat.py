@@ -268,6 +268,29 @@ class OpenAISummarizer:
     def _where(self) -> str:
         return f"model {self.model!r} at {self._client.base_url}"
 
+    def check_reachable(self, timeout: float = 10.0) -> None:
+        """Fail fast where no summary could be written: ask the endpoint for its models (one
+        cheap request) before a build reads and embeds anything. A server that does not list
+        models, or lists others (a gateway may route any name), is let through.
+
+        Raises:
+            SummarizationError: the endpoint cannot be reached, or refuses the API key.
+        """
+        try:
+            self._client.with_options(timeout=timeout).models.list()
+        except (openai.APIConnectionError, openai.AuthenticationError) as exc:
+            fix = (
+                "set ADRAP_SUMMARY__OPENAI__API_KEY to a key it accepts"
+                if isinstance(exc, openai.AuthenticationError)
+                else "start the server, or fix ADRAP_SUMMARY__OPENAI__BASE_URL"
+            )
+            raise SummarizationError(
+                f"the LLM that writes summaries ({self._where()}) cannot be used: "
+                f"{self._describe(exc)}; {fix}"
+            ) from exc
+        except openai.OpenAIError as exc:  # no /models here (404), an odd reply: let it be
+            log.debug("%s: its models could not be listed (%s)", self._where(), exc)
+
     def _backoff(self, attempt: int, exc: openai.APIError) -> float:
         requested = _retry_after(exc)
         if requested is not None:

@@ -97,3 +97,16 @@ def test_closed_port_fails_after_retries(closed_port: int) -> None:
             summarizer.summarize_many([TEXTS], max_tokens=16)
     assert f"127.0.0.1:{closed_port}" in str(info.value)
     assert "'smollm2'" in str(info.value)
+
+
+def test_a_reachable_server_passes_the_check_and_a_closed_port_fails_it(
+    client: openai.OpenAI, llm_server: LLMServer, closed_port: int
+) -> None:
+    OpenAISummarizer(client, llm_server.model).check_reachable()
+    url = f"http://127.0.0.1:{closed_port}/v1"
+    with (
+        openai.OpenAI(api_key="none", base_url=url, max_retries=0) as c,
+        pytest.raises(SummarizationError, match="start the server") as info,
+    ):
+        OpenAISummarizer(c, "smollm2").check_reachable(timeout=5.0)
+    assert f"127.0.0.1:{closed_port}" in str(info.value)
