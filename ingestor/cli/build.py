@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -32,9 +33,7 @@ def build(ctx: Ctx, root: Path, progress: bool | None) -> None:
         with writer_lock(settings, "build"), opened_store(settings) as store:
             embedder = make_embedder(settings)
             pipeline = make_pipeline(settings, store, embedder)
-            check = getattr(pipeline.context.builder.summaries.summarizer, "check_reachable", None)
-            if check is not None:  # an LLM that is down fails the build now, not after embedding
-                check()
+            _check_llm(pipeline)  # an LLM that is down fails the build now, not after embedding
             report = pipeline.build(root, show)
         layers = ", ".join(f"L{k}: {v}" for k, v in report.layers.items())
         stages = ", ".join(f"{k} {v:.1f}s" for k, v in report.stats.seconds.items())
@@ -99,11 +98,22 @@ def _update(ctx: Ctx, paths: list[Path], *, remove: bool, defer: bool) -> None:
         with writer_lock(settings, command), opened_store(settings) as store:
             embedder = make_embedder(settings)
             pipeline = make_pipeline(settings, store, embedder, defer_summaries=lambda: defer)
+            if not defer:  # summaries paid now: the LLM asked before reading or embedding
+                _check_llm(pipeline)
             report = pipeline.update(paths, remove=remove)
         click.echo(report.summary())
         _say_skipped(len(report.skipped) + len(report.stale))
 
     run(ctx, body)
+
+
+def _check_llm(pipeline: Any) -> None:
+    """Ask the LLM that writes the pipeline's summaries, if one does, whether it can be used
+    (:meth:`~ingestor.summarize.openai_compat.OpenAISummarizer.check_reachable`): a command
+    fails before reading or embedding anything."""
+    check = getattr(pipeline.context.builder.summaries.summarizer, "check_reachable", None)
+    if check is not None:
+        check()
 
 
 def _say_skipped(n: int) -> None:

@@ -40,8 +40,15 @@ def test_a_build_whose_llm_cannot_be_reached_fails_before_reading_or_embedding(
     monkeypatch.setenv("ADRAP_SUMMARY__OPENAI__BASE_URL", f"http://127.0.0.1:{port}/v1")
     embedder = CountingEmbedder()
     monkeypatch.setattr("ingestor.cli.build.make_embedder", lambda _settings: embedder)
-    result = CliRunner().invoke(main, ["build", str(corpus), "--no-progress"])
-    assert result.exit_code == 1, result.output
-    assert f"127.0.0.1:{port}" in result.output
-    assert "start the server, or fix ADRAP_SUMMARY__OPENAI__BASE_URL" in result.output
-    assert embedder.texts == [], "leaves were embedded before the LLM was asked"
+    # `add` on a tree built already: the extractive summariser built it
+    monkeypatch.setenv("ADRAP_SUMMARY__BACKEND", "extractive")
+    assert CliRunner().invoke(main, ["build", str(corpus), "--no-progress"]).exit_code == 0
+    embedder.texts.clear()
+    monkeypatch.setenv("ADRAP_SUMMARY__BACKEND", "openai")
+    (corpus / "new.txt").write_text("A new file about the harbour's lighthouse keepers.")
+    for command in (["build", str(corpus), "--no-progress"], ["add", str(corpus)]):
+        result = CliRunner().invoke(main, command)
+        assert result.exit_code == 1, result.output
+        assert f"127.0.0.1:{port}" in result.output
+        assert "start the server, or fix ADRAP_SUMMARY__OPENAI__BASE_URL" in result.output
+        assert embedder.texts == [], f"{command[0]}: leaves embedded before the LLM was asked"
