@@ -56,7 +56,6 @@ def _ignore_patterns(value: Any) -> Any:
     return list(dict.fromkeys([*DEFAULT_IGNORE, *items])) if plus else items
 
 
-#: A list of strings in the environment: ``a,b`` or ``["a", "b"]`` (``NoDecode``: not JSON only).
 def _endpoint_url(value: Any) -> Any:
     """An OpenAI-compatible endpoint's URL: empty (a compose file's unset variable) is unset; else
     it must be an http(s) URL (a bare host:port was sent as a path of OpenAI's)."""
@@ -81,6 +80,7 @@ EndpointUrl = Annotated[str | None, BeforeValidator(_endpoint_url)]
 #: The embedding endpoint's base URL (empty: OpenAI's).
 EmbedUrl = Annotated[str, BeforeValidator(lambda v: _endpoint_url(v) or OPENAI_URL)]
 
+#: A list of strings in the environment: ``a,b`` or ``["a", "b"]`` (``NoDecode``: not JSON only).
 StrList = Annotated[list[str], NoDecode, BeforeValidator(_list_of_strings)]
 #: Ignore patterns: as StrList; ``+a,b`` adds ``a`` and ``b`` to the default patterns.
 IgnorePatterns = Annotated[list[str], NoDecode, BeforeValidator(_ignore_patterns)]
