@@ -97,6 +97,17 @@ class FitSteps:
             )
         return reducer, Y
 
+    def reduce_local(
+        self, X: NDArray[np.float32], seed: int | None, pool: WorkerPool | None = None
+    ) -> tuple[Any, NDArray[np.float32], NDArray[np.intp]]:
+        """The local step's UMAP on the rows X of one group, fitted on the sample ``seed`` draws
+        (:meth:`sample`): the UMAP, the embedding of every row (:meth:`reduce`; ``pool``: its
+        transform's workers, none by default) and the rows it was fitted on. One code path for
+        the local step, a group's refit and a refit's workers."""
+        fit_idx = self.sample(len(X), np.random.default_rng(seed))
+        umap, Y = self.reduce(X, fit_idx, self.local_n_neighbors, "local", pool or WorkerPool(1))
+        return umap, Y, fit_idx
+
     def select_gmm(
         self, Y: NDArray[np.float32], k_min: int = 1, pool: WorkerPool | None = None
     ) -> GaussianMixture:
@@ -133,8 +144,7 @@ class FitSteps:
         m = len(X)
         if m <= self.n_components + 1:
             return None
-        fit_idx = self.sample(m, np.random.default_rng(seed))
-        umap, Y = self.reduce(X, fit_idx, self.local_n_neighbors, "local", WorkerPool(1))
+        umap, Y, fit_idx = self.reduce_local(X, seed)
         size = self.max_cluster_size
         gmm = self.select_gmm(Y[fit_idx], k_min=1 if size is None else math.ceil(m / size))
         return LocalFit(umap, gmm, Y, soft_assign(gmm.predict_proba(Y), self.threshold, None))
@@ -153,5 +163,5 @@ def reduce_group(
     rows, drawn from ``seed``), and the embedding of every row: for ``task = (steps, X, seed)``,
     a worker's task (:meth:`~ingestor.cluster.two_step.TreeClusterer.reduce_locals`)."""
     steps, X, seed = task
-    fit_idx = steps.sample(len(X), np.random.default_rng(seed))
-    return steps.reduce(X, fit_idx, steps.local_n_neighbors, "local", WorkerPool(1))
+    umap, Y, _ = steps.reduce_local(X, seed)
+    return umap, Y

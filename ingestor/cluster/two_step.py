@@ -193,10 +193,9 @@ class TreeClusterer:
         clusters are re-described in when its stored model cannot be read."""
         X = unit_rows(X)
         self.n_features_in_ = X.shape[1]
-        steps = self._steps()
-        fit_idx = steps.sample(len(X), np.random.default_rng(self.random_state))
         with worker_pool(self.workers) as pool:
-            return steps.reduce(X, fit_idx, self.local_n_neighbors, "local", pool)
+            umap, Y, _ = self._steps().reduce_local(X, self.random_state, pool)
+        return umap, Y
 
     def reduce_locals(
         self, Xs: Iterable[NDArray[np.floating]], *, count: int, rows: int
