@@ -102,6 +102,8 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
                 else live_drift
             )
         out |= service
+        if state is not None and "access" not in out:  # no daemon: the state's last reading
+            out["caller"], out["access"] = _access_offline(s.state_dir, state)
         if out.get("model_change") is not None:
             out["model_change"]["running"] = _writer(s.state_dir)
         if private:  # its ledgers are the owner's: the daemon's counts (no names), if it runs
@@ -115,15 +117,35 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
         listed = out.pop("unread")
         if "drift" in out:  # one line: the most drifted subtrees are in --json
             out["drift"] = {k: v for k, v in out["drift"].items() if k != "most"}
+        by_class = out["access"].pop("by_class", []) if isinstance(out.get("access"), dict) else []
         if out.get("model_change") is None:  # one line, only while a change runs
             out.pop("model_change", None)
         else:
             out["model_change"] = change_line(out["model_change"])
         for k, v in out.items():
             click.echo(f"{k:<28} {_shown(v)}")
+            if k == "access":  # a class a line: its files and who may read them
+                for row in by_class:
+                    readers = ", ".join(row["readers"]) or "the owner only"
+                    click.echo(f"  {row['id']:<26} {row['files']:>6} files  {readers}")
         _echo_unread(listed)
 
     run(ctx, body)
+
+
+def _access_offline(state_dir: Path, state: Any) -> tuple[Any, Any]:
+    """The caller and the access classes with no daemon to ask: this account reads the state
+    dir, so it is the tree's owner; the files' classes are those the last writer applied."""
+    from ingestor.read.access_classes import CLASSES_FILE, UNRESTRICTED, ClassRegistry, class_view
+
+    files: dict[str, int] = {}
+    for entry in state.sources.values():
+        files[entry.access] = files.get(entry.access, 0) + 1
+    try:
+        classes = ClassRegistry(state_dir / CLASSES_FILE)
+    except ValueError as exc:
+        return UNRESTRICTED.to_json(), str(exc)
+    return UNRESTRICTED.to_json(), class_view(files, classes, UNRESTRICTED)
 
 
 def _writer(state_dir: Path) -> str | None:

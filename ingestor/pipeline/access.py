@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -23,6 +24,9 @@ __all__ = ["TreeAccess", "named_classes"]
 
 log = logging.getLogger(__name__)
 
+#: An edited access file is read once its last write is this old (seconds).
+SETTLE_SECONDS = 1.0
+
 
 class TreeAccess:
     """Reads files' access classes under a tree's root and records them in the registry.
@@ -32,7 +36,9 @@ class TreeAccess:
         access_file: folder prefixes mapped to readers, for mounts without permissions.
         access_path: where ``access_file`` was read from: read again at the start of a pass
             once it changed (an edit is a permission change), kept as it was if the new text
-            is malformed (said once, as an ERROR).
+            is malformed (said once, as an ERROR). An edit is read once the file has been
+            still for :data:`SETTLE_SECONDS` (or two passes found it unchanged): a pass that met
+            it half written would apply what it held then.
     """
 
     def __init__(
@@ -45,6 +51,7 @@ class TreeAccess:
         self.access_file = access_file or AccessFile()
         self._access_path = access_path
         self._access_stamp = _stamp(access_path)
+        self._access_seen = self._access_stamp  # the stamp the last pass found
         self._reader: AccessReader | None = None
         self._root = ""
         #: Files per access class at the last full reading (:meth:`changed` of every source).
@@ -67,12 +74,20 @@ class TreeAccess:
         stamp = _stamp(self._access_path)
         if self._access_path is None or stamp == self._access_stamp:
             return
-        self._access_stamp = stamp
+        seen, self._access_seen = self._access_seen, stamp
+        if stamp is not None and stamp != seen and time.time() - stamp[2] / 1e9 < SETTLE_SECONDS:
+            # being written: a file truncated and written again reads empty (no rules: every file
+            # left to the file system, on a mount where everyone may read) for an instant
+            return
         try:
             rules = AccessFile.load(self._access_path)
         except ValueError as exc:
+            self._access_stamp = stamp
             log.error("%s; its earlier rules are kept until it is fixed", exc)
             return
+        if _stamp(self._access_path) != stamp:  # written while it was read: the next pass
+            return
+        self._access_stamp = stamp
         self.access_file, self._reader = rules, None
         log.info(
             "access file %s read again: %d prefixes, %d SIDs",

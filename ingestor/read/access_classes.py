@@ -36,6 +36,7 @@ __all__ = [
     "Identity",
     "Rule",
     "Step",
+    "class_view",
 ]
 
 #: The class of a file whose permissions could not be read: readable by nobody (but the tree's
@@ -506,3 +507,26 @@ class ClassRegistry:
         if classes is self._classes:
             self._readable[who] = out
         return out
+
+
+def class_view(
+    files: Mapping[str, int], classes: ClassRegistry, caller: Identity
+) -> dict[str, object]:
+    """The access classes as ``/status`` and ``adrap status`` show them: how many the files are
+    in (``files``: files per class; the registry keeps classes no file is in any more) and how
+    many ``caller`` may read; to the owner, the files and readers of each (the 100 largest) and
+    how many files have permissions that could not be read."""
+    readable = classes.readable(caller)
+    in_use = {cid for cid, n in files.items() if n and cid != UNKNOWN_CLASS}
+    out: dict[str, object] = {
+        "classes": len(in_use),
+        "readable_by_caller": "all" if readable is None else len(in_use.intersection(readable)),
+    }
+    if caller.unrestricted:
+        out["by_class"] = [
+            {"id": cid, "files": n, "readers": c.principals() if c else []}
+            for cid, n in sorted(files.items(), key=lambda kv: -kv[1])[:100]
+            for c in [classes.get(cid)]
+        ]
+        out["unknown_permissions"] = files.get(UNKNOWN_CLASS, 0)
+    return out

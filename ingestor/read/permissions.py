@@ -31,6 +31,7 @@ SIDs are mapped by Samba's Unix-account SIDs or the access file's ``[sids]`` tab
 
 from __future__ import annotations
 
+import difflib
 import errno
 import logging
 import os
@@ -139,8 +140,14 @@ class AccessFile:
     def load(cls, path: Path) -> AccessFile:
         """Read ``path`` (none there: no rules).
 
+        Every key is checked: a misspelt one (``[[folders]]``, ``group =``) or a value of the
+        wrong kind (``anyone = "false"``, a string, is not the boolean ``false``) would otherwise
+        leave its files to the file system's permissions, which on the mounts this file is for
+        let everyone read.
+
         Raises:
-            ValueError: a malformed file or an unknown user or group, with where and the fix.
+            ValueError: a malformed file, an unknown key, a value of the wrong kind, a prefix
+                listed twice or an unknown user or group, with where and the fix.
         """
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -151,24 +158,26 @@ class AccessFile:
                 f"cannot read the access file {path}: {exc}; fix it (docs/security.md, the access "
                 "file) or remove it to let the file system's permissions decide"
             ) from exc
-        rules = []
-        for i, entry in enumerate(data.get("folder", [])):
-            # a path of whole names: "hr" and "hr/" are the folder hr/, never "hr-archive/"
-            prefix = str(entry.get("prefix", "")).strip().strip("/")
-            prefix = f"{prefix}/" if prefix else ""
-            if not prefix:
-                raise ValueError(f'{path}: [[folder]] #{i + 1} has no prefix (e.g. "hr/")')
-            try:
-                uids = frozenset(Identity.of_user(str(u)).uid or 0 for u in entry.get("users", []))
-                gids = frozenset(
-                    g for n in entry.get("groups", []) for g in Identity.of_group(str(n)).gids
+        _known_keys(path, "the file", data, ("folder", "sids"))
+        folders = data.get("folder", [])
+        if not isinstance(folders, list) or not all(isinstance(e, dict) for e in folders):
+            raise ValueError(
+                f'{path}: write each folder as a [[folder]] table with its prefix = "..."'
+            )
+        rules: dict[str, Rule] = {}
+        for i, entry in enumerate(folders):
+            rule = _rule(path, f"[[folder]] #{i + 1}", entry)
+            if rule.prefix in rules:
+                raise ValueError(
+                    f"{path}: [[folder]] #{i + 1}: the prefix {rule.prefix!r} is listed twice; "
+                    "merge its users and groups into one [[folder]]"
                 )
-            except KeyError as exc:
-                raise ValueError(f"{path}: [[folder]] {prefix!r}: {exc.args[0]}") from None
-            rules.append(Rule(prefix, uids, gids, bool(entry.get("anyone", False))))
-        rules.sort(key=lambda r: -len(r.prefix))
+            rules[rule.prefix] = rule
+        table = data.get("sids", {})
+        if not isinstance(table, dict):
+            raise ValueError(f'{path}: write [sids] as a table of "S-1-..." = "user:NAME" lines')
         sids: dict[str, str] = {}
-        for sid, who in dict(data.get("sids", {})).items():
+        for sid, who in table.items():
             kind, _, name = str(who).partition(":")
             if not str(sid).startswith("S-1-") or kind not in ("user", "group") or not name:
                 raise ValueError(
@@ -179,7 +188,7 @@ class AccessFile:
             except KeyError as exc:
                 raise ValueError(f"{path}: [sids] {sid!r}: {exc.args[0]}") from None
             sids[str(sid)] = f"{kind}:{name}"
-        return cls(rules, sids)
+        return cls(sorted(rules.values(), key=lambda r: -len(r.prefix)), sids)
 
     def rule_for(self, source: str) -> Rule | None:
         """Return the rule of the longest prefix ``source`` lies under, or None. A prefix is a
@@ -187,6 +196,57 @@ class AccessFile:
         one file, never every name that starts the same way."""
         path = f"{source}/"
         return next((r for r in self.rules if path.startswith(r.prefix)), None)
+
+
+def _known_keys(path: Path, where: str, table: dict[str, object], known: tuple[str, ...]) -> None:
+    """Refuse a key of ``table`` that is not ``known``, naming the closest known one."""
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise ValueError(
+                f"{path}: {where}: unknown key {key!r}; {hint}the keys are "
+                f"{', '.join(known)} (a misspelt key would leave its files to the file system)"
+            )
+
+
+def _rule(path: Path, where: str, entry: dict[str, object]) -> Rule:
+    """One ``[[folder]]`` table as a :class:`Rule`, every value checked."""
+    _known_keys(path, where, entry, ("prefix", "users", "groups", "anyone"))
+    raw = entry.get("prefix")
+    # a path of whole names: "hr" and "hr/" are the folder hr/, never "hr-archive/"
+    prefix = raw.strip().strip("/") if isinstance(raw, str) else ""
+    if not prefix:
+        raise ValueError(
+            f'{path}: {where} needs a prefix, a folder or file under the root (e.g. "hr/")'
+        )
+    where = f"[[folder]] {prefix + '/'!r}"
+    anyone = entry.get("anyone", False)
+    if not isinstance(anyone, bool):
+        raise ValueError(
+            f"{path}: {where}: anyone = {anyone!r}: write anyone = true or anyone = false "
+            "(a TOML boolean, without quotes)"
+        )
+    try:
+        uids = frozenset(Identity.of_user(n).uid or 0 for n in _names(path, where, entry, "users"))
+        gids = frozenset(
+            g for n in _names(path, where, entry, "groups") for g in Identity.of_group(n).gids
+        )
+    except KeyError as exc:
+        raise ValueError(f"{path}: {where}: {exc.args[0]}") from None
+    return Rule(f"{prefix}/", uids, gids, anyone)
+
+
+def _names(path: Path, where: str, entry: dict[str, object], key: str) -> list[str]:
+    """The names or ids listed under ``key`` (a list of strings or whole numbers)."""
+    value = entry.get(key, [])
+    if not isinstance(value, list) or not all(
+        isinstance(v, str | int) and not isinstance(v, bool) for v in value
+    ):
+        raise ValueError(
+            f'{path}: {where}: {key} = {value!r}: write a list of names or ids, e.g. {key} = ["hr"]'
+        )
+    return [str(v) for v in value]
 
 
 class AccessReader:

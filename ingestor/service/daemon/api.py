@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ingestor.answer.changes import ChangeFeed
 from ingestor.pipeline import UpdateReport
 from ingestor.pipeline.unread import Unread, unread_status
-from ingestor.read.access_classes import UNKNOWN_CLASS, UNRESTRICTED, Identity
+from ingestor.read.access_classes import UNRESTRICTED, Identity, class_view
 from ingestor.read.listing import source_path
 from ingestor.service.failures import Quarantine
 from ingestor.service.identity import public_status
@@ -161,23 +161,8 @@ class DaemonApi:
 
     def access_status(self, caller: Identity) -> dict[str, Any]:
         """The access classes: how many, their files and readers (the owner), and which the
-        caller may read."""
-        classes = self.queries.classes
-        readable = classes.readable(caller)
-        files = self.access_counts()  # the classes files are in now (the registry keeps old ones)
-        in_use = {cid for cid, n in files.items() if n and cid != UNKNOWN_CLASS}
-        out: dict[str, Any] = {
-            "classes": len(in_use),
-            "readable_by_caller": "all" if readable is None else len(in_use.intersection(readable)),
-        }
-        if caller.unrestricted:
-            out["by_class"] = [
-                {"id": cid, "files": n, "readers": c.principals() if c else []}
-                for cid, n in sorted(files.items(), key=lambda kv: -kv[1])[:100]
-                for c in [classes.get(cid)]
-            ]
-            out["unknown_permissions"] = files.get(UNKNOWN_CLASS, 0)
-        return out
+        caller may read (the files' classes as the last reading of permissions found them)."""
+        return class_view(self.access_counts(), self.queries.classes, caller)
 
     def query(self, params: dict[str, str], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Answer ``/query``: the JSON of ``adrap query --json`` (never waits for the writer).

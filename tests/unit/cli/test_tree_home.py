@@ -150,3 +150,27 @@ def test_an_unnamed_build_beside_other_trees_is_default_and_the_order_is_checked
     assert read_first.settings.tree == "notes"
     with pytest.raises(RuntimeError, match="read before the command said it may create its tree"):
         read_first.settings_for(creating=True)
+
+
+def test_status_without_a_daemon_shows_the_owner_the_access_classes(
+    folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no daemon running, `adrap status` said nothing of who may read what; its reader is
+    the tree's owner (it reads the state dir), shown every class: files and readers."""
+    import pwd
+
+    os.chmod(folder / "crow.txt", 0o600)
+    monkeypatch.chdir(folder.parent / "here")
+    assert _run("build", str(folder), "--no-progress")[0] == 0
+    out = _json("status")
+    assert out["caller"] == {"name": "owner", "uid": None, "gids": [], "unrestricted": True}
+    access = out["access"]
+    assert isinstance(access, dict)
+    assert access["classes"] == 2
+    readers = sorted(", ".join(row["readers"]) for row in access["by_class"])
+    assert readers == sorted(["world", f"user:{pwd.getpwuid(os.getuid()).pw_name}"])
+    assert all(row["files"] == 1 for row in access["by_class"])
+    code, said = _run("status")
+    assert code == 0
+    assert "access                       classes: 2, readable_by_caller: all" in said
+    assert "1 files  world" in said

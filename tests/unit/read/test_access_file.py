@@ -6,6 +6,7 @@ judged at its target as well, as a link is on the file system."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,13 @@ from ingestor.read.access_classes import Identity
 from ingestor.read.permissions import AccessFile, AccessReader
 
 ANYONE = Identity("someone else", 54321, frozenset({54321}))
+
+
+def _edit(path: Path, text: str, age: float = 5.0) -> None:
+    """Write ``path`` as an edit finished ``age`` seconds ago."""
+    path.write_text(text)
+    then = time.time_ns() - int(age * 1e9)
+    os.utime(path, ns=(then, then))
 
 
 def _access_file(tmp_path: Path, text: str) -> AccessFile:
@@ -97,10 +105,60 @@ def test_an_edited_access_file_counts_from_the_next_pass(
         return access.reader(root).class_of(source).allows(ANYONE)
 
     assert readers("public/a.txt")
-    path.write_text('[[folder]]\nprefix = "public"\nusers = ["0"]\n')
+    _edit(path, '[[folder]]\nprefix = "public"\nusers = ["0"]\n')
     assert not readers("public/a.txt"), "the edit counts at the next pass"
-    path.write_text('[[folder]]\nprefix = "public"\nusers = ["no-such-user-here"]\n')
+    _edit(path, '[[folder]]\nprefix = "public"\nusers = ["no-such-user-here"]\n')
     assert not readers("public/a.txt"), "a bad edit keeps the rules it had"
     assert "no-such-user-here" in caplog.text
     path.unlink()
     assert not readers("public/a.txt"), "gone: the file system's mode 600"
+
+
+def test_a_half_written_access_file_is_read_once_it_is_still(tmp_path: Path) -> None:
+    """A pass that met the file truncated (``>``, ``cat >``, a tool that writes in place) read
+    it as empty: no rules, so for a pass every file fell to the file system's permissions, which
+    on the mounts this file is for let everyone read. An edit counts once it is still."""
+    root = _share(tmp_path)
+    os.chmod(root / "hr" / "pay.txt", 0o644)  # what a FUSE mount shows: anyone may read
+    path = tmp_path / "access.toml"
+    _edit(path, f'[[folder]]\nprefix = "hr"\nusers = ["{os.getuid()}"]\n')
+    access = TreeAccess(None, AccessFile.load(path), path)
+
+    def anyone_reads() -> bool:
+        access.begin(root)
+        return access.reader(root).class_of("hr/pay.txt").allows(ANYONE)
+
+    assert not anyone_reads()
+    _edit(path, "", age=0)  # truncated, its new text not written yet
+    assert not anyone_reads(), "a file written a moment ago waits: the rules it had hold"
+    _edit(path, f'[[folder]]\nprefix = "hr/"\nusers = ["{os.getuid()}"]\nanyone = false\n', 0)
+    assert not anyone_reads()
+    assert not anyone_reads(), "found unchanged by a second pass: read"
+    assert [(r.prefix, r.anyone) for r in access.access_file.rules] == [("hr/", False)]
+    _edit(path, '[[folder]]\nprefix = "hr/"\nanyone = true\n')
+    assert anyone_reads(), "an edit finished a while ago counts at once"
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[[folders]]\nprefix = "hr/"\ngroups = ["0"]\n', "did you mean 'folder'"),
+        ('[[folder]]\nprefix = "hr/"\ngroup = ["0"]\n', "did you mean 'groups'"),
+        ('[[folder]]\nprefix = "hr/"\nanyone = "false"\n', "a TOML boolean"),
+        ('[[folder]]\nprefix = "hr/"\nusers = "0"\n', "write a list of names or ids"),
+        ('[[folder]]\nprefix = "hr/"\nusers = [true]\n', "write a list of names or ids"),
+        ("[[folder]]\nprefix = 3\n", "needs a prefix"),
+        ('folder = "hr/"\n', "[[folder]] table"),
+        ('[[folder]]\nprefix = "hr"\nusers = ["0"]\n[[folder]]\nprefix = "/hr/"\n', "twice"),
+        ('sids = ["S-1-1-0"]\n', "[sids] as a table"),
+    ],
+)
+def test_a_misspelt_or_mistyped_access_file_is_refused(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    """Each of these was read as fewer rules than written (``anyone = "false"`` as anyone may
+    read): its files fell to the file system's permissions, which on the mounts the file is for
+    let everyone read. Each is refused, saying what to write."""
+    with pytest.raises(ValueError, match=r"access\.toml") as err:
+        _access_file(tmp_path, text)
+    assert said in str(err.value)
