@@ -26,7 +26,8 @@ fi
 # Debian's packages the tests use: headless Chromium + chromedriver (tests/integration/*browser*.py),
 # tesseract (the OCR extra's tests), podman (tests/deploy/test_compose.py: podman-compose, from the
 # venv, checks it is there; nothing is run in a container) and node + npm (the JS client recipe in
-# tests/integration/test_qdrant_rest.py) and acl's setfacl (the permission tests). Only the
+# tests/integration/test_qdrant_rest.py), acl's setfacl (the permission tests) and caddy (the
+# reverse-proxy recipe of docs/security.md, tests/unit/service/test_proxy_recipe.py). Only the
 # commands missing are installed.
 PKGS=()
 command -v chromium >/dev/null 2>&1 || PKGS+=(chromium)
@@ -36,6 +37,7 @@ command -v podman >/dev/null 2>&1 || PKGS+=(podman)
 command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
 command -v npm >/dev/null 2>&1 || PKGS+=(npm)
 command -v setfacl >/dev/null 2>&1 || PKGS+=(acl)  # POSIX ACLs of the permission tests
+command -v caddy >/dev/null 2>&1 || PKGS+=(caddy)  # the proxy recipe's test
 if [ ${#PKGS[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && [ -f /etc/debian_version ] && command -v apt-get >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
