@@ -81,6 +81,7 @@ def context_fill(
     key: Callable[[_T], str],
     n_tokens: Callable[[_T], int],
     children: Callable[[_T], Sequence[str]],
+    text_key: Callable[[_T], str] | None = None,
 ) -> tuple[list[_T], bool]:
     """Return the collapsed tree's fill of ``items`` (score order) and whether it took every
     item it did not leave out (so that more items might be taken too).
@@ -91,11 +92,15 @@ def context_fill(
     enough of them there it repeats what the reader already has, and its tokens go to the next
     hit instead). A summary left out is not taken back.
 
+    With ``text_key`` (the hash of a node's text), a node whose text an earlier item already
+    holds is left out: copies of a file in a share (``report.docx`` and ``report (1).docx``, a
+    folder copied to another) have leaves of the same text, which filled a context twice.
+
     The fill of a prefix of ``items`` that did not take every item of it is the fill of all of
     them (each round stops inside the prefix), so a store may read hits as it goes and stop
     there (``search_budget``).
     """
-    dropped: set[str] = set()
+    dropped = set() if text_key is None else _repeats(items, key, text_key)
     while True:
         rest = [i for i in items if key(i) not in dropped]
         chosen = fill(rest, n_tokens, max_tokens)
@@ -112,6 +117,21 @@ def context_fill(
         dropped |= more
 
 
+def _repeats(
+    items: Sequence[_T], key: Callable[[_T], str], text_key: Callable[[_T], str]
+) -> set[str]:
+    """The keys of the items whose text an earlier item holds (an empty hash is no text's)."""
+    seen: set[str] = set()
+    out: set[str] = set()
+    for i in items:
+        text = text_key(i)
+        if text in seen:
+            out.add(key(i))
+        elif text:
+            seen.add(text)
+    return out
+
+
 def _hit_key(hit: ScoredNode) -> str:
     return hit.node.node_id
 
@@ -120,10 +140,14 @@ def _hit_children(hit: ScoredNode) -> Sequence[str]:
     return hit.node.children
 
 
+def _hit_text(hit: ScoredNode) -> str:
+    return hit.node.content_hash
+
+
 def context_hits(
     hits: Sequence[ScoredNode], max_tokens: int, redundant: float | None
 ) -> tuple[list[ScoredNode], bool]:
-    """:func:`context_fill` of scored nodes."""
+    """:func:`context_fill` of scored nodes, a text held twice taken once."""
     return context_fill(
         hits,
         max_tokens,
@@ -131,4 +155,5 @@ def context_hits(
         key=_hit_key,
         n_tokens=_hit_tokens,
         children=_hit_children,
+        text_key=_hit_text,
     )

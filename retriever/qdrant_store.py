@@ -157,7 +157,8 @@ class QdrantNodeStore(QdrantCollection):
         """Return ``context_hits(search(vector, flt, limit), max_tokens, redundant)``, fetching
         less (:func:`~retriever.budget.context_fill`).
 
-        One ANN query returning only ``n_tokens`` (and ``children``, with ``redundant`` set),
+        One ANN query returning only ``n_tokens`` and ``content_hash`` (and ``children``, with
+        ``redundant`` set),
         first for only the hits the budget could take (:func:`~retriever.plan.first_hits`; for
         ``limit`` hits only if every one fits), the fill on those, then one lookup of the kept
         nodes' payloads: two requests, a fraction of the payload bytes.
@@ -169,7 +170,7 @@ class QdrantNodeStore(QdrantCollection):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
-        fields = [F.N_TOKENS] if redundant is None else [F.N_TOKENS, F.CHILDREN]
+        fields = [F.N_TOKENS, F.CONTENT_HASH] + ([] if redundant is None else [F.CHILDREN])
         hits = self._query(vector, flt, first, limit, text, with_payload=fields)
         kept, stopped = _fill_ids(hits, max_tokens, redundant)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
@@ -417,6 +418,7 @@ def _fill_ids(
         key=_point_key,
         n_tokens=_n_tokens,
         children=_children,
+        text_key=_text_hash,
     )
     return [(str(hit.id), float(hit.score)) for hit in taken], not took_all
 
@@ -428,6 +430,11 @@ def _point_key(hit: models.ScoredPoint) -> str:
 def _n_tokens(hit: models.ScoredPoint) -> int:
     """The ``n_tokens`` of a hit queried with only that payload field (0 if absent)."""
     return int((hit.payload or {}).get(F.N_TOKENS, 0))
+
+
+def _text_hash(hit: models.ScoredPoint) -> str:
+    """The ``content_hash`` of a hit queried with that payload field ("" if absent)."""
+    return str((hit.payload or {}).get(F.CONTENT_HASH) or "")
 
 
 def _children(hit: models.ScoredPoint) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from retriever.budget import context_hits
 from retriever.budget import fill_budget as fill_budget  # the one fill rule, re-exported
 from retriever.protocols import NodeStore
 from retriever.schema import ScoredNode, SearchFilter
@@ -105,7 +106,7 @@ def tree_traversal(
             break
         hits = search(replace(flt, ids=children, min_layer=None))
     selected.sort(key=lambda h: -h.score)
-    return fill_budget(selected, max_tokens)
+    return context_hits(selected, max_tokens, None)[0]  # the fill, a text held twice once
 
 
 def run_query(

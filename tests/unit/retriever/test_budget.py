@@ -185,3 +185,47 @@ def test_a_fill_that_stops_inside_a_prefix_is_the_fill_of_every_hit(
             break
     else:
         assert part == whole
+
+
+def _copy(node: Any, key: str, of: Any) -> Any:
+    """``node`` as a leaf holding the same text as ``of`` (a copy of its file elsewhere)."""
+    return node.model_copy(update={"text": of.text, "content_hash": of.content_hash})
+
+
+def test_a_text_held_twice_is_taken_once() -> None:
+    """Copies of a file in a share (``report (1).docx``, a folder copied to another) have leaves
+    of the same text: both filled the context, the second adding nothing but its tokens."""
+    a, b, c, d = (make_node(k, n_tokens=10) for k in "abcd")
+    b = _copy(b, "b", of=a)
+    hits = [ScoredNode(n, 1.0 - i / 10) for i, n in enumerate([a, b, c, d])]
+    kept, took_all = context_hits(hits, 30, None)
+    assert [h.node.node_id for h in kept] == [a.node_id, c.node_id, d.node_id]
+    assert took_all
+    kept, _ = context_hits(hits, 20, REDUNDANT_SHARE)
+    assert [h.node.node_id for h in kept] == [a.node_id, c.node_id], "its tokens go to the next"
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(tokens=sizes, max_tokens=st.integers(1, 2500), seed=st.integers(0, 50))
+def test_every_store_fill_takes_a_text_held_twice_once(
+    stores: tuple[Any, Any], tokens: list[int], max_tokens: int, seed: int
+) -> None:
+    """Both stores' search_budget and the collapsed tree over a share whose every third leaf is a
+    copy of another: the reference fill of the search's hits, and no text twice."""
+    nodes = [make_node(f"n{i}", n_tokens=n) for i, n in enumerate(tokens)]
+    nodes = [_copy(n, f"n{i}", of=nodes[i // 3]) if i % 3 == 2 else n for i, n in enumerate(nodes)]
+    query, flt = unit_vectors(1, seed=3000 + seed)[0], SearchFilter(tree="t1")
+    for store in stores:
+        store.delete([n.node_id for n in store.scroll(flt, 1000)[0]])  # no ties with others'
+        store.upsert(nodes, unit_vectors(N, seed=seed))
+        limit = candidate_limit(max_tokens)
+        want, _ = context_hits(store.search(query, flt, limit), max_tokens, None)
+        for got in (
+            store.search_budget(query, flt, limit, max_tokens),
+            collapsed_tree(store, query, flt, max_tokens=max_tokens),
+        ):
+            assert [h.node.node_id for h in got] == [h.node.node_id for h in want]
+            texts = [h.node.content_hash for h in got]
+            assert len(texts) == len(set(texts)), "a text held twice was taken twice"

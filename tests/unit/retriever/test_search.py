@@ -159,3 +159,25 @@ def test_drop_redundant_keeps_a_summary_whose_children_are_elsewhere(tree) -> No
     assert summaries == collapsed_tree(
         store, v, SearchFilter(tree="t", min_layer=1), max_tokens=600, redundant=None
     )
+
+
+def test_traversal_takes_a_text_held_twice_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A summary over a file and its copy (``hr/report.txt``, ``archive/report.txt``): traversal
+    took both copies' leaf, the same text twice in the context."""
+    from tests.contracts.test_node_store import DIM, MODEL, make_node, unit_vectors
+
+    leaf = make_node("a", source="hr/report.txt", n_tokens=30)
+    copy = make_node("b", source="archive/report.txt", n_tokens=30).model_copy(
+        update={"text": leaf.text, "content_hash": leaf.content_hash}
+    )
+    other = make_node("c", source="hr/other.txt", n_tokens=30)
+    kids = (leaf.node_id, copy.node_id, other.node_id)
+    top = make_node("s", layer=1, sources=["hr/report.txt", "archive/report.txt"], n_tokens=30)
+    top = top.model_copy(update={"children": kids})
+    with EdgeNodeStore(tmp_path / "s") as store:
+        store.ensure_collection(DIM, MODEL)
+        vectors = unit_vectors(4, seed=7)
+        store.upsert([leaf, copy, other, top], vectors)
+        hits = tree_traversal(store, vectors[0], SearchFilter(tree="t1"), top_k=3, max_tokens=1000)
+    texts = [h.node.content_hash for h in hits]
+    assert len(texts) == len(set(texts)) == 3, [h.node.source for h in hits]
