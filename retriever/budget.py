@@ -13,7 +13,7 @@ payloads or ``n_tokens`` in batches).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TypeVar
+from typing import Any, Protocol, TypeVar
 
 from retriever.schema import ScoredNode
 
@@ -92,17 +92,19 @@ def context_fill(
     enough of them there it repeats what the reader already has, and its tokens go to the next
     hit instead). A summary left out is not taken back.
 
-    With ``text_key`` (the hash of a node's text), a node whose text an earlier item already
-    holds is left out: copies of a file in a share (``report.docx`` and ``report (1).docx``, a
+    With ``text_key`` (the hash of a node's text), a node whose text an earlier item (not left
+    out) already holds is left out: copies of a file in a share (``report.docx`` and ``report (1).docx``, a
     folder copied to another) have leaves of the same text, which filled a context twice.
 
     The fill of a prefix of ``items`` that did not take every item of it is the fill of all of
     them (each round stops inside the prefix), so a store may read hits as it goes and stop
     there (``search_budget``).
     """
-    dropped = set() if text_key is None else _repeats(items, key, text_key)
+    dropped: set[str] = set()
     while True:
         rest = [i for i in items if key(i) not in dropped]
+        if text_key is not None:
+            rest = _first_of_each_text(rest, text_key)
         chosen = fill(rest, n_tokens, max_tokens)
         if redundant is None:
             return chosen, len(chosen) == len(rest)
@@ -117,18 +119,47 @@ def context_fill(
         dropped |= more
 
 
-def _repeats(
-    items: Sequence[_T], key: Callable[[_T], str], text_key: Callable[[_T], str]
-) -> set[str]:
-    """The keys of the items whose text an earlier item holds (an empty hash is no text's)."""
+class _Hit(Protocol):
+    @property
+    def score(self) -> float: ...
+    @property
+    def id(self) -> Any: ...
+
+
+_H = TypeVar("_H", bound=_Hit)
+
+
+def ties_by_id(hits: list[_H]) -> list[_H]:
+    """``hits`` (best first) with each run of equal scores in the order of the points' ids.
+
+    The engine returns equal scores in no set order, and it can change with the limit asked
+    for: copies of a file have the same vectors and BM25 terms, so their leaves tie, and which
+    copy a fill takes (and so which summaries it leaves out as repeating their children) changed
+    between two queries of one question. Ids are read only for the hits that tie."""
+    scores = [h.score for h in hits]
+    if len(set(scores)) == len(scores):
+        return hits
+    out, start = list(hits), 0
+    while start < len(out):
+        end = start + 1
+        while end < len(out) and scores[end] == scores[start]:
+            end += 1
+        if end - start > 1:
+            out[start:end] = sorted(out[start:end], key=lambda h: str(h.id))
+        start = end
+    return out
+
+
+def _first_of_each_text(items: list[_T], text_key: Callable[[_T], str]) -> list[_T]:
+    """``items`` less those whose text an earlier one holds (an empty hash is no text's)."""
     seen: set[str] = set()
-    out: set[str] = set()
+    out: list[_T] = []
     for i in items:
         text = text_key(i)
-        if text in seen:
-            out.add(key(i))
-        elif text:
-            seen.add(text)
+        if text not in seen:
+            out.append(i)
+            if text:
+                seen.add(text)
     return out
 
 

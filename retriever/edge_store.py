@@ -38,7 +38,7 @@ import qdrant_edge as qe
 from numpy.typing import NDArray
 
 from retriever.access_map import NO_CLASSES, point_key, scroll_access
-from retriever.budget import context_hits
+from retriever.budget import context_hits, ties_by_id
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import edge_filter as _edge_filter
 from retriever.edge_translate import edge_points, edge_query_request, edge_term_sample, graph_filter
@@ -200,7 +200,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             ValueError: ``flt.tree`` is the reserved meta tree, or the vector/limit is invalid.
             StoreError: the engine failed.
         """
-        hits = self._query(vector, flt, limit, limit, text, with_payload=True)
+        hits = ties_by_id(self._query(vector, flt, limit, limit, text, with_payload=True))
         nodes = [(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
         return [ScoredNode(n, score) for n, score in nodes if self._may_read(flt, n)]
 
@@ -233,10 +233,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
         fetched: dict[qe.PointId, dict[str, Any]] = {}
-        hits = self._query(vector, flt, first, limit, text)
+        hits = ties_by_id(self._query(vector, flt, first, limit, text))
         kept, stopped = self._fill(hits, flt, max_tokens, redundant, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            again = self._query(vector, flt, limit, limit, text)
+            again = ties_by_id(self._query(vector, flt, limit, limit, text))
             kept, _ = self._fill(again, flt, max_tokens, redundant, fetched)
         return kept
 

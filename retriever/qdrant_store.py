@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever.budget import context_fill
+from retriever.budget import context_fill, ties_by_id
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
 from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points, sample_terms
@@ -141,7 +141,7 @@ class QdrantNodeStore(QdrantCollection):
             ValueError: ``flt.tree`` is the reserved meta tree, or the vector/limit is invalid.
             StoreError: the server failed or is unreachable.
         """
-        hits = self._query(vector, flt, limit, limit, text, with_payload=True)
+        hits = ties_by_id(self._query(vector, flt, limit, limit, text, with_payload=True))
         return [ScoredNode(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
 
     def search_budget(
@@ -171,10 +171,10 @@ class QdrantNodeStore(QdrantCollection):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
         fields = [F.N_TOKENS, F.CONTENT_HASH] + ([] if redundant is None else [F.CHILDREN])
-        hits = self._query(vector, flt, first, limit, text, with_payload=fields)
+        hits = ties_by_id(self._query(vector, flt, first, limit, text, with_payload=fields))
         kept, stopped = _fill_ids(hits, max_tokens, redundant)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            again = self._query(vector, flt, limit, limit, text, with_payload=fields)
+            again = ties_by_id(self._query(vector, flt, limit, limit, text, with_payload=fields))
             kept, _ = _fill_ids(again, max_tokens, redundant)
         found = self._records([i for i, _ in kept], with_payload=True)
         return [

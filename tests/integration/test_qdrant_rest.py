@@ -5,7 +5,8 @@ only the URL pointed at the daemon, ``vector`` set to the question embedded with
 and ``question`` to the question): one query, a dense and a BM25 prefetch of 100 each with the
 filter ``tree == "default"``, fused with DBSF, no search params (so the facade plans the dense
 prefetch as adrap does), then hits in score order while the running ``n_tokens`` total stays
-<= 2000, less the summaries that would share it with >= 30 % of their children (filled again).
+<= 2000, a hit of a text already taken (the folder holds copies of two files) skipped, less the
+summaries that would share it with >= 30 % of their children (filled again).
 ``adrap query --json`` (collapsed, hybrid, ``--max-tokens 2000``: one query with the
 same prefetches, filter and limit ``candidate_limit(2000) = 100``, then the same fill) must give
 the same node ids in the same order.
@@ -54,6 +55,9 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watch]:
     tmp = tmp_path_factory.mktemp("qdrant-rest")
     folder = tmp / "docs"
     shutil.copytree(SAMPLE, folder)
+    for name in ("gettysburg-address.txt", "bill-of-rights.rst"):  # copies: the same leaves
+        (folder / "copies").mkdir(exist_ok=True)
+        shutil.copy(folder / name, folder / "copies" / name)
     with watching(folder, tmp / "state") as w:
         w.wait_ready()
         yield w

@@ -229,3 +229,21 @@ def test_every_store_fill_takes_a_text_held_twice_once(
             assert [h.node.node_id for h in got] == [h.node.node_id for h in want]
             texts = [h.node.content_hash for h in got]
             assert len(texts) == len(set(texts)), "a text held twice was taken twice"
+
+
+def test_equal_scores_are_taken_in_the_order_of_their_ids(stores: tuple[Any, Any]) -> None:
+    """Copies of a file have the same vectors, so their leaves tie; the engine returns ties in no
+    set order, which changed with the limit asked for, and with it which copy a fill took (and
+    which summaries it left out as repeating their children): a client's recipe and adrap's own
+    query disagreed. Ties now go in id order, whatever the limit."""
+    nodes = [make_node(f"tie{i}", n_tokens=10) for i in range(12)]
+    vectors = unit_vectors(1, seed=5).repeat(12, axis=0)  # one vector: every score ties
+    query, flt = unit_vectors(1, seed=5)[0], SearchFilter(tree="t1")
+    ordered = sorted(n.node_id for n in nodes)
+    for store in stores:
+        store.delete([n.node_id for n in store.scroll(flt, 1000)[0]])
+        store.upsert(nodes, vectors)
+        assert [h.node.node_id for h in store.search(query, flt, 12)] == ordered
+        for limit, max_tokens in ((12, 1000), (12, 60), (100, 1000)):
+            got = store.search_budget(query, flt, limit, max_tokens)
+            assert [h.node.node_id for h in got] == ordered[: max_tokens // 10]
