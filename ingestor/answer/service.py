@@ -255,7 +255,25 @@ class QueryService:
             )
         else:
             out = self._qf_json(req, ctx.qf, ctx.seconds)
+        if ctx.qf is None and not ctx.hits:
+            out["note"] = self.why_empty(req)
         return out | self._match(ctx)
+
+    def why_empty(self, req: QueryRequest) -> str:
+        """Why a context came back empty: nothing this caller may read matches the filter, or
+        no node fits in the budget (the fill stops at the best match that does not fit)."""
+        with self.lock:
+            matching = self.store.count(req.flt)
+        if not matching:
+            return (
+                f"nothing in tree {self.tree!r} that you may read matches this request's "
+                "filter (source, layers); widen or drop it"
+            )
+        return (
+            f"no node fits in {req.max_tokens} tokens: the fill stops at the best match that "
+            "does not fit, and a leaf holds up to ADRAP_CHUNK__MAX_TOKENS tokens (250 by "
+            "default); ask for max_tokens 250 or more"
+        )
 
     def _match(self, ctx: Context) -> dict[str, Any]:
         low = self.min_score(ctx.model) if callable(self.min_score) else self.min_score

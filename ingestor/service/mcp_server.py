@@ -122,6 +122,8 @@ class TreeTools:
         if ctx.qf is not None:  # postQFRAP: the context is its parts, each with its spans
             out["total_tokens"] = ctx.qf.n_tokens
             out["parts"] = [p.to_json() for p in ctx.qf.parts]
+        elif not ctx.hits:  # an agent is told why, and what to ask for instead
+            out["note"] = self.queries.why_empty(req)
         return out
 
     def ask(self, args: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:

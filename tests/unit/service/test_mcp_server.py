@@ -150,3 +150,16 @@ def test_read_node_never_returns_the_meta_point(service: QueryService) -> None:
     assert service.store.count(SearchFilter(tree=service.tree)) > 0
     with pytest.raises(ValueError, match="no node"):
         TreeTools(service).read_node(META_POINT_ID)
+
+
+def test_a_search_with_no_hits_tells_the_agent_why(service: QueryService) -> None:
+    """An agent that asked for 3 tokens got ``hits: []`` and nothing to act on."""
+    tools = TreeTools(service)
+    small = tools.search({"query": "apple orchard", "max_tokens": 3})
+    assert small["hits"] == []
+    assert small["note"].startswith("no node fits in 3 tokens")
+    assert "max_tokens 250" in small["note"]
+    assert "note" not in tools.search({"query": "apple orchard"})
+    server = build_server(LocalRunner(lambda fn: fn(tools), timeout=30), with_ask=False)
+    (said,) = calls(server, ("search", {"query": "apple orchard", "max_tokens": 3}))
+    assert said.structured_content["note"] == small["note"]

@@ -63,3 +63,19 @@ def test_a_best_hit_above_the_threshold_or_no_threshold_is_a_match(
             out = client.get("/query", params={"q": "apple orchard harvest"}).json()
         assert out["no_match"] is False
         assert out["min_score"] == min_score
+
+
+def test_an_empty_context_says_why(tree: Tree, tmp_path: Path) -> None:
+    """A budget smaller than every node, or a filter nothing matches, gave ``hits: []`` and no
+    reason to an HTTP or MCP client (the CLI's text alone said it)."""
+    _, client = _client(tree, tmp_path, min_score=None)
+    with client:
+        small = client.get("/query", params={"q": "apple orchard", "max_tokens": "3"}).json()
+        none = client.get("/query", params={"q": "apple orchard", "source": "no/such/"}).json()
+        fits = client.get("/query", params={"q": "apple orchard"}).json()
+    assert small["hits"] == []
+    assert small["note"].startswith("no node fits in 3 tokens"), small
+    assert none["hits"] == []
+    assert "matches this request's filter" in none["note"], none
+    assert fits["hits"]
+    assert "note" not in fits
