@@ -4,6 +4,9 @@ Hits are taken in the given (score) order while the running total of their ``n_t
 within ``max_tokens``; the first node that does not fit stops the fill: no later node is taken,
 however small (the papers' reference implementation). A node larger than the whole budget is never
 taken, so a budget smaller than the best hit yields nothing. A zero-token node always fits.
+The context fill (:func:`context_fill`, every query mode's) also skips a node whose text the
+context holds already (a copy of its file); the stores hand it hits of equal score in the order of
+their ids (:func:`ties_by_id`), so one question gets one context.
 
 :func:`fill_budget` applies the rule to a list of hits; :class:`Budget` is the rule as one decision
 per node, for a fill that reads its nodes as it goes (the stores' ``search_budget``, which fetch
@@ -93,8 +96,8 @@ def context_fill(
     hit instead). A summary left out is not taken back.
 
     With ``text_key`` (the hash of a node's text), a node whose text an earlier item (not left
-    out) already holds is left out: copies of a file in a share (``report.docx`` and ``report (1).docx``, a
-    folder copied to another) have leaves of the same text, which filled a context twice.
+    out) already holds is left out: copies of a file in a share (``report (1).docx``, a folder
+    copied to another) have leaves of the same text, which filled a context twice.
 
     The fill of a prefix of ``items`` that did not take every item of it is the fill of all of
     them (each round stops inside the prefix), so a store may read hits as it goes and stop
