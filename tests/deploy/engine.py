@@ -11,7 +11,6 @@ import contextlib
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from datetime import datetime
 from pathlib import Path
 
 import httpx
+
+from testkit.servers import free_port as free_port  # the tests here import it from this module
 
 CONTAINERS_CONF = """\
 [containers]
@@ -39,12 +40,6 @@ def compose_command() -> str | None:
     return shutil.which("podman-compose", path=str(Path(sys.executable).parent)) or shutil.which(
         "podman-compose"
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def podman(*args: str, env: dict[str, str], timeout: float = 120) -> str:

