@@ -200,7 +200,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             ValueError: ``flt.tree`` is the reserved meta tree, or the vector/limit is invalid.
             StoreError: the engine failed.
         """
-        hits = ties_by_id(self._query(vector, flt, limit, limit, text, with_payload=True))
+        hits = self._query(vector, flt, limit, limit, text, with_payload=True)
         nodes = [(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
         return [ScoredNode(n, score) for n, score in nodes if self._may_read(flt, n)]
 
@@ -233,10 +233,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
         fetched: dict[qe.PointId, dict[str, Any]] = {}
-        hits = ties_by_id(self._query(vector, flt, first, limit, text))
+        hits = self._query(vector, flt, first, limit, text)
         kept, stopped = self._fill(hits, flt, max_tokens, redundant, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            again = ties_by_id(self._query(vector, flt, limit, limit, text))
+            again = self._query(vector, flt, limit, limit, text)
             kept, _ = self._fill(again, flt, max_tokens, redundant, fetched)
         return kept
 
@@ -519,7 +519,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         """The planned query; hybrid (a dense prefetch of ``depth`` hits and a BM25 prefetch cut
         to :attr:`hybrid_bound`, fused) given ``text`` in a store with BM25 vectors. A hybrid
         query is not retried as an exact scan: its sparse prefetch fills in what a cut-off walk
-        misses."""
+        misses. Equal scores come in id order (:func:`~retriever.budget.ties_by_id`)."""
         query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -557,7 +557,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 return shard.query(request)
 
         plan = self._plan(flt, edge_filter, dense_depth if sparse is not None else limit)
-        return run(plan) if sparse is not None else search_planned(plan, limit, run)
+        return ties_by_id(run(plan) if sparse is not None else search_planned(plan, limit, run))
 
     def _term_sample(self) -> TermSample | None:
         """Return the store's :class:`~retriever.sparse.TermSample` (read again once stale): the

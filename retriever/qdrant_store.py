@@ -141,7 +141,7 @@ class QdrantNodeStore(QdrantCollection):
             ValueError: ``flt.tree`` is the reserved meta tree, or the vector/limit is invalid.
             StoreError: the server failed or is unreachable.
         """
-        hits = ties_by_id(self._query(vector, flt, limit, limit, text, with_payload=True))
+        hits = self._query(vector, flt, limit, limit, text, with_payload=True)
         return [ScoredNode(NodePayload.from_payload(h.payload), float(h.score)) for h in hits]
 
     def search_budget(
@@ -158,10 +158,10 @@ class QdrantNodeStore(QdrantCollection):
         less (:func:`~retriever.budget.context_fill`).
 
         One ANN query returning only ``n_tokens`` and ``content_hash`` (and ``children``, with
-        ``redundant`` set),
-        first for only the hits the budget could take (:func:`~retriever.plan.first_hits`; for
-        ``limit`` hits only if every one fits), the fill on those, then one lookup of the kept
-        nodes' payloads: two requests, a fraction of the payload bytes.
+        ``redundant`` set), first for only the hits the budget could take
+        (:func:`~retriever.plan.first_hits`; for ``limit`` hits only if every one fits), the
+        fill on those, then one lookup of the kept nodes' payloads: two requests, a fraction of
+        the payload bytes.
 
         Raises:
             ValueError: as :meth:`search`, or ``max_tokens < 1``.
@@ -171,10 +171,10 @@ class QdrantNodeStore(QdrantCollection):
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
         fields = [F.N_TOKENS, F.CONTENT_HASH] + ([] if redundant is None else [F.CHILDREN])
-        hits = ties_by_id(self._query(vector, flt, first, limit, text, with_payload=fields))
+        hits = self._query(vector, flt, first, limit, text, with_payload=fields)
         kept, stopped = _fill_ids(hits, max_tokens, redundant)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
-            again = ties_by_id(self._query(vector, flt, limit, limit, text, with_payload=fields))
+            again = self._query(vector, flt, limit, limit, text, with_payload=fields)
             kept, _ = _fill_ids(again, max_tokens, redundant)
         found = self._records([i for i, _ in kept], with_payload=True)
         return [
@@ -320,7 +320,8 @@ class QdrantNodeStore(QdrantCollection):
     ) -> list[models.ScoredPoint]:
         """The planned query; hybrid (prefetches of at most ``depth`` hits and the BM25 query cut
         to :attr:`hybrid_bound`, as the embedded store's, fused) given ``text`` in a collection
-        with BM25 vectors, then not retried as an exact scan."""
+        with BM25 vectors, then not retried as an exact scan. Equal scores come in id order
+        (:func:`~retriever.budget.ties_by_id`)."""
         query = check_query(vector, self.dim)
         if limit < 0:
             raise ValueError(f"limit must be >= 0, got {limit}")
@@ -339,7 +340,7 @@ class QdrantNodeStore(QdrantCollection):
             sparse = bounded_query(text, self._term_sample(), self.hybrid_bound, depths[1])
             prefetch = hybrid_prefetch(query, using, sparse, query_filter, params, depths)
             with self.call("search"):
-                return self.client.query_points(
+                points = self.client.query_points(
                     self.collection,
                     prefetch=prefetch,
                     query=fusion_query(self.fusion),
@@ -348,13 +349,17 @@ class QdrantNodeStore(QdrantCollection):
                     with_payload=with_payload,
                     with_vectors=False,
                 ).points
-        if local:
-            return self._run(query, using, query_filter, None, limit, with_payload)
-        return search_planned(
-            plan,
-            limit,
-            lambda p: self._run(query, using, query_filter, search_params(p), limit, with_payload),
-        )
+        elif local:
+            points = self._run(query, using, query_filter, None, limit, with_payload)
+        else:
+            points = search_planned(
+                plan,
+                limit,
+                lambda p: self._run(
+                    query, using, query_filter, search_params(p), limit, with_payload
+                ),
+            )
+        return ties_by_id(points)
 
     def _term_sample(self) -> TermSample | None:
         """Return the collection's term sample (read again once stale; none unbounded)."""
