@@ -33,6 +33,7 @@ from ingestor.answer.params import bounded_param, flag_param, int_param
 from ingestor.answer.provenance import ContextPart, SpanResolver, merge_spans
 from ingestor.config import (
     AnswerSettings,
+    ChunkSettings,
     PostqfrapSettings,
     QuerySettings,
     WatchSettings,
@@ -269,10 +270,11 @@ class QueryService:
                 f"nothing in tree {self.tree!r} that you may read matches this request's "
                 "filter (source, layers); widen or drop it"
             )
+        leaf = default_of(ChunkSettings, "max_tokens")
         return (
             f"no node fits in {req.max_tokens} tokens: the fill stops at the best match that "
-            "does not fit, and a leaf holds up to ADRAP_CHUNK__MAX_TOKENS tokens (250 by "
-            "default); ask for max_tokens 250 or more"
+            f"does not fit, and a leaf holds up to ADRAP_CHUNK__MAX_TOKENS tokens ({leaf} by "
+            f"default); ask for max_tokens {leaf} or more"
         )
 
     def _match(self, ctx: Context) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
       adrap status --offset 20 --limit 100
     """
     from ingestor.pipeline.unread import UNREAD_FILE, Unread, unread_status
+    from ingestor.read.access_classes import UNRESTRICTED
     from ingestor.tree.changelog import owner_of
     from ingestor.tree.drift import drift_summary
     from ingestor.tree.model_progress import change_in, change_line
@@ -103,7 +105,8 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
             )
         out |= service
         if state is not None and "access" not in out:  # no daemon: the state's last reading
-            out["caller"], out["access"] = _access_offline(s.state_dir, state)
+            out["caller"] = UNRESTRICTED.to_json()  # it reads the state dir: the tree's owner
+            out["access"] = _access_offline(s.state_dir, state)
         if out.get("model_change") is not None:
             out["model_change"]["running"] = _writer(s.state_dir)
         if private:  # its ledgers are the owner's: the daemon's counts (no names), if it runs
@@ -133,19 +136,17 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
     run(ctx, body)
 
 
-def _access_offline(state_dir: Path, state: Any) -> tuple[Any, Any]:
-    """The caller and the access classes with no daemon to ask: this account reads the state
-    dir, so it is the tree's owner; the files' classes are those the last writer applied."""
+def _access_offline(state_dir: Path, state: Any) -> dict[str, object] | str:
+    """The access classes, to the tree's owner, with no daemon to ask: the files' classes
+    are those the last writer applied (a registry that cannot be read: why)."""
     from ingestor.read.access_classes import CLASSES_FILE, UNRESTRICTED, ClassRegistry, class_view
 
-    files: dict[str, int] = {}
-    for entry in state.sources.values():
-        files[entry.access] = files.get(entry.access, 0) + 1
+    files = Counter(entry.access for entry in state.sources.values())
     try:
         classes = ClassRegistry(state_dir / CLASSES_FILE)
     except ValueError as exc:
-        return UNRESTRICTED.to_json(), str(exc)
-    return UNRESTRICTED.to_json(), class_view(files, classes, UNRESTRICTED)
+        return str(exc)
+    return class_view(files, classes, UNRESTRICTED)
 
 
 def _writer(state_dir: Path) -> str | None:
