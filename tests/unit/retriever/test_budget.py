@@ -187,7 +187,7 @@ def test_a_fill_that_stops_inside_a_prefix_is_the_fill_of_every_hit(
         assert part == whole
 
 
-def _copy(node: Any, key: str, of: Any) -> Any:
+def copy_of(node: Any, of: Any) -> Any:
     """``node`` as a leaf holding the same text as ``of`` (a copy of its file elsewhere)."""
     return node.model_copy(update={"text": of.text, "content_hash": of.content_hash})
 
@@ -196,7 +196,7 @@ def test_a_text_held_twice_is_taken_once() -> None:
     """Copies of a file in a share (``report (1).docx``, a folder copied to another) have leaves
     of the same text: both filled the context, the second adding nothing but its tokens."""
     a, b, c, d = (make_node(k, n_tokens=10) for k in "abcd")
-    b = _copy(b, "b", of=a)
+    b = copy_of(b, of=a)
     hits = [ScoredNode(n, 1.0 - i / 10) for i, n in enumerate([a, b, c, d])]
     kept, took_all = context_hits(hits, 30, None)
     assert [h.node.node_id for h in kept] == [a.node_id, c.node_id, d.node_id]
@@ -215,7 +215,7 @@ def test_every_store_fill_takes_a_text_held_twice_once(
     """Both stores' search_budget and the collapsed tree over a share whose every third leaf is a
     copy of another: the reference fill of the search's hits, and no text twice."""
     nodes = [make_node(f"n{i}", n_tokens=n) for i, n in enumerate(tokens)]
-    nodes = [_copy(n, f"n{i}", of=nodes[i // 3]) if i % 3 == 2 else n for i, n in enumerate(nodes)]
+    nodes = [copy_of(n, of=nodes[i // 3]) if i % 3 == 2 else n for i, n in enumerate(nodes)]
     query, flt = unit_vectors(1, seed=3000 + seed)[0], SearchFilter(tree="t1")
     for store in stores:
         store.delete([n.node_id for n in store.scroll(flt, 1000)[0]])  # no ties with others'

@@ -165,11 +165,10 @@ def test_traversal_takes_a_text_held_twice_once(tmp_path) -> None:  # type: igno
     """A summary over a file and its copy (``hr/report.txt``, ``archive/report.txt``): traversal
     took both copies' leaf, the same text twice in the context."""
     from tests.contracts.test_node_store import DIM, MODEL, make_node, unit_vectors
+    from tests.unit.retriever.test_budget import copy_of
 
     leaf = make_node("a", source="hr/report.txt", n_tokens=30)
-    copy = make_node("b", source="archive/report.txt", n_tokens=30).model_copy(
-        update={"text": leaf.text, "content_hash": leaf.content_hash}
-    )
+    copy = copy_of(make_node("b", source="archive/report.txt", n_tokens=30), of=leaf)
     other = make_node("c", source="hr/other.txt", n_tokens=30)
     kids = (leaf.node_id, copy.node_id, other.node_id)
     top = make_node("s", layer=1, sources=["hr/report.txt", "archive/report.txt"], n_tokens=30)
