@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -109,6 +110,16 @@ def _read_locally(s: Settings, params: dict[str, Any]) -> dict[str, Any]:
         return feed.changes(params)
 
 
+#: A file's mark in a record's line: added, edited, removed, new permissions (moved: ``a -> b``).
+MARKS: Final = {"added": "+", "edited": "~", "removed": "-", "permissions": "!"}
+
+
+def _file_line(f: dict[str, Any], shown: Callable[[str], str]) -> str:
+    if f["action"] == "moved":
+        return f"{shown(f['from'])} -> {shown(f['source'])}"
+    return f"{MARKS.get(f['action'], '?')}{shown(f['source'])}"
+
+
 def _echo(out: dict[str, Any]) -> None:
     from ingestor.read.names import shown
     from retriever import F
@@ -118,8 +129,7 @@ def _echo(out: dict[str, Any]) -> None:
     for r in records:
         at = dt.datetime.fromisoformat(r["at_iso"]).astimezone().strftime("%Y-%m-%d %H:%M:%S")
         files = r["files"]
-        marks = {"added": "+", "edited": "~", "removed": "-", "permissions": "!"}
-        listed = " ".join(f"{marks[f['action']]}{shown(f['source'])}" for f in files[:SHOWN_FILES])
+        listed = " ".join(_file_line(f, shown) for f in files[:SHOWN_FILES])
         more = len(files) - SHOWN_FILES + r.get("files_omitted", 0)
         counts = []
         if r.get("leaves_added") or r.get("leaves_removed"):

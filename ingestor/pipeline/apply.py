@@ -295,13 +295,17 @@ class ApplyStage:
             for n in leaves:
                 n.access = frozenset({cls})
             came_from = moves.take(state, doc, leaves) if old is None else None
-            if came_from is None or not self._move(state, came_from, leaves, out, report):
+            was = state.sources.get(came_from) if came_from is not None else None
+            moved = came_from is not None and self._move(state, came_from, leaves, out, report)
+            if not moved:
                 self._place_leaves(state, old, leaves, out)
                 report.files_changed += old is not None
                 report.files_added += old is None
             state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
-            action: Action = "edited" if old is not None else "added"
-            out.files.append(FileChange(doc.source, action, cls, owner_of(state.root, doc.source)))
+            action: Action = "moved" if moved else "edited" if old is not None else "added"
+            moved_from = (came_from, was.access) if moved and was is not None else (None, "")
+            owner = owner_of(state.root, doc.source)
+            out.files.append(FileChange(doc.source, action, cls, owner, *moved_from))
         for source in dict.fromkeys(gone):
             entry = state.sources.pop(source, None)
             if entry is not None:
@@ -379,8 +383,7 @@ class ApplyStage:
             return False
         state.sources.pop(source)
         out.moved.update(zip(entry.node_ids, (n.node_id for n in leaves), strict=True))
-        out.files.append(FileChange(source, "removed", entry.access))
-        report.files_moved += 1
+        report.files_moved += 1  # recorded by the caller, as moved to the new name
         return True
 
     @staticmethod

@@ -356,7 +356,7 @@ def build_server(
         limit: Limit = None,
         digest: Digest = False,
     ) -> dict[str, Any]:
-        """What changed in the folder: files added, edited, removed or given new permissions,
+        """What changed in the folder: files added, edited, removed, moved or given new permissions,
         and the summaries regenerated, newest first (only what the caller may read)."""
         return await runner.call("changes", params(since=since, limit=limit, digest=digest))
 

@@ -37,18 +37,21 @@ MAX_FILES: Final = 1000
 #: Summaries a record lists (highest layers first; the rest are counted).
 MAX_SUMMARIES: Final = 500
 
-Action = Literal["added", "edited", "removed", "permissions"]
+Action = Literal["added", "edited", "removed", "moved", "permissions"]
 Kind = Literal["build", "update", "rebuild", "refresh", "repair", "permissions", "model"]
 
 
 @dataclass(frozen=True, slots=True)
 class FileChange:
-    """One file of a record: what happened to it, its access class then, and its owner."""
+    """One file of a record: what happened to it, its access class then, and its owner; a file
+    moved or renamed (its text unchanged) also names where it was and its access class there."""
 
     source: str
     action: Action
     access: str = ""
     owner: str | None = None
+    moved_from: str | None = None
+    from_access: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,7 @@ class ChangeRecord:
         out["files"] = [
             {"source": f.source, "action": f.action, "access": f.access}
             | ({"owner": f.owner} if f.owner is not None else {})
+            | ({"from": f.moved_from, "from_access": f.from_access} if f.moved_from else {})
             for f in self.files
         ]
         out["summaries"] = [
@@ -126,7 +130,14 @@ class ChangeRecord:
     def from_json(cls, data: dict[str, Any]) -> ChangeRecord:
         record = cls(**{k: data[k] for k in _SCALARS if k in data})
         record.files = [
-            FileChange(f["source"], f["action"], f.get("access", ""), f.get("owner"))
+            FileChange(
+                f["source"],
+                f["action"],
+                f.get("access", ""),
+                f.get("owner"),
+                f.get("from"),
+                f.get("from_access", ""),
+            )
             for f in data.get("files", ())
         ]
         record.summaries = [
@@ -140,10 +151,12 @@ def seen_by(record: dict[str, Any], readable: frozenset[str] | None) -> dict[str
     """Return a record's JSON as a reader of the access classes ``readable`` may see it (None:
     every class: the record itself): only the files of a readable class, the summaries whose
     every class is readable and the detail (it names no file), no counts; None when nothing is
-    left."""
+    left. A file moved between classes is told as that reader saw it (:func:`_file_seen_by`)."""
     if readable is None:
         return record
-    files = [f for f in record.get("files", ()) if f.get("access") in readable]
+    files = [
+        seen for f in record.get("files", ()) if (seen := _file_seen_by(f, readable)) is not None
+    ]
     summaries = [
         s
         for s in record.get("summaries", ())
@@ -154,6 +167,25 @@ def seen_by(record: dict[str, Any], readable: frozenset[str] | None) -> dict[str
         return None
     out = {"at": record["at"], "kind": record["kind"], "files": files, "summaries": summaries}
     return out | ({"detail": detail} if detail else {})
+
+
+def _file_seen_by(f: dict[str, Any], readable: frozenset[str]) -> dict[str, Any] | None:
+    """One file of a record as a reader of ``readable`` saw it, None if not at all. A file moved
+    out of a class they may not read *appeared* to them (added, its old name not shown: a name
+    can tell what a folder holds), one moved out of their sight was removed (under its old
+    name); a move they see both ends of stays a move."""
+    if f.get("action") != "moved":
+        return f if f.get("access") in readable else None
+    now, was = f.get("access") in readable, f.get("from_access") in readable
+    if now and was:
+        return f
+    if now:
+        return {k: v for k, v in f.items() if k not in ("from", "from_access")} | {
+            "action": "added"
+        }
+    if was:
+        return {"source": f["from"], "action": "removed", "access": f["from_access"]}
+    return None
 
 
 def owner_of(root: str, source: str) -> str | None:

@@ -39,6 +39,26 @@ def test_changes_lists_the_build_then_each_update(built: Path) -> None:
     assert json.loads(future.output)["records"] == []
 
 
+def test_changes_shows_a_renamed_file_as_a_move(built: Path) -> None:
+    runner = CliRunner()
+    (built / "it" / "crow.txt").rename(built / "it" / "raven.txt")
+    moved = runner.invoke(main, ["add", str(built / "it")])
+    assert moved.exit_code == 0, moved.output
+    got = json.loads(runner.invoke(main, ["changes", "--json", "--limit", "1"]).output)
+    assert got["records"][0]["files"] == [
+        {
+            "source": "it/raven.txt",
+            "action": "moved",
+            "access": got["records"][0]["files"][0]["access"],
+            "owner": got["records"][0]["files"][0]["owner"],
+            "from": "it/crow.txt",
+            "from_access": got["records"][0]["files"][0]["access"],
+        }
+    ]
+    text = runner.invoke(main, ["changes", "--limit", "1"])
+    assert "it/crow.txt -> it/raven.txt" in text.output, text.output
+
+
 def test_changes_says_which_times_it_takes(built: Path) -> None:
     got = CliRunner().invoke(main, ["changes", "--since", "last tuesday"])
     assert got.exit_code == 1

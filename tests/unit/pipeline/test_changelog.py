@@ -115,6 +115,41 @@ def test_a_reader_sees_only_files_and_summaries_of_classes_they_may_read(tmp_pat
     assert changelog.read(rows, readable=frozenset()) == []
 
 
+def test_a_move_is_told_to_each_reader_as_they_saw_it(tmp_path: Path) -> None:
+    rows = RowStore(tmp_path / "s.db", create=True)
+    ch = Changes()
+    moves = [
+        FileChange("pub/a.txt", "moved", "pub", "alice", "hr/pay-cuts.txt", "hr"),
+        FileChange("hr/b.txt", "moved", "hr", "alice", "pub/b.txt", "pub"),
+        FileChange("pub/c2.txt", "moved", "pub", "alice", "pub/c.txt", "pub"),
+    ]
+    changelog.gather([ChangeRecord(at=1.0, kind="update", files=moves)], 1, ch)
+    rows.commit(ch)
+
+    def files(readable: frozenset[str] | None) -> list[tuple[str, str, str | None]]:
+        (record,) = changelog.read(rows, readable=readable)
+        return [(f["source"], f["action"], f.get("from")) for f in record["files"]]
+
+    assert files(None) == [
+        ("pub/a.txt", "moved", "hr/pay-cuts.txt"),
+        ("hr/b.txt", "moved", "pub/b.txt"),
+        ("pub/c2.txt", "moved", "pub/c.txt"),
+    ]
+    # a public reader: the file out of hr/ appeared (its hr/ name untold), b.txt left their sight
+    assert files(frozenset({"pub"})) == [
+        ("pub/a.txt", "added", None),
+        ("pub/b.txt", "removed", None),
+        ("pub/c2.txt", "moved", "pub/c.txt"),
+    ]
+    assert files(frozenset({"hr"})) == [
+        ("hr/pay-cuts.txt", "removed", None),
+        ("hr/b.txt", "added", None),
+    ]
+    (public,) = changelog.read(rows, readable=frozenset({"pub"}))
+    assert "hr/pay-cuts.txt" not in json.dumps(public)
+    assert ChangeRecord.from_json(changelog.read(rows)[0]).files == moves
+
+
 def test_a_failed_commit_writes_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     rng = random.Random(5)
     root = tmp_path / "docs"

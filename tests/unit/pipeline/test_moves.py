@@ -17,8 +17,11 @@ import pytest
 
 from ingestor.pipeline import Pipeline
 from ingestor.service.watcher import make_observer
+from ingestor.tree import changelog
 from ingestor.tree.invariants import violations
+from ingestor.tree.persist import state_path
 from ingestor.tree.state import TreeState
+from models_store import ModelStore, RowStore
 from retriever import SearchFilter
 from testkit.corpus import doc_text, make_pipeline
 from testkit.daemons import make_watcher, watched_move
@@ -38,6 +41,10 @@ def _built(tmp_path: Path) -> tuple[Pipeline, EchoSummarizer, Path]:
     p.build(root)
     assert p.require_state().layers, "the test needs a tree with summaries"
     return p, summ, root
+
+
+def _rows(tmp_path: Path) -> RowStore:
+    return RowStore(state_path(ModelStore(tmp_path / "state" / "models"), "t"), readonly=True)
 
 
 def _shape(state: TreeState) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -88,6 +95,10 @@ def test_a_moved_folder_keeps_its_summaries_and_places(tmp_path: Path) -> None:
         assert f"old/d{i}.txt" not in state.sources
     assert violations(state) == []
     _store_matches_state(p)
+    (record,) = changelog.read(_rows(tmp_path), limit=1)
+    moved = {f["from"]: f["source"] for f in record["files"] if f["action"] == "moved"}
+    assert moved == {f"old/d{i}.txt": f"archive/d{i}.txt" for i in range(12)}
+    assert len(record["files"]) == 12, "a move is recorded once, not as a removal and an add"
     hits = p.context.store.search(
         emb.embed_query("orchard apples"), SearchFilter(tree="t", source_prefix="archive/"), 50
     )

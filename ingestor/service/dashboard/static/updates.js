@@ -53,12 +53,14 @@ export function updateLines(up) {
 }
 
 // one record of the change log in a line: when, what kind, the files it changed (+ added,
-// ~ edited, − removed, ! new permissions; the first `shown`, then how many more)
+// ~ edited, − removed, ! new permissions, old → new moved; the first `shown`, then how many more)
 export function changeLine(r, shown = 6) {
   const marks = { added: "+", edited: "~", removed: "−", permissions: "!" };
   const files = r.files || [];
   const more = Math.max(0, files.length - shown) + (r.files_omitted || 0);
-  const names = files.slice(0, shown).map((f) => (marks[f.action] || "?") + f.source);
+  const names = files.slice(0, shown).map((f) =>
+    f.action === "moved" ? f.from + " → " + f.source : (marks[f.action] || "?") + f.source,
+  );
   const summaries = (r.summaries || []).length + (r.summaries_omitted || 0);
   const what = names.length ? ": " + names.join(" ") : r.detail ? ": " + r.detail : "";
   return localTime(r.at) + " · " + r.kind + what +

@@ -59,6 +59,8 @@ test("updates: changeLine gives a change record's time, kind, files and summarie
     localTime(5) + " · build (+40 more)");
   eq(changeLine({ at: 5, kind: "model", files: [], detail: "embedding model a -> b" }),
     localTime(5) + " · model: embedding model a -> b");
+  eq(changeLine({ at: 5, kind: "update", files: [{ source: "b.md", action: "moved", from: "a.md" }] }),
+    localTime(5) + " · update: a.md → b.md");
 });
 
 test("updates: the tree changed when the newest update differs, never at the first look", () => {
