@@ -9,7 +9,10 @@ of a collapsed query (the packaged all-MiniLM-L6-v2, as a tree built with the de
 Prints the score distributions, a table of thresholds with precision and recall of "nothing
 matches" (unanswerable) and the share of answerable questions it would flag, and the threshold
 chosen: the highest that flags at most 5 % of the answerable questions (a flag still shows the
-hits, but a warning on a good answer costs trust). ~2 min of CPU (2 cores).
+hits, but a warning on a good answer costs trust). Then the words rule (a passage holding every
+word of the question answers it), on the questions and on keyword queries (two or three of the
+longest words of one sentence of a paragraph: what a user types for a passage they remember):
+the shares flagged with the threshold alone and with the rule. ~2 min of CPU (2 cores).
 
     python bench/no_match.py [--per-article 10] [--squad PATH/squad/...json]
 """
@@ -32,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from datasets import SQUAD
 
 from retriever import SentenceTransformerEmbedder
+from retriever.sparse import bm25_documents, bm25_query
 
 #: The share of answerable questions the chosen threshold may flag.
 MAX_FLAGGED_ANSWERABLE = 0.05
@@ -76,12 +80,53 @@ def main() -> None:
         if _rates(ok, no, float(t))[2] <= MAX_FLAGGED_ANSWERABLE:
             chosen = round(float(t), 3)
     precision, recall, flagged = _rates(ok, no, chosen)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"threshold {chosen:.3f}: precision {precision:.3f}, recall {recall:.3f} of 'nothing "
-        f"matches' on unanswerable questions; {flagged:.3f} of answerable ones flagged "
-        f"(peak RSS {peak:.0f} MiB)"
+        f"matches' on unanswerable questions; {flagged:.3f} of answerable ones flagged"
     )
+    # the words rule: a passage holding every word of the question answers it (a hybrid query
+    # ranks such a passage among its first hits; here any paragraph of the corpus counts)
+    words = [[set(d.indices) for d in bm25_documents(c)] for c in corpora]
+    for label, qs in (("questions", [q for _, q in questions]), ("keywords", _keywords(articles))):
+        sides = [s for s, _ in questions] if label == "questions" else [s for s, _ in qs]
+        texts = qs if label == "questions" else [q for _, q in qs]
+        vecs = asked if label == "questions" else embedder.embed_documents(texts)
+        got = {"answerable": [0, 0, 0], "unanswerable": [0, 0, 0]}  # asked, low, low and no words
+        for side, text, vector in zip(sides, texts, vecs, strict=True):
+            terms = set(bm25_query(text).indices)
+            for name, corpus in (("answerable", side), ("unanswerable", 1 - side)):
+                low = float((leaves[corpus] @ vector).max()) < chosen
+                held = bool(terms) and any(terms <= d for d in words[corpus])
+                got[name] = [
+                    got[name][0] + 1,
+                    got[name][1] + low,
+                    got[name][2] + (low and not held),
+                ]
+        (n_ok, low_ok, flag_ok), (n_no, low_no, flag_no) = got["answerable"], got["unanswerable"]
+        print(
+            f"{label} ({n_ok}): flagged at {chosen:.3f} alone: answerable {low_ok / n_ok:.3f}, "
+            f"unanswerable {low_no / n_no:.3f}; with the words rule: answerable "
+            f"{flag_ok / n_ok:.3f}, unanswerable {flag_no / n_no:.3f}"
+        )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak:.0f} MiB")
+
+
+def _keywords(articles: list[dict]) -> list[tuple[int, str]]:
+    """Keyword queries a user types for a passage they remember: two or three of the rarest
+    words (longest, as a proxy) of one sentence of a paragraph, lower case, per article ten."""
+    rng = random.Random(1)
+    out = []
+    for i, article in enumerate(articles):
+        for p in rng.sample(article["paragraphs"], min(10, len(article["paragraphs"]))):
+            sentence = rng.choice(
+                [s for s in p["context"].split(". ") if len(s.split()) > 6] or [p["context"]]
+            )
+            words = sorted({w.strip(",.;:()\"'").lower() for w in sentence.split()}, key=len)
+            out.append(
+                (i % 2, " ".join(rng.sample(words[-6:], min(len(words), rng.choice((2, 3))))))
+            )
+    return out
 
 
 def _rates(ok: np.ndarray, no: np.ndarray, t: float) -> tuple[float, float, float]:

@@ -291,8 +291,10 @@ class QuerySettings(_Section):
     #: ``adrap query`` waits this long for a starting (reconciling) daemon before failing.
     daemon_wait_seconds: float = Field(default=120.0, ge=0)
     #: Below this similarity of the best hit, a query says nothing in the tree seems to answer
-    #: (``no_match``; ``adrap query`` exits 3). Unset: NO_MATCH_SCORE for the packaged model, no
-    #: check for other models (their scores spread differently: calibrate with bench/no_match.py).
+    #: (``no_match``; ``adrap query`` exits 3) unless one of its first hits holds every word of
+    #: the question (:func:`~ingestor.answer.no_match.holds_every_word`). Unset: NO_MATCH_SCORE
+    #: for the packaged model, no check for other models (their scores spread differently:
+    #: calibrate with bench/no_match.py).
     min_score: float | None = Field(default=None, ge=0, le=1)
 
 

@@ -258,7 +258,7 @@ class QueryService:
             out = self._qf_json(req, ctx.qf, ctx.seconds)
         if ctx.qf is None and not ctx.hits:
             out["note"] = self.why_empty(req)
-        return out | self._match(ctx)
+        return out | self._match(ctx, req.question)
 
     def why_empty(self, req: QueryRequest) -> str:
         """Why a context came back empty: nothing this caller may read matches the filter, or
@@ -277,9 +277,9 @@ class QueryService:
             f"default); ask for max_tokens {leaf} or more"
         )
 
-    def _match(self, ctx: Context) -> dict[str, Any]:
+    def _match(self, ctx: Context, question: str) -> dict[str, Any]:
         low = self.min_score(ctx.model) if callable(self.min_score) else self.min_score
-        return match_fields(ctx.similarity, ctx.hits, low)
+        return match_fields(ctx.similarity, ctx.hits, low, question)
 
     def ask(self, params: Mapping[str, object], caller: Identity = UNRESTRICTED) -> dict[str, Any]:
         """Return the JSON of ``adrap ask --json`` / ``/ask``: an answer with citations, from
@@ -317,7 +317,7 @@ class QueryService:
         }
         if ctx.qf is not None:
             out["postqfrap"] = self._qf_stats(req, ctx.qf)
-        out |= self._match(ctx)
+        out |= self._match(ctx, req.question)
         if dropped:
             out["parts_dropped"] = dropped  # past the model's input limit
         if self.llm is None:

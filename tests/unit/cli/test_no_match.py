@@ -20,15 +20,30 @@ def test_a_query_below_the_threshold_says_so_shows_the_hits_and_exits_3(
     built: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ADRAP_QUERY__MIN_SCORE", "0.999")
-    result = CliRunner().invoke(main, ["query", "sour grapes"])
+    result = CliRunner().invoke(main, ["query", "sour grapes of the zeppelin"])
     assert result.exit_code == NO_MATCH_EXIT == 3
     assert "nothing in tree 'default' seems to answer" in result.stderr
     assert "grapes" in result.stdout  # the closest passages are still shown
-    result = CliRunner().invoke(main, ["query", "sour grapes", "--json"])
+    result = CliRunner().invoke(main, ["query", "sour grapes of the zeppelin", "--json"])
     assert result.exit_code == 3
     out = json.loads(result.stdout)
     assert out["no_match"] is True
     assert out["hits"]
+
+
+@pytest.mark.parametrize("question", ["sour grapes", "the fox's grape", "Cheese dropped by crows"])
+def test_a_passage_holding_every_word_of_the_question_answers_it_whatever_its_score(
+    built: Path, monkeypatch: pytest.MonkeyPatch, question: str
+) -> None:
+    """A few rare words in a passage about something else score low as a whole: the passage that
+    holds them all is not called "nothing answers" (stemmed, stop words left out)."""
+    monkeypatch.setenv("ADRAP_QUERY__MIN_SCORE", "0.999")
+    for mode in ("collapsed", "traversal", "postqfrap"):
+        result = CliRunner().invoke(main, ["query", question, "--json", "--mode", mode])
+        assert result.exit_code == 0, (mode, result.output)
+        out = json.loads(result.stdout)
+        assert out["no_match"] is False
+        assert out["best_score"] < out["min_score"]  # the score alone would have said so
 
 
 def test_a_query_above_the_threshold_exits_0(built: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -76,7 +91,7 @@ def test_ask_with_nothing_matching_exits_3_too(
     built: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ADRAP_QUERY__MIN_SCORE", "0.999")
-    result = CliRunner().invoke(main, ["ask", "sour grapes"])
+    result = CliRunner().invoke(main, ["ask", "sour grapes of the zeppelin"])
     assert result.exit_code == 3
     assert "seems to answer" in result.stderr
     assert "grapes" in result.stdout  # no LLM: the best context, still shown

@@ -37,10 +37,10 @@ def test_a_best_hit_below_the_threshold_is_no_match_with_its_hits(
     _, client = _client(tree, tmp_path, min_score=0.999)
     with client:
         dense = client.get(
-            "/query", params={"q": "apple orchard harvest", "hybrid": "false"}
+            "/query", params={"q": "apple orchard harvest zeppelin", "hybrid": "false"}
         ).json()
-        out = client.get("/query", params={"q": "apple orchard harvest"}).json()
-        resp = client.post("/ask", params={"q": "apple orchard harvest"})
+        out = client.get("/query", params={"q": "apple orchard harvest zeppelin"}).json()
+        resp = client.post("/ask", params={"q": "apple orchard harvest zeppelin"})
         assert resp.status_code == 200, resp.text
         asked = resp.json()
     assert dense["no_match"] is True
@@ -60,7 +60,7 @@ def test_a_best_hit_above_the_threshold_or_no_threshold_is_a_match(
     for min_score in (0.0, None):
         _, client = _client(tree, tmp_path, min_score=min_score)
         with client:
-            out = client.get("/query", params={"q": "apple orchard harvest"}).json()
+            out = client.get("/query", params={"q": "apple orchard harvest zeppelin"}).json()
         assert out["no_match"] is False
         assert out["min_score"] == min_score
 
