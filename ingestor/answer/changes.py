@@ -192,8 +192,9 @@ class ChangeFeed:
                 "summaries that changed without one"
             )
         budget = bounded_param(params, "digest_tokens", DIGEST_TOKENS, MAX_DIGEST_TOKENS)
-        readable = self.classes.readable(caller)
-        seen = None if readable is None else frozenset(readable)
+        readable = self.classes.readable(caller)  # the store's points: live classes
+        history = self.classes.readable(caller, history=True)  # records: retired ones too
+        seen = None if history is None else frozenset(history)
         rows = self.rows()
         records = (
             []

@@ -325,6 +325,9 @@ class AccessClass:
 
 UNKNOWN: Final = AccessClass(UNKNOWN_CLASS)
 
+#: Retired classes kept for the change log's records (:class:`ClassRegistry`), the newest.
+MAX_RETIRED: Final = 10_000
+
 #: A chain naming more groups than this keeps its own digest as its class (its decision table
 #: would have 2^(groups + 1) rows per user).
 TABLE_MAX_GROUPS: Final = 8
@@ -434,13 +437,19 @@ class ClassRegistry:
     The writer adds (:meth:`add`) a file's class before any point naming it is stored, so a reader
     never meets a class it cannot judge; one it does not know (a file written by a crashed
     writer, a store written elsewhere) is refused to every restricted caller.
+
+    A class no point names any more is *retired* (:meth:`retain`): left out of every reader's
+    filter, but kept (the :data:`MAX_RETIRED` retired last) so that the change log's records of
+    its files stay readable by those who could read them (``readable(who, history=True)``): the
+    last file of ``hr/`` removed or moved away is still told to HR.
     """
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._classes: dict[str, AccessClass] = {}
-        self._readable: dict[Identity, tuple[str, ...]] = {}
+        self._retired: dict[str, AccessClass] = {}  # oldest first
+        self._readable: dict[tuple[Identity, bool], tuple[str, ...]] = {}
         if path is not None:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
@@ -451,7 +460,9 @@ class ClassRegistry:
                     f"cannot read the access classes {path}: {exc}; remove it and restart the "
                     "daemon (the next pass reads every file's permissions again)"
                 ) from exc
-            self._classes = {c.id: c for c in map(AccessClass.from_json, data)}
+            for item in data:
+                cls = AccessClass.from_json(item)
+                (self._retired if item.get("retired") else self._classes)[cls.id] = cls
 
     def __len__(self) -> int:
         return len(self._classes)
@@ -469,8 +480,9 @@ class ClassRegistry:
             return
         with self._lock:
             classes = {**self._classes, cls.id: cls}
-            self._write(classes)
-            self._classes = classes
+            retired = {i: c for i, c in self._retired.items() if i != cls.id}
+            self._write(classes, retired)
+            self._classes, self._retired = classes, retired
             self._readable = {}
 
     def retain(self, named: set[str], known: frozenset[str]) -> int:
@@ -484,28 +496,36 @@ class ClassRegistry:
             classes = {i: c for i, c in self._classes.items() if i in named or i not in known}
             gone = len(self._classes) - len(classes)
             if gone:
-                self._write(classes)
-                self._classes = classes
+                retired = self._retired | {
+                    i: c for i, c in self._classes.items() if i not in classes
+                }
+                retired = dict(list(retired.items())[-MAX_RETIRED:])
+                self._write(classes, retired)
+                self._classes, self._retired = classes, retired
                 self._readable = {}
         return gone
 
-    def _write(self, classes: dict[str, AccessClass]) -> None:
+    def _write(self, classes: dict[str, AccessClass], retired: dict[str, AccessClass]) -> None:
         if self.path is not None:
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps([c.to_json() for c in classes.values()]))
+            rows = [c.to_json() for c in classes.values()]
+            rows += [c.to_json() | {"retired": True} for c in retired.values()]
+            tmp.write_text(json.dumps(rows))
             os.replace(tmp, self.path)
 
-    def readable(self, who: Identity) -> tuple[str, ...] | None:
-        """Return the classes ``who`` may read (None: every one, ``who`` is unrestricted)."""
+    def readable(self, who: Identity, *, history: bool = False) -> tuple[str, ...] | None:
+        """Return the classes ``who`` may read (None: every one, ``who`` is unrestricted); with
+        ``history``, the retired ones too (the change log's records name them; no point does)."""
         if who.unrestricted:
             return None
-        cached = self._readable.get(who)
+        cached = self._readable.get((who, history))
         if cached is not None:
             return cached
-        classes = self._classes
-        out = tuple(sorted(c.id for c in classes.values() if c.allows(who)))
-        if classes is self._classes:
-            self._readable[who] = out
+        classes, retired = self._classes, self._retired
+        pool = [*classes.values(), *retired.values()] if history else classes.values()
+        out = tuple(sorted(c.id for c in pool if c.allows(who)))
+        if classes is self._classes and retired is self._retired:
+            self._readable[(who, history)] = out
         return out
 
 

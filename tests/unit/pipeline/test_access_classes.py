@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from ingestor.answer.changes import ChangeFeed
 from ingestor.answer.service import QueryService
 from ingestor.pipeline import UpdateReport
 from ingestor.read import permissions
 from ingestor.read.access_classes import ANONYMOUS, UNKNOWN_CLASS, UNRESTRICTED, Identity
 from ingestor.tree.invariants import violations
+from ingestor.tree.persist import state_path
+from models_store import RowStore
 from retriever import SearchFilter
 from testkit.corpus import make_pipeline as corpus_pipeline
 from testkit.fakes import QuotingSummarizer
@@ -276,4 +279,34 @@ def test_a_file_moved_into_a_closed_folder_loses_its_readers_summaries_included(
     assert violations(state) == []
     assert not any(SECRET in t for t in _texts(p, ANONYMOUS)), "the moved secret leaked"
     assert any(SECRET in t for t in _texts(p, HR))
+    p.context.store.close()
+
+
+@root_only
+def test_the_last_file_of_a_class_moved_away_stays_in_its_readers_change_log(
+    share: Path, tmp_path: Path
+) -> None:
+    """Once no file has ``hr/``'s class, the class leaves every reader's filter, but the change
+    log's records of ``hr/pay.txt`` still name it: HR is told the move, a stranger only that a
+    file appeared where they may read it (its ``hr/`` name untold)."""
+    p = corpus_pipeline(tmp_path)
+    p.build(share)
+    hr = p.require_state().sources["hr/pay.txt"].access
+    (share / "open").mkdir()
+    (share / "hr" / "pay.txt").rename(share / "open" / "pay.txt")
+    assert p.reconcile(share).files_moved == 1
+    p.update_access(p.require_state())
+    assert hr not in p.context.access.registry.ids(), "the class no file has is retired"
+    rows = RowStore(state_path(p.context.models, "t"), readonly=True)
+    feed = ChangeFeed(lambda: rows, "t", classes=p.context.access.registry)
+
+    def files(who: Identity) -> list[tuple[str, str, str | None]]:
+        records = feed.changes({"since": "1h"}, who)["records"]
+        return [(f["source"], f["action"], f.get("from")) for r in records for f in r["files"]]
+
+    for reader in (HR, ALICE):
+        assert files(reader)[0] == ("open/pay.txt", "moved", "hr/pay.txt")
+        assert ("hr/pay.txt", "added", None) in files(reader), "the build of it, still theirs"
+    assert files(ANONYMOUS)[0] == ("open/pay.txt", "added", None)
+    assert not any("hr/" in source for source, _, _ in files(ANONYMOUS))
     p.context.store.close()

@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from unittest.mock import patch
 
 from ingestor.pipeline.access import TreeAccess, named_classes
-from ingestor.read.access_classes import ClassRegistry, Identity
+from ingestor.read.access_classes import AccessClass, ClassRegistry, Identity, Step
 from testkit.corpus import make_pipeline
 from tests.unit.service.test_watcher import write_corpus
 
@@ -33,11 +34,38 @@ def test_a_full_pass_forgets_the_classes_no_point_names(tmp_path: Path) -> None:
             p.update_access(state)
             named = named_classes(state, p.context.access.counts)
             assert registry.ids() == named, f"mode {mode:o}: only the classes points name"
-            assert len(json.loads(path.read_text())) == len(named)
+            live = [c for c in json.loads(path.read_text()) if not c.get("retired")]
+            assert len(live) == len(named)
         assert len(registry) == 2, "the world-readable files' class and d0's 600"
         assert registry.readable(OTHER) == (state.sources["d1.txt"].access,)
+        # the classes d0 had are retired: the change log's records of them stay readable
+        retired = registry.readable(OTHER, history=True)
+        assert set(retired) > set(registry.readable(OTHER))
+        assert ClassRegistry(path).readable(OTHER, history=True) == retired
         stored = {c for n in p.context.store.retrieve(list(state.nodes)) for c in n.access}
         assert stored <= registry.ids(), "every class a point names is still judged"
         assert len(ClassRegistry(path)) == 2, "as the file says, for the next process"
     finally:
         p.context.store.close()
+
+
+def test_retired_classes_are_bounded_and_a_class_in_use_again_is_live(tmp_path: Path) -> None:
+    path = tmp_path / "classes.json"
+    registry = ClassRegistry(path)
+    world = AccessClass.of([Step(0, 0, 0o644, 4, ())])
+    mine = AccessClass.of([Step(OTHER.uid or 0, 0, 0o600, 4, ())])
+    for cls in (world, mine):
+        registry.add(cls)
+    assert registry.retain({world.id}, registry.ids()) == 1
+    assert registry.readable(OTHER) == (world.id,)  # a query filter lists live classes only
+    assert set(registry.readable(OTHER, history=True)) == {world.id, mine.id}
+    registry.add(mine)  # a file of that class again
+    assert set(registry.readable(OTHER)) == {world.id, mine.id}
+    assert len(json.loads(path.read_text())) == 2, "live once, not live and retired"
+    monkey = [AccessClass.of([Step(1000 + i, 0, 0o600, 4, ())]) for i in range(5)]
+    for cls in monkey:
+        registry.add(cls)
+    with patch("ingestor.read.access_classes.MAX_RETIRED", 3):
+        registry.retain({world.id}, registry.ids())
+    rows = json.loads(path.read_text())
+    assert [r["id"] for r in rows if r.get("retired")] == [c.id for c in monkey[-3:]]
