@@ -49,10 +49,12 @@ def make_pipeline(
     defer_summaries: Callable[[], bool] | None = None,
     params: TreeParams | None = None,
     access: TreeAccess | None = None,
+    chunk_tokens: int = 40,
 ) -> Pipeline:
     """Return the fast pipeline over ``store`` (an embedded shard in ``tmp/state`` by default)
     behind the daemon's lock per call (:func:`~ingestor.service.concurrency.lock_store`);
-    ``params``: the tree's (default: 40-token summaries, every change regenerates)."""
+    ``params``: the tree's (default: 40-token summaries, every change regenerates);
+    ``chunk_tokens``: the leaves' size (overlap 8)."""
     emb = CountingEmbedder()
     builder = TreeBuilder(
         emb,
@@ -66,7 +68,7 @@ def make_pipeline(
         builder=builder,
         store=lock_store(store or EdgeNodeStore(tmp / "state" / "qdrant")),
         models=ModelStore(tmp / "state" / "models"),
-        chunk_tokens=40,
+        chunk_tokens=chunk_tokens,
         chunk_overlap=8,
         drift_threshold=drift_threshold,
         unread=unread,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from ingestor.read.documents import Document
 from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.changelog import Action, FileChange, owner_of
-from ingestor.tree.state import Node, SourceEntry, TreeState
+from ingestor.tree.state import CHUNKER_PARAM, Node, SourceEntry, TreeState
 from retriever import Embedder
 
 __all__ = ["ApplyStage", "LeafChanges"]
@@ -262,9 +263,16 @@ class ApplyStage:
         access = self.context.access
         access.begin(state.root)
         moves = MoveFinder(state, docs, gone)
+        chunking = self.build.chunker.key
+        state.params.setdefault(CHUNKER_PARAM, chunking)  # an older tree: chunked as now
+        own = "" if state.params[CHUNKER_PARAM] == chunking else chunking  # the entries' record
+        rechunked: Counter[str] = Counter()
         for doc in docs:
             old = state.sources.get(doc.source)
-            if old is not None and old.content_hash == doc.content_hash:
+            same_text = old is not None and old.content_hash == doc.content_hash
+            if old is not None and same_text and state.chunked_as(old, chunking) != chunking:
+                rechunked[state.chunked_as(old, chunking)] += 1  # ADRAP_CHUNK__* changed
+            elif old is not None and same_text:
                 # its text as indexed: a share gone since it was read changes no one's access
                 cls = access.class_kept(state.root, doc.source, old.access)
                 report.files_unchanged += 1
@@ -284,6 +292,7 @@ class ApplyStage:
                         doc.mtime_ns,
                         doc.inode,
                         cls,
+                        old.chunker,
                     )
                     out.refreshed = True
                     if old.access != cls:
@@ -301,7 +310,7 @@ class ApplyStage:
                 self._place_leaves(state, old, leaves, out)
                 report.files_changed += old is not None
                 report.files_added += old is None
-            state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls)
+            state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls, own)
             action: Action = "moved" if moved else "edited" if old is not None else "added"
             moved_from = (came_from, was.access) if moved and was is not None else (None, "")
             owner = owner_of(state.root, doc.source)
@@ -312,6 +321,14 @@ class ApplyStage:
                 out.removed.extend(entry.node_ids)
                 report.files_removed += 1
                 out.files.append(FileChange(source, "removed", entry.access))
+        for before, count in rechunked.items():
+            log.info(
+                "%d file(s) chunked again, as ADRAP_CHUNK__MAX_TOKENS/OVERLAP say now (%s tokens; "
+                "they were chunked %s): their new leaves are embedded and placed as an edit's",
+                count,
+                chunking,
+                before,
+            )
         return out
 
     def reclass(

@@ -35,7 +35,7 @@ from ingestor.tree.persist import (
     load_state,
     open_checkpoint,
 )
-from ingestor.tree.state import Node, TreeState
+from ingestor.tree.state import CHUNKER_PARAM, Node, TreeState
 from ingestor.tree.vector_map import VectorMap
 from models_store import RowStore
 from retriever.heap import release_freed_heap
@@ -137,6 +137,7 @@ class BuildStage:
             root=str(root.resolve()),
             embed_model=ctx.embedder.model_id,
             dim=ctx.embedder.dim,
+            params={CHUNKER_PARAM: self.chunker.key},  # every file is chunked now
         )
         previous = ctx.open_state(recover=True)  # a first build killed in its fill: finished
         if previous is not None:  # a rebuild re-summarises only what changed

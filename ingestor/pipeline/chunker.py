@@ -33,6 +33,11 @@ class Chunker:
     chunk_overlap: int
     tokenizer: Tokenizer
 
+    @property
+    def key(self) -> str:
+        """How it chunks, as a file's record names it: ``"250/50"`` (size / overlap)."""
+        return f"{self.chunk_tokens}/{self.chunk_overlap}"
+
     def __call__(self, doc: Document) -> list[Node]:
         """Chunk ``doc`` into leaf nodes (ids stable while a chunk's text is unchanged).
 

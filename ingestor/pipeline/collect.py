@@ -292,13 +292,23 @@ class Collector:
                 continue
             st = _stat_or_none(p)
             entry = state.sources.get(source)
-            if entry is not None and st is not None and entry.unchanged(st):
+            if (
+                entry is not None
+                and st is not None
+                and entry.unchanged(st)
+                and self._chunked(state, entry)
+            ):
                 unchanged += 1
                 self.unread.clear(source)
                 continue
             self._want(root, p, st, pending)
         report.files_unchanged += unchanged
         return seen, kept
+
+    def _chunked(self, state: TreeState, entry: SourceEntry) -> bool:
+        """Whether ``entry``'s leaves are chunked as this collector's files are now (a change of
+        ``ADRAP_CHUNK__*`` reads each file again, to be chunked the new way)."""
+        return self.chunker is None or state.chunked_as(entry, self.chunker.key) == self.chunker.key
 
     def _want(
         self,
@@ -429,11 +439,13 @@ def _relative(path: Path, root: Path) -> str:  # a build of one file: its name
     return source_name(path, root) or source_text(path.name)
 
 
-def source_entry(doc: Document, leaf_ids: list[str], access: str = "") -> SourceEntry:
+def source_entry(
+    doc: Document, leaf_ids: list[str], access: str = "", chunker: str = ""
+) -> SourceEntry:
     """Return the state's record of ``doc``, read now, whose leaves are ``leaf_ids`` in order
-    and whose access class is ``access``."""
+    (chunked as ``chunker`` says: ``Chunker.key``) and whose access class is ``access``."""
     return SourceEntry(
-        doc.content_hash, doc.size, doc.mtime, leaf_ids, doc.mtime_ns, doc.inode, access
+        doc.content_hash, doc.size, doc.mtime, leaf_ids, doc.mtime_ns, doc.inode, access, chunker
     )
 
 

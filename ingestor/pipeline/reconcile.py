@@ -37,7 +37,7 @@ from ingestor.tree.adrap import UpdateStats
 from ingestor.tree.build import TreeBuilder
 from ingestor.tree.changelog import Retention
 from ingestor.tree.params import Progress, no_progress
-from ingestor.tree.state import TreeState
+from ingestor.tree.state import CHUNKER_PARAM, TreeState
 from models_store import ModelStore
 from retriever import Embedder, NodeStore
 
@@ -286,6 +286,9 @@ class Pipeline:
                 "or ADRAP_STATE_DIR"
             )
         docs, gone = self.collector.collect(state, [root], report)
+        if CHUNKER_PARAM not in state.params:  # a tree older than the record: chunked as now,
+            state.params[CHUNKER_PARAM] = self.build_stage.chunker.key  # so a later change counts
+            self.context.commit(state)
         self.apply_batch(state, docs, gone, report)
         self.update_access(state, report)  # chmod/chown/setfacl while stopped: no content read
         self.reconcile_store(state)

@@ -59,6 +59,9 @@ def summary_id(tree: str, layer: int, children: list[str], salt: int = 0) -> str
 
 #: The key of ``TreeState.params`` that records a tree's per-node limit of listed sources.
 MAX_NODE_SOURCES_PARAM = "max_node_sources"
+#: The state parameter naming how the files of the tree were chunked (``Chunker.key``): the
+#: chunking of every source entry that names none (those written before entries named theirs).
+CHUNKER_PARAM = "chunker"
 
 
 def folders_of(sources: frozenset[str]) -> frozenset[str]:
@@ -221,6 +224,8 @@ class SourceEntry:
     inode: int = 0
     #: The file's access class (``ingestor.read.permissions``); "" in a state made before them.
     access: str = ""
+    #: How its leaves were chunked (``Chunker.key``); "": as the tree's :data:`CHUNKER_PARAM`.
+    chunker: str = ""
 
     def unchanged(self, st: os.stat_result) -> bool:
         """Return True if ``st`` shows the file as it was indexed (size, mtime_ns, inode)."""
@@ -321,6 +326,11 @@ class TreeState:
         """The per-node limit of listed files and folders this tree was built with (0: none;
         a state built before the limit has none)."""
         return int(self.params.get(MAX_NODE_SOURCES_PARAM, 0))
+
+    def chunked_as(self, entry: SourceEntry, current: str) -> str:
+        """How ``entry``'s file was chunked: its own record, else the tree's, else (a tree
+        made before either was recorded) ``current``, the chunking in force."""
+        return entry.chunker or str(self.params.get(CHUNKER_PARAM) or current)
 
     def layer_counts(self) -> dict[int, int]:
         """Return the number of nodes per layer (kept as nodes change: O(layers))."""
