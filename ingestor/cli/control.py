@@ -97,20 +97,28 @@ def confirm_deletions(ctx: Ctx) -> None:
 
 
 @main.command()
+@click.option(
+    "--rewrite",
+    is_flag=True,
+    help="also rewrite every summary another summariser wrote (paid with an LLM)",
+)
 @tree_options()
 @click.pass_obj
-def refresh(ctx: Ctx) -> None:
+def refresh(ctx: Ctx, rewrite: bool) -> None:
     """Regenerate the stale summaries now (those whose children changed: the daemon pays for
     them together, see ADRAP_SUMMARY__REFRESH_SECONDS), through the running daemon if there is one.
+    --rewrite: also every summary another summariser wrote (after a change of
+    ADRAP_SUMMARY__BACKEND or its model; with an LLM, every such summary is paid).
 
     \b
     Example:
       adrap refresh
+      ADRAP_SUMMARY__BACKEND=openai adrap refresh --rewrite
     """
 
     def body() -> None:
         s = ctx.settings
-        out = post_daemon(s, "/refresh")
+        out = post_daemon(s, "/refresh?rewrite=1" if rewrite else "/refresh")
         if out is not None:
             left = out["summaries"]["stale"]
             if out["refreshed"]:
@@ -125,7 +133,7 @@ def refresh(ctx: Ctx) -> None:
         from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
 
         with writer_lock(s, "refresh"), opened_store(s) as store:  # the lock before the model
-            report = make_pipeline(s, store, make_embedder(s)).refresh()
+            report = make_pipeline(s, store, make_embedder(s)).refresh(rewrite=rewrite)
         click.echo(report.summary())
 
     run(ctx, body)

@@ -7,13 +7,17 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ingestor.cli.app import Ctx, main, run, tree_options
 from ingestor.cli.factories import MODELS_DIR, STORE_DIR, where
 from ingestor.read.names import shown
+
+if TYPE_CHECKING:
+    from ingestor.config import Settings
+    from ingestor.tree.state import TreeState
 
 
 @main.command()
@@ -85,6 +89,7 @@ def status(ctx: Ctx, as_json: bool, offset: int, limit: int) -> None:
                 "leaves": counts.get(0, 0),
                 "nodes_per_layer": {str(k): v for k, v in counts.items()},
                 "embed_model": state.embed_model,
+                "summarizer": _summarizer(s, state),
                 "generation": state.generation,
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(state.built_at)),
                 "leaves_added_since_build": state.added_since_build,
@@ -346,3 +351,19 @@ def trees(ctx: Ctx, as_json: bool) -> None:
         click.echo(f"used from this directory instead: {out['local_state_dir']} (./.adrap)")
     made = "" if user_settings_file().is_file() else " (none yet)"
     click.echo(f"user settings: {out['user_settings']}{made}")
+
+
+def _summarizer(s: Settings, state: TreeState) -> str:
+    """The summariser the settings name (its ``Summarizer.id``), and the one the tree's
+    summaries were written by where they differ (``adrap refresh --rewrite`` rewrites them)."""
+    from ingestor.tree.state import SUMMARIZER_PARAM
+
+    llm = s.summary.backend == "openai"
+    configured = f"openai:{s.summary.openai.model}" if llm else "extractive"
+    written = state.params.get(SUMMARIZER_PARAM)
+    if written is None or written == configured:
+        return configured
+    return (
+        f"{configured} (the tree's summaries were written by {written!r}: new ones are written "
+        f"by {configured!r}; `adrap refresh --rewrite` rewrites the others{', paid' if llm else ''})"
+    )

@@ -31,7 +31,8 @@ from ingestor.read.documents import Document
 from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.changelog import Action, FileChange, owner_of
-from ingestor.tree.state import CHUNKER_PARAM, Node, SourceEntry, TreeState
+from ingestor.tree.deferral import stale_by_summarizer
+from ingestor.tree.state import CHUNKER_PARAM, SUMMARIZER_PARAM, Node, SourceEntry, TreeState
 from retriever import Embedder
 
 __all__ = ["ApplyStage", "LeafChanges"]
@@ -237,11 +238,20 @@ class ApplyStage:
         stats.upserted.update(touched)
         return stats
 
-    def refresh(self, state: TreeState) -> UpdateReport:
+    def refresh(self, state: TreeState, *, rewrite: bool = False) -> UpdateReport:
         """Regenerate every stale summary once, bottom-up (:meth:`TreeUpdater.refresh`), and
-        store what changed: one commit, as an update."""
+        store what changed: one commit, as an update. ``rewrite``: every summary another
+        summariser wrote is stale first (a change of ``ADRAP_SUMMARY__BACKEND`` or its model),
+        and the tree's summaries are recorded as this one's once done."""
         t0 = time.perf_counter()
         report = UpdateReport(refresh=True)
+        writer = self.context.builder.summaries.summarizer.id
+        if rewrite:
+            marked = stale_by_summarizer(state, writer)
+            log.info("rewriting %d summaries written by another summariser with %r", marked, writer)
+            state.params[SUMMARIZER_PARAM] = writer  # committed with the summaries below
+            if not marked and not len(state.stale):
+                self.context.commit(state)
         if len(state.stale):
             log.debug("refresh: regenerating %d stale summaries", len(state.stale))
             report.stats = TreeUpdater(self.context.builder).refresh(state)

@@ -38,7 +38,7 @@ from ingestor.tree.persist import (
     load_state,
     pending_intent,
 )
-from ingestor.tree.state import TreeState
+from ingestor.tree.state import SUMMARIZER_PARAM, TreeState
 from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore
 from retriever.schema import NodePayload
@@ -94,6 +94,7 @@ class TreeContext:
         #: daemon): the rows marking the nodes an update writes or deletes, committed with its
         #: intent (:meth:`~ingestor.tree.model_change.ModelChange.marks`).
         self.copy_marks: Callable[[list[str], list[str]], Changes | None] | None = None
+        self._told_summarizer = False
 
     # -- the state ---------------------------------------------------------------------------
 
@@ -112,7 +113,23 @@ class TreeContext:
             state.vectors.fetch = self.store.retrieve_vectors
             if recover:
                 self.recover(state)
+                self._tell_summarizer(state)
         return state
+
+    def _tell_summarizer(self, state: TreeState) -> None:
+        """Say once, to a writer, that the tree's summaries were written by another summariser
+        than the settings' (``ADRAP_SUMMARY__BACKEND`` or its model changed)."""
+        written, now = state.params.get(SUMMARIZER_PARAM), self.builder.summaries.summarizer.id
+        if self._told_summarizer or written is None or written == now:
+            return
+        self._told_summarizer = True
+        log.warning(
+            "tree %r: its summaries were written by %r; %r writes those regenerated from now on, "
+            "and `adrap refresh --rewrite` rewrites the others now (with an LLM: every one paid)",
+            self.tree,
+            written,
+            now,
+        )
 
     def require_state(self, *, recover: bool = False) -> TreeState:
         """Return the committed state, or explain that the tree must be built first.

@@ -137,9 +137,9 @@ class Pipeline:
         if self.collector.readers is not None:
             self.collector.readers.warm()
 
-    def refresh(self, state: TreeState | None = None) -> UpdateReport:
+    def refresh(self, state: TreeState | None = None, *, rewrite: bool = False) -> UpdateReport:
         """Regenerate every stale summary once (see :meth:`ApplyStage.refresh`)."""
-        return self.apply_stage.refresh(state or self.require_state(recover=True))
+        return self.apply_stage.refresh(state or self.require_state(recover=True), rewrite=rewrite)
 
     # -- the stages' work ----------------------------------------------------------------------
 

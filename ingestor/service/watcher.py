@@ -441,7 +441,9 @@ class Watcher:
             if batch:
                 self._guarded(batch, inline=True)
 
-    def refresh(self, due: Callable[[TreeState], bool]) -> UpdateReport | None:
+    def refresh(
+        self, due: Callable[[TreeState], bool], *, rewrite: bool = False
+    ) -> UpdateReport | None:
         """Regenerate the stale summaries when ``due(state)`` (the daemon's summary schedule),
         under the writer's lock, between batches. A failure (the LLM endpoint) keeps them stale,
         and the summaries paid before it, for the next try; returns None then or when not due."""
@@ -451,7 +453,7 @@ class Watcher:
                     self._reload()
                 if not due(self.state):
                     return None
-                report = self.pipeline.refresh(self.state)
+                report = self.pipeline.refresh(self.state, rewrite=rewrite)
             except Exception as exc:  # the worker must survive anything
                 self._paid.update(self.state.summary_cache.pending_items())
                 self._stale = True

@@ -62,6 +62,9 @@ MAX_NODE_SOURCES_PARAM = "max_node_sources"
 #: The state parameter naming how the files of the tree were chunked (``Chunker.key``): the
 #: chunking of every source entry that names none (those written before entries named theirs).
 CHUNKER_PARAM = "chunker"
+#: The state parameter naming the summariser (``Summarizer.id``) the tree's summaries were
+#: written by at its build or last ``adrap refresh --rewrite``.
+SUMMARIZER_PARAM = "summarizer"
 
 
 def folders_of(sources: frozenset[str]) -> frozenset[str]:

@@ -197,9 +197,10 @@ class DaemonApi:
         """Whether the stale summaries of ``state`` are due now (the summary schedule)."""
         return self.summaries.due(time.monotonic(), stale_age(oldest_stale(state)))
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self, rewrite: bool = False) -> dict[str, Any]:
         """Regenerate the stale summaries now (``POST /refresh``, ``adrap refresh``), unless the
-        LLM budget is spent; waits for the batch in hand.
+        LLM budget is spent; waits for the batch in hand. ``rewrite``: every summary another
+        summariser wrote too (``POST /refresh?rewrite=1``, ``adrap refresh --rewrite``).
 
         Raises:
             ValueError: the daemon is still reconciling.
@@ -208,7 +209,12 @@ class DaemonApi:
         if w is None:
             raise ValueError("the daemon is still reconciling; retry shortly")
         self.summaries.request()
-        report = w.refresh(self.refresh_due)
+        if rewrite:  # due whatever is stale now (it marks its own), within the budget
+            report = w.refresh(
+                lambda _: self.summaries.budget.allows(time.monotonic()), rewrite=True
+            )
+        else:
+            report = w.refresh(self.refresh_due)
         return {
             "refreshed": report is not None,
             "summary": None if report is None else report.summary(),

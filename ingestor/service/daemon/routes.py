@@ -61,7 +61,7 @@ class Served(Protocol):
 
     def confirm_deletions(self) -> None: ...
 
-    def refresh(self) -> dict[str, Any]: ...
+    def refresh(self, rewrite: bool = False) -> dict[str, Any]: ...
 
     def repair_now(self, every: bool = False) -> dict[str, Any]: ...
 
@@ -127,8 +127,9 @@ def daemon_routes(daemon: Served, limits: HttpLimits) -> list[BaseRoute]:
     async def refresh(request: Request) -> Response:  # spends LLM tokens: POST, behind the token
         if (refused := _owner_only(request)) is not None:
             return refused
+        rewrite = request.query_params.get("rewrite", "").lower() in ("1", "true", "yes")
         try:
-            out = await anyio.to_thread.run_sync(daemon.refresh)
+            out = await anyio.to_thread.run_sync(daemon.refresh, rewrite)
         except ValueError as exc:
             return error_response(503, str(exc))
         return JSONResponse(out)

@@ -103,7 +103,7 @@ class FakeDaemon:
     def confirm_deletions(self) -> None:
         self.changed.append("confirm")
 
-    def refresh(self) -> dict[str, Any]:
+    def refresh(self, rewrite: bool = False) -> dict[str, Any]:
         self.changed.append("refresh")
         return {"refreshed": True}
 

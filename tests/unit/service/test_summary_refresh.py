@@ -19,6 +19,7 @@ from ingestor.service.summary_schedule import SummarySchedule, TokenBudget
 from ingestor.tree.invariants import violations
 from testkit.corpus import make_pipeline
 from testkit.daemons import make_daemon, make_watcher
+from testkit.fakes import QuotingSummarizer
 from tests.unit.service.test_watcher import write_corpus
 from tests.unit.tree.test_adrap import doc_text
 
@@ -162,3 +163,24 @@ def test_summaries_kept_within_tolerance_are_counted(
         assert f"within tolerance {kept}" in status["last_update"]["summary"]
         metrics = client.get("/metrics", headers=AUTH).text
         assert f'adrap_summaries_tolerated_total{{tree="t"}} {float(kept)}' in metrics
+
+
+def test_refresh_rewrite_through_the_daemon_rewrites_another_summariser_s_summaries(
+    daemon: Daemon,
+) -> None:
+    class Quoting(QuotingSummarizer):
+        id = "quoting"
+
+    daemon.pipeline.context.builder.summaries.summarizer = Quoting()  # the settings changed
+    assert daemon.watcher is not None
+    summaries = [i for i, n in daemon.watcher.state.nodes.items() if n.layer > 0]
+    with TestClient(daemon.app(), base_url="http://127.0.0.1:8765") as client:
+        assert not client.post("/refresh", headers=AUTH).json()["refreshed"], "nothing stale"
+        assert {p.summarizer for p in daemon.store.retrieve(summaries)} == {"echo"}
+        out = client.post("/refresh?rewrite=1", headers=AUTH).json()
+    assert out["refreshed"]
+    state = daemon.watcher.state
+    ids = [i for i, n in state.nodes.items() if n.layer > 0]
+    assert {p.summarizer for p in daemon.store.retrieve(ids)} == {"quoting"}
+    assert daemon.pipeline.require_state().params["summarizer"] == "quoting", "committed"
+    assert violations(state) == []

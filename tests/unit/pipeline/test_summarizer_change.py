@@ -1,0 +1,66 @@
+"""A change of summariser (``ADRAP_SUMMARY__BACKEND`` or its model): the tree's summaries stay
+as they were written until ``adrap refresh --rewrite`` writes every one the other summariser
+wrote again, in one update; the settings' summariser writes those regenerated meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+
+import pytest
+
+from ingestor.tree.invariants import violations
+from ingestor.tree.state import SUMMARIZER_PARAM
+from testkit.corpus import doc_text, make_pipeline
+from testkit.fakes import EchoSummarizer, QuotingSummarizer
+
+
+class Quoting(QuotingSummarizer):
+    id = "quoting"
+
+
+def _share(tmp_path: Path) -> Path:
+    rng = random.Random(11)
+    root = tmp_path / "docs"
+    root.mkdir()
+    for i in range(12):
+        (root / f"d{i}.txt").write_text(doc_text(rng, 10))
+    return root
+
+
+def _writers(p) -> set[str | None]:  # type: ignore[no-untyped-def]
+    return {n.summarizer for n in p.require_state().nodes.values() if n.layer > 0}
+
+
+def test_refresh_rewrite_writes_every_summary_another_summariser_wrote(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = _share(tmp_path)
+    built = make_pipeline(tmp_path, EchoSummarizer())
+    built.build(root)
+    assert _writers(built) == {"echo"}
+    assert built.require_state().params[SUMMARIZER_PARAM] == "echo"
+    built.context.store.close()
+
+    quoting = Quoting()
+    p = make_pipeline(tmp_path, quoting)
+    with caplog.at_level(logging.WARNING):
+        assert p.refresh().stats.summaries_regenerated == 0, "a plain refresh rewrites nothing"
+    assert "written by 'echo'" in caplog.text
+    assert "--rewrite" in caplog.text
+    assert _writers(p) == {"echo"}
+
+    report = p.refresh(rewrite=True)
+    state = p.require_state()
+    assert _writers(p) == {"quoting"}
+    assert report.stats.summaries_regenerated >= len(state.ids_in_layer(1))
+    assert state.params[SUMMARIZER_PARAM] == "quoting"
+    assert not len(state.stale)
+    assert violations(state) == []
+    stored = p.context.store.retrieve([i for i, n in state.nodes.items() if n.layer > 0])
+    assert {n.summarizer for n in stored} == {"quoting"}, "the points carry the new texts"
+    calls = quoting.calls
+    assert p.refresh(rewrite=True).stats.summaries_regenerated == 0, "done once"
+    assert quoting.calls == calls
+    p.context.store.close()
