@@ -180,7 +180,10 @@ def _echo_unread(listed: dict[str, Any]) -> None:
     """Print the skipped and stale files, one line each with the reason."""
     for kind, what in (
         ("stale", "stale (exist, cannot be read now; what was read is kept)"),
-        ("skipped", "skipped (content cannot be used; retried when changed)"),
+        (
+            "skipped",
+            "skipped (content cannot be used; retried when it or the read settings change)",
+        ),
     ):
         click.echo(f"{what:<28} {listed[kind]}")
         if f"{kind}_files" not in listed:  # another account's tree: counts only

@@ -24,7 +24,7 @@ from ingestor.pipeline.budget import ReadBudgetError, refused_before
 from ingestor.pipeline.chunker import Chunker
 from ingestor.pipeline.readers import ReadWorkers, read_files
 from ingestor.pipeline.reports import BuildReport, UpdateReport
-from ingestor.pipeline.unread import Unread, content_stale_reason
+from ingestor.pipeline.unread import Unread, content_stale_reason, read_settings
 from ingestor.read.documents import (
     Document,
     ReadOptions,
@@ -124,6 +124,8 @@ class Collector:
         self.readers = readers
         self.workers = workers
         self.chunker: Chunker | None = None
+        budget = readers.budget if readers is not None else None
+        self.unread.settings = read_settings(self.options, budget)  # another: read them again
 
     @property
     def options(self) -> ReadOptions:

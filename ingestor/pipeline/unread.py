@@ -62,6 +62,9 @@ class UnreadFile:
         next_try: when a stale file is read again, seconds since the epoch; 0: only once it changes.
         inode: the inode of that version (-1: unknown): a file replaced by another of the same
             size and mtime (a copy, a rename over it) is another version.
+        settings: the read settings it failed under (:attr:`Unread.settings`): with others (a
+            larger ``ADRAP_READ__MAX_FILE_BYTES``, OCR on, a longer reader budget) it is read
+            again, whatever its version.
     """
 
     kind: Kind
@@ -73,6 +76,7 @@ class UnreadFile:
     attempts: int = 1
     next_try: float = 0.0
     inode: int = -1
+    settings: str = ""
 
     def same_version(self, st: os.stat_result | None) -> bool:
         """True if ``st`` is the version that failed (a known size, mtime and inode)."""
@@ -99,6 +103,9 @@ class Unread:
         self._ledger = JsonLedger(path, UnreadFile, what="ledger")
         self._items: dict[str, UnreadFile] = self._ledger.load()
         self._unsaved = False
+        #: The read settings files are read with now (``Collector``'s, :func:`read_settings`):
+        #: an entry recorded under others is not known to fail (:meth:`known`).
+        self.settings = ""
 
     def __len__(self) -> int:
         return len(self._items)
@@ -155,13 +162,14 @@ class Unread:
                     attempts=attempts,
                     next_try=now + wait if retry else 0.0,
                     inode=inode,
+                    settings=self.settings,
                 )
                 news = (old.size, old.mtime_ns, old.inode) != (size, mtime_ns, inode) and not retry
             else:
                 since = old.since if old is not None else now
                 entry = UnreadFile(
                     kind, reason[:500], since, kept, size, mtime_ns, 1,
-                    now + FIRST_RETRY if retry else 0.0, inode,
+                    now + FIRST_RETRY if retry else 0.0, inode, self.settings,
                 )  # fmt: skip
                 news = True
             self._items[source] = entry
@@ -172,10 +180,11 @@ class Unread:
         """Return the entry if reading ``source`` again now would only fail again.
 
         That is: a skipped or content-stale file whose version is unchanged, or a file that cannot
-        be read now whose retry is not due yet (a changed version is always read).
+        be read now whose retry is not due yet (a changed version is always read, and so is a
+        file that failed under other read settings).
         """
         entry = self._items.get(source)
-        if entry is None:
+        if entry is None or entry.settings != self.settings:
             return None
         if entry.next_try:
             if self.clock() < entry.next_try and entry.same_version(st):
@@ -240,6 +249,12 @@ class Unread:
             log.warning(
                 "cannot write %s yet (%s); it is written with the next change", self.path, exc
             )
+
+
+def read_settings(options: object, budget: object = None) -> str:
+    """The read settings a failure depends on, as the ledger compares them: the reading options
+    (size limit, OCR, text suffixes) and the reader processes' budget, if any."""
+    return repr((options, budget))
 
 
 def unread_status(unread: Unread, *, offset: int = 0, limit: int = 100) -> dict[str, Any]:

@@ -165,8 +165,23 @@ def test_an_unread_json_of_today_loads_and_is_written_back_the_same(tmp_path: Pa
     written = json.loads(path.read_text(encoding="utf-8"))
     today = json.loads(UNREAD_TODAY)
     today["empty.pdf"] |= {"next_try": 0.0, "inode": -1}  # the defaults, now spelt out
+    for entry in today.values():
+        entry["settings"] = ""  # the read settings they failed under: unknown then
     assert written == today
     assert Unread(path).items() == unread.items()
+
+
+def test_a_file_skipped_under_other_read_settings_is_not_known_to_fail(tmp_path: Path) -> None:
+    unread = Unread(tmp_path / "unread.json")
+    st = (tmp_path / "unread.json").parent.stat()
+    unread.settings = "limit 1000"
+    unread.note("big.txt", "skipped", "big.txt is too large", st, kept=False)
+    assert unread.known("big.txt", st) is not None, "the same version, the same settings"
+    unread.settings = "limit 100000"
+    assert unread.known("big.txt", st) is None, "read again under the new settings"
+    unread.flush()
+    legacy = Unread(tmp_path / "unread.json")  # a process that set no settings: ""
+    assert legacy.known("big.txt", st) is None
 
 
 def test_a_quarantine_json_of_today_loads_and_is_written_back_the_same(tmp_path: Path) -> None:
