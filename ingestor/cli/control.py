@@ -1,8 +1,10 @@
-"""``adrap retry`` and ``adrap confirm-deletions``: tell the daemon (or the state dir) what to do."""
+"""``adrap retry``, ``confirm-deletions``, ``refresh``, ``relocate``: tell the daemon (or the state dir)
+what to do."""
 
 from __future__ import annotations
 
 import urllib.parse
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -178,5 +180,41 @@ def repair(ctx: Ctx, every: bool) -> None:
                 p.context, p.require_state(recover=True), params, limit=None if every else 1
             )
         click.echo(done.summary())
+
+    run(ctx, body)
+
+
+@main.command()
+@click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--force", is_flag=True, help="move the tree even where the folder lacks many of its files"
+)
+@tree_options()
+@click.pass_obj
+def relocate(ctx: Ctx, folder: Path, force: bool) -> None:
+    """Move the tree to FOLDER, where its share is mounted now (a NAS remounted elsewhere, a
+    container's /data): a sample of its files is looked for there, then the new root is
+    recorded. Nothing is read, embedded or summarised. Stop `adrap watch` first.
+
+    \b
+    Example:
+      adrap relocate /srv/nas/docs
+    """
+
+    def body() -> None:
+        from ingestor.cli.factories import make_embedder, make_pipeline, opened_store, writer_lock
+        from ingestor.pipeline.relocate import relocate as move_tree
+        from ingestor.service.share import SHARE_FILE
+
+        s = ctx.settings
+        with writer_lock(s, "relocate"), opened_store(s) as store:
+            moved = move_tree(
+                make_pipeline(s, store, make_embedder(s)).context, folder, force=force
+            )
+        (s.state_dir / SHARE_FILE).unlink(missing_ok=True)  # the new mount's device is recorded
+        click.echo(
+            f"tree {s.tree!r} moved from {moved.old} to {moved.new} ({moved.found} of "
+            f"{moved.sampled} files sampled found there); start `adrap watch {moved.new}`"
+        )
 
     run(ctx, body)

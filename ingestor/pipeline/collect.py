@@ -224,7 +224,8 @@ class Collector:
                 except ValueError:
                     raise TreeError(
                         f"{source_text(str(path))!r} is outside the tree's root {state.root!r}; "
-                        "add files under it or build another tree (ADRAP_TREE=...)"
+                        "add files under it or build another tree (ADRAP_TREE=...); if the share "
+                        "moved, `adrap relocate NEW_ROOT` moves the tree with it"
                     ) from None
             prefix = "" if rel == "." else rel + "/"
             if not listed_path(root, path):  # the link is judged where its folder is listed

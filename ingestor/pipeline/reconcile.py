@@ -283,7 +283,8 @@ class Pipeline:
             raise TreeError(
                 f"tree {self.context.tree!r} in {self.context.models.root.parent} was built over "
                 f"{state.root!r}, not {str(root)!r}; watch that folder, or use another ADRAP_TREE "
-                "or ADRAP_STATE_DIR"
+                f"or ADRAP_STATE_DIR; if the share moved there, `adrap relocate {root}` moves "
+                "the tree with it (nothing embedded again)"
             )
         docs, gone = self.collector.collect(state, [root], report)
         if CHUNKER_PARAM not in state.params:  # a tree older than the record: chunked as now,

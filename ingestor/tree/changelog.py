@@ -38,7 +38,9 @@ MAX_FILES: Final = 1000
 MAX_SUMMARIES: Final = 500
 
 Action = Literal["added", "edited", "removed", "moved", "permissions"]
-Kind = Literal["build", "update", "rebuild", "refresh", "repair", "permissions", "model"]
+Kind = Literal[
+    "build", "update", "rebuild", "refresh", "repair", "permissions", "model", "relocated"
+]
 
 
 @dataclass(frozen=True, slots=True)
