@@ -325,7 +325,9 @@ class _Run:
             self.owner.drop(reader, kill=True)
             raise IngestError(
                 f"a reader process exited with code {code} before reading any file; run the "
-                "command with -v to see why (an import error in this installation?)"
+                "command with -v to see why (an import error in this installation?). From a "
+                "script: spawned readers import the main script, and one without "
+                '`if __name__ == "__main__":` around its work runs it again in each of them'
             )
         self._replace(reader)
 
