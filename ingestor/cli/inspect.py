@@ -359,14 +359,18 @@ def trees(ctx: Ctx, as_json: bool) -> None:
 def _summarizer(s: Settings, state: TreeState) -> str:
     """The summariser the settings name (its ``Summarizer.id``), and the one the tree's
     summaries were written by where they differ (``adrap refresh --rewrite`` rewrites them)."""
-    from ingestor.tree.state import SUMMARIZER_PARAM
+    from ingestor.tree.state import SUMMARIZER_PARAM, SUMMARY_FORM_PARAM
 
     llm = s.summary.backend == "openai"
     configured = f"openai:{s.summary.openai.model}" if llm else "extractive"
     written = state.params.get(SUMMARIZER_PARAM)
-    if written is None or written == configured:
+    form = str(state.params.get(SUMMARY_FORM_PARAM) or "")
+    length = f"{s.summary.max_tokens} tokens"
+    same_length = not form or form.endswith(length)  # the prompt's version needs the summariser
+    if written is None or (written == configured and same_length):
         return configured
     return (
-        f"{configured} (the tree's summaries were written by {written!r}: new ones are written "
-        f"by {configured!r}; `adrap refresh --rewrite` rewrites the others{', paid' if llm else ''})"
+        f"{configured}, {length} (the tree's summaries were written by {written!r}, {form}: "
+        "new ones are written as the settings say; `adrap refresh --rewrite` rewrites the "
+        f"others{', paid' if llm else ''})"
     )

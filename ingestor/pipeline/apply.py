@@ -32,7 +32,14 @@ from ingestor.tree import changelog
 from ingestor.tree.adrap import TreeUpdater, UpdateStats
 from ingestor.tree.changelog import Action, FileChange, owner_of
 from ingestor.tree.deferral import stale_by_summarizer
-from ingestor.tree.state import CHUNKER_PARAM, SUMMARIZER_PARAM, Node, SourceEntry, TreeState
+from ingestor.tree.state import (
+    CHUNKER_PARAM,
+    SUMMARIZER_PARAM,
+    SUMMARY_FORM_PARAM,
+    Node,
+    SourceEntry,
+    TreeState,
+)
 from retriever import Embedder
 
 __all__ = ["ApplyStage", "LeafChanges"]
@@ -245,11 +252,15 @@ class ApplyStage:
         and the tree's summaries are recorded as this one's once done."""
         t0 = time.perf_counter()
         report = UpdateReport(refresh=True)
-        writer = self.context.builder.summaries.summarizer.id
+        summaries = self.context.builder.summaries
+        writer, form = summaries.summarizer.id, summaries.form
         if rewrite:
-            marked = stale_by_summarizer(state, writer)
-            log.info("rewriting %d summaries written by another summariser with %r", marked, writer)
+            was = state.params.get(SUMMARY_FORM_PARAM)
+            every = state.params.get(SUMMARIZER_PARAM) == writer and was not in (None, form)
+            marked = stale_by_summarizer(state, writer, every=every)
+            log.info("rewriting %d summaries with %r (%s)", marked, writer, form)
             state.params[SUMMARIZER_PARAM] = writer  # committed with the summaries below
+            state.params[SUMMARY_FORM_PARAM] = form
             if not marked and not len(state.stale):
                 self.context.commit(state)
         if len(state.stale):

@@ -38,7 +38,7 @@ from ingestor.tree.persist import (
     load_state,
     pending_intent,
 )
-from ingestor.tree.state import SUMMARIZER_PARAM, TreeState
+from ingestor.tree.state import SUMMARIZER_PARAM, SUMMARY_FORM_PARAM, TreeState
 from models_store import Changes, ModelStore, ModelStoreError, RowStore
 from retriever import Embedder, NodeStore
 from retriever.schema import NodePayload
@@ -119,16 +119,23 @@ class TreeContext:
     def _tell_summarizer(self, state: TreeState) -> None:
         """Say once, to a writer, that the tree's summaries were written by another summariser
         than the settings' (``ADRAP_SUMMARY__BACKEND`` or its model changed)."""
-        written, now = state.params.get(SUMMARIZER_PARAM), self.builder.summaries.summarizer.id
-        if self._told_summarizer or written is None or written == now:
+        summaries = self.builder.summaries
+        written = (state.params.get(SUMMARIZER_PARAM), state.params.get(SUMMARY_FORM_PARAM))
+        now = (summaries.summarizer.id, summaries.form)
+        if self._told_summarizer or written[0] is None:
+            return
+        if written[0] == now[0] and written[1] in (None, now[1]):
             return
         self._told_summarizer = True
         log.warning(
-            "tree %r: its summaries were written by %r; %r writes those regenerated from now on, "
-            "and `adrap refresh --rewrite` rewrites the others now (with an LLM: every one paid)",
+            "tree %r: its summaries were written by %r (%s); %r (%s) writes those regenerated "
+            "from now on, and `adrap refresh --rewrite` rewrites the others now (with an LLM: "
+            "every one paid)",
             self.tree,
-            written,
-            now,
+            written[0],
+            written[1],
+            now[0],
+            now[1],
         )
 
     def require_state(self, *, recover: bool = False) -> TreeState:

@@ -20,7 +20,12 @@ from ingestor.read.tokens import Tokenizer, default_tokenizer
 from ingestor.tree.drift import drift_record
 from ingestor.tree.model_rows import spilled_models
 from ingestor.tree.params import BuildStats, Clusterer, Progress, TreeParams, no_progress
-from ingestor.tree.state import MAX_NODE_SOURCES_PARAM, SUMMARIZER_PARAM, TreeState
+from ingestor.tree.state import (
+    MAX_NODE_SOURCES_PARAM,
+    SUMMARIZER_PARAM,
+    SUMMARY_FORM_PARAM,
+    TreeState,
+)
 from ingestor.tree.summaries import Regeneration, SummaryWriter, cache_key
 from models_store import RowStore, library_versions
 from retriever import Embedder
@@ -117,6 +122,7 @@ class TreeBuilder:
         stats, p = BuildStats(), self.summaries.params
         state.params[MAX_NODE_SOURCES_PARAM] = p.max_node_sources  # fixed until rebuilt
         state.params[SUMMARIZER_PARAM] = self.summaries.summarizer.id
+        state.params[SUMMARY_FORM_PARAM] = self.summaries.form
         for node_id in [i for i, n in state.nodes.items() if n.layer > 0]:
             del state.nodes[node_id]
             state.vectors.pop(node_id, None)

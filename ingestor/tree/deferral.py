@@ -99,17 +99,17 @@ def mark_stale(state: TreeState, node_id: str, members: list[str]) -> None:
         state.stale[node_id] = node.updated_at
 
 
-def stale_by_summarizer(state: TreeState, summarizer_id: str) -> int:
-    """Mark stale every summary written by another summariser than ``summarizer_id`` (its text
-    and vector kept until the next refresh writes it again); return how many. Reads every
-    summary of the tree once."""
+def stale_by_summarizer(state: TreeState, summarizer_id: str, *, every: bool = False) -> int:
+    """Mark stale every summary written by another summariser than ``summarizer_id`` (``every``:
+    every summary, its form changed) -- its text and vector kept until the next refresh writes
+    it again; return how many. Reads every summary of the tree once."""
     marked = 0
     for layer in range(1, len(state.layers) + 1):
         ids = state.ids_in_layer(layer)
         state.nodes.prefetch(ids)
         for node_id in ids:
             node = state.nodes.peek(node_id)
-            if node is None or node.stale or node.summarizer == summarizer_id:
+            if node is None or node.stale or (node.summarizer == summarizer_id and not every):
                 continue
             node = state.nodes.edit(node_id)
             node.stale, node.updated_at = True, time.time()

@@ -65,6 +65,9 @@ CHUNKER_PARAM = "chunker"
 #: The state parameter naming the summariser (``Summarizer.id``) the tree's summaries were
 #: written by at its build or last ``adrap refresh --rewrite``.
 SUMMARIZER_PARAM = "summarizer"
+#: ... and the form they were written in: the summariser's prompt (or algorithm) version and
+#: the summaries' length (``ADRAP_SUMMARY__MAX_TOKENS``), ``"lexical-centrality-1, 150 tokens"``.
+SUMMARY_FORM_PARAM = "summary_form"
 
 
 def folders_of(sources: frozenset[str]) -> frozenset[str]:

@@ -103,6 +103,12 @@ class SummaryWriter:
         self.checkpoint = checkpoint
         self.workers = workers
 
+    @property
+    def form(self) -> str:
+        """How its summaries are written: the summariser's prompt (or algorithm) version and
+        their length in tokens (both part of the summary cache's key)."""
+        return f"{self.summarizer.prompt_version}, {self.params.summary_max_tokens} tokens"
+
     def summarize_clusters(
         self,
         state: TreeState,

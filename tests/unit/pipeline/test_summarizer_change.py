@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ingestor.tree.invariants import violations
-from ingestor.tree.state import SUMMARIZER_PARAM
+from ingestor.tree.params import TreeParams
+from ingestor.tree.state import SUMMARIZER_PARAM, SUMMARY_FORM_PARAM
 from testkit.corpus import doc_text, make_pipeline
 from testkit.fakes import EchoSummarizer, QuotingSummarizer
 
@@ -63,4 +64,28 @@ def test_refresh_rewrite_writes_every_summary_another_summariser_wrote(
     calls = quoting.calls
     assert p.refresh(rewrite=True).stats.summaries_regenerated == 0, "done once"
     assert quoting.calls == calls
+    p.context.store.close()
+
+
+def test_refresh_rewrite_writes_every_summary_again_when_their_length_changed(
+    tmp_path: Path,
+) -> None:
+    """The same summariser, another ``ADRAP_SUMMARY__MAX_TOKENS``: every summary is of the old
+    length, whoever wrote it, so every one is written again (the echo summariser's length is
+    in words)."""
+    root = _share(tmp_path)
+    built = make_pipeline(tmp_path, EchoSummarizer(), params=TreeParams(summary_max_tokens=40))
+    built.build(root)
+    assert built.require_state().params[SUMMARY_FORM_PARAM].endswith(", 40 tokens")
+    built.context.store.close()
+    summarizer = EchoSummarizer()
+    p = make_pipeline(tmp_path, summarizer, params=TreeParams(summary_max_tokens=24))
+    before = [len(n.text.split()) for n in p.require_state().nodes.values() if n.layer > 0]
+    assert max(before) > 24, "the test needs summaries longer than the new length"
+    p.refresh(rewrite=True)
+    assert summarizer.calls > 0
+    assert p.require_state().params[SUMMARY_FORM_PARAM].endswith(", 24 tokens")
+    assert all(
+        len(n.text.split()) <= 24 for n in p.require_state().nodes.values() if n.layer > 0
+    ), "written again at the new length"
     p.context.store.close()

@@ -1,6 +1,7 @@
-"""A file skipped under some read settings is read again once they change: `huge.txt`, too large
-for ADRAP_READ__MAX_FILE_BYTES, stayed skipped after the limit was raised ("retried when it
-changes": the file had not), until someone touched it."""
+"""Settings changed on a built tree, as `adrap` sees them. A file skipped under some read settings
+is read again once they change: `huge.txt`, too large for ADRAP_READ__MAX_FILE_BYTES, stayed
+skipped after the limit was raised ("retried when it changes": the file had not). And `adrap
+status` says when the tree's summaries were written by another summariser or at another length."""
 
 from __future__ import annotations
 
@@ -32,3 +33,14 @@ def test_a_raised_size_limit_reads_the_file_it_skipped(
     status = _status()
     assert status["documents"] == 3
     assert status["unread"]["skipped"] == 0
+
+
+def test_status_says_when_the_tree_s_summaries_were_written_otherwise(
+    built: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _status()["summarizer"] == "extractive"
+    monkeypatch.setenv("ADRAP_SUMMARY__MAX_TOKENS", "60")
+    line = _status()["summarizer"]
+    assert line.startswith("extractive, 60 tokens (the tree's summaries were written by")
+    assert "150 tokens" in line
+    assert "adrap refresh --rewrite" in line
