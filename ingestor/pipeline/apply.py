@@ -290,52 +290,53 @@ class ApplyStage:
         rechunked: Counter[str] = Counter()
         for doc in docs:
             old = state.sources.get(doc.source)
-            same_text = old is not None and old.content_hash == doc.content_hash
-            if old is not None and same_text and state.chunked_as(old, chunking) != chunking:
-                rechunked[state.chunked_as(old, chunking)] += 1  # ADRAP_CHUNK__* changed
-            elif old is not None and same_text:
-                # its text as indexed: a share gone since it was read changes no one's access
-                cls = access.class_kept(state.root, doc.source, old.access)
-                report.files_unchanged += 1
-                if (old.size, old.mtime_ns, old.inode, old.access) != (
-                    doc.size,
-                    doc.mtime_ns,
-                    doc.inode,
-                    cls,
-                ):
-                    # same text, new stat (touched, or read racily before): trust the new one,
-                    # so that the next restart skips it by stat instead of reading it again
-                    state.sources[doc.source] = SourceEntry(
-                        old.content_hash,
+            if old is not None and old.content_hash == doc.content_hash:
+                if (before := state.chunked_as(old, chunking)) == chunking:
+                    # its text as indexed: a share gone since it was read changes no one's access
+                    cls = access.class_kept(state.root, doc.source, old.access)
+                    report.files_unchanged += 1
+                    if (old.size, old.mtime_ns, old.inode, old.access) != (
                         doc.size,
-                        doc.mtime,
-                        old.node_ids,
                         doc.mtime_ns,
                         doc.inode,
                         cls,
-                        old.chunker,
-                    )
-                    out.refreshed = True
-                    if old.access != cls:
-                        out.files.append(FileChange(doc.source, "permissions", cls))
-                    self._reclass(state, old.node_ids, cls, out)
-                continue
+                    ):
+                        # same text, new stat (touched, or read racily before): trust the new one,
+                        # so that the next restart skips it by stat instead of reading it again
+                        state.sources[doc.source] = SourceEntry(
+                            old.content_hash,
+                            doc.size,
+                            doc.mtime,
+                            old.node_ids,
+                            doc.mtime_ns,
+                            doc.inode,
+                            cls,
+                            old.chunker,
+                        )
+                        out.refreshed = True
+                        if old.access != cls:
+                            out.files.append(FileChange(doc.source, "permissions", cls))
+                        self._reclass(state, old.node_ids, cls, out)
+                    continue
+                rechunked[before] += 1  # ADRAP_CHUNK__* changed: read again, as an edit
             cls = access.class_of(state.root, doc.source)  # a new text: unknown, nobody reads it
             leaves = self.build.leaves_of(doc)
             for n in leaves:
                 n.access = frozenset({cls})
             came_from = moves.take(state, doc, leaves) if old is None else None
-            was = state.sources.get(came_from) if came_from is not None else None
-            moved = came_from is not None and self._move(state, came_from, leaves, out, report)
-            if not moved:
+            was = None if came_from is None else self._move(state, came_from, leaves, out, report)
+            if was is None:
                 self._place_leaves(state, old, leaves, out)
                 report.files_changed += old is not None
                 report.files_added += old is None
             state.sources[doc.source] = source_entry(doc, [n.node_id for n in leaves], cls, own)
-            action: Action = "moved" if moved else "edited" if old is not None else "added"
-            moved_from = (came_from, was.access) if moved and was is not None else (None, "")
             owner = owner_of(state.root, doc.source)
-            out.files.append(FileChange(doc.source, action, cls, owner, *moved_from))
+            if was is not None:
+                change = FileChange(doc.source, "moved", cls, owner, came_from, was.access)
+            else:
+                action: Action = "edited" if old is not None else "added"
+                change = FileChange(doc.source, action, cls, owner)
+            out.files.append(change)
         for source in dict.fromkeys(gone):
             entry = state.sources.pop(source, None)
             if entry is not None:
@@ -413,16 +414,17 @@ class ApplyStage:
     @staticmethod
     def _move(
         state: TreeState, source: str, leaves: list[Node], out: LeafChanges, report: UpdateReport
-    ) -> bool:
+    ) -> SourceEntry | None:
         """Give the leaves of removed file ``source`` to ``leaves`` (:func:`.moves.move_leaves`)
-        and drop its record; False when they cannot be (its leaves are then removed as usual)."""
+        and drop its record, returned (the caller records the move); None when they cannot be
+        (its leaves are then removed as usual)."""
         entry = state.sources[source]
         if not move_leaves(state, list(entry.node_ids), leaves):
-            return False
+            return None
         state.sources.pop(source)
         out.moved.update(zip(entry.node_ids, (n.node_id for n in leaves), strict=True))
-        report.files_moved += 1  # recorded by the caller, as moved to the new name
-        return True
+        report.files_moved += 1
+        return entry
 
     @staticmethod
     def _write_moves(state: TreeState, moved: dict[str, str], stats: UpdateStats) -> set[str]:
