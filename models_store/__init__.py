@@ -5,6 +5,7 @@ from models_store.errors import CorruptModelError, IncompatibleModelError, Model
 from models_store.manifest import Manifest, library_changes, library_versions
 from models_store.rows import RowStore
 from models_store.store import ModelStore, write_atomic
+from models_store.unpickle import library_imports, rebind_submodules, unpickle
 
 __all__ = [
     "Changes",
@@ -15,6 +16,9 @@ __all__ = [
     "ModelStoreError",
     "RowStore",
     "library_changes",
+    "library_imports",
     "library_versions",
+    "rebind_submodules",
+    "unpickle",
     "write_atomic",
 ]

@@ -25,6 +25,7 @@ from typing import Any
 
 from models_store.errors import CorruptModelError, IncompatibleModelError, ModelStoreError
 from models_store.manifest import Manifest
+from models_store.unpickle import unpickle
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class ModelStore:
             )
         with path.open("rb") as f:
             try:
-                return pickle.load(f)
+                return unpickle(f)
             except Exception as exc:  # any unpickling failure: AttributeError, ImportError, ...
                 changed = manifest.library_changes()
                 raise IncompatibleModelError(

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ingestor.cluster.spectral_init import spectral_init
+from models_store import library_imports, rebind_submodules
 
 log = logging.getLogger(__name__)
 
@@ -76,16 +77,13 @@ class ExactCosineIndex:
 @functools.cache
 def load_umap() -> Any:
     """Import umap (≈2 s, so only when clustering runs) and enable numba's cache for its kernels."""
-    with warnings.catch_warnings():
-        # umap/__init__ announces that ParametricUMAP (TensorFlow) is unavailable; we never use it.
-        warnings.filterwarnings(
-            "ignore", message="Tensorflow not installed", category=ImportWarning
-        )
+    with library_imports():  # umap/__init__'s notice that ParametricUMAP is unavailable
         import umap
-    import umap.layouts
-    import umap.spectral
-    import umap.umap_
-    import umap.utils
+        import umap.layouts
+        import umap.spectral
+        import umap.umap_
+        import umap.utils
+    rebind_submodules("umap")  # an earlier import that failed half-way left them unbound
     from numba.core.registry import CPUDispatcher
 
     for module in (umap.umap_, umap.layouts, umap.utils):

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from models_store import Changes, IncompatibleModelError, RowStore
+from models_store import Changes, IncompatibleModelError, RowStore, unpickle
 
 V = TypeVar("V")
 
@@ -93,7 +93,7 @@ def loads_model(data: bytes, what: str) -> object:
             versions of them, or damaged); the next update refits it from the stored vectors.
     """
     try:
-        return pickle.loads(data)
+        return unpickle(data)
     except Exception as exc:  # any unpickling failure: AttributeError, ImportError, ...
         raise IncompatibleModelError(
             f"{what} cannot be read by the installed libraries ({type(exc).__name__}: {exc}); "
