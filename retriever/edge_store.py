@@ -26,6 +26,7 @@ payloads only for the hits the token fill can use.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -37,11 +38,22 @@ import numpy as np
 import qdrant_edge as qe
 from numpy.typing import NDArray
 
-from retriever.access_map import NO_CLASSES, point_key, scroll_access
+from retriever.access_map import (
+    ACCESS_PAGE,
+    READABLE_WALK_DEEPER,
+    READABLE_WALK_MARGIN,
+    READABLE_WALK_MAX,
+    READABLE_WALK_MIN_SHARE,
+)
 from retriever.budget import context_hits, ties_by_id
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
-from retriever.edge_translate import edge_filter as _edge_filter
-from retriever.edge_translate import edge_points, edge_query_request, edge_term_sample, graph_filter
+from retriever.edge_translate import (
+    edge_filter,
+    edge_points,
+    edge_query_request,
+    edge_term_sample,
+    graph_filter,
+)
 from retriever.edge_translate import edge_search_params as edge_search_params  # the facade uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.schema import (
@@ -77,18 +89,11 @@ _T = TypeVar("_T")
 
 #: First batch of payloads :meth:`EdgeNodeStore.search_budget` reads (~2000 tokens of nodes).
 BUDGET_BATCH: Final = 16
-#: A reader's query walks unfiltered and drops what they may not read (:mod:`retriever.access_map`)
-#: when they may read at least this share of the points the rest of the filter keeps ...
-READABLE_WALK_MIN_SHARE: Final = 0.2
-#: ... asking for this many times ``limit / share`` hits (the estimate's error, the class mix of
-#: the query's neighbourhood) ...
-READABLE_WALK_MARGIN: Final = 1.3
-#: ... and never more than this many (past it, the reader's own filtered walk is cheaper).
-READABLE_WALK_MAX: Final = 400
-#: Points per :meth:`EdgeNodeStore.fill_access_page` (~30 ms of the engine's scroll).
-ACCESS_PAGE: Final = 1024
 
 log = logging.getLogger(__name__)
+
+#: The engine's filter of a SearchFilter, remembered (a reader's: ~80 us for 50 classes).
+_edge_filter = functools.lru_cache(maxsize=ESTIMATE_MEMO)(edge_filter)
 
 
 class EdgeNodeStore(EdgeShardLifecycle):
@@ -119,8 +124,6 @@ class EdgeNodeStore(EdgeShardLifecycle):
     hybrid_bound: HybridBound = DEFAULT_BOUND
     #: The document frequencies the bound is judged by, read when a hybrid search needs them.
     term_sample: TermSample | None = None
-
-    # -- lifecycle -------------------------------------------------------------------------------
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -431,10 +434,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
             return True
         log.error(
             "the access map let point %s through for a caller who may not read it (classes %s);"
-            " it is filled again",
-            node.node_id,
-            list(node.access),
-        )
+            " it is filled again", node.node_id, list(node.access),
+        )  # fmt: skip
         self.access_map.clear()
         return False
 
@@ -449,20 +450,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
 
     def fill_access_page(self, points: int = ACCESS_PAGE) -> bool:
         """Read the classes of up to ``points`` more points into the access map
-        (:mod:`retriever.access_map`); return whether it is complete. One store call a page, so
-        a daemon fills it beside its queries and writes."""
-        amap = self.access_map
-        if amap.complete:
+        (:meth:`~retriever.access_map.AccessMap.fill_from`); return whether it is complete."""
+        if self.access_map.complete:
             return True
-        shard = self.require()
         with self.engine("read the points' access classes"):
-            page, offset = scroll_access(shard, amap.offset, points)
-        amap.fill(page, offset)
-        if amap.complete:
-            log.info(
-                "embedded store %s: the access map holds its %d points", self.path, len(amap.points)
-            )
-        return amap.complete
+            return self.access_map.fill_from(self.require(), points, self.path)
 
     def _readable_walk(
         self,
@@ -475,12 +467,15 @@ class EdgeNodeStore(EdgeShardLifecycle):
         with_payload: bool,
     ) -> list[qe.ScoredPoint] | None:
         """A reader's hits as the readable points of the unfiltered ranking
-        (:mod:`retriever.access_map`): a walk without the reader's classes for ``limit / share``
-        hits (share: the store's points the reader may read, counted by the access map; the
-        engine's estimate of a reader filter was 12.6k where 29.5k matched), the unreadable
-        dropped by the map; once more, twice as deep, where it kept too few. None where the
-        reader's own plan is better: it scans (few readable points), the share is below
-        :data:`READABLE_WALK_MIN_SHARE`, or the walk would pass :data:`READABLE_WALK_MAX`.
+        (:mod:`retriever.access_map`): a walk without the reader's classes, the unreadable
+        dropped by the map. It asks for ``limit / share`` hits times
+        :data:`READABLE_WALK_MARGIN` (share: the store's points the reader may read, counted by
+        the access map; the engine's estimate of a reader filter was 12.6k where 29.5k matched),
+        or for the walk's breadth if more (the walk visits that many anyway), each rescored once;
+        where it kept too few (a question among points the reader may not read), once more,
+        :data:`READABLE_WALK_DEEPER` times as deep. None where the reader's own plan is better:
+        it scans (few readable points), the share is below :data:`READABLE_WALK_MIN_SHARE`, or
+        the walk would pass :data:`READABLE_WALK_MAX`.
         """
         own = self._plan(flt, edge_filter, limit)
         if own.exact or own.scan:
@@ -489,21 +484,22 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if not amap.complete:  # filled beside the queries (fill_access_page); the engine's
             amap.wanted = True  # filter meanwhile
             return None
-        ok = amap.readable_sets(flt.readable or ())
-        share = amap.share(ok)
+        ok, share = amap.reader_share(flt.readable or ())
         if share < READABLE_WALK_MIN_SHARE:
             return None
         base = replace(flt, readable=None)
-        walk = math.ceil(limit / share * READABLE_WALK_MARGIN)
-        while walk <= READABLE_WALK_MAX:
+        first = math.ceil(limit / share * READABLE_WALK_MARGIN)
+        first = max(first, self._plan(base, _edge_filter(base), first).hnsw_ef or 0)
+        if first > READABLE_WALK_MAX:
+            return None
+        for walk in dict.fromkeys((first, min(first * READABLE_WALK_DEEPER, READABLE_WALK_MAX))):
             deeper = max(walk, math.ceil(depth / share * READABLE_WALK_MARGIN))
-            hits = self._query(vector, base, walk, deeper, text, with_payload=with_payload)
-            points = amap.points
-            kept = [h for h in hits if ok[points.get(point_key(h.id), NO_CLASSES)]]
-            if len(kept) >= limit or len(hits) < walk:
-                return kept[:limit]
-            # a neighbourhood less readable than the shard: once more, twice as deep
-            walk = READABLE_WALK_MAX if walk < READABLE_WALK_MAX < 2 * walk else 2 * walk
+            hits = self._query(
+                vector, base, walk, deeper, text, with_payload=with_payload, rescore=1.0
+            )
+            kept, _ = amap.readable_hits(hits, ok, limit)
+            if len(kept) == limit or len(hits) < walk:
+                return kept
         return None
 
     def _query(
@@ -515,6 +511,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         text: str | None,
         *,
         with_payload: bool = False,
+        rescore: float | None = None,
     ) -> list[qe.ScoredPoint]:
         """The planned query; hybrid (a dense prefetch of ``depth`` hits and a BM25 prefetch cut
         to :attr:`hybrid_bound`, fused) given ``text`` in a store with BM25 vectors. A hybrid
@@ -557,6 +554,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 return shard.query(request)
 
         plan = self._plan(flt, edge_filter, dense_depth if sparse is not None else limit)
+        if rescore is not None and plan.oversampling is not None:
+            plan = replace(plan, oversampling=rescore)
         return ties_by_id(run(plan) if sparse is not None else search_planned(plan, limit, run))
 
     def _term_sample(self) -> TermSample | None:

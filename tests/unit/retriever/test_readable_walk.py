@@ -4,6 +4,7 @@ and a map that stays the shard's through every write."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 from pathlib import Path
@@ -203,3 +204,54 @@ def test_the_map_interns_class_sets_and_forgets_on_clear() -> None:
     amap.clear()
     assert not amap.complete
     assert not amap.points
+
+
+def test_a_reader_s_share_follows_every_write() -> None:
+    amap = AccessMap()
+    a, b, c = (make_node(x).node_id for x in "abc")
+    amap.fill([(a, ["x"]), (b, ["y"])])
+    assert amap.reader_share(["x"]) == ([False, True, False], 0.5)
+    assert amap.reader_share(["x", "y"])[1] == 1.0
+    amap.put([(c, ("x",))])
+    assert amap.reader_share(["x"])[1] == pytest.approx(2 / 3)
+    amap.assign({("y",): [a]})
+    assert amap.reader_share(["x"])[1] == pytest.approx(1 / 3)
+    amap.drop([b])
+    assert amap.reader_share(["x"])[1] == 0.5
+    amap.clear()
+    assert amap.reader_share(["x"])[1] == 0.0
+
+
+def test_a_question_among_unreadable_points_walks_once_and_then_much_deeper(
+    store: EdgeNodeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first walk asks for every hit its breadth visits, each rescored once; a question among
+    points the reader may not read gets one walk deep enough to rank what they may read, not a
+    ladder of walks each twice the last (bench/access.py: a cheaper p50 at the same recall)."""
+    rng = np.random.default_rng(4)
+    centre = _vectors(2, rng)
+    near = _vectors(300, rng) * 0.15 + centre[0]  # HR's cluster, where the question lands
+    far = _vectors(300, rng) * 0.15 + centre[1]
+    v = np.concatenate([near, far]).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    nodes = [_node(i, ("hr",) if i < 300 else ("world",)) for i in range(600)]
+    store.upsert(nodes, v)
+    _fill(store)
+    asked: list[tuple[int, float | None]] = []
+    inner = store._query
+
+    def spy(*args: object, **kwargs: object) -> object:
+        if isinstance(args[1], SearchFilter) and args[1].readable is None:
+            asked.append((args[2], kwargs.get("rescore")))  # type: ignore[arg-type]
+        return inner(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "_query", spy)
+    flt = SearchFilter(tree="t1", readable=("world",))
+    got = [h.node.node_id for h in store.search(centre[0], flt, 10)]
+    exact = sorted(range(300, 600), key=lambda i: -float(v[i] @ centre[0]))[:10]
+    assert got == [nodes[i].node_id for i in exact]
+    first = asked[0][0]
+    breadth = store.plan(SearchFilter(tree="t1"), first).hnsw_ef
+    assert breadth is not None
+    assert first >= max(breadth, math.ceil(10 / 0.5 * 2))
+    assert asked == [(first, 1.0), (min(first * 8, edge_store.READABLE_WALK_MAX), 1.0)]
