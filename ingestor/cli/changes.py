@@ -132,6 +132,9 @@ def _echo(out: dict[str, Any]) -> None:
         listed = " ".join(_file_line(f, shown) for f in files[:SHOWN_FILES])
         more = len(files) - SHOWN_FILES + r.get("files_omitted", 0)
         counts = []
+        if r.get("updates", 1) > 1:  # merged: a file saved again and again (changelog)
+            first = dt.datetime.fromtimestamp(r["first_at"]).astimezone().strftime("%H:%M:%S")
+            counts.append(f"{r['updates']} updates since {first}")
         if r.get("leaves_added") or r.get("leaves_removed"):
             counts.append(f"leaves +{r['leaves_added']} -{r['leaves_removed']}")
         if r["summaries"]:

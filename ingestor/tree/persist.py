@@ -358,7 +358,7 @@ def commit_state(
                 ch.set(_INTENT, _UNSTORED, dumps(True))
         elif state.intent_open:
             ch.set(_INTENT, "committed", dumps(True))
-        changelog.gather(state.journal, state.generation, ch)
+        changelog.gather(state.journal, state.generation, ch, None if fresh else rows)
         if also is not None:
             ch.clear |= also.clear
             for (ns, key), value in also.put.items():

@@ -188,3 +188,64 @@ def test_records_are_plain_json(tmp_path: Path) -> None:
     assert body["kind"] == "build"
     assert len(body["files"]) == 5
     assert key.split(".")[0].isdigit()
+
+
+def test_a_file_saved_again_and_again_is_one_record(tmp_path: Path) -> None:
+    """An autosaved document (or a log appended to) made one record a save: 80 in 40 s for a file
+    written twice a second, drowning `adrap changes` and the rest of the log's history."""
+    rng = random.Random(4)
+    root = tmp_path / "docs"
+    for i in range(4):
+        _write(root, f"d{i}.txt", rng)
+    pipe = make_pipeline(tmp_path)
+    pipe.build(root)
+    saves = []
+    for n in range(5):
+        saves.append(time.time())
+        pipe.update([_write(root, "d1.txt", rng, 12 + n)])
+    records = changelog.read(_rows(tmp_path))
+    assert [r["kind"] for r in records] == ["update", "build"]
+    merged = ChangeRecord.from_json(records[0])
+    assert merged.updates == 5
+    assert saves[0] - 1 <= merged.first_at <= saves[1]
+    assert merged.at >= saves[-1] - 1
+    assert [(f.source, f.action) for f in merged.files] == [("d1.txt", "edited")]
+    assert merged.leaves_added >= 5
+
+    pipe.update([_write(root, "d2.txt", rng)])  # another file: a record of its own
+    pipe.update([_write(root, "d1.txt", rng)])  # and the first again: not merged across it
+    kinds = [
+        (r["files"][0]["source"], r.get("updates", 1)) for r in changelog.read(_rows(tmp_path))
+    ]
+    assert kinds[:3] == [("d1.txt", 1), ("d2.txt", 1), ("d1.txt", 5)]
+    seen = changelog.read(_rows(tmp_path), readable=frozenset({merged.files[0].access}))
+    assert seen[2]["updates"] == 5
+    assert seen[2]["first_at"] == merged.first_at
+
+
+def test_only_updates_that_edit_the_same_files_in_time_are_merged(tmp_path: Path) -> None:
+    rows = RowStore(tmp_path / "s.db", create=True)
+
+    def edit(at: float, *names: str, action: str = "edited", kind: str = "update") -> None:
+        ch = Changes()
+        files = [FileChange(n, action, "c1") for n in names]  # type: ignore[arg-type]
+        record = ChangeRecord(at=at, kind=kind, files=files, leaves_added=1)  # type: ignore[arg-type]
+        changelog.gather([record], int(at), ch, rows)
+        rows.commit(ch)
+
+    edit(100.0, "a")
+    edit(110.0, "a")
+    edit(120.0, "a", "b")  # more files
+    edit(130.0, "a", "b")
+    edit(130.0 + changelog.MERGE_SECONDS + 1, "a", "b")  # too late
+    edit(2000.0, "a", "b", action="added")
+    edit(2001.0, "a", "b", kind="refresh")
+    got = [(r["at"], r.get("updates", 1), r["leaves_added"]) for r in changelog.read(rows)]
+    assert got == [
+        (2001.0, 1, 1),
+        (2000.0, 1, 1),
+        (130.0 + changelog.MERGE_SECONDS + 1, 1, 1),
+        (130.0, 2, 2),
+        (110.0, 2, 2),
+    ]
+    assert [r.get("first_at") for r in changelog.read(rows)][3:] == [120.0, 100.0]

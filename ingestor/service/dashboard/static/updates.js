@@ -53,7 +53,8 @@ export function updateLines(up) {
 }
 
 // one record of the change log in a line: when, what kind, the files it changed (+ added,
-// ~ edited, − removed, ! new permissions, old → new moved; the first `shown`, then how many more)
+// ~ edited, − removed, ! new permissions, old → new moved; the first `shown`, then how many more),
+// and for a record of updates merged (a file saved again and again) how many since when
 export function changeLine(r, shown = 6) {
   const marks = { added: "+", edited: "~", removed: "−", permissions: "!" };
   const files = r.files || [];
@@ -63,8 +64,9 @@ export function changeLine(r, shown = 6) {
   );
   const summaries = (r.summaries || []).length + (r.summaries_omitted || 0);
   const what = names.length ? ": " + names.join(" ") : r.detail ? ": " + r.detail : "";
+  const merged = r.updates > 1 ? "; " + r.updates + " updates since " + localTime(r.first_at) : "";
   return localTime(r.at) + " · " + r.kind + what +
-    (more > 0 ? " (+" + more + " more)" : "") + (summaries ? "; " + summaries + " summaries" : "");
+    (more > 0 ? " (+" + more + " more)" : "") + merged + (summaries ? "; " + summaries + " summaries" : "");
 }
 
 // the newest update's time (null: none yet)

@@ -61,6 +61,8 @@ test("updates: changeLine gives a change record's time, kind, files and summarie
     localTime(5) + " · model: embedding model a -> b");
   eq(changeLine({ at: 5, kind: "update", files: [{ source: "b.md", action: "moved", from: "a.md" }] }),
     localTime(5) + " · update: a.md → b.md");
+  eq(changeLine({ at: 90, kind: "update", files: [{ source: "n.txt", action: "edited" }],
+    updates: 81, first_at: 50 }), localTime(90) + " · update: ~n.txt; 81 updates since " + localTime(50));
 });
 
 test("updates: the tree changed when the newest update differs, never at the first look", () => {
