@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ingestor.errors import TreeError
+from ingestor.pipeline.reconcile import Pipeline
 from ingestor.tree import changelog
 from ingestor.tree.changelog import ChangeRecord, FileChange, Retention, SummaryChange
 from ingestor.tree.persist import load_state, state_path
@@ -29,13 +30,19 @@ def _write(root: Path, name: str, rng: random.Random, n: int = 12) -> Path:
     return path
 
 
-def test_every_commit_records_what_it_changed(tmp_path: Path) -> None:
-    rng = random.Random(3)
+def _built(tmp_path: Path, seed: int, files: int) -> tuple[Pipeline, Path, random.Random]:
+    """A pipeline that built ``files`` documents ``d0.txt``...; its folder and random source."""
+    rng = random.Random(seed)
     root = tmp_path / "docs"
-    for i in range(6):
+    for i in range(files):
         _write(root, f"d{i}.txt", rng)
     pipe = make_pipeline(tmp_path)
     pipe.build(root)
+    return pipe, root, rng
+
+
+def test_every_commit_records_what_it_changed(tmp_path: Path) -> None:
+    pipe, root, rng = _built(tmp_path, 3, 6)
     built = changelog.read(_rows(tmp_path))
     assert [r["kind"] for r in built] == ["build"]
     assert sorted(f["source"] for f in built[0]["files"]) == [f"d{i}.txt" for i in range(6)]
@@ -151,12 +158,7 @@ def test_a_move_is_told_to_each_reader_as_they_saw_it(tmp_path: Path) -> None:
 
 
 def test_a_failed_commit_writes_no_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(5)
-    root = tmp_path / "docs"
-    for i in range(5):
-        _write(root, f"d{i}.txt", rng)
-    pipe = make_pipeline(tmp_path)
-    pipe.build(root)
+    pipe, root, rng = _built(tmp_path, 5, 5)
     real = RowStore.commit
 
     def fail_the_update(self: RowStore, ch: Changes, **kw: Any) -> int:
@@ -177,12 +179,7 @@ def test_a_failed_commit_writes_no_record(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_records_are_plain_json(tmp_path: Path) -> None:
     """Any tool can read the log (sqlite3 and a JSON parser): nothing pickled."""
-    rng = random.Random(7)
-    root = tmp_path / "docs"
-    for i in range(5):
-        _write(root, f"d{i}.txt", rng)
-    pipe = make_pipeline(tmp_path)
-    pipe.build(root)
+    _built(tmp_path, 7, 5)
     ((key, value),) = _rows(tmp_path).items_range(changelog.NS)
     body = json.loads(value)
     assert body["kind"] == "build"
@@ -193,12 +190,7 @@ def test_records_are_plain_json(tmp_path: Path) -> None:
 def test_a_file_saved_again_and_again_is_one_record(tmp_path: Path) -> None:
     """An autosaved document (or a log appended to) made one record a save: 80 in 40 s for a file
     written twice a second, drowning `adrap changes` and the rest of the log's history."""
-    rng = random.Random(4)
-    root = tmp_path / "docs"
-    for i in range(4):
-        _write(root, f"d{i}.txt", rng)
-    pipe = make_pipeline(tmp_path)
-    pipe.build(root)
+    pipe, root, rng = _built(tmp_path, 4, 4)
     saves = []
     for n in range(5):
         saves.append(time.time())
