@@ -210,18 +210,16 @@ class AccessMap:
 
     def readable_hits(
         self, hits: Sequence[_Hit], readable_sets: list[bool], limit: int
-    ) -> tuple[list[_Hit], int]:
-        """The first ``limit`` of ``hits`` whose class set ``readable_sets`` marks readable, and
-        the rank of the first of them (``len(hits)``: none). Each hit's id read builds a
-        ``uuid.UUID`` (~1 us): no more are read than needed."""
-        points, kept, first = self.points, [], len(hits)
-        for rank, hit in enumerate(hits):
+    ) -> list[_Hit]:
+        """The first ``limit`` of ``hits`` whose class set ``readable_sets`` marks readable (each
+        hit's id read builds a ``uuid.UUID``, ~1 us: no more are read than needed)."""
+        points, kept = self.points, []
+        for hit in hits:
             if readable_sets[points.get(point_key(hit.id), NO_CLASSES)]:
-                first = min(first, rank)
                 kept.append(hit)
                 if len(kept) == limit:
                     break
-        return kept, first
+        return kept
 
     def share(self, readable_sets: list[bool]) -> float:
         """The share of the shard's points whose class set ``readable_sets`` marks readable."""

@@ -497,7 +497,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
             hits = self._query(
                 vector, base, walk, deeper, text, with_payload=with_payload, rescore=1.0
             )
-            kept, _ = amap.readable_hits(hits, ok, limit)
+            kept = amap.readable_hits(hits, ok, limit)
             if len(kept) == limit or len(hits) < walk:
                 return kept
         return None
