@@ -87,6 +87,9 @@ _SCALARS: Final = (
 #: makes one record, not one a save (80 in 40 s for a file written twice a second), which drowned
 #: ``adrap changes`` and pushed the rest of the history out of ``ADRAP_CHANGES__KEEP_RECORDS``.
 MERGE_SECONDS: Final = 600.0
+#: ... as long as the merged record spans at most this many seconds from its first update (a
+#: document autosaved all day makes a record an hour: "since 14:00" stays about the afternoon).
+MERGE_SPAN_SECONDS: Final = 3600.0
 
 
 @dataclass
@@ -128,6 +131,8 @@ class ChangeRecord:
         """Return the record as JSON data (written field by field: ``asdict`` copies deeply,
         and a reader decodes and encodes up to a thousand records per request)."""
         out: dict[str, Any] = {k: getattr(self, k) for k in _SCALARS}
+        if self.updates == 1:  # not merged: as records were before merging
+            del out["first_at"], out["updates"]
         out["files"] = [
             {"source": f.source, "action": f.action, "access": f.access}
             | ({"owner": f.owner} if f.owner is not None else {})
@@ -262,7 +267,7 @@ def _edited(files: Iterable[tuple[str, str, str | None, str]]) -> frozenset[tupl
 
 def _mergeable(before: dict[str, Any], record: ChangeRecord) -> bool:
     """Whether ``record`` edits exactly what the update ``before`` (JSON) edited, and nothing
-    else, within :data:`MERGE_SECONDS` of it."""
+    else, within :data:`MERGE_SECONDS` of it and :data:`MERGE_SPAN_SECONDS` of its first."""
     if record.kind != "update" or before.get("kind") != "update" or record.detail:
         return False
     if record.files_omitted or before.get("files_omitted") or before.get("detail"):
@@ -275,7 +280,12 @@ def _mergeable(before: dict[str, Any], record: ChangeRecord) -> bool:
     edited = _edited(mine)
     if not edited or len(edited) != len(mine) or len(theirs) != len(mine):
         return False
-    return edited == _edited(theirs) and 0 <= record.at - before["at"] <= MERGE_SECONDS
+    first = before.get("first_at") or before["at"]
+    return (
+        edited == _edited(theirs)
+        and 0 <= record.at - before["at"] <= MERGE_SECONDS
+        and record.at - first <= MERGE_SPAN_SECONDS
+    )
 
 
 def _merge(before: ChangeRecord, record: ChangeRecord) -> None:

@@ -232,7 +232,11 @@ def test_only_updates_that_edit_the_same_files_in_time_are_merged(tmp_path: Path
     edit(130.0 + changelog.MERGE_SECONDS + 1, "a", "b")  # too late
     edit(2000.0, "a", "b", action="added")
     edit(2001.0, "a", "b", kind="refresh")
-    got = [(r["at"], r.get("updates", 1), r["leaves_added"]) for r in changelog.read(rows)]
+    for at in range(10_000, 14_500, 500):  # saved every 500 s: a record spans an hour at most
+        edit(float(at), "c")
+    spans = [(r.get("first_at"), r["at"], r.get("updates")) for r in changelog.read(rows, limit=2)]
+    assert spans == [(None, 14_000.0, None), (10_000.0, 13_500.0, 8)]
+    got = [(r["at"], r.get("updates", 1), r["leaves_added"]) for r in changelog.read(rows)][2:]
     assert got == [
         (2001.0, 1, 1),
         (2000.0, 1, 1),
@@ -240,4 +244,4 @@ def test_only_updates_that_edit_the_same_files_in_time_are_merged(tmp_path: Path
         (130.0, 2, 2),
         (110.0, 2, 2),
     ]
-    assert [r.get("first_at") for r in changelog.read(rows)][3:] == [120.0, 100.0]
+    assert [r.get("first_at") for r in changelog.read(rows)][5:] == [120.0, 100.0]
