@@ -250,41 +250,31 @@ def gather(
     ``rows``, an update that edits again what the newest record edited is merged into it
     (:data:`MERGE_SECONDS`): that record is replaced in the same commit."""
     newest = rows.items_range(NS, limit=1, descending=True) if rows is not None and records else []
-    before = (newest[0][0], json.loads(newest[0][1])) if newest else None
+    before = (newest[0][0], ChangeRecord.from_json(json.loads(newest[0][1]))) if newest else None
     for i, record in enumerate(records):
         if before is not None and _mergeable(before[1], record):
             ch.remove(NS, before[0])
-            _merge(ChangeRecord.from_json(before[1]), record)
+            _merge(before[1], record)
         record.key = record_key(record.at, generation, i)
         body = {k: v for k, v in record.to_json().items() if k != "key"}
         ch.set(NS, record.key, json.dumps(body, ensure_ascii=False).encode())
-        before = (record.key, body)
+        before = (record.key, record)
 
 
-def _edited(files: Iterable[tuple[str, str, str | None, str]]) -> frozenset[tuple[str, ...]]:
-    return frozenset((s, a, o or "") for s, a, o, action in files if action == "edited")
-
-
-def _mergeable(before: dict[str, Any], record: ChangeRecord) -> bool:
-    """Whether ``record`` edits exactly what the update ``before`` (JSON) edited, and nothing
-    else, within :data:`MERGE_SECONDS` of it and :data:`MERGE_SPAN_SECONDS` of its first."""
-    if record.kind != "update" or before.get("kind") != "update" or record.detail:
+def _mergeable(before: ChangeRecord, record: ChangeRecord) -> bool:
+    """Whether ``record`` edits exactly what the update ``before`` edited, and nothing else,
+    within :data:`MERGE_SECONDS` of it and :data:`MERGE_SPAN_SECONDS` of its first."""
+    if record.kind != "update" or before.kind != "update" or record.detail or before.detail:
         return False
-    if record.files_omitted or before.get("files_omitted") or before.get("detail"):
+    if record.files_omitted or before.files_omitted:
         return False
-    mine = [(f.source, f.access, f.owner, f.action) for f in record.files]
-    theirs = [
-        (f["source"], f.get("access", ""), f.get("owner"), f["action"])
-        for f in before.get("files", ())
-    ]
-    edited = _edited(mine)
-    if not edited or len(edited) != len(mine) or len(theirs) != len(mine):
+    edited = set(record.files)
+    if not edited or any(f.action != "edited" for f in edited) or len(edited) != len(record.files):
         return False
-    first = before.get("first_at") or before["at"]
     return (
-        edited == _edited(theirs)
-        and 0 <= record.at - before["at"] <= MERGE_SECONDS
-        and record.at - first <= MERGE_SPAN_SECONDS
+        edited == set(before.files)
+        and 0 <= record.at - before.at <= MERGE_SECONDS
+        and record.at - (before.first_at or before.at) <= MERGE_SPAN_SECONDS
     )
 
 
