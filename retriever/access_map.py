@@ -45,8 +45,8 @@ __all__ = [
     "scroll_access",
 ]
 
-#: A reader's query walks unfiltered and drops what they may not read (:mod:`retriever.access_map`)
-#: when they may read at least this share of the points the rest of the filter keeps ...
+#: A reader's query walks unfiltered and drops what the map says they may not read when they
+#: may read at least this share of the points the rest of the filter keeps ...
 READABLE_WALK_MIN_SHARE: Final = 0.2
 #: ... asking for this many times ``limit / share`` hits, or for the walk's breadth if more (it
 #: visits that many anyway), each rescored once (the estimate's error, the class mix of the

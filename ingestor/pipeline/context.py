@@ -120,11 +120,9 @@ class TreeContext:
         """Say once, to a writer, that the tree's summaries were written by another summariser
         than the settings' (``ADRAP_SUMMARY__BACKEND`` or its model changed)."""
         summaries = self.builder.summaries
-        written = (state.params.get(SUMMARIZER_PARAM), state.params.get(SUMMARY_FORM_PARAM))
-        now = (summaries.summarizer.id, summaries.form)
-        if self._told_summarizer or written[0] is None:
-            return
-        if written[0] == now[0] and written[1] in (None, now[1]):
+        was, was_form = state.params.get(SUMMARIZER_PARAM), state.params.get(SUMMARY_FORM_PARAM)
+        now, form = summaries.summarizer.id, summaries.form
+        if self._told_summarizer or was is None or (was == now and was_form in (None, form)):
             return
         self._told_summarizer = True
         log.warning(
@@ -132,10 +130,10 @@ class TreeContext:
             "from now on, and `adrap refresh --rewrite` rewrites the others now (with an LLM: "
             "every one paid)",
             self.tree,
-            written[0],
-            written[1],
-            now[0],
-            now[1],
+            was,
+            was_form,
+            now,
+            form,
         )
 
     def require_state(self, *, recover: bool = False) -> TreeState:
