@@ -138,10 +138,10 @@ def bench_filter(n: int, n_classes: int, k: int, folder: Path) -> None:
         recalls: dict[int, list[float]] = {first: [], 100: []}
         for q in case.queries:
             order = sub[np.argsort(-(c.vectors[sub] @ q))]
-            for k_, got_k in recalls.items():
-                got = {h.node.node_id for h in store.search(q, flt, k_)}
-                want = {c.nodes[i].node_id for i in order[:k_]}
-                got_k.append(len(got & want) / max(1, len(want)))
+            for top, found in recalls.items():
+                got = {h.node.node_id for h in store.search(q, flt, top)}
+                want = {c.nodes[i].node_id for i in order[:top]}
+                found.append(len(got & want) / max(1, len(want)))
         p50 = pct(ts[name], 50)
         base_p50 = base_p50 or p50
         print(
