@@ -10,7 +10,9 @@ the build of a many-class folder, and leaks through the doors.
   the embedded store, HNSW built. p50/p95 of a collapsed query (planned search + fill, 2,000
   tokens) unfiltered, and for callers who may read half, a tenth and one class; recall of the
   hits the timed query asks the engine for (32), and @100, against the exact top of what each
-  may read; the time to fill the access map the readers' queries use (retriever.access_map).
+  may read; the time to fill the access map the readers' queries use (retriever.access_map),
+  and the copies of the points of readers whose queries scan (retriever.reader_copy), each
+  asked for by one query first, as a daemon fills them.
   Target: filtered p50 <= 1.2x unfiltered.
 - **change**: ``--files`` small files in ``--classes`` folders, built with the fake embedder
   (the cost measured is the permission work, never embedding); then one folder's mode changed
@@ -118,9 +120,21 @@ def bench_filter(n: int, n_classes: int, k: int, folder: Path) -> None:
         pages += 1
     fill_s = time.perf_counter() - t0
     print(f"access map: {len(c.nodes):,} points read in {fill_s:.2f} s ({pages} store calls)")
+    filters = {name: replace(case.flt, readable=r) for name, r in readers.items()}
+    for flt in filters.values():  # each reader asks once: a reader whose plan scans wants a
+        store.search_budget(case.queries[0], flt, limit, MAX_TOKENS)  # copy of its points,
+    t0, pages = time.perf_counter(), 1  # which the daemon fills a page at a time
+    while not store.fill_access_page():
+        pages += 1
+    copies = store.access_map.copies
+    copied = sum(len(cp.ids) for cp in copies._copies.values())
+    print(
+        f"readers' copies (retriever.reader_copy): {copied:,} points, "
+        f"{sum(cp.nbytes for cp in copies._copies.values()) / 2**20:.1f} MiB, "
+        f"filled in {time.perf_counter() - t0:.2f} s ({pages} store calls)"
+    )
     print(f"filter: {len(c.nodes):,} nodes, {len(all_classes)} classes, {k} queries, top {limit}")
     print("  (each query timed for every caller in turn, twice: the machine's drift cancels out)")
-    filters = {name: replace(case.flt, readable=r) for name, r in readers.items()}
     ts: dict[str, list[float]] = {name: [] for name in readers}
     for _ in range(2):
         for q in case.queries:

@@ -29,6 +29,7 @@ from typing import Final, Protocol, TypeVar
 
 import qdrant_edge as qe
 
+from retriever.reader_copy import ReaderCopies
 from retriever.schema import F, readable_by
 
 log = logging.getLogger(__name__)
@@ -102,6 +103,9 @@ class AccessMap:
         self.offset: object = None
         #: A reader's query found the map not complete: the daemon fills it.
         self.wanted = False
+        #: Readers' points copied for their scans (:mod:`retriever.reader_copy`), kept by the
+        #: same writes.
+        self.copies = ReaderCopies()
 
     def _set_of(self, classes: Iterable[str]) -> int:
         key = frozenset(classes)
@@ -157,7 +161,9 @@ class AccessMap:
                 self._record(point_key(point_id), self._set_of(classes))
 
     def assign(self, groups: Mapping[tuple[str, ...], Sequence[str]]) -> None:
-        """Points whose classes were set (``set_access``): each group's ids get its classes."""
+        """Points whose classes were set (``set_access``): each group's ids get its classes;
+        readers' copies are dropped (who reads which point changed)."""
+        self.copies.clear()
         if self.kept:
             for classes, ids in groups.items():
                 found = self._set_of(classes)
@@ -168,6 +174,8 @@ class AccessMap:
 
     def drop(self, ids: Iterable[str]) -> None:
         """Points deleted."""
+        ids = list(ids)
+        self.copies.drop(ids)
         if self.kept:
             for point_id in ids:
                 old = self.points.pop(point_key(point_id), None)
@@ -176,7 +184,9 @@ class AccessMap:
                     self.version += 1
 
     def clear(self) -> None:
-        """Forget every point (the shard was replaced or closed): filled again when asked."""
+        """Forget every point (the shard was replaced or closed), and the readers' copies:
+        filled again when asked."""
+        self.copies.clear()
         self.points.clear()
         self.counts = [0] * len(self.sets)
         self.complete = self.filling = False

@@ -16,9 +16,9 @@ payloads or ``n_tokens`` in batches).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
-from retriever.schema import ScoredNode
+from retriever.schema import NodePayload, ScoredNode
 
 _T = TypeVar("_T")
 
@@ -191,3 +191,49 @@ def context_hits(
         children=_hit_children,
         text_key=_hit_text,
     )
+
+
+#: First batch of payloads :func:`fill_hits` reads (~2000 tokens of nodes).
+BUDGET_BATCH: Final = 16
+
+
+def fill_hits(
+    hits: Sequence[_Hit],
+    payloads: Callable[[list[Any]], dict[Any, dict[str, Any]]],
+    may_read: Callable[[NodePayload], bool],
+    max_tokens: int,
+    redundant: float | None,
+    fetched: dict[Any, dict[str, Any]],
+) -> tuple[list[ScoredNode], bool]:
+    """Return the fill of a store's ``hits`` (:func:`context_hits`) and whether it stopped
+    inside them (a node did not fit).
+
+    Payloads are read (``payloads`` of hit ids; a missing one: deleted since the query) in
+    batches as the fill goes, kept in ``fetched`` for a second fill: 16, then as many as the
+    tokens left would take at the smallest node seen, plus one; the fill of the hits read so far
+    is final once it stops inside them. A node the caller may not read (``may_read``) is
+    passed over."""
+    read: list[ScoredNode] = []
+    kept: list[ScoredNode] = []
+    start, size, smallest = 0, BUDGET_BATCH, max_tokens
+    while start < len(hits):
+        batch = hits[start : start + size]
+        point_ids = [h.id for h in batch]  # read per batch: each read builds a uuid.UUID
+        missing = [p for p in point_ids if p not in fetched]
+        if missing:
+            fetched.update(payloads(missing))
+        for point, hit in zip(point_ids, batch, strict=True):
+            payload = fetched.get(point)
+            if payload is None:
+                continue  # deleted since the query: as if the search had run after
+            node = NodePayload.from_payload(payload)
+            if may_read(node):
+                read.append(ScoredNode(node, float(hit.score)))
+                smallest = min(smallest, node.n_tokens)
+        kept, took_all = context_hits(read, max_tokens, redundant)
+        if not took_all:
+            return kept, True
+        start += size
+        left = max_tokens - sum(h.node.n_tokens for h in kept)
+        size = left // smallest + 1 if smallest > 0 else size * 2
+    return kept, False

@@ -45,7 +45,7 @@ from retriever.access_map import (
     READABLE_WALK_MAX,
     READABLE_WALK_MIN_SHARE,
 )
-from retriever.budget import context_hits, ties_by_id
+from retriever.budget import fill_hits, ties_by_id
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import (
     edge_filter,
@@ -56,6 +56,7 @@ from retriever.edge_translate import (
 )
 from retriever.edge_translate import edge_search_params as edge_search_params  # the facade uses it
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
+from retriever.reader_copy import CopyHit
 from retriever.schema import (
     META_POINT_ID,
     VECTOR_NAME,
@@ -87,10 +88,10 @@ UPSERT_BATCH: Final = 256
 SCROLL_PAGE: Final = 1024
 _T = TypeVar("_T")
 
-#: First batch of payloads :meth:`EdgeNodeStore.search_budget` reads (~2000 tokens of nodes).
-BUDGET_BATCH: Final = 16
-
 log = logging.getLogger(__name__)
+
+#: A hit of a query: the engine's, or a reader's copy's (retriever.reader_copy).
+_Scored = qe.ScoredPoint | CopyHit
 
 #: The engine's filter of a SearchFilter, remembered (a reader's: ~80 us for 50 classes).
 _edge_filter = functools.lru_cache(maxsize=ESTIMATE_MEMO)(edge_filter)
@@ -150,6 +151,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 points = edge_points(batch, rows, self.index)
                 shard.update(qe.UpdateOperation.upsert_points(points))
                 self.access_map.put((n.node_id, n.access) for n in batch)
+            self.access_map.copies.put([n.node_id for n in nodes], arr, shard, _edge_filter)
             info = shard.info()
         unindexed = unindexed_points(info, sparse=self.index.sparse)
         if self.auto_optimize_points is not None and unindexed >= self.auto_optimize_points:
@@ -237,49 +239,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
         first = first_hits(limit, max_tokens)
         fetched: dict[qe.PointId, dict[str, Any]] = {}
         hits = self._query(vector, flt, first, limit, text)
-        kept, stopped = self._fill(hits, flt, max_tokens, redundant, fetched)
+        may_read = functools.partial(self._may_read, flt)
+        kept, stopped = fill_hits(hits, self._payloads, may_read, max_tokens, redundant, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
             again = self._query(vector, flt, limit, limit, text)
-            kept, _ = self._fill(again, flt, max_tokens, redundant, fetched)
+            kept, _ = fill_hits(again, self._payloads, may_read, max_tokens, redundant, fetched)
         return kept
-
-    def _fill(
-        self,
-        hits: list[qe.ScoredPoint],
-        flt: SearchFilter,
-        max_tokens: int,
-        redundant: float | None,
-        fetched: dict[qe.PointId, dict[str, Any]],
-    ) -> tuple[list[ScoredNode], bool]:
-        """Return the fill of ``hits`` (:func:`~retriever.budget.context_hits`) and whether it
-        stopped inside them (a node did not fit).
-
-        Payloads are read in batches as the fill goes, kept in ``fetched`` for a second fill; the
-        fill of the hits read so far is final once it stops inside them."""
-        read: list[ScoredNode] = []
-        kept: list[ScoredNode] = []
-        start, size, smallest = 0, BUDGET_BATCH, max_tokens
-        while start < len(hits):
-            batch = hits[start : start + size]
-            point_ids = [h.id for h in batch]  # read per batch: each read builds a uuid.UUID
-            missing = [p for p in point_ids if p not in fetched]
-            if missing:
-                fetched.update(self._payloads(missing))
-            for point, hit in zip(point_ids, batch, strict=True):
-                payload = fetched.get(point)
-                if payload is None:
-                    continue  # deleted since the query: as if the search had run after
-                node = NodePayload.from_payload(payload)
-                if self._may_read(flt, node):
-                    read.append(ScoredNode(node, float(hit.score)))
-                    smallest = min(smallest, node.n_tokens)
-            kept, took_all = context_hits(read, max_tokens, redundant)
-            if not took_all:
-                return kept, True
-            start += size
-            left = max_tokens - sum(h.node.n_tokens for h in kept)
-            size = left // smallest + 1 if smallest > 0 else size * 2
-        return kept, False
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:
         """Return the nodes with these ids that exist, in the given order."""
@@ -449,12 +414,17 @@ class EdgeNodeStore(EdgeShardLifecycle):
             raise
 
     def fill_access_page(self, points: int = ACCESS_PAGE) -> bool:
-        """Read the classes of up to ``points`` more points into the access map
-        (:meth:`~retriever.access_map.AccessMap.fill_from`); return whether it is complete."""
-        if self.access_map.complete:
+        """Read a page more of what readers' queries wait on: a reader's copy
+        (:meth:`~retriever.reader_copy.ReaderCopies.fill_page`), else the classes of up to
+        ``points`` more points into the access map (:meth:`~retriever.access_map.AccessMap.
+        fill_from`); return whether both are complete."""
+        amap = self.access_map
+        if amap.complete and not amap.copies.wanted:
             return True
         with self.engine("read the points' access classes"):
-            return self.access_map.fill_from(self.require(), points, self.path)
+            if amap.copies.wanted:
+                return amap.copies.fill_page(self.require(), _edge_filter) and amap.complete
+            return amap.fill_from(self.require(), points, self.path)
 
     def _readable_walk(
         self,
@@ -465,7 +435,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         depth: int,
         text: str | None,
         with_payload: bool,
-    ) -> list[qe.ScoredPoint] | None:
+    ) -> Sequence[_Scored] | None:
         """A reader's hits as the readable points of the unfiltered ranking
         (:mod:`retriever.access_map`): a walk without the reader's classes, the unreadable
         dropped by the map. It asks for ``limit / share`` hits times
@@ -512,7 +482,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
         *,
         with_payload: bool = False,
         rescore: float | None = None,
-    ) -> list[qe.ScoredPoint]:
+    ) -> Sequence[_Scored]:
         """The planned query; hybrid (a dense prefetch of ``depth`` hits and a BM25 prefetch cut
         to :attr:`hybrid_bound`, fused) given ``text`` in a store with BM25 vectors. A hybrid
         query is not retried as an exact scan: its sparse prefetch fills in what a cut-off walk
@@ -528,7 +498,6 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if walked is not None:
                 return walked
         shard = self.require()
-
         using = self.index.vector_for(flt)
         dense_depth, sparse_depth = self.hybrid_bound.depths(limit, depth)
         sparse = (
@@ -536,6 +505,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if text is not None and self.index.sparse
             else None
         )
+        copied = self._copied(
+            vector, flt, edge_filter, limit if sparse is None else max(limit, dense_depth)
+        )
+        if copied is not None and sparse is None:
+            return ties_by_id(self._with_payloads(copied) if with_payload else copied)
+        dense_ids = None if copied is None else qe.HasIdCondition({h.id for h in copied})
 
         def run(plan: SearchPlan) -> list[qe.ScoredPoint]:
             request = edge_query_request(
@@ -549,6 +524,7 @@ class EdgeNodeStore(EdgeShardLifecycle):
                 fusion=self.fusion,
                 prefetch_limit=dense_depth,
                 sparse_limit=sparse_depth,
+                dense_ids=dense_ids,
             )
             with self.engine("search"):
                 return shard.query(request)
@@ -557,6 +533,22 @@ class EdgeNodeStore(EdgeShardLifecycle):
         if rescore is not None and plan.oversampling is not None:
             plan = replace(plan, oversampling=rescore)
         return ties_by_id(run(plan) if sparse is not None else search_planned(plan, limit, run))
+
+    def _copied(
+        self, vector: NDArray[np.float32], flt: SearchFilter, edge_filter: qe.Filter, n: int
+    ) -> list[CopyHit] | None:
+        """A reader's ``n`` best dense hits from the copy of their points (scanned exactly in
+        memory, :mod:`retriever.reader_copy`), where their own plan scans; None: the engine's."""
+        if not flt.readable or flt.ids is not None:
+            return None
+        own = self._plan(flt, edge_filter, n)
+        if not (own.exact or own.scan):
+            return None
+        return self.access_map.copies.hits(flt, vector, n)
+
+    def _with_payloads(self, hits: list[CopyHit]) -> list[CopyHit]:
+        payloads = self._payloads([h.id for h in hits])
+        return [replace(h, payload=payloads[h.id]) for h in hits if h.id in payloads]
 
     def _term_sample(self) -> TermSample | None:
         """Return the store's :class:`~retriever.sparse.TermSample` (read again once stale): the

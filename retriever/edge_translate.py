@@ -127,10 +127,12 @@ def edge_query_request(
     fusion: Fusion | None = None,
     prefetch_limit: int | None = None,
     sparse_limit: int | None = None,
+    dense_ids: qe.HasIdCondition | None = None,
 ) -> qe.QueryRequest:
     """Return a nearest query on ``using``, or with ``sparse`` a hybrid one: a dense prefetch of
-    ``prefetch_limit`` hits (default ``limit``) and a BM25 prefetch of ``sparse_limit`` (default:
-    as many), both filtered by ``flt``, fused by ``fusion`` into the best ``limit``."""
+    ``prefetch_limit`` hits (default ``limit``; of ``dense_ids`` only where given, the best dense
+    hits found already) and a BM25 prefetch of ``sparse_limit`` (default: as many), both
+    filtered by ``flt``, fused by ``fusion`` into the best ``limit``."""
     if sparse is None:
         return qe.QueryRequest(
             limit=limit,
@@ -143,7 +145,10 @@ def edge_query_request(
     depth = max(limit, prefetch_limit or 0)
     prefetches = [
         qe.Prefetch(
-            limit=depth, query=qe.Query.Nearest(dense, using=using), filter=flt, params=params
+            limit=depth,
+            query=qe.Query.Nearest(dense, using=using),
+            filter=flt if dense_ids is None else qe.Filter(must=[flt, dense_ids]),
+            params=params,
         ),
         qe.Prefetch(
             limit=sparse_limit or depth,

@@ -485,10 +485,11 @@ class Daemon:
         self._access_thread.start()
 
     def _fill_access_map(self, stop: threading.Event) -> None:
-        """Once a reader's query wanted the embedded store's access map (retriever.access_map),
-        fill it on a thread of its own, a page a store call, beside queries and writes."""
+        """Once a reader's query wanted the embedded store's access map (retriever.access_map)
+        or a copy of their points (retriever.reader_copy), fill it on a thread of its own, a page
+        a store call, beside queries and writes."""
         amap = getattr(getattr(self.store, "inner", self.store), "access_map", None)
-        if amap is None or amap.complete or not amap.wanted:
+        if amap is None or ((amap.complete or not amap.wanted) and not amap.copies.wanted):
             return
         if self._map_thread is not None and self._map_thread.is_alive():
             return

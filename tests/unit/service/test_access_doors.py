@@ -307,6 +307,40 @@ def test_the_access_map_is_filled_beside_the_queries_and_never_opens_a_secret(
     assert _reads(body)
 
 
+def test_a_readers_points_are_copied_beside_the_queries_and_never_open_a_secret(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader whose query the store scans is served from a copy of their points in memory
+    (retriever.reader_copy), which the daemon makes on its own thread once asked; no mode of
+    /query serves the secret before or after."""
+    from retriever.edge_store import EdgeNodeStore
+
+    store = daemon.store.inner
+    assert isinstance(store, EdgeNodeStore)
+    copies = store.access_map.copies
+    q = {"q": f"salary review {SECRET} bonus pool", "max_tokens": "4000"}
+    assert not _leaks(_http(daemon, "/query", q)[1])
+    wait_until(
+        lambda: bool(copies._copies) and not copies.wanted, timeout=30, what="the copy filled"
+    )
+    served: list[bool] = []
+    inner = copies.hits
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = inner(*args, **kwargs)
+        served.append(out is not None)
+        return out
+
+    monkeypatch.setattr(copies, "hits", spy)
+    for mode in MODES:
+        code, body = _http(daemon, "/query", {**q, **mode})
+        assert code == 200, body
+        assert not _leaks(body), mode
+    assert any(served), "the reader's scans were served from the copy"
+    code, body = _http(daemon, "/query", q, {"Authorization": f"Bearer {OWNER}"})
+    assert _reads(body)
+
+
 def test_status_tells_who_asks_and_names_no_file_to_a_stranger(daemon: Daemon) -> None:
     code, body = _http(daemon, "/status", {})
     assert code == 200
