@@ -20,6 +20,7 @@ from retriever.edge_store import EdgeNodeStore
 from retriever.errors import StoreFullError
 from retriever.plan import Planner
 from retriever.schema import NodePayload
+from testkit.spy import spy_found
 from tests.contracts.test_node_store import MODEL, make_node
 
 DIM = 16
@@ -63,16 +64,7 @@ def _fill(store: EdgeNodeStore) -> None:
 @pytest.fixture
 def walks(store: EdgeNodeStore, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each reader's query was served by the readable walk."""
-    seen: list[bool] = []
-    inner = store._readable_walk
-
-    def spy(*args: object, **kwargs: object) -> object:
-        out = inner(*args, **kwargs)  # type: ignore[arg-type]
-        seen.append(out is not None)
-        return out
-
-    monkeypatch.setattr(store, "_readable_walk", spy)
-    return seen
+    return spy_found(monkeypatch, store, "_readable_walk")
 
 
 def _fresh(store: EdgeNodeStore) -> dict[int, frozenset[str]]:

@@ -16,6 +16,7 @@ from retriever import SearchFilter
 from retriever.edge_store import EdgeNodeStore
 from retriever.reader_copy import ReaderCopies
 from retriever.schema import NodePayload
+from testkit.spy import spy_found
 from tests.contracts.test_node_store import MODEL, make_node
 
 DIM = 16
@@ -48,17 +49,21 @@ def store(tmp_path: Path) -> EdgeNodeStore:
 @pytest.fixture
 def served(store: EdgeNodeStore, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether each reader's query was served from a copy."""
-    seen: list[bool] = []
-    copies = store.access_map.copies
-    inner = copies.hits
+    return spy_found(monkeypatch, store.access_map.copies, "hits")
 
-    def spy(*args: object, **kwargs: object) -> object:
-        out = inner(*args, **kwargs)  # type: ignore[arg-type]
-        seen.append(out is not None)
-        return out
 
-    monkeypatch.setattr(copies, "hits", spy)
-    return seen
+def _stored(
+    store: EdgeNodeStore, n: int, seed: int
+) -> tuple[
+    random.Random, np.random.Generator, dict[str, NodePayload], dict[str, NDArray[np.float32]]
+]:
+    """``n`` random nodes written; the generators, and the nodes and vectors by id."""
+    rng, vrng = random.Random(seed), np.random.default_rng(seed)
+    nodes = [_node(i, rng) for i in range(n)]
+    v = _vectors(n, vrng)
+    store.upsert(nodes, v)
+    vecs = {n.node_id: row for n, row in zip(nodes, v, strict=True)}
+    return rng, vrng, {n.node_id: n for n in nodes}, vecs
 
 
 def _fill(store: EdgeNodeStore) -> int:
@@ -92,12 +97,7 @@ def test_a_readers_copy_is_the_exact_ranking_through_random_writes(
     """After every step of 50 random writes (upserts, points written again with other classes or
     layers, access changes, deletions), each reader's dense hits equal the exact ranking of what
     they may read under their filter, served from their copy once it is filled."""
-    rng, vrng = random.Random(7), np.random.default_rng(7)
-    nodes = [_node(i, rng) for i in range(250)]
-    v = _vectors(len(nodes), vrng)
-    store.upsert(nodes, v)
-    truth = {n.node_id: n for n in nodes}
-    vecs = {n.node_id: row for n, row in zip(nodes, v, strict=True)}
+    rng, vrng, truth, vecs = _stored(store, 250, 7)
     filters = [
         SearchFilter(tree="t1", readable=("c0", "c1")),
         SearchFilter(tree="t1", readable=("c2",), max_layer=0),
@@ -110,7 +110,7 @@ def test_a_readers_copy_is_the_exact_ranking_through_random_writes(
     assert store.access_map.copies.wanted
     _fill(store)
     assert not store.access_map.copies.wanted
-    next_id = len(nodes)
+    next_id = len(truth)
     for _step in range(50):
         op = rng.random()
         if op < 0.45:
@@ -150,9 +150,7 @@ def test_a_readers_copy_is_the_exact_ranking_through_random_writes(
 def test_a_hybrid_query_fuses_the_copys_dense_hits_as_the_engines(
     store: EdgeNodeStore, served: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rng, vrng = random.Random(3), np.random.default_rng(3)
-    nodes = [_node(i, rng) for i in range(300)]
-    store.upsert(nodes, _vectors(len(nodes), vrng))
+    rng, vrng, _, _ = _stored(store, 300, 3)
     flt = SearchFilter(tree="t1", readable=("c1", "c4"))
     store.search(_vectors(1, vrng)[0], flt, 5, text="ledger")
     _fill(store)
@@ -178,17 +176,12 @@ def test_a_copy_past_its_bound_leaves_the_reader_to_the_engine(
     store: EdgeNodeStore, served: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(reader_copy, "COPY_MAX_POINTS", 20)
-    rng, vrng = random.Random(4), np.random.default_rng(4)
-    nodes = [_node(i, rng) for i in range(200)]
-    v = _vectors(len(nodes), vrng)
-    store.upsert(nodes, v)
-    truth = {n.node_id: n for n in nodes}
-    vecs = {n.node_id: row for n, row in zip(nodes, v, strict=True)}
+    _, _, truth, vecs = _stored(store, 200, 4)
     small, big = (
         SearchFilter(tree="t1", readable=("c0",), source_prefix="a/", max_layer=0),
         SearchFilter(tree="t1", readable=tuple(CLASSES)),
     )
-    q = v[0]
+    q = next(iter(vecs.values()))
     for flt in (small, big):
         store.search(q, flt, 5)
     _fill(store)
@@ -201,9 +194,7 @@ def test_a_copy_past_its_bound_leaves_the_reader_to_the_engine(
 def test_the_least_recently_asked_copies_go_past_the_memory_bound(
     store: EdgeNodeStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rng, vrng = random.Random(5), np.random.default_rng(5)
-    nodes = [_node(i, rng) for i in range(200)]
-    store.upsert(nodes, _vectors(len(nodes), vrng))
+    _, vrng, _, _ = _stored(store, 200, 5)
     q = _vectors(1, vrng)[0]
     first, second = (SearchFilter(tree="t1", readable=(c,)) for c in ("c0", "c1"))
     copies = store.access_map.copies

@@ -32,6 +32,7 @@ from ingestor.cli.daemon_client import DaemonClient
 from ingestor.service.daemon import Daemon
 from ingestor.service.identity import TOKENS_FILE, Callers, TokenBook, socket_path
 from testkit.daemons import make_daemon
+from testkit.spy import spy_found
 from tests.conftest import wait_until
 from tests.unit.service.test_watcher import make_pipeline, write_corpus
 
@@ -323,15 +324,7 @@ def test_a_readers_points_are_copied_beside_the_queries_and_never_open_a_secret(
     wait_until(
         lambda: bool(copies._copies) and not copies.wanted, timeout=30, what="the copy filled"
     )
-    served: list[bool] = []
-    inner = copies.hits
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        out = inner(*args, **kwargs)
-        served.append(out is not None)
-        return out
-
-    monkeypatch.setattr(copies, "hits", spy)
+    served = spy_found(monkeypatch, copies, "hits")
     for mode in MODES:
         code, body = _http(daemon, "/query", {**q, **mode})
         assert code == 200, body
