@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "ACCESS_PAGE",
     "NO_CLASSES",
-    "READABLE_WALK_DEEPER",
     "READABLE_WALK_MARGIN",
     "READABLE_WALK_MAX",
     "READABLE_WALK_MIN_SHARE",
@@ -51,13 +50,12 @@ __all__ = [
 READABLE_WALK_MIN_SHARE: Final = 0.2
 #: ... asking for this many times ``limit / share`` hits, or for the walk's breadth if more (it
 #: visits that many anyway), each rescored once (the estimate's error, the class mix of the
-#: question's neighbourhood) ...
+#: question's neighbourhood). Where that keeps too few (a question among points the reader may
+#: not read: a third of the bench's questions), the reader's own filtered walk follows: at 100k
+#: nodes and a reader of half the classes it took 6.0 ms where one unfiltered walk 8x as deep
+#: took 8.3-9.6, at recall@32 0.86 against 0.84 (deeper unfiltered walks keep readable hits from
+#: ranks too shallow to order: 2x, 0.79) ...
 READABLE_WALK_MARGIN: Final = 1.3
-#: ... where that kept too few (a question among points the reader may not read), once more this
-#: many times as deep: a walk only twice as deep kept enough readable hits from ranks it was too
-#: shallow to get right (100k nodes, a reader of half the classes: recall@32 0.79; 8x: 0.90,
-#: and the same p50, bench/access.py) ...
-READABLE_WALK_DEEPER: Final = 8
 #: ... and never more than this many (past it, the reader's own filtered walk is cheaper).
 READABLE_WALK_MAX: Final = 1400
 #: Points per :meth:`AccessMap.fill_from` (~30 ms of the engine's scroll).

@@ -40,7 +40,6 @@ from numpy.typing import NDArray
 
 from retriever.access_map import (
     ACCESS_PAGE,
-    READABLE_WALK_DEEPER,
     READABLE_WALK_MARGIN,
     READABLE_WALK_MAX,
     READABLE_WALK_MIN_SHARE,
@@ -441,11 +440,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         dropped by the map. It asks for ``limit / share`` hits times
         :data:`READABLE_WALK_MARGIN` (share: the store's points the reader may read, counted by
         the access map; the engine's estimate of a reader filter was 12.6k where 29.5k matched),
-        or for the walk's breadth if more (the walk visits that many anyway), each rescored once;
-        where it kept too few (a question among points the reader may not read), once more,
-        :data:`READABLE_WALK_DEEPER` times as deep. None where the reader's own plan is better:
-        it scans (few readable points), the share is below :data:`READABLE_WALK_MIN_SHARE`, or
-        the walk would pass :data:`READABLE_WALK_MAX`.
+        or for the walk's breadth if more (the walk visits that many anyway), each rescored once.
+        None where the reader's own plan is better: it scans (few readable points), the share is
+        below :data:`READABLE_WALK_MIN_SHARE`, the walk would pass :data:`READABLE_WALK_MAX`, or
+        it kept too few (a question among points the reader may not read).
         """
         own = self._plan(flt, edge_filter, limit)
         if own.exact or own.scan:
@@ -462,15 +460,12 @@ class EdgeNodeStore(EdgeShardLifecycle):
         first = max(first, self._plan(base, _edge_filter(base), first).hnsw_ef or 0)
         if first > READABLE_WALK_MAX:
             return None
-        for walk in dict.fromkeys((first, min(first * READABLE_WALK_DEEPER, READABLE_WALK_MAX))):
-            deeper = max(walk, math.ceil(depth / share * READABLE_WALK_MARGIN))
-            hits = self._query(
-                vector, base, walk, deeper, text, with_payload=with_payload, rescore=1.0
-            )
-            kept = amap.readable_hits(hits, ok, limit)
-            if len(kept) == limit or len(hits) < walk:
-                return kept
-        return None
+        deeper = max(first, math.ceil(depth / share * READABLE_WALK_MARGIN))
+        hits = self._query(
+            vector, base, first, deeper, text, with_payload=with_payload, rescore=1.0
+        )
+        kept = amap.readable_hits(hits, ok, limit)
+        return kept if len(kept) == limit or len(hits) < first else None
 
     def _query(
         self,
