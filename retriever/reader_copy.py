@@ -197,6 +197,7 @@ class ReaderCopies:
             self.clear()
             return
         points = [uuid.UUID(i) for i in node_ids]
+        rows = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)  # as the engine stores them
         for flt, copy in self._copies.items():
             if copy.too_big:
                 continue
@@ -208,7 +209,7 @@ class ReaderCopies:
                     limit=len(points), filter=both, with_payload=False, with_vector=False
                 )
                 kept = {_uuid(r.id).int for r in shard.scroll(request)[0]}
-            for point, vector in zip(points, vectors, strict=True):
+            for point, vector in zip(points, rows, strict=True):
                 if point.int in kept:
                     copy.put(point, vector)
                 else:
