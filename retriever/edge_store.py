@@ -414,15 +414,16 @@ class EdgeNodeStore(EdgeShardLifecycle):
 
     def fill_access_page(self, points: int = ACCESS_PAGE) -> bool:
         """Read a page more of what readers' queries wait on: a reader's copy
-        (:meth:`~retriever.reader_copy.ReaderCopies.fill_page`), else the classes of up to
-        ``points`` more points into the access map (:meth:`~retriever.access_map.AccessMap.
-        fill_from`); return whether both are complete."""
+        (:meth:`~retriever.reader_copy.ReaderCopies.fill_page`), else, once a reader's walk
+        wanted it, the classes of up to ``points`` more points into the access map
+        (:meth:`~retriever.access_map.AccessMap.fill_from`); return whether nothing waits."""
         amap = self.access_map
-        if amap.complete and not amap.copies.wanted:
+        map_due = not amap.complete and (amap.wanted or amap.filling)
+        if not (map_due or amap.copies.wanted):
             return True
         with self.engine("read the points' access classes"):
             if amap.copies.wanted:
-                return amap.copies.fill_page(self.require(), _edge_filter) and amap.complete
+                return amap.copies.fill_page(self.require(), _edge_filter) and not map_due
             return amap.fill_from(self.require(), points, self.path)
 
     def _readable_walk(

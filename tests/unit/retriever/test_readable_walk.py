@@ -56,7 +56,9 @@ def store(tmp_path: Path) -> EdgeNodeStore:
 
 
 def _fill(store: EdgeNodeStore) -> None:
-    """What the daemon does beside its queries: the map filled a (small) page at a time."""
+    """What the daemon does beside its queries once a reader's walk wanted the map: the map
+    filled a (small) page at a time."""
+    store.access_map.wanted = True
     while not store.fill_access_page(7):
         pass
 

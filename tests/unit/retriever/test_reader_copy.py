@@ -173,6 +173,20 @@ def test_a_hybrid_query_fuses_the_copys_dense_hits_as_the_engines(
         assert all(set(h.node.access) <= {"c1", "c4"} for h in budget)
 
 
+def test_a_reader_whose_plan_scans_fills_a_copy_and_not_the_access_map(
+    store: EdgeNodeStore,
+) -> None:
+    """The access map serves only readers whose query walks; filling it for a reader whose
+    query scans would hold every point's classes (~100 MB at 1M points) for nothing."""
+    _, vrng, _, _ = _stored(store, 200, 6)
+    store.search(_vectors(1, vrng)[0], SearchFilter(tree="t1", readable=("c3",)), 5)
+    _fill(store)
+    amap = store.access_map
+    assert not amap.copies.wanted
+    assert not amap.complete, "the map was not read"
+    assert not amap.filling
+
+
 def test_a_copy_past_its_bound_leaves_the_reader_to_the_engine(
     store: EdgeNodeStore, served: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
