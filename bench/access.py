@@ -127,11 +127,10 @@ def bench_filter(n: int, n_classes: int, k: int, folder: Path) -> None:
     t0, pages = time.perf_counter(), 1  # which the daemon fills a page at a time
     while not store.fill_access_page():
         pages += 1
-    copies = store.access_map.copies
-    copied = sum(len(cp.ids) for cp in copies._copies.values())
+    copied, nbytes = store.access_map.copies.held
     print(
         f"readers' copies (retriever.reader_copy): {copied:,} points, "
-        f"{sum(cp.nbytes for cp in copies._copies.values()) / 2**20:.1f} MiB, "
+        f"{nbytes / 2**20:.1f} MiB, "
         f"filled in {time.perf_counter() - t0:.2f} s ({pages} store calls)"
     )
     print(f"filter: {len(c.nodes):,} nodes, {len(all_classes)} classes, {k} queries, top {limit}")

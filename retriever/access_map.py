@@ -31,6 +31,7 @@ import qdrant_edge as qe
 
 from retriever.reader_copy import ReaderCopies
 from retriever.schema import F, readable_by
+from retriever.validation import point_key
 
 log = logging.getLogger(__name__)
 
@@ -171,12 +172,14 @@ class AccessMap:
                         self._record(key, found)
 
     def drop(self, ids: Iterable[str]) -> None:
-        """Points deleted."""
-        ids = list(ids)
-        self.copies.drop(ids)
+        """Points deleted (their ids parsed once, for the map and the readers' copies)."""
+        if not (self.kept or self.copies):
+            return
+        keys = [point_key(i) for i in ids]
+        self.copies.drop(keys)
         if self.kept:
-            for point_id in ids:
-                old = self.points.pop(point_key(point_id), None)
+            for key in keys:
+                old = self.points.pop(key, None)
                 if old is not None:
                     self.counts[old] -= 1
                     self.version += 1
@@ -235,15 +238,6 @@ class AccessMap:
         return sum(n for n, ok in zip(self.counts, readable_sets, strict=True) if ok) / max(
             1, total
         )
-
-
-def point_key(point_id: uuid.UUID | str | int) -> int:
-    """The map's key of a point id: its UUID's integer (a hit's id is a ``uuid.UUID``)."""
-    if isinstance(point_id, uuid.UUID):
-        return point_id.int
-    if isinstance(point_id, int):
-        return point_id
-    return uuid.UUID(point_id).int
 
 
 def scroll_access(

@@ -489,7 +489,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
         edge_filter = _edge_filter(flt)
         if edge_filter is None or limit == 0:
             return []
-        if flt.readable and flt.ids is None:
+        reader = bool(flt.readable) and flt.ids is None
+        if reader:
             walked = self._readable_walk(vector, flt, edge_filter, limit, depth, text, with_payload)
             if walked is not None:
                 return walked
@@ -501,9 +502,8 @@ class EdgeNodeStore(EdgeShardLifecycle):
             if text is not None and self.index.sparse
             else None
         )
-        copied = self._copied(
-            vector, flt, edge_filter, limit if sparse is None else max(limit, dense_depth)
-        )
+        dense_hits = limit if sparse is None else max(limit, dense_depth)
+        copied = self._copied(vector, flt, edge_filter, dense_hits) if reader else None
         if copied is not None and sparse is None:
             return ties_by_id(self._with_payloads(copied) if with_payload else copied)
         dense_ids = None if copied is None else qe.HasIdCondition({h.id for h in copied})
@@ -535,8 +535,6 @@ class EdgeNodeStore(EdgeShardLifecycle):
     ) -> list[CopyHit] | None:
         """A reader's ``n`` best dense hits from the copy of their points (scanned exactly in
         memory, :mod:`retriever.reader_copy`), where their own plan scans; None: the engine's."""
-        if not flt.readable or flt.ids is not None:
-            return None
         own = self._plan(flt, edge_filter, n)
         if not (own.exact or own.scan):
             return None

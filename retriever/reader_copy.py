@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -33,6 +33,7 @@ import qdrant_edge as qe
 from numpy.typing import NDArray
 
 from retriever.schema import VECTOR_NAME, SearchFilter
+from retriever.validation import point_key
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +131,16 @@ class ReaderCopies:
     def __init__(self) -> None:
         self._copies: OrderedDict[SearchFilter, _Copy] = OrderedDict()
 
+    def __len__(self) -> int:
+        """Filters with a copy (made, wanted or too big)."""
+        return len(self._copies)
+
+    @property
+    def held(self) -> tuple[int, int]:
+        """Points and bytes of vectors that the copies hold."""
+        copies = tuple(self._copies.values())
+        return sum(len(c.ids) for c in copies), sum(c.nbytes for c in copies)
+
     @property
     def wanted(self) -> bool:
         """Whether a copy waits to be filled (:meth:`fill_page`); asked without the store's lock
@@ -208,7 +219,7 @@ class ReaderCopies:
                 request = qe.ScrollRequest(
                     limit=len(points), filter=both, with_payload=False, with_vector=False
                 )
-                kept = {_uuid(r.id).int for r in shard.scroll(request)[0]}
+                kept = {point_key(r.id) for r in shard.scroll(request)[0]}
             for point, vector in zip(points, rows, strict=True):
                 if point.int in kept:
                     copy.put(point, vector)
@@ -217,13 +228,11 @@ class ReaderCopies:
             copy.past_bound()
         self._evict(keep=next(reversed(self._copies)))
 
-    def drop(self, node_ids: Iterable[str]) -> None:
-        """Points deleted."""
-        if self._copies:
-            keys = [uuid.UUID(i).int for i in node_ids]
-            for copy in self._copies.values():
-                for key in keys:
-                    copy.drop(key)
+    def drop(self, keys: Sequence[int]) -> None:
+        """Points deleted, by :func:`~retriever.validation.point_key`."""
+        for copy in self._copies.values():
+            for key in keys:
+                copy.drop(key)
 
     def clear(self) -> None:
         """Drop every copy (classes changed, a write failed, the store closed)."""
@@ -231,7 +240,7 @@ class ReaderCopies:
 
     def _evict(self, keep: SearchFilter) -> None:
         """Drop the least recently asked copies (not ``keep``) while all pass COPY_BYTES."""
-        while sum(c.nbytes for c in self._copies.values()) > COPY_BYTES:
+        while self.held[1] > COPY_BYTES:
             oldest = next((f for f in self._copies if f != keep), None)
             if oldest is None:
                 return

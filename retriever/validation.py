@@ -20,6 +20,16 @@ def dense(vector: Any) -> Sequence[float]:
     return cast("Sequence[float]", vector)
 
 
+def point_key(point_id: uuid.UUID | str | int) -> int:
+    """A point id as an integer key (its UUID's integer; a hit's id is a ``uuid.UUID``): the
+    access map's and the readers' copies' (retriever.access_map, retriever.reader_copy)."""
+    if isinstance(point_id, uuid.UUID):
+        return point_id.int
+    if isinstance(point_id, int):
+        return point_id
+    return uuid.UUID(point_id).int
+
+
 def check_ids(node_ids: Sequence[str]) -> list[str]:
     """Return the ids as canonical uuid strings.
 

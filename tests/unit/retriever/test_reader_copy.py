@@ -16,6 +16,7 @@ from retriever import SearchFilter
 from retriever.edge_store import EdgeNodeStore
 from retriever.reader_copy import ReaderCopies
 from retriever.schema import NodePayload
+from retriever.validation import point_key
 from testkit.spy import spy_found
 from tests.contracts.test_node_store import MODEL, make_node
 
@@ -234,7 +235,7 @@ def test_a_copys_rows_move_as_points_leave() -> None:
     for i, row in zip(ids, v, strict=True):
         copy.put(uuid.UUID(i), row)
     copy.complete = True
-    copies.drop(ids[::3])
+    copies.drop([point_key(i) for i in ids[::3]])
     left = [i for j, i in enumerate(ids) if j % 3]
     q = v[1]
     got = [str(h.id) for h in copies.hits(flt, q, 300) or []]

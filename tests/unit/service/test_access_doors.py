@@ -321,9 +321,7 @@ def test_a_readers_points_are_copied_beside_the_queries_and_never_open_a_secret(
     copies = store.access_map.copies
     q = {"q": f"salary review {SECRET} bonus pool", "max_tokens": "4000"}
     assert not _leaks(_http(daemon, "/query", q)[1])
-    wait_until(
-        lambda: bool(copies._copies) and not copies.wanted, timeout=30, what="the copy filled"
-    )
+    wait_until(lambda: copies.held[0] > 0 and not copies.wanted, timeout=30, what="the copy filled")
     served = spy_found(monkeypatch, copies, "hits")
     for mode in MODES:
         code, body = _http(daemon, "/query", {**q, **mode})
