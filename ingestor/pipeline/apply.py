@@ -295,10 +295,11 @@ class ApplyStage:
                     # its text as indexed: a share gone since it was read changes no one's access
                     cls = access.class_kept(state.root, doc.source, old.access)
                     report.files_unchanged += 1
-                    if (old.size, old.mtime_ns, old.inode, old.access) != (
+                    if (old.size, old.mtime_ns, old.inode, old.ctime_ns, old.access) != (
                         doc.size,
                         doc.mtime_ns,
                         doc.inode,
+                        doc.ctime_ns,
                         cls,
                     ):
                         # same text, new stat (touched, or read racily before): trust the new one,
@@ -312,6 +313,7 @@ class ApplyStage:
                             doc.inode,
                             cls,
                             old.chunker,
+                            doc.ctime_ns,
                         )
                         out.refreshed = True
                         if old.access != cls:

@@ -448,7 +448,15 @@ def source_entry(
     """Return the state's record of ``doc``, read now, whose leaves are ``leaf_ids`` in order
     (chunked as ``chunker`` says: ``Chunker.key``) and whose access class is ``access``."""
     return SourceEntry(
-        doc.content_hash, doc.size, doc.mtime, leaf_ids, doc.mtime_ns, doc.inode, access, chunker
+        doc.content_hash,
+        doc.size,
+        doc.mtime,
+        leaf_ids,
+        doc.mtime_ns,
+        doc.inode,
+        access,
+        chunker,
+        doc.ctime_ns,
     )
 
 

@@ -65,6 +65,9 @@ class Document:
             binary formats.
         regions: ``(offset in text, locator)`` where each located part of the file starts
             (``page 3``, ``slide 2``, ``Budget!A5:D5``); see :mod:`ingestor.read.structure`.
+        ctime_ns: the inode's change time, nanoseconds (``st_ctime_ns``; 0: not trusted, as
+            ``mtime_ns``). Every write moves it and nothing sets it back, so an edit whose mtime
+            was restored (``cp -p``, ``tar``, ``rsync -t``, a backup restore) still shows.
     """
 
     source: str
@@ -76,6 +79,7 @@ class Document:
     inode: int = 0
     encoding: str | None = None
     regions: tuple[tuple[int, str], ...] = ()
+    ctime_ns: int = 0
 
 
 def normalise_text(text: str) -> str:
@@ -167,17 +171,19 @@ def read_document(
         raise SourceError(
             f"{name!r} has no text (empty or only whitespace); add text or remove the file"
         )
+    # Racily clean (git's term): a file written within the filesystem's mtime granularity of
+    # this read (2 s on SMB and FAT) may change again without its mtime moving; 0 says "read
+    # it to compare its hash" next time, instead of trusting (size, mtime, inode, ctime).
+    racy = time.time() - st.st_mtime < COARSE_MTIME_SECONDS
     return Document(
         source=source,
         text=text,
         content_hash=hashlib.sha256(data).hexdigest(),
         size=len(data),
         mtime=st.st_mtime,
-        # Racily clean (git's term): a file written within the filesystem's mtime granularity of
-        # this read (2 s on SMB and FAT) may change again without its mtime moving; 0 says "read
-        # it to compare its hash" next time, instead of trusting (size, mtime, inode).
-        mtime_ns=0 if time.time() - st.st_mtime < COARSE_MTIME_SECONDS else st.st_mtime_ns,
+        mtime_ns=0 if racy else st.st_mtime_ns,
         inode=st.st_ino,
+        ctime_ns=0 if racy else st.st_ctime_ns,
         encoding=extracted.encoding,
         regions=regions,
     )

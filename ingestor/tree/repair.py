@@ -129,10 +129,12 @@ def plan(state: TreeState, params: RepairParams) -> list[list[int]]:
     return out
 
 
-def estimate(state: TreeState, fit: RegionFit, cost: CallCost) -> int:
+def estimate(state: TreeState, fit: RegionFit, cost: CallCost, longest: int) -> int:
     """A region fit's token estimate: a call for each layer-1 summary it changes (over its
     members) and for each ancestor of the summaries it changes or drops (over its children),
-    each ancestor counted once, each call as ``cost`` charges it."""
+    each ancestor counted once, each call as ``cost`` charges it. A child that is written again
+    first counts as the longer of its text now and ``longest`` (the most a summary holds): an
+    ancestor's prompt reads the new text, which can be longer than the old one."""
     changed = fit.changed()
     state.nodes.prefetch({n for m in changed for n in m})
     tokens = {
@@ -142,11 +144,13 @@ def estimate(state: TreeState, fit: RegionFit, cost: CallCost) -> int:
     kept = {i for i, m in zip(fit.ids, fit.flat, strict=True) if i >= 0 and fit.old[i] == m}
     al = state.layers[0]
     olds = [n for cid in fit.old if cid not in kept for n in al.cluster_nodes.get(cid, [])]
-    return first + _ancestors(state, olds, cost)
+    return first + _ancestors(state, olds, cost, longest)
 
 
-def _ancestors(state: TreeState, starts: list[str], cost: CallCost) -> int:
-    """The calls of the ancestors of ``starts`` (each over its children), each counted once."""
+def _ancestors(state: TreeState, starts: list[str], cost: CallCost, longest: int) -> int:
+    """The calls of the ancestors of ``starts`` (each over its children, those written again
+    counted at ``longest`` tokens or more), each counted once."""
+    rewritten = set(starts)
     seen: set[str] = set()
     todo, total = list(starts), 0
     while todo:
@@ -158,7 +162,11 @@ def _ancestors(state: TreeState, starts: list[str], cost: CallCost) -> int:
                 continue
             seen.add(p)
             state.nodes.prefetch(parent.children)
-            kids = [k.n_tokens for c in parent.children if (k := state.nodes.peek(c)) is not None]
+            kids = [
+                max(k.n_tokens, longest) if c in rewritten or c in seen else k.n_tokens
+                for c in parent.children
+                if (k := state.nodes.peek(c)) is not None
+            ]
             total += cost(sum(kids))
             todo.append(p)
     return total
@@ -189,9 +197,8 @@ def repair_region(
     al = state.layers[0]
     fit = fit_region(al, region, state.matrix)
     summaries = builder.summaries
-    cost = estimate(
-        state, fit, CallCost.of(summaries.summarizer, summaries.params.summary_max_tokens)
-    )
+    longest = summaries.params.summary_max_tokens
+    cost = estimate(state, fit, CallCost.of(summaries.summarizer, longest), longest)
     if cost > left:
         waits[key] = cost
         log.info(

@@ -232,13 +232,16 @@ class SourceEntry:
     access: str = ""
     #: How its leaves were chunked (``Chunker.key``); "": as the tree's :data:`CHUNKER_PARAM`.
     chunker: str = ""
+    #: The inode's change time when read (``Document.ctime_ns``); 0: unknown (an older state).
+    ctime_ns: int = 0
 
     def unchanged(self, st: os.stat_result) -> bool:
-        """Return True if ``st`` shows the file as it was indexed (size, mtime_ns, inode)."""
-        return bool(self.mtime_ns) and (self.size, self.mtime_ns, self.inode) == (
-            st.st_size,
-            st.st_mtime_ns,
-            st.st_ino,
+        """Return True if ``st`` shows the file as it was indexed (size, mtime_ns, inode and,
+        where known, ctime_ns: an edit of the same size whose mtime was put back moved it)."""
+        return (
+            bool(self.mtime_ns)
+            and (self.size, self.mtime_ns, self.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
+            and self.ctime_ns in (0, st.st_ctime_ns)
         )
 
 

@@ -354,6 +354,41 @@ def test_restart_reads_no_unchanged_file(tree: Tree, monkeypatch: pytest.MonkeyP
     assert (entry.size, entry.mtime_ns, entry.inode) == (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def test_restart_reads_an_edit_whose_mtime_was_put_back(tree: Tree) -> None:
+    """An edit of the same size made while the daemon was down, its mtime then restored (``cp
+    -p``, ``tar``, ``rsync -t``, a backup restore, ``touch -r``), kept size, mtime and inode:
+    the restart trusted the stat and the tree answered from the old text. The inode's change
+    time moved (nothing sets it back), so the file is read."""
+    p, root = tree
+    aged = time.time() - 60
+    for f in root.iterdir():
+        os.utime(f, (aged, aged))
+    p.reconcile(root)  # the build's racily clean entries, now trusted
+    assert p.reconcile(root).files_unchanged == 8
+    f = root / "d3.txt"
+    st = f.stat()
+    old = f.read_text()
+    new = "zorbium edit" + old[12:]
+    assert len(new.encode()) == st.st_size
+    assert new != old
+    time.sleep(0.01)  # a change time the build did not see
+    f.write_text(new)
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = f.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+    )
+    report = p.reconcile(root)
+    assert report.files_unchanged == 7
+    entry = p.require_state().sources["d3.txt"]
+    assert entry.ctime_ns == after.st_ctime_ns
+    texts = [n.text for n in p.require_state().nodes.values() if n.source == "d3.txt"]
+    assert any("zorbium edit" in t for t in texts), "the edit was not read"
+    assert p.reconcile(root).files_unchanged == 8, "and its new stat is trusted afterwards"
+
+
 # -- queries never wait for the writer ---------------------------------------------------------
 
 

@@ -144,6 +144,41 @@ def test_a_repairs_estimate_covers_what_it_is_charged_and_no_more_than_it_needs(
     p.context.store.close()
 
 
+class GrowingSummarizer(EchoSummarizer):
+    """Writes two words of each text until ``long`` is set, then as many as fit ``max_tokens``
+    (cl100k): a summary written again comes out longer than the one it replaces."""
+
+    long = False
+
+    def summarize_many(
+        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
+    ) -> list[str]:
+        self.calls += len(groups)
+        out = []
+        for texts in groups:
+            words = " ".join(" ".join(t.split()[: 40 if self.long else 2]) for t in texts).split()
+            while count_tokens(" ".join(words)) > max_tokens:
+                words = words[: len(words) * 9 // 10]
+            out.append(" ".join(words))
+        return out
+
+
+def test_a_repairs_estimate_counts_the_longer_summaries_its_ancestors_will_read(
+    tmp_path: Path,
+) -> None:
+    """An ancestor's prompt reads its children's new summaries: the estimate counted their old
+    lengths, so a repair whose summaries came out longer spent past it (and past the hour's
+    budget when it was the last that fitted)."""
+    llm = GrowingSummarizer()
+    p, _ = drifted(tmp_path, summarizer=llm)
+    llm.long = True
+    run = run_repairs(p.context, p.require_state(), ANY, now=1000.0)
+    assert run.done
+    for done in run.done:
+        assert done.tokens <= done.estimate, (done.estimate, done.tokens)
+    p.context.store.close()
+
+
 def test_a_repair_past_the_hour_budget_waits_and_changes_nothing(tmp_path: Path) -> None:
     p, _ = drifted(tmp_path)
     state = p.require_state()
