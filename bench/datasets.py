@@ -29,6 +29,7 @@ __all__ = [
     "Question",
     "cinderella_folder",
     "hotpot_folder",
+    "locomo_folder",
     "peak_rss_mb",
     "proc_status_mb",
     "quality_folder",
@@ -45,6 +46,10 @@ class Question:
     gold_sources: tuple[str, ...] = ()
     #: Sentences the answer rests on (HotpotQA's supporting facts), whitespace collapsed.
     evidence: tuple[str, ...] = ()
+    #: Scored by the share of the answer's words the context holds, not by the answer string.
+    words: bool = False
+    #: The question's kind, where a set has several (LoCoMo's categories): scored apart.
+    group: str = ""
 
 
 def _slug(title: str) -> str:
@@ -134,6 +139,56 @@ def cinderella_folder(dest: Path) -> tuple[list[Path], list[Question]]:
     return [path], [
         Question(q["question"], (q["answer"],), (path.name,), tuple(q["evidence"])) for q in items
     ]
+
+
+#: LoCoMo's question categories (its README): 5, adversarial (unanswerable), is left out.
+LOCOMO_CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+
+
+def locomo_folder(
+    dest: Path, path: Path, categories: tuple[int, ...] = (1, 2, 3, 4)
+) -> tuple[list[Path], list[Question]]:
+    """Write LoCoMo's long conversations (``locomo10.json``, github.com/snap-research/LoCoMo,
+    CC BY-NC 4.0: not in this repository, pass its path) as a share of chat logs: one folder per
+    conversation, one file per session (its date, then ``Name: text`` a turn a line; a shared
+    photo as its caption). Questions of ``categories``, scored by the share of the answer's
+    words the context holds; evidence: the text of every turn the answer rests on."""
+    data = json.loads(path.read_text())
+    dest.mkdir(parents=True, exist_ok=True)
+    files, questions = [], []
+    for conv in data:
+        talk, folder = conv["conversation"], dest / conv["sample_id"]
+        folder.mkdir(exist_ok=True)
+        turns: dict[str, str] = {}
+        for key, session in talk.items():
+            if not key.startswith("session_") or not isinstance(session, list):
+                continue
+            n = int(key.split("_")[1])
+            lines = [f"Session {n}, {talk.get(f'{key}_date_time', '')}", ""]
+            for t in session:
+                said = " ".join(t.get("text", "").split())
+                if t.get("blip_caption"):
+                    said += f" [shares a photo: {' '.join(t['blip_caption'].split())}]"
+                lines.append(f"{t['speaker']}: {said}")
+                turns[t["dia_id"]] = said
+            file = folder / f"session_{n:02d}.txt"
+            file.write_text("\n".join(lines) + "\n")
+            files.append(file)
+        for qa in conv["qa"]:
+            cat = qa.get("category")
+            if cat not in categories or "answer" not in qa:
+                continue
+            evidence = tuple(turns[e] for e in qa.get("evidence", []) if e in turns)
+            questions.append(
+                Question(
+                    qa["question"],
+                    (str(qa["answer"]),),
+                    evidence=evidence,
+                    words=True,
+                    group=LOCOMO_CATEGORIES[cat],
+                )
+            )
+    return files, questions
 
 
 def peak_rss_mb() -> float:

@@ -7,7 +7,12 @@ file), and *evidence*: every supporting sentence in the context's text, with whe
 a summary's text only, a leaf's only, or both); the QuALITY story (5 thematic "why" questions over
 one long story: the share of the gold option's words the context holds); the Cinderella tale (8
 thematic questions written for this bench, ``bench/data/cinderella_questions.json``: the share of
-a reference answer's words, and evidence: every phrase of the tale it rests on). Scores are string
+a reference answer's words, and evidence: every phrase of the tale it rests on); with
+``--locomo PATH``, LoCoMo's ten long conversations (github.com/snap-research/LoCoMo,
+``data/locomo10.json``, CC BY-NC 4.0, so not shipped here: clone it and pass the file) as a share
+of chat logs, one file per session, 1,540 questions scored per category (multi-hop, temporal,
+open-domain, single-hop): the share of the answer's words the context holds, and evidence,
+every turn the answer rests on (``ev share``: the share of those turns held). Scores are string
 matches, never an LLM judge.
 
 Modes at the same budgets (``--max-tokens 2000,1000,500``): collapsed tree (the default, which
@@ -28,6 +33,7 @@ with that server on N HotpotQA questions: seconds, calls and tokens per query (c
     python bench/quality.py [--articles N] [--max-tokens 2000,1000,500] [--questions N]
         [--llm N] [--llm-summaries] [--fusions rrf:60,dbsf] [--no-postqfrap]
         [--hotpot-questions N] [--skip-squad] [--skip-hotpot] [--skip-quality] [--skip-cinderella]
+        [--locomo locomo10.json] [--locomo-categories 1,2,3,4] [--locomo-questions N]
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from datasets import (
     Question,
     cinderella_folder,
     hotpot_folder,
+    locomo_folder,
     peak_rss_mb,
     quality_folder,
     sample,
@@ -231,13 +238,14 @@ def evaluate(
     for max_tokens in budgets:
         print(f"[{name}] {len(questions)} questions, context budget {max_tokens} tokens")
         print(
-            f"  {'mode':<29} {'answer':>7} {'gold rep.':>9} {'evidence':>8}"
+            f"  {'mode':<29} {'answer':>7} {'gold rep.':>9} {'evidence':>8} {'ev share':>8}"
             f" {'ev: summ/leaf/both':>18} {'summ tok':>8} {'ctx tok':>7} {'read tok':>8}"
             f" {'ms/query':>8}"
         )
         for mode, fn in modes_at(max_tokens).items():
             store.fusion = fusion_of.get(mode, fusions[0])
-            print(f"  {mode:<29} {score(fn, questions, qvecs)}")
+            for group, row in score_groups(fn, questions, qvecs):
+                print(f"  {mode + (f' [{group}]' if group else ''):<29} {row}")
     if llm_questions:
         llm_cost(store, embedder, flt, questions[:llm_questions], qvecs, budgets[0])
     store.close()
@@ -256,6 +264,19 @@ def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z']+", text.lower()) if len(w) > 2 and w not in _STOP}
 
 
+def score_groups(fn: Mode, questions: list[Question], qvecs: Any) -> list[tuple[str, str]]:
+    """Score ``fn`` on each group of questions apart (one group, named "", where a set has
+    none); return each group's name and row."""
+    groups = sorted({q.group for q in questions})
+    if len(groups) == 1:
+        return [(groups[0], score(fn, questions, qvecs))]
+    rows = []
+    for g in groups:
+        picked = [i for i, q in enumerate(questions) if q.group == g]
+        rows.append((g, score(fn, [questions[i] for i in picked], [qvecs[i] for i in picked])))
+    return rows
+
+
 def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
     """Run ``fn`` on every question; return the table's row (after the mode's name).
 
@@ -264,13 +285,16 @@ def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
     supporting sentence in the context's text, and where the evidence sentences were found
     (summary text only, leaf text only, both); summ tok: share of the context's tokens that are
     summaries'."""
-    hit = both = evidence = tokens = read = summ = 0.0
+    hit = both = evidence = share = tokens = read = summ = 0.0
+    with_ev = sum(1 for q in questions if q.evidence) or 1
     where = {"summ": 0, "leaf": 0, "both": 0}
     t0 = time.perf_counter()
     for q, v in zip(questions, qvecs, strict=True):  # type: ignore[call-overload]
         ctx = fn(q.text, v)
         text = " ".join(ctx.text.split()).lower()
-        if q.gold_sources and len(q.gold_sources) == 1 and len(q.answers[0].split()) > 4:
+        if q.words or (
+            q.gold_sources and len(q.gold_sources) == 1 and len(q.answers[0].split()) > 4
+        ):
             gold = _words(q.answers[0])
             hit += len(gold & _words(ctx.text)) / max(1, len(gold))
         else:
@@ -283,6 +307,7 @@ def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
         if q.evidence:
             facts = [e.lower() for e in q.evidence]
             evidence += all(f in text for f in facts)
+            share += sum(f in text for f in facts) / len(facts)
             in_summ = " ".join(ctx.summary_text.split()).lower()
             in_leaf = " ".join(ctx.leaf_text.split()).lower()
             for f in facts:
@@ -292,7 +317,7 @@ def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
     n = len(questions)
     ms = (time.perf_counter() - t0) * 1000 / n
     has_ev = any(q.evidence for q in questions)
-    ev = f"{evidence / n:8.1%}" if has_ev else f"{'-':>8}"
+    ev = f"{evidence / with_ev:8.1%} {share / with_ev:8.1%}" if has_ev else f"{'-':>8} {'-':>8}"
     loc = "/".join(str(where[k]) for k in ("summ", "leaf", "both")) if has_ev else "-"
     rep = f"{both / n:9.1%}" if any(len(q.gold_sources) == 2 for q in questions) else f"{'-':>9}"
     return (
@@ -360,6 +385,13 @@ def main() -> None:
     ap.add_argument("--fusions", default="dbsf", help="hybrid fusions tried (first: the others')")
     ap.add_argument("--no-postqfrap", action="store_true", help="skip the postQFRAP modes")
     ap.add_argument("--hotpot-questions", type=int, default=0, help="HotpotQA questions (0: all)")
+    ap.add_argument(
+        "--locomo",
+        type=Path,
+        help="LoCoMo's locomo10.json (github.com/snap-research/LoCoMo, data/; not shipped)",
+    )
+    ap.add_argument("--locomo-categories", default="1,2,3,4", help="1 multi-hop ... 4 single-hop")
+    ap.add_argument("--locomo-questions", type=int, default=0, help="LoCoMo questions (0: all)")
     args = ap.parse_args()
     fusions = tuple(parse_fusion(f) for f in args.fusions.split(","))
     budgets = tuple(int(b) for b in args.max_tokens.split(","))
@@ -394,6 +426,11 @@ def main() -> None:
             _, hq = hotpot_folder(tmp / "hotpot")
             hq = sample(hq, args.hotpot_questions)
             evaluate("hotpotqa", tmp / "hotpot", hq, tmp, budgets, args.llm, args.only_llm, **extra)
+        if args.locomo is not None:
+            cats = tuple(int(c) for c in args.locomo_categories.split(","))
+            _, lq = locomo_folder(tmp / "locomo", args.locomo, cats)
+            lq = sample(lq, args.locomo_questions)
+            evaluate("locomo", tmp / "locomo", lq, tmp, budgets, 0, **extra)
     print(f"peak RSS {peak_rss_mb():.0f} MiB")
 
 

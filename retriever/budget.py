@@ -22,6 +22,13 @@ from retriever.schema import NodePayload, ScoredNode
 
 _T = TypeVar("_T")
 
+#: In the default collapsed fill (``redundant`` set), a summary is taken only among the first
+#: this many hits: where it is the question's best match (the gist of a cluster asked for), not
+#: beside the leaves that answer. Offline summaries are sentence samples of leaves: lower in the
+#: ranking they took 8-15 % of a context and held 0-1 of ~430 evidence turns (LoCoMo), and every
+#: set but QuALITY gained from leaving them out there (docs/retrieval.md).
+SUMMARY_RANKS: Final = 1
+
 
 class Budget:
     """The greedy fill's state: ``take(n_tokens)`` says whether the next node in score order is
@@ -89,7 +96,9 @@ def context_fill(
     """Return the collapsed tree's fill of ``items`` (score order) and whether it took every
     item it did not leave out (so that more items might be taken too).
 
-    The :class:`Budget` rule; with ``redundant`` set, a summary that would share the context with
+    The :class:`Budget` rule; with ``redundant`` set (the default fill), a summary (an item with
+    ``children``) is left out unless it is among the first :data:`SUMMARY_RANKS` items, and a
+    summary that would share the context with
     at least that share of its children is left out and the fill runs again, until no kept
     summary has its children in the context (a summary's text is drawn from its children: with
     enough of them there it repeats what the reader already has, and its tokens go to the next
@@ -104,6 +113,8 @@ def context_fill(
     there (``search_budget``).
     """
     dropped: set[str] = set()
+    if redundant is not None:  # summaries only as the best hits
+        dropped = {key(i) for i in items[SUMMARY_RANKS:] if children(i)}
     while True:
         rest = [i for i in items if key(i) not in dropped]
         if text_key is not None:

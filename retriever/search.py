@@ -3,11 +3,14 @@
 Collapsed tree [RAPTOR §3; adRAP App. A]: nearest nodes of every layer to the query, filtered by
 ``tree`` (and optionally a layer range and a source folder/file), then taken in score order while
 the running token total stays within ``max_tokens`` — stopping at the first node that does not fit,
-as the papers' reference implementation does (the one rule: :mod:`retriever.budget`). A summary
-that would sit in that context beside enough of its own children (:data:`REDUNDANT_SHARE`) is
-then left out and the fill runs again: its text is drawn from those children, so it repeated what
-the context held while taking budget from the next hits (measured: docs/retrieval.md). The store
-does both as it reads hits (:func:`retriever.budget.context_fill`), reading about the budget's
+as the papers' reference implementation does (the one rule: :mod:`retriever.budget`). Where
+leaves and summaries are both searched, a summary is taken only as the best hit (the gist of a
+cluster is what the question matches best); lower in the ranking an offline summary, a sample of
+its leaves' sentences, took budget from the leaves that answer. A summary that would sit in that
+context beside enough of its own children (:data:`REDUNDANT_SHARE`) is then left out and the fill
+runs again: its text is drawn from those children, so it repeated what the context held while
+taking budget from the next hits (measured: docs/retrieval.md). The store does both as it reads
+hits (:func:`retriever.budget.context_fill`), reading about the budget's
 worth of payloads.
 
 Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
@@ -53,14 +56,15 @@ def collapsed_tree(
     """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill.
 
     Given the question's ``text``, the query is hybrid where the store has BM25 vectors (dense
-    and sparse prefetch fused, see :mod:`retriever.sparse`). A summary that would share the
-    context with at least ``redundant`` of its children is left out as the store reads hits
-    (:func:`~retriever.budget.context_fill`); None: the plain fill of the papers (a filter of
-    leaves only is always that)."""
+    and sparse prefetch fused, see :mod:`retriever.sparse`). With ``redundant`` set, a summary
+    is taken only as the best hit (:data:`~retriever.budget.SUMMARY_RANKS`), and one that would
+    share the context with at least ``redundant`` of its children is left out, as the store reads
+    hits (:func:`~retriever.budget.context_fill`); None: the plain fill of the papers (a filter
+    of leaves only, or of summaries only, is always that)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     limit = candidate_limit(max_tokens)
-    if flt.leaves_only:  # no summary to leave out
+    if flt.leaves_only or flt.summaries_only:  # no summary to leave out, or summaries asked for
         redundant = None
     return store.search_budget(query_vector, flt, limit, max_tokens, text=text, redundant=redundant)
 

@@ -86,11 +86,12 @@ class EchoSummarizer:
         self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
     ) -> list[str]:
         self.calls += len(groups)
-        out = []
-        for texts in groups:
-            words = " ".join(" ".join(t.split()[:8]) for t in texts).split()
-            out.append(" ".join(words[:max_tokens]))
-        return out
+        return [self.summary_of(texts, max_tokens) for texts in groups]
+
+    def summary_of(self, texts: Sequence[str], max_tokens: int) -> str:
+        """One group's summary: the first 8 words of each text, at most ``max_tokens`` words."""
+        words = " ".join(" ".join(t.split()[:8]) for t in texts).split()
+        return " ".join(words[:max_tokens])
 
 
 class QuotingSummarizer(EchoSummarizer):

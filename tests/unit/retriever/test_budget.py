@@ -205,6 +205,25 @@ def test_a_text_held_twice_is_taken_once() -> None:
     assert [h.node.node_id for h in kept] == [a.node_id, c.node_id], "its tokens go to the next"
 
 
+def test_the_default_fill_takes_a_summary_only_as_the_best_hit() -> None:
+    """Lower in the ranking an offline summary (a sample of its leaves' sentences) took 8-15 %
+    of a context and held almost none of the evidence (LoCoMo): the default fill takes a summary
+    only where it is the question's best match; the papers' fill takes every one that fits."""
+    a, b, c, x, y = (make_node(k, n_tokens=10) for k in "abcxy")
+    s, t = (
+        make_node(k, layer=1, n_tokens=10).model_copy(update={"children": (x.node_id, y.node_id)})
+        for k in "st"
+    )
+    hits = [ScoredNode(n, 1.0 - i / 10) for i, n in enumerate([s, a, t, b, c])]
+    kept, took_all = context_hits(hits, 100, REDUNDANT_SHARE)
+    assert [h.node.node_id for h in kept] == [s.node_id, a.node_id, b.node_id, c.node_id]
+    assert took_all, "every hit not left out was taken: a store reads on"
+    kept, _ = context_hits(hits[1:], 100, REDUNDANT_SHARE)  # t is second now: still left out
+    assert [h.node.node_id for h in kept] == [a.node_id, b.node_id, c.node_id]
+    kept, _ = context_hits(hits, 100, None)
+    assert len(kept) == 5
+
+
 @settings(
     max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

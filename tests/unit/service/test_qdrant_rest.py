@@ -108,10 +108,13 @@ def call(
         return exc.code, json.loads(text) if text else None, dict(exc.headers)
 
 
-def fill_ids(hits: list[models.ScoredPoint], budget: int) -> list[Any]:
-    """docs/clients.md's recipe's fill: hits in score order while the token total fits
-    ``budget``, then adrap's rule: summaries whose children make up ≥ 30 % of their children in
-    the context are left out and the fill runs again."""
+def fill_ids(hits: list[models.ScoredPoint], budget: int, *, plain: bool = False) -> list[Any]:
+    """docs/clients.md's recipe's fill: a summary only as the best hit, the rest in score order
+    while the token total fits ``budget``, then adrap's rule: summaries whose children make up
+    ≥ 30 % of their children in the context are left out and the fill runs again. ``plain``
+    (a query of summaries only): the fill alone."""
+    if not plain:
+        hits = [h for i, h in enumerate(hits) if i == 0 or not (h.payload or {}).get(F.CHILDREN)]
 
     def fill(points: list[models.ScoredPoint]) -> list[models.ScoredPoint]:
         taken, total = [], 0
@@ -124,7 +127,7 @@ def fill_ids(hits: list[models.ScoredPoint], budget: int) -> list[Any]:
         return taken
 
     taken, dropped = fill(hits), set()
-    while True:
+    while not plain:
         ids = {str(h.id) for h in taken}
         more = {
             h.id
@@ -137,6 +140,7 @@ def fill_ids(hits: list[models.ScoredPoint], budget: int) -> list[Any]:
             return [h.id for h in taken]
         dropped |= more
         taken = fill([h for h in hits if h.id not in dropped])
+    return [h.id for h in taken]
 
 
 def tree_filter() -> models.Filter:
@@ -217,7 +221,7 @@ def test_a_summaries_only_query_on_the_summary_vector_gives_the_daemons_summarie
     expected = served.daemon.api.query(
         {"q": question, "max_tokens": str(budget), "min_layer": "1", "hybrid": "false"}
     )
-    assert fill_ids(hits, budget) == [h[F.NODE_ID] for h in expected["hits"]]
+    assert fill_ids(hits, budget, plain=True) == [h[F.NODE_ID] for h in expected["hits"]]
     code, body, _ = call(
         f"{served.base}/collections/adrap/points/query",
         {"query": vector, "using": "sparse", "limit": 1},

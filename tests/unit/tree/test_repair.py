@@ -150,17 +150,11 @@ class GrowingSummarizer(EchoSummarizer):
 
     long = False
 
-    def summarize_many(
-        self, groups: Sequence[Sequence[str]], *, max_tokens: int, query: str | None = None
-    ) -> list[str]:
-        self.calls += len(groups)
-        out = []
-        for texts in groups:
-            words = " ".join(" ".join(t.split()[: 40 if self.long else 2]) for t in texts).split()
-            while count_tokens(" ".join(words)) > max_tokens:
-                words = words[: len(words) * 9 // 10]
-            out.append(" ".join(words))
-        return out
+    def summary_of(self, texts: Sequence[str], max_tokens: int) -> str:
+        words = " ".join(" ".join(t.split()[: 40 if self.long else 2]) for t in texts).split()
+        while count_tokens(" ".join(words)) > max_tokens:
+            words = words[: len(words) * 9 // 10]
+        return " ".join(words)
 
 
 def test_a_repairs_estimate_counts_the_longer_summaries_its_ancestors_will_read(
