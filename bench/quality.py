@@ -282,9 +282,10 @@ def score(fn: Mode, questions: list[Question], qvecs: object) -> str:
 
     answer: a gold answer string in the context (a QuALITY answer, a sentence: the share of its
     words the context holds); gold rep.: both gold files represented (HotpotQA); evidence: every
-    supporting sentence in the context's text, and where the evidence sentences were found
-    (summary text only, leaf text only, both); summ tok: share of the context's tokens that are
-    summaries'."""
+    supporting sentence in the context's text (ev share: the share of them it holds; both over
+    the questions that have evidence), and where the evidence sentences were found (summary text
+    only, leaf text only, both); summ tok: share of the context's tokens that are summaries'.
+    Questions marked ``words`` are scored by their answer's words held."""
     hit = both = evidence = share = tokens = read = summ = 0.0
     with_ev = sum(1 for q in questions if q.evidence) or 1
     where = {"summ": 0, "leaf": 0, "both": 0}

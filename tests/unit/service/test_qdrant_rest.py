@@ -113,8 +113,6 @@ def fill_ids(hits: list[models.ScoredPoint], budget: int, *, plain: bool = False
     while the token total fits ``budget``, then adrap's rule: summaries whose children make up
     ≥ 30 % of their children in the context are left out and the fill runs again. ``plain``
     (a query of summaries only): the fill alone."""
-    if not plain:
-        hits = [h for i, h in enumerate(hits) if i == 0 or not (h.payload or {}).get(F.CHILDREN)]
 
     def fill(points: list[models.ScoredPoint]) -> list[models.ScoredPoint]:
         taken, total = [], 0
@@ -126,8 +124,11 @@ def fill_ids(hits: list[models.ScoredPoint], budget: int, *, plain: bool = False
             taken.append(hit)
         return taken
 
+    if plain:
+        return [h.id for h in fill(hits)]
+    hits = [h for i, h in enumerate(hits) if i == 0 or not (h.payload or {}).get(F.CHILDREN)]
     taken, dropped = fill(hits), set()
-    while not plain:
+    while True:
         ids = {str(h.id) for h in taken}
         more = {
             h.id
@@ -140,7 +141,6 @@ def fill_ids(hits: list[models.ScoredPoint], budget: int, *, plain: bool = False
             return [h.id for h in taken]
         dropped |= more
         taken = fill([h for h in hits if h.id not in dropped])
-    return [h.id for h in taken]
 
 
 def tree_filter() -> models.Filter:
