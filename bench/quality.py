@@ -75,8 +75,8 @@ from ingestor.config import Settings, SummarySettings
 from ingestor.protocols import Summarizer
 from ingestor.summarize.query_focused import QueryFocusedExtractiveSummarizer
 from retriever import Embedder, NodeStore, SearchFilter, collapsed_tree, tree_traversal
+from retriever.budget import DEFAULT_FILL, PAPERS_FILL, FillRule
 from retriever.edge_store import EdgeNodeStore
-from retriever.search import REDUNDANT_SHARE
 from retriever.sparse import Fusion
 
 
@@ -184,9 +184,7 @@ def evaluate(
     qfs = QueryFocusedExtractiveSummarizer()
 
     def modes_at(max_tokens: int) -> dict[str, Mode]:
-        def collapsed(
-            f: SearchFilter, hybrid: bool, redundant: float | None = REDUNDANT_SHARE
-        ) -> Mode:
+        def collapsed(f: SearchFilter, hybrid: bool, rule: FillRule = DEFAULT_FILL) -> Mode:
             return lambda q, v: plain(
                 collapsed_tree(
                     store,
@@ -194,7 +192,7 @@ def evaluate(
                     f,
                     max_tokens=max_tokens,
                     text=q if hybrid else None,
-                    redundant=redundant,
+                    rule=rule,
                 )
             )
 
@@ -216,7 +214,7 @@ def evaluate(
             "leaves only": collapsed(leaves, False),
             "tree traversal +bm25": traversal(True),
             "leaves only +bm25": collapsed(leaves, True),
-            "collapsed papers' fill +bm25": collapsed(flt, True, None),
+            "collapsed papers' fill +bm25": collapsed(flt, True, PAPERS_FILL),
         }
         for fusion in fusions:
             modes[f"collapsed +bm25 {fusion_label(fusion)}"] = collapsed(flt, True)

@@ -6,6 +6,7 @@ openai, so a query service can install just this.
 
 from typing import TYPE_CHECKING
 
+from retriever.budget import DEFAULT_FILL, PAPERS_FILL, FillRule
 from retriever.errors import (
     EmbeddingError,
     RetrieverError,
@@ -71,7 +72,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "DEFAULT_COLLECTION",
+    "DEFAULT_FILL",
     "DEFAULT_MAX_TOKENS",
+    "PAPERS_FILL",
     "SCHEMA_VERSION",
     "VECTOR_NAME",
     "EdgeNodeStore",
@@ -79,6 +82,7 @@ __all__ = [
     "Embedder",
     "EmbeddingError",
     "F",
+    "FillRule",
     "Kind",
     "MetaPayload",
     "NodePayload",

@@ -16,18 +16,61 @@ payloads or ``n_tokens`` in batches).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 from retriever.schema import NodePayload, ScoredNode
 
 _T = TypeVar("_T")
 
-#: In the default collapsed fill (``redundant`` set), a summary is taken only among the first
-#: this many hits: where it is the question's best match (the gist of a cluster asked for), not
-#: beside the leaves that answer. Offline summaries are sentence samples of leaves: lower in the
-#: ranking they took 8-15 % of a context and held 0-1 of ~430 evidence turns (LoCoMo), and every
-#: set but QuALITY gained from leaving them out there (docs/retrieval.md).
+#: In the default collapsed fill, a summary is taken only among the first this many hits: where
+#: it is the question's best match (the gist of a cluster asked for), not beside the leaves that
+#: answer. Offline summaries are sentence samples of leaves: lower in the ranking they took 8-15 %
+#: of a context and held 0-1 of ~430 evidence turns (LoCoMo), and every set but QuALITY gained
+#: from leaving them out there (docs/retrieval.md).
 SUMMARY_RANKS: Final = 1
+#: In the default collapsed fill, a summary is left out of a context holding this share of its
+#: children (0.01 left out nearly every summary and lost the multi-hop gains, 0.5 kept too many
+#: at small budgets: docs/retrieval.md).
+REDUNDANT_SHARE: Final = 0.3
+
+
+@dataclass(frozen=True, slots=True)
+class FillRule:
+    """Which summaries a collapsed-tree fill leaves out; leaves are never left out by it.
+
+    Attributes:
+        summary_ranks: a summary is taken only among the first this many hits (None: at any
+            rank). A summary past them is left out before the fill, its tokens never counted.
+        redundant_share: a summary that would share the context with at least this share of its
+            children is left out and the fill runs again (None: never). Needs the hits'
+            ``children``.
+
+    :data:`PAPERS_FILL` (neither: the greedy fill of RAPTOR's reference implementation) and
+    :data:`DEFAULT_FILL` (both) are the two in use; each part applies on its own.
+    """
+
+    summary_ranks: int | None = None
+    redundant_share: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.summary_ranks is not None and self.summary_ranks < 0:
+            raise ValueError(f"summary_ranks must be >= 0 or None, got {self.summary_ranks}")
+        if self.redundant_share is not None and not 0.0 < self.redundant_share <= 1.0:
+            raise ValueError(
+                f"redundant_share must be in (0, 1] or None, got {self.redundant_share}"
+            )
+
+    @property
+    def plain(self) -> bool:
+        """Whether no summary is ever left out (the papers' fill)."""
+        return self.summary_ranks is None and self.redundant_share is None
+
+
+#: The papers' greedy fill: every hit in score order while it fits.
+PAPERS_FILL: Final = FillRule()
+#: The default collapsed fill: a summary only as the best hit, never beside its own children.
+DEFAULT_FILL: Final = FillRule(summary_ranks=SUMMARY_RANKS, redundant_share=REDUNDANT_SHARE)
 
 
 class Budget:
@@ -86,7 +129,7 @@ def fill_budget(hits: Sequence[ScoredNode], max_tokens: int) -> list[ScoredNode]
 def context_fill(
     items: Sequence[_T],
     max_tokens: int,
-    redundant: float | None,
+    rule: FillRule,
     *,
     key: Callable[[_T], str],
     n_tokens: Callable[[_T], int],
@@ -96,13 +139,12 @@ def context_fill(
     """Return the collapsed tree's fill of ``items`` (score order) and whether it took every
     item it did not leave out (so that more items might be taken too).
 
-    The :class:`Budget` rule; with ``redundant`` set (the default fill), a summary (an item with
-    ``children``) is left out unless it is among the first :data:`SUMMARY_RANKS` items, and a
-    summary that would share the context with
-    at least that share of its children is left out and the fill runs again, until no kept
-    summary has its children in the context (a summary's text is drawn from its children: with
-    enough of them there it repeats what the reader already has, and its tokens go to the next
-    hit instead). A summary left out is not taken back.
+    The :class:`Budget` rule, with the summaries (items with ``children``) ``rule`` leaves out:
+    those past its ``summary_ranks`` first items, then those that would share the context with
+    at least its ``redundant_share`` of their children, the fill running again until no kept
+    summary has that share of its children in the context (a summary's text is drawn from its
+    children: with enough of them there it repeats what the reader already has, and its tokens
+    go to the next hit instead). A summary left out is not taken back.
 
     With ``text_key`` (the hash of a node's text), a node whose text an earlier item (not left
     out) already holds is left out: copies of a file in a share (``report (1).docx``, a folder
@@ -113,20 +155,21 @@ def context_fill(
     there (``search_budget``).
     """
     dropped: set[str] = set()
-    if redundant is not None:  # summaries only as the best hits
-        dropped = {key(i) for i in items[SUMMARY_RANKS:] if children(i)}
+    if rule.summary_ranks is not None:  # summaries only as the best hits
+        dropped = {key(i) for i in items[rule.summary_ranks :] if children(i)}
+    share = rule.redundant_share
     while True:
         rest = [i for i in items if key(i) not in dropped]
         if text_key is not None:
             rest = _first_of_each_text(rest, text_key)
         chosen = fill(rest, n_tokens, max_tokens)
-        if redundant is None:
+        if share is None:
             return chosen, len(chosen) == len(rest)
         ids = {key(i) for i in chosen}
         more = set()
         for i in chosen:
             kids = children(i)
-            if kids and sum(c in ids for c in kids) >= redundant * len(kids):
+            if kids and sum(c in ids for c in kids) >= share * len(kids):
                 more.add(key(i))
         if not more:
             return chosen, len(chosen) == len(rest)
@@ -190,13 +233,13 @@ def _hit_text(hit: ScoredNode) -> str:
 
 
 def context_hits(
-    hits: Sequence[ScoredNode], max_tokens: int, redundant: float | None
+    hits: Sequence[ScoredNode], max_tokens: int, rule: FillRule
 ) -> tuple[list[ScoredNode], bool]:
     """:func:`context_fill` of scored nodes, a text held twice taken once."""
     return context_fill(
         hits,
         max_tokens,
-        redundant,
+        rule,
         key=_hit_key,
         n_tokens=_hit_tokens,
         children=_hit_children,
@@ -213,7 +256,7 @@ def fill_hits(
     payloads: Callable[[list[Any]], dict[Any, dict[str, Any]]],
     may_read: Callable[[NodePayload], bool],
     max_tokens: int,
-    redundant: float | None,
+    rule: FillRule,
     fetched: dict[Any, dict[str, Any]],
 ) -> tuple[list[ScoredNode], bool]:
     """Return the fill of a store's ``hits`` (:func:`context_hits`) and whether it stopped
@@ -241,7 +284,7 @@ def fill_hits(
             if may_read(node):
                 read.append(ScoredNode(node, float(hit.score)))
                 smallest = min(smallest, node.n_tokens)
-        kept, took_all = context_hits(read, max_tokens, redundant)
+        kept, took_all = context_hits(read, max_tokens, rule)
         if not took_all:
             return kept, True
         start += size

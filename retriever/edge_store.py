@@ -44,7 +44,7 @@ from retriever.access_map import (
     READABLE_WALK_MAX,
     READABLE_WALK_MIN_SHARE,
 )
-from retriever.budget import fill_hits, ties_by_id
+from retriever.budget import PAPERS_FILL, FillRule, fill_hits, ties_by_id
 from retriever.edge_shard import EdgeShardLifecycle, unindexed_points
 from retriever.edge_translate import (
     edge_filter,
@@ -216,11 +216,11 @@ class EdgeNodeStore(EdgeShardLifecycle):
         max_tokens: int,
         *,
         text: str | None = None,
-        redundant: float | None = None,
+        rule: FillRule = PAPERS_FILL,
     ) -> list[ScoredNode]:
-        """Return ``context_hits(search(vector, flt, limit), max_tokens, redundant)``, reading
+        """Return ``context_hits(search(vector, flt, limit), max_tokens, rule)``, reading
         fewer payloads (:func:`~retriever.budget.context_fill`: the greedy fill, without the
-        summaries that would repeat their children with ``redundant`` set).
+        summaries ``rule`` leaves out).
 
         The same planned ANN query without payloads, first for only the hits the budget could
         take (:func:`~retriever.plan.first_hits`; ``limit`` only if every one fits); then the
@@ -239,10 +239,10 @@ class EdgeNodeStore(EdgeShardLifecycle):
         fetched: dict[qe.PointId, dict[str, Any]] = {}
         hits = self._query(vector, flt, first, limit, text)
         may_read = functools.partial(self._may_read, flt)
-        kept, stopped = fill_hits(hits, self._payloads, may_read, max_tokens, redundant, fetched)
+        kept, stopped = fill_hits(hits, self._payloads, may_read, max_tokens, rule, fetched)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
             again = self._query(vector, flt, limit, limit, text)
-            kept, _ = fill_hits(again, self._payloads, may_read, max_tokens, redundant, fetched)
+            kept, _ = fill_hits(again, self._payloads, may_read, max_tokens, rule, fetched)
         return kept
 
     def retrieve(self, node_ids: Sequence[str]) -> list[NodePayload]:

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from retriever.budget import PAPERS_FILL, FillRule
 from retriever.schema import NodePayload, ScoredNode, SearchFilter
 
 
@@ -74,15 +75,15 @@ class NodeStore(Protocol):
         max_tokens: int,
         *,
         text: str | None = None,
-        redundant: float | None = None,
+        rule: FillRule = PAPERS_FILL,
     ) -> list[ScoredNode]:
-        """Return ``context_hits(search(vector, flt, limit, text=text), max_tokens,
-        redundant)`` (:mod:`retriever.budget`), reading fewer payloads.
+        """Return ``context_hits(search(vector, flt, limit, text=text), max_tokens, rule)``
+        (:mod:`retriever.budget`), reading fewer payloads.
 
         The collapsed-tree query: one ANN (or hybrid) search, then payloads only of the hits the
-        greedy token fill keeps (stopping at the first that does not fit); with ``redundant``
-        set, a summary that would share the context with that share of its children is left
-        out and its tokens go to the next hits.
+        greedy token fill keeps (stopping at the first that does not fit), less the summaries
+        ``rule`` leaves out (:class:`~retriever.budget.FillRule`): their tokens go to the next
+        hits.
         """
         ...
 

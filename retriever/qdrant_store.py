@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
-from retriever.budget import context_fill, ties_by_id
+from retriever.budget import PAPERS_FILL, FillRule, context_fill, ties_by_id
 from retriever.plan import ESTIMATE_MEMO, SearchPlan, first_hits, search_planned
 from retriever.qdrant_collection import QdrantCollection
 from retriever.qdrant_hybrid import fusion_query, hybrid_prefetch, qdrant_points, sample_terms
@@ -152,13 +152,13 @@ class QdrantNodeStore(QdrantCollection):
         max_tokens: int,
         *,
         text: str | None = None,
-        redundant: float | None = None,
+        rule: FillRule = PAPERS_FILL,
     ) -> list[ScoredNode]:
-        """Return ``context_hits(search(vector, flt, limit), max_tokens, redundant)``, fetching
+        """Return ``context_hits(search(vector, flt, limit), max_tokens, rule)``, fetching
         less (:func:`~retriever.budget.context_fill`).
 
-        One ANN query returning only ``n_tokens`` and ``content_hash`` (and ``children``, with
-        ``redundant`` set), first for only the hits the budget could take
+        One ANN query returning only ``n_tokens`` and ``content_hash`` (and ``children``, where
+        ``rule`` leaves summaries out), first for only the hits the budget could take
         (:func:`~retriever.plan.first_hits`; for ``limit`` hits only if every one fits), the
         fill on those, then one lookup of the kept nodes' payloads: two requests, a fraction of
         the payload bytes.
@@ -170,12 +170,12 @@ class QdrantNodeStore(QdrantCollection):
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         first = first_hits(limit, max_tokens)
-        fields = [F.N_TOKENS, F.CONTENT_HASH] + ([] if redundant is None else [F.CHILDREN])
+        fields = [F.N_TOKENS, F.CONTENT_HASH] + ([] if rule.plain else [F.CHILDREN])
         hits = self._query(vector, flt, first, limit, text, with_payload=fields)
-        kept, stopped = _fill_ids(hits, max_tokens, redundant)
+        kept, stopped = _fill_ids(hits, max_tokens, rule)
         if not stopped and len(hits) == first < limit:  # every hit fit: the rest may too
             again = self._query(vector, flt, limit, limit, text, with_payload=fields)
-            kept, _ = _fill_ids(again, max_tokens, redundant)
+            kept, _ = _fill_ids(again, max_tokens, rule)
         found = self._records([i for i, _ in kept], with_payload=True)
         return [
             ScoredNode(NodePayload.from_payload(found[i].payload), score)
@@ -412,14 +412,14 @@ class QdrantNodeStore(QdrantCollection):
 
 
 def _fill_ids(
-    hits: Sequence[models.ScoredPoint], max_tokens: int, redundant: float | None
+    hits: Sequence[models.ScoredPoint], max_tokens: int, rule: FillRule
 ) -> tuple[list[tuple[str, float]], bool]:
     """Return the fill's (:func:`~retriever.budget.context_fill`) ``(id, score)`` on hits
     carrying ``n_tokens`` (and ``children``), and whether it stopped inside them."""
     taken, took_all = context_fill(
         hits,
         max_tokens,
-        redundant,
+        rule,
         key=_point_key,
         n_tokens=_n_tokens,
         children=_children,

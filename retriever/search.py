@@ -7,7 +7,7 @@ as the papers' reference implementation does (the one rule: :mod:`retriever.budg
 leaves and summaries are both searched, a summary is taken only as the best hit (the gist of a
 cluster is what the question matches best); lower in the ranking an offline summary, a sample of
 its leaves' sentences, took budget from the leaves that answer. A summary that would sit in that
-context beside enough of its own children (:data:`REDUNDANT_SHARE`) is then left out and the fill
+context beside enough of its own children (:data:`~retriever.budget.DEFAULT_FILL`) is then left out and the fill
 runs again: its text is drawn from those children, so it repeated what the context held while
 taking budget from the next hits (measured: docs/retrieval.md). The store does both as it reads
 hits (:func:`retriever.budget.context_fill`), reading about the budget's
@@ -28,15 +28,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from retriever.budget import context_hits
+from retriever.budget import DEFAULT_FILL, PAPERS_FILL, FillRule, context_hits
 from retriever.budget import fill_budget as fill_budget  # the one fill rule, re-exported
 from retriever.protocols import NodeStore
 from retriever.schema import ScoredNode, SearchFilter
 
 DEFAULT_MAX_TOKENS = 2000
 MAX_LAYERS = 8
-#: A summary is left out of a collapsed-tree context holding this share of its children.
-REDUNDANT_SHARE = 0.3
 
 
 def candidate_limit(max_tokens: int) -> int:
@@ -51,22 +49,22 @@ def collapsed_tree(
     *,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     text: str | None = None,
-    redundant: float | None = REDUNDANT_SHARE,
+    rule: FillRule = DEFAULT_FILL,
 ) -> list[ScoredNode]:
     """Return the collapsed-tree context: one filtered ANN query, then the token-budget fill.
 
     Given the question's ``text``, the query is hybrid where the store has BM25 vectors (dense
-    and sparse prefetch fused, see :mod:`retriever.sparse`). With ``redundant`` set, a summary
-    is taken only as the best hit (:data:`~retriever.budget.SUMMARY_RANKS`), and one that would
-    share the context with at least ``redundant`` of its children is left out, as the store reads
-    hits (:func:`~retriever.budget.context_fill`); None: the plain fill of the papers (a filter
-    of leaves only, or of summaries only, is always that)."""
+    and sparse prefetch fused, see :mod:`retriever.sparse`). ``rule`` says which summaries the
+    fill leaves out, as the store reads hits (:func:`~retriever.budget.context_fill`): by default
+    a summary is taken only as the best hit, and never beside enough of its own children;
+    :data:`~retriever.budget.PAPERS_FILL` is the plain fill of the papers (a filter of leaves
+    only, or of summaries only, is always that)."""
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be ≥ 1, got {max_tokens}")
     limit = candidate_limit(max_tokens)
     if flt.leaves_only or flt.summaries_only:  # no summary to leave out, or summaries asked for
-        redundant = None
-    return store.search_budget(query_vector, flt, limit, max_tokens, text=text, redundant=redundant)
+        rule = PAPERS_FILL
+    return store.search_budget(query_vector, flt, limit, max_tokens, text=text, rule=rule)
 
 
 def top_layer(store: NodeStore, flt: SearchFilter) -> int | None:
@@ -110,7 +108,7 @@ def tree_traversal(
             break
         hits = search(replace(flt, ids=children, min_layer=None))
     selected.sort(key=lambda h: -h.score)
-    return context_hits(selected, max_tokens, None)[0]  # the fill, a text held twice once
+    return context_hits(selected, max_tokens, PAPERS_FILL)[0]  # the fill, a text held twice once
 
 
 def run_query(

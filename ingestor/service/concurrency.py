@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from ingestor.service.deadline import holding
 from ingestor.tree.params import Progress
 from retriever import NodePayload, NodeStore, ScoredNode, SearchFilter
+from retriever.budget import PAPERS_FILL, FillRule
 
 if TYPE_CHECKING:
     from retriever.edge_store import EdgeNodeStore
@@ -109,12 +110,10 @@ class LockedStore(NodeStore):
         max_tokens: int,
         *,
         text: str | None = None,
-        redundant: float | None = None,
+        rule: FillRule = PAPERS_FILL,
     ) -> list[ScoredNode]:
         with self.held():
-            return self.inner.search_budget(
-                vector, flt, limit, max_tokens, text=text, redundant=redundant
-            )
+            return self.inner.search_budget(vector, flt, limit, max_tokens, text=text, rule=rule)
 
     def index_sparse(self) -> int:
         with self.held():

@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 from qdrant_client import QdrantClient, models
 
 from retriever import edge_store, edge_translate, qdrant_collection, qdrant_store
+from retriever.budget import DEFAULT_FILL, PAPERS_FILL, FillRule
 from retriever.edge_store import EdgeNodeStore
 from retriever.errors import SchemaMismatchError, StoreError
 from retriever.plan import HnswConfig, Planner
@@ -33,7 +34,7 @@ from retriever.schema import (
     point_id,
     source_dirs,
 )
-from retriever.search import REDUNDANT_SHARE, collapsed_tree, fill_budget
+from retriever.search import collapsed_tree, fill_budget
 
 DIM = 16
 MODEL = "test-model"
@@ -309,11 +310,9 @@ def test_the_default_collapsed_fill_reads_no_more_payloads_than_the_plain_fill_n
 
         return count
 
-    def reads(store: EdgeNodeStore, redundant: float | None) -> tuple[int, list[str]]:
+    def reads(store: EdgeNodeStore, rule: FillRule) -> tuple[int, list[str]]:
         asked.clear()
-        got = collapsed_tree(
-            store, query, SearchFilter(tree="t1"), max_tokens=205, redundant=redundant
-        )
+        got = collapsed_tree(store, query, SearchFilter(tree="t1"), max_tokens=205, rule=rule)
         return sum(asked), [h.node.node_id for h in got]
 
     for nodes in (leaves, [*leaves, summary]):
@@ -321,8 +320,8 @@ def test_the_default_collapsed_fill_reads_no_more_payloads_than_the_plain_fill_n
             store.ensure_collection(DIM, MODEL)
             store.upsert(nodes, vectors[: len(nodes)])
             store._payloads = counting(store._payloads)  # type: ignore[method-assign,assignment]
-            plain_read, plain = reads(store, None)
-            default_read, default = reads(store, REDUNDANT_SHARE)
+            plain_read, plain = reads(store, PAPERS_FILL)
+            default_read, default = reads(store, DEFAULT_FILL)
         if len(nodes) == len(leaves):
             assert (default_read, default) == (plain_read, plain) == (21, default)
             assert len(default) == 20  # 16 read, then what (205 - 160) // 10 + 1 takes

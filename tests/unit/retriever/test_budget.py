@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from qdrant_client import QdrantClient
 
 from retriever import collapsed_tree, fill_budget
-from retriever.budget import Budget, context_hits, fill
+from retriever.budget import DEFAULT_FILL, PAPERS_FILL, Budget, FillRule, context_hits, fill
 from retriever.edge_store import EdgeNodeStore
 from retriever.qdrant_store import QdrantNodeStore
 from retriever.schema import ScoredNode, SearchFilter
-from retriever.search import REDUNDANT_SHARE, candidate_limit
+from retriever.search import candidate_limit
 from tests.contracts.test_node_store import DIM, MODEL, make_node, unit_vectors
 
 N = 40
@@ -65,6 +65,12 @@ def test_a_stopped_budget_refuses_even_a_zero_token_node() -> None:
 
 sizes = st.lists(st.integers(0, 400), min_size=N, max_size=N) | st.lists(
     st.integers(0, 30), min_size=N, max_size=N
+)
+#: Fill rules: either part alone, both, neither (the papers' and the default among them).
+rules = st.builds(
+    FillRule,
+    summary_ranks=st.sampled_from([None, 0, 1, 3]),
+    redundant_share=st.sampled_from([None, 0.01, 0.3, 0.5, 1.0]),
 )
 
 
@@ -134,7 +140,7 @@ def tree_nodes(tokens: list[int], fanout: list[int]) -> list[Any]:
     tokens=st.lists(st.integers(0, 300), min_size=20, max_size=20),
     fanout=st.lists(st.integers(1, 6), min_size=1, max_size=4),
     max_tokens=st.integers(1, 2500),
-    share=st.sampled_from([0.01, 0.3, 0.5, 1.0]),
+    rule=rules,
     seed=st.integers(0, 50),
 )
 def test_every_store_leaves_out_redundant_summaries_as_the_reference_does(
@@ -142,10 +148,10 @@ def test_every_store_leaves_out_redundant_summaries_as_the_reference_does(
     tokens: list[int],
     fanout: list[int],
     max_tokens: int,
-    share: float,
+    rule: FillRule,
     seed: int,
 ) -> None:
-    """Both stores' search_budget with ``redundant``, reading hits as the fill goes, and the
+    """Both stores' search_budget with any fill rule, reading hits as the fill goes, and the
     collapsed tree (the default) give the reference: context_hits of the full search's hits."""
     nodes = tree_nodes(tokens, fanout)
     query, flt = unit_vectors(1, seed=2000 + seed)[0], SearchFilter(tree="t1")
@@ -153,10 +159,10 @@ def test_every_store_leaves_out_redundant_summaries_as_the_reference_does(
         store.delete([n.node_id for n in store.scroll(flt, 1000)[0]])
         store.upsert(nodes, unit_vectors(len(nodes), seed=seed))
         limit = candidate_limit(max_tokens)
-        want, _ = context_hits(store.search(query, flt, limit), max_tokens, share)
-        got = store.search_budget(query, flt, limit, max_tokens, redundant=share)
+        want, _ = context_hits(store.search(query, flt, limit), max_tokens, rule)
+        got = store.search_budget(query, flt, limit, max_tokens, rule=rule)
         assert [h.node.node_id for h in got] == [h.node.node_id for h in want]
-        if share == REDUNDANT_SHARE:
+        if rule == DEFAULT_FILL:
             got = collapsed_tree(store, query, flt, max_tokens=max_tokens)
             assert [h.node.node_id for h in got] == [h.node.node_id for h in want]
 
@@ -167,19 +173,19 @@ def test_every_store_leaves_out_redundant_summaries_as_the_reference_does(
     fanout=st.lists(st.integers(1, 6), min_size=1, max_size=4),
     order=st.randoms(use_true_random=False),
     max_tokens=st.integers(1, 3000),
-    share=st.sampled_from([None, 0.01, 0.3, 1.0]),
+    rule=rules,
 )
 def test_a_fill_that_stops_inside_a_prefix_is_the_fill_of_every_hit(
-    tokens: list[int], fanout: list[int], order: Any, max_tokens: int, share: float | None
+    tokens: list[int], fanout: list[int], order: Any, max_tokens: int, rule: FillRule
 ) -> None:
     """What lets a store read hits as it goes: once the fill of the hits read so far stops
     inside them, no later hit changes it."""
     nodes = tree_nodes(tokens, fanout)
     order.shuffle(nodes)
     hits = [ScoredNode(n, 1.0 - i / 1000) for i, n in enumerate(nodes)]
-    whole, _ = context_hits(hits, max_tokens, share)
+    whole, _ = context_hits(hits, max_tokens, rule)
     for end in range(len(hits) + 1):
-        part, took_all = context_hits(hits[:end], max_tokens, share)
+        part, took_all = context_hits(hits[:end], max_tokens, rule)
         if not took_all:
             assert part == whole
             break
@@ -198,10 +204,10 @@ def test_a_text_held_twice_is_taken_once() -> None:
     a, b, c, d = (make_node(k, n_tokens=10) for k in "abcd")
     b = copy_of(b, of=a)
     hits = [ScoredNode(n, 1.0 - i / 10) for i, n in enumerate([a, b, c, d])]
-    kept, took_all = context_hits(hits, 30, None)
+    kept, took_all = context_hits(hits, 30, PAPERS_FILL)
     assert [h.node.node_id for h in kept] == [a.node_id, c.node_id, d.node_id]
     assert took_all
-    kept, _ = context_hits(hits, 20, REDUNDANT_SHARE)
+    kept, _ = context_hits(hits, 20, DEFAULT_FILL)
     assert [h.node.node_id for h in kept] == [a.node_id, c.node_id], "its tokens go to the next"
 
 
@@ -215,13 +221,44 @@ def test_the_default_fill_takes_a_summary_only_as_the_best_hit() -> None:
         for k in "st"
     )
     hits = [ScoredNode(n, 1.0 - i / 10) for i, n in enumerate([s, a, t, b, c])]
-    kept, took_all = context_hits(hits, 100, REDUNDANT_SHARE)
+    kept, took_all = context_hits(hits, 100, DEFAULT_FILL)
     assert [h.node.node_id for h in kept] == [s.node_id, a.node_id, b.node_id, c.node_id]
     assert took_all, "every hit not left out was taken: a store reads on"
-    kept, _ = context_hits(hits[1:], 100, REDUNDANT_SHARE)  # t is second now: still left out
+    kept, _ = context_hits(hits[1:], 100, DEFAULT_FILL)  # t is second now: still left out
     assert [h.node.node_id for h in kept] == [a.node_id, b.node_id, c.node_id]
-    kept, _ = context_hits(hits, 100, None)
+    kept, _ = context_hits(hits, 100, PAPERS_FILL)
     assert len(kept) == 5
+
+
+def test_each_part_of_a_fill_rule_applies_on_its_own() -> None:
+    """The best-hit rule and the repeated-children rule were one switch (a share, or None for
+    neither): a caller could not keep summaries at every rank and still leave out those beside
+    their own children (the default before 12-02), nor the reverse."""
+    a, x, y, z = (make_node(k, n_tokens=10) for k in "axyz")
+    s, t = (
+        make_node(k, layer=1, n_tokens=10).model_copy(update={"children": kids})
+        for k, kids in (("s", (x.node_id, y.node_id)), ("t", (a.node_id, z.node_id)))
+    )
+    # s is the best hit with both its children in the context; t sits lower, beside one of two.
+    hits = [ScoredNode(n, 1.0 - i / 10) for i, n in enumerate([s, x, y, t, a])]
+
+    def ids(rule: FillRule) -> list[str]:
+        kept, _ = context_hits(hits, 100, rule)
+        return [h.node.node_id for h in kept]
+
+    assert ids(PAPERS_FILL) == [s.node_id, x.node_id, y.node_id, t.node_id, a.node_id]
+    assert ids(FillRule(redundant_share=0.3)) == [x.node_id, y.node_id, a.node_id]
+    assert ids(FillRule(redundant_share=1.0)) == [x.node_id, y.node_id, t.node_id, a.node_id]
+    assert ids(FillRule(summary_ranks=1)) == [s.node_id, x.node_id, y.node_id, a.node_id]
+    assert ids(FillRule(summary_ranks=0)) == [x.node_id, y.node_id, a.node_id]
+    assert ids(FillRule(summary_ranks=4, redundant_share=1.0)) == ids(FillRule(redundant_share=1.0))
+    assert ids(DEFAULT_FILL) == [x.node_id, y.node_id, a.node_id]
+
+
+@pytest.mark.parametrize(("ranks", "share"), [(-1, None), (None, 0.0), (None, 1.5), (1, -0.2)])
+def test_a_fill_rule_out_of_range_is_refused(ranks: int | None, share: float | None) -> None:
+    with pytest.raises(ValueError, match=r"summary_ranks|redundant_share"):
+        FillRule(summary_ranks=ranks, redundant_share=share)
 
 
 @settings(
@@ -240,7 +277,7 @@ def test_every_store_fill_takes_a_text_held_twice_once(
         store.delete([n.node_id for n in store.scroll(flt, 1000)[0]])  # no ties with others'
         store.upsert(nodes, unit_vectors(N, seed=seed))
         limit = candidate_limit(max_tokens)
-        want, _ = context_hits(store.search(query, flt, limit), max_tokens, None)
+        want, _ = context_hits(store.search(query, flt, limit), max_tokens, PAPERS_FILL)
         for got in (
             store.search_budget(query, flt, limit, max_tokens),
             collapsed_tree(store, query, flt, max_tokens=max_tokens),

@@ -8,7 +8,7 @@ import pytest
 
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.state import Node, SourceEntry, TreeState, leaf_id, sha256_text
-from retriever import SearchFilter, collapsed_tree, fill_budget, tree_traversal
+from retriever import PAPERS_FILL, SearchFilter, collapsed_tree, fill_budget, tree_traversal
 from retriever.edge_store import EdgeNodeStore
 from testkit.fakes import ByteTokenizer, EchoSummarizer, HashEmbedder
 from tests.unit.tree.test_build import ConsecutiveClusterer
@@ -60,7 +60,7 @@ def test_collapsed_tree_stays_within_the_token_budget_in_score_order(tree) -> No
 def test_collapsed_tree_mixes_layers_and_honours_a_layer_range(tree) -> None:  # type: ignore[no-untyped-def]
     store, emb, _ = tree
     v = emb.embed_query("violins concert")
-    hits = collapsed_tree(store, v, SearchFilter(tree="t"), redundant=None)
+    hits = collapsed_tree(store, v, SearchFilter(tree="t"), rule=PAPERS_FILL)
     assert {h.node.layer for h in hits} > {0}
     leaves = collapsed_tree(store, v, SearchFilter(tree="t", max_layer=0))
     assert leaves
@@ -73,7 +73,7 @@ def test_a_source_folder_filter_reaches_summaries_too(tree) -> None:  # type: ig
         store,
         emb.embed_query("fruit"),
         SearchFilter(tree="t", source_prefix="apples/"),
-        redundant=None,
+        rule=PAPERS_FILL,
     )
     assert hits
     assert all(all(s.startswith("apples/") for s in h.node.sources) for h in hits)
@@ -137,7 +137,7 @@ def test_collapsed_tree_leaves_out_summaries_whose_children_are_in_the_context( 
     v, flt = emb.embed_query(question), SearchFilter(tree="t")
     repeated = 0
     for budget in (120, 200, 300, 450, 700):
-        plain = collapsed_tree(store, v, flt, max_tokens=budget, redundant=None)
+        plain = collapsed_tree(store, v, flt, max_tokens=budget, rule=PAPERS_FILL)
         hits = collapsed_tree(store, v, flt, max_tokens=budget)
         assert not _redundant(hits, 0.3)
         assert sum(h.node.n_tokens for h in hits) <= budget
@@ -157,7 +157,7 @@ def test_drop_redundant_keeps_a_summary_whose_children_are_elsewhere(tree) -> No
     summaries = collapsed_tree(store, v, SearchFilter(tree="t", min_layer=1), max_tokens=600)
     assert summaries
     assert summaries == collapsed_tree(
-        store, v, SearchFilter(tree="t", min_layer=1), max_tokens=600, redundant=None
+        store, v, SearchFilter(tree="t", min_layer=1), max_tokens=600, rule=PAPERS_FILL
     )
 
 
