@@ -33,6 +33,11 @@ SUMMARY_RANKS: Final = 1
 #: children (0.01 left out nearly every summary and lost the multi-hop gains, 0.5 kept too many
 #: at small budgets: docs/retrieval.md).
 REDUNDANT_SHARE: Final = 0.3
+#: In the default collapsed fill, a summary longer than this share of the budget is left out: in
+#: a small context it took the place of a leaf that answers (500 tokens: LoCoMo 0.4-1.5 points
+#: under flat search in every category; capped, within 0.4 of it; larger budgets unchanged, a
+#: summary being at most ``ADRAP_SUMMARY__MAX_TOKENS`` long: docs/retrieval.md).
+SUMMARY_SHARE: Final = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +50,16 @@ class FillRule:
         redundant_share: a summary that would share the context with at least this share of its
             children is left out and the fill runs again (None: never). Needs the hits'
             ``children``.
+        summary_share: a summary of more than this share of the budget's tokens is left out
+            before the fill (None: any that fits).
 
-    :data:`PAPERS_FILL` (neither: the greedy fill of RAPTOR's reference implementation) and
-    :data:`DEFAULT_FILL` (both) are the two in use; each part applies on its own.
+    :data:`PAPERS_FILL` (none: the greedy fill of RAPTOR's reference implementation) and
+    :data:`DEFAULT_FILL` (all three) are the two in use; each part applies on its own.
     """
 
     summary_ranks: int | None = None
     redundant_share: float | None = None
+    summary_share: float | None = None
 
     def __post_init__(self) -> None:
         if self.summary_ranks is not None and self.summary_ranks < 0:
@@ -60,17 +68,31 @@ class FillRule:
             raise ValueError(
                 f"redundant_share must be in (0, 1] or None, got {self.redundant_share}"
             )
+        if self.summary_share is not None and not 0.0 < self.summary_share <= 1.0:
+            raise ValueError(f"summary_share must be in (0, 1] or None, got {self.summary_share}")
 
     @property
     def plain(self) -> bool:
         """Whether no summary is ever left out (the papers' fill)."""
-        return self.summary_ranks is None and self.redundant_share is None
+        return (
+            self.summary_ranks is None
+            and self.redundant_share is None
+            and self.summary_share is None
+        )
+
+    def too_long(self, n_tokens: int, max_tokens: int) -> bool:
+        """Whether a summary of ``n_tokens`` is left out of a ``max_tokens`` context (one that
+        would not fit at all is passed over, where the papers' fill would stop at it)."""
+        return self.summary_share is not None and n_tokens > self.summary_share * max_tokens
 
 
 #: The papers' greedy fill: every hit in score order while it fits.
 PAPERS_FILL: Final = FillRule()
-#: The default collapsed fill: a summary only as the best hit, never beside its own children.
-DEFAULT_FILL: Final = FillRule(summary_ranks=SUMMARY_RANKS, redundant_share=REDUNDANT_SHARE)
+#: The default collapsed fill: a summary only as the best hit, never beside its own children,
+#: never more than a quarter of the budget.
+DEFAULT_FILL: Final = FillRule(
+    summary_ranks=SUMMARY_RANKS, redundant_share=REDUNDANT_SHARE, summary_share=SUMMARY_SHARE
+)
 
 
 class Budget:
@@ -140,7 +162,8 @@ def context_fill(
     item it did not leave out (so that more items might be taken too).
 
     The :class:`Budget` rule, with the summaries (items with ``children``) ``rule`` leaves out:
-    those past its ``summary_ranks`` first items, then those that would share the context with
+    those past its ``summary_ranks`` first items and those longer than its ``summary_share`` of
+    ``max_tokens``, then those that would share the context with
     at least its ``redundant_share`` of their children, the fill running again until no kept
     summary has that share of its children in the context (a summary's text is drawn from its
     children: with enough of them there it repeats what the reader already has, and its tokens
@@ -157,6 +180,8 @@ def context_fill(
     dropped: set[str] = set()
     if rule.summary_ranks is not None:  # summaries only as the best hits
         dropped = {key(i) for i in items[rule.summary_ranks :] if children(i)}
+    if rule.summary_share is not None:
+        dropped |= {key(i) for i in items if children(i) and rule.too_long(n_tokens(i), max_tokens)}
     share = rule.redundant_share
     while True:
         rest = [i for i in items if key(i) not in dropped]

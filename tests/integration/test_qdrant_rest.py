@@ -5,7 +5,8 @@ only the URL pointed at the daemon, ``vector`` set to the question embedded with
 and ``question`` to the question): one query, a dense and a BM25 prefetch of 100 each with the
 filter ``tree == "default"``, fused with DBSF, no search params (so the facade plans the dense
 prefetch as adrap does), then hits in score order while the running ``n_tokens`` total stays
-<= 2000, a hit of a text already taken (the folder holds copies of two files) skipped, less the
+<= 2000, a hit of a text already taken (the folder holds copies of two files) skipped, a summary
+only as the best hit of at most 500 tokens, less the
 summaries that would share it with >= 30 % of their children (filled again).
 ``adrap query --json`` (collapsed, hybrid, ``--max-tokens 2000``: one query with the
 same prefetches, filter and limit ``candidate_limit(2000) = 100``, then the same fill) must give

@@ -109,7 +109,8 @@ def call(
 
 
 def fill_ids(hits: list[models.ScoredPoint], budget: int, *, plain: bool = False) -> list[Any]:
-    """docs/clients.md's recipe's fill: a summary only as the best hit, the rest in score order
+    """docs/clients.md's recipe's fill: a summary only as the best hit of at most a quarter of
+    ``budget``, the rest in score order
     while the token total fits ``budget``, then adrap's rule: summaries whose children make up
     ≥ 30 % of their children in the context are left out and the fill runs again. ``plain``
     (a query of summaries only): the fill alone."""
@@ -126,7 +127,12 @@ def fill_ids(hits: list[models.ScoredPoint], budget: int, *, plain: bool = False
 
     if plain:
         return [h.id for h in fill(hits)]
-    hits = [h for i, h in enumerate(hits) if i == 0 or not (h.payload or {}).get(F.CHILDREN)]
+    hits = [
+        h
+        for i, h in enumerate(hits)
+        if not (h.payload or {}).get(F.CHILDREN)
+        or (i == 0 and (h.payload or {})[F.N_TOKENS] <= budget / 4)
+    ]
     taken, dropped = fill(hits), set()
     while True:
         ids = {str(h.id) for h in taken}
