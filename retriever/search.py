@@ -5,13 +5,14 @@ Collapsed tree [RAPTOR §3; adRAP App. A]: nearest nodes of every layer to the q
 the running token total stays within ``max_tokens`` — stopping at the first node that does not fit,
 as the papers' reference implementation does (the one rule: :mod:`retriever.budget`). Where
 leaves and summaries are both searched, a summary is taken only as the best hit (the gist of a
-cluster is what the question matches best); lower in the ranking an offline summary, a sample of
-its leaves' sentences, took budget from the leaves that answer. A summary that would sit in that
-context beside enough of its own children (:data:`~retriever.budget.DEFAULT_FILL`) is then left out and the fill
-runs again: its text is drawn from those children, so it repeated what the context held while
-taking budget from the next hits (measured: docs/retrieval.md). The store does both as it reads
-hits (:func:`retriever.budget.context_fill`), reading about the budget's
-worth of payloads.
+cluster is what the question matches best) and only if it is at most a quarter of the budget;
+lower in the ranking an offline summary, a sample of its leaves' sentences, took budget from the
+leaves that answer, and in a small context so did a long one. A summary that would sit in that
+context beside enough of its own children is then left out and the fill runs again: its text is
+drawn from those children, so it repeated what the context held while taking budget from the
+next hits (measured: docs/retrieval.md; the rule: :data:`retriever.budget.DEFAULT_FILL`). The
+store does all of it as it reads hits (:func:`retriever.budget.context_fill`), reading about the
+budget's worth of payloads.
 
 Tree traversal [RAPTOR §3]: the top-k nodes of the top layer, then the top-k among the children of
 those, layer by layer down to the leaves. RAPTOR concatenates every selected node; under a token
@@ -56,7 +57,8 @@ def collapsed_tree(
     Given the question's ``text``, the query is hybrid where the store has BM25 vectors (dense
     and sparse prefetch fused, see :mod:`retriever.sparse`). ``rule`` says which summaries the
     fill leaves out, as the store reads hits (:func:`~retriever.budget.context_fill`): by default
-    a summary is taken only as the best hit, and never beside enough of its own children;
+    a summary is taken only as the best hit, of at most a quarter of the budget, and never
+    beside enough of its own children;
     :data:`~retriever.budget.PAPERS_FILL` is the plain fill of the papers (a filter of leaves
     only, or of summaries only, is always that)."""
     if max_tokens < 1:

@@ -258,7 +258,7 @@ def test_each_part_of_a_fill_rule_applies_on_its_own() -> None:
 
 def test_a_summary_longer_than_its_share_of_the_budget_is_left_out() -> None:
     """In a 500-token context a best-hit summary took the place of a leaf that answers (LoCoMo:
-    0.4-1.5 points under flat search in every category): the default fill leaves out a summary
+    0.5-2.1 points under flat search in every category): the default fill leaves out a summary
     longer than a quarter of the budget, and the leaves behind it fill the context; at a budget
     four times its length it is taken as before."""
     a, b = (make_node(k, n_tokens=200) for k in "ab")
