@@ -51,6 +51,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from ingestor.cluster.layer_state import REFIT_SHARE
 from ingestor.pipeline.repair import run_repairs
 from ingestor.tree.repair import RepairParams
 from retriever import Embedder
@@ -128,6 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0.3,
         help="repairs' budget over the soak, a share of the first build's summary tokens (0: off)",
     )
+    ap.add_argument(
+        "--refit-share",
+        type=float,
+        default=REFIT_SHARE,
+        help="ADRAP_ADRAP__REFIT_SHARE: a group is refitted past this share of changed points",
+    )
     ap.add_argument("--repair-drift", type=float, default=0.5, help="ADRAP_ADRAP__REPAIR_DRIFT")
     ap.add_argument("--repair-max-leaves", type=int, default=2000)
     ap.add_argument("--batch-seconds", type=float, default=60.0, help="repair clock per batch")
@@ -154,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_s)
         root = tmp / "folder"
         summarizer = _summarizer(args.summarizer)
-        p = make_pipeline(tmp / "state", _embedder(args.real_embeddings), summarizer)
+        p = make_pipeline(
+            tmp / "state",
+            _embedder(args.real_embeddings),
+            summarizer,
+            refit_share=args.refit_share,
+        )
         corpus = Corpus(rng)
         soak = Soak(p, root, corpus, rng)
         soak.seed_folder(args.docs)
@@ -214,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             "tree invariants, store ids, stored links, sources == files)"
         )
         print(
-            f"  summaries regenerated {stats.summaries}, clusters split {stats.splits}, "
+            f"  summaries regenerated {stats.summaries} ({stats.summary_tokens} tokens; refit "
+            f"share {args.refit_share}), clusters split {stats.splits}, "
             f"layers added {stats.layers_added} / dropped {stats.layers_dropped}, "
             f"deepest {stats.max_depth}"
         )

@@ -42,7 +42,7 @@ from numpy.typing import NDArray
 from sklearn.metrics import adjusted_rand_score
 
 from ingestor.cluster.two_step import TreeClusterer
-from ingestor.config import MAX_HELD_ROWS, SummarySettings
+from ingestor.config import MAX_HELD_ROWS, AdrapSettings, SummarySettings
 from ingestor.pipeline import Pipeline, UpdateReport
 from ingestor.read.tokens import default_tokenizer
 from ingestor.summarize.extractive import ExtractiveSummarizer
@@ -54,7 +54,8 @@ from retriever import SearchFilter, collapsed_tree
 from retriever.edge_store import EdgeNodeStore
 from retriever.heap import release_freed_heap
 
-#: The floor rules of the benchmark's trees (``--min-change``, ``--soft-margin``; the daemon's).
+#: The floor rules of the benchmark's trees (``--min-change``, ``--soft-margin``; the daemon's) and
+#: the groups' refit share (``--refit-share``).
 RULES: dict[str, float] = {}
 
 
@@ -554,13 +555,22 @@ def main() -> None:
         f"{SummarySettings().soft_margin})",
     )
     ap.add_argument(
+        "--refit-share",
+        type=float,
+        default=AdrapSettings().refit_share,
+        help="a group is clustered again once this share of it changed (default "
+        f"{AdrapSettings().refit_share}, ADRAP_ADRAP__REFIT_SHARE)",
+    )
+    ap.add_argument(
         "--workers",
         type=int,
         default=WORKERS,
         help=f"build worker processes of the trees (default {WORKERS}); updates run in one",
     )
     args = ap.parse_args()
-    RULES.update(min_change=args.min_change, soft_margin=args.soft_margin)
+    RULES.update(
+        min_change=args.min_change, soft_margin=args.soft_margin, refit_share=args.refit_share
+    )
     MAX_GROUP = args.max_group or None
     WORKERS = args.workers
     logging.basicConfig(level=logging.WARNING)

@@ -260,6 +260,10 @@ class AdrapSettings(_Section):
     #: Online GMMs of at most this many points refit by full EM on every insert [A Algorithm 2];
     #: 0: the paper's max(100, sqrt(layer size)), whose cost grows with the tree.
     tau_n: int = Field(default=100, ge=0)
+    #: A layer's group (global cluster) is re-clustered as a build would once more than
+    #: max(tau_c, this share of its size at its last fit) of its points changed: lower keeps the
+    #: clusters nearer a rebuild's at more CPU and summaries per change (docs/operations.md).
+    refit_share: float = Field(default=0.25, gt=0)  # layer_state.REFIT_SHARE
     drift_threshold: float = Field(default=0.3, gt=0)
     #: A tree of more leaves is never rebuilt automatically past the drift threshold (hours of
     #: CPU, and every summary paid again with an LLM): adRAP goes on placing leaves, the update

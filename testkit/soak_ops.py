@@ -20,6 +20,7 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from ingestor.cluster.layer_state import REFIT_SHARE
 from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
@@ -128,6 +129,7 @@ class SoakStats:
     update_cpu: float = 0.0
     check_seconds: float = 0.0
     summaries: int = 0
+    summary_tokens: int = 0  # the updates' (billed, else the children's input tokens)
     splits: int = 0
     layers_added: int = 0
     layers_dropped: int = 0
@@ -155,12 +157,13 @@ def make_pipeline(
     chunk_tokens: int = 250,
     n_epochs: int = 200,
     seed: int = 0,
+    refit_share: float = REFIT_SHARE,
 ) -> Pipeline:
     builder = TreeBuilder(
         embedder,
         summarizer,
         lambda: TreeClusterer(random_state=seed, n_epochs=n_epochs),
-        TreeParams(),
+        TreeParams(refit_share=refit_share),
     )
     return Pipeline(
         tree=TREE,
@@ -279,6 +282,9 @@ class Soak:
         assert not report.rebuilt, "drift rebuilds are off: adRAP must carry the tree"
         if report.stats is not None:
             self.stats.summaries += report.stats.summaries_regenerated
+            self.stats.summary_tokens += max(
+                report.stats.summary_tokens, report.stats.summary_input_tokens
+            )
             self.stats.splits += report.stats.clusters_split
             self.stats.layers_added += report.stats.layers_added
             self.stats.layers_dropped += report.stats.layers_dropped

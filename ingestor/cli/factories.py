@@ -317,6 +317,7 @@ def make_pipeline(
             tau_c=settings.adrap.tau_c,
             tau_n=settings.adrap.tau_n or None,
             greedy=settings.adrap.greedy,
+            refit_share=settings.adrap.refit_share,
             max_node_sources=c.max_node_sources,
             min_change=summary.min_change,
             soft_margin=summary.soft_margin,

@@ -34,7 +34,15 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.digest import same_digest, vector_digest
 from ingestor.cluster.group_upkeep import GroupUpkeep
-from ingestor.cluster.layer_state import GUARDED, LayerDelta, LayerState, Vectors, edit, prefetch
+from ingestor.cluster.layer_state import (
+    GUARDED,
+    REFIT_SHARE,
+    LayerDelta,
+    LayerState,
+    Vectors,
+    edit,
+    prefetch,
+)
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
 log = logging.getLogger(__name__)
@@ -67,6 +75,7 @@ class AdaptiveLayer(LayerState):
         tau_c: int = 11,
         greedy: bool = False,
         vectors: NDArray[np.float32] | None = None,
+        refit_share: float = REFIT_SHARE,
     ) -> AdaptiveLayer:
         """Wrap a freshly fitted clusterer; ``cluster_nodes`` maps its final cluster ids to nodes.
 
@@ -120,6 +129,7 @@ class AdaptiveLayer(LayerState):
             tau_c,
             ids,
             placed,
+            refit_share=refit_share,
         )
         made.groups.index()
         return made

@@ -23,10 +23,17 @@ from numpy.typing import NDArray
 
 from ingestor.cluster.online_gmm import IdCounter, OnlineGMM
 
-__all__ = ["GUARDED", "LayerDelta", "LayerState", "Vectors", "edit", "prefetch"]
+__all__ = ["GUARDED", "REFIT_SHARE", "LayerDelta", "LayerState", "Vectors", "edit", "prefetch"]
 
 #: Point id of a node in a global cluster too small for a local UMAP + GMM ("guarded").
 GUARDED = -1
+
+#: A group is refitted once more than ``max(tau_c, REFIT_SHARE x`` its fitted size) of its points
+#: changed (``ADRAP_ADRAP__REFIT_SHARE``). It was 0.5 until 2026-12-02: a 5,000-operation soak
+#: then ended with layer-1 clusters placed online over up to half of each group, ARI 0.27-0.32
+#: against a rebuild of the final folder (0.34-0.48 at 0.25; two rebuilds 0.49-0.52), for 4-7 %
+#: more summary tokens and ~20 % more mean CPU a one-document change; docs/operations.md, Drift.
+REFIT_SHARE = 0.25
 
 #: ``vectors(node_ids)``: the (n, d) matrix of the nodes' embeddings (``TreeState.matrix``).
 Vectors = Callable[[list[str]], NDArray[np.float32]]
@@ -51,7 +58,8 @@ class LayerState:
         refits: how many local models were fitted after the build (a group refitted or
             promoted); the clusterer's ``local_models_`` changed each time.
         refit_share: a group is refitted once more than ``max(tau_c, refit_share x n_fitted)``
-            of its points changed (0.5; ``inf`` keeps the build's local models, as the paper).
+            of its points changed (:data:`REFIT_SHARE`; ``inf`` keeps the build's local models,
+            as the paper); an update sets it from the running settings.
         group_splits: how many global clusters were cut for their size after the build.
         global_version: bumped when the global model changed (a cut group): the store writes it.
         cluster_group: cluster id → its global group, kept as clusters appear (see
@@ -74,7 +82,7 @@ class LayerState:
     ids: IdCounter = field(default_factory=IdCounter)
     placed: dict[str, tuple[float, ...]] = field(default_factory=dict)
     refits: int = 0
-    refit_share: float = 0.5
+    refit_share: float = REFIT_SHARE
     group_splits: int = 0
     global_version: int = 0
     cluster_group: MutableMapping[int, int] = field(default_factory=dict)

@@ -218,6 +218,7 @@ class TreeUpdater:
             for node_id in todo.remove:
                 self._delete_node(state, node_id, stats)
             return _Pending()
+        al.refit_share = self.builder.summaries.params.refit_share  # the running setting
         # Removes first, as a delete then an insert [A §4.4]. Adding first was measured worse: a
         # renamed document's leaves (or a summary's successor, close to it) then sit beside
         # their predecessors during the online GMM's refits, and BIC cuts tight clusters around

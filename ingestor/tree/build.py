@@ -229,6 +229,7 @@ class TreeBuilder:
                 tau_n=p.tau_n,
                 greedy=p.greedy,
                 vectors=X,
+                refit_share=p.refit_share,
             )
         )
         log.info(

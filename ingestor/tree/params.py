@@ -12,6 +12,8 @@ from typing import Any, Protocol, Self
 import numpy as np
 from numpy.typing import NDArray
 
+from ingestor.cluster.layer_state import REFIT_SHARE
+
 __all__ = ["BuildStats", "Clusterer", "Progress", "TreeParams", "no_progress"]
 
 #: ``progress(stage, done, total)``: called as work advances (the CLI draws a bar from it).
@@ -76,6 +78,10 @@ class TreeParams:
     #: makes an insert cost grow as the square root of the layer (see AdaptiveLayer.from_fit).
     tau_n: int | None = 100
     greedy: bool = False
+    #: A group is refitted once more than ``max(tau_c, refit_share x`` its fitted size) of its
+    #: points changed (``ingestor.cluster.layer_state.REFIT_SHARE``); an update applies the
+    #: running value to a tree built with another.
+    refit_share: float = REFIT_SHARE
     #: A summary over more files (folders) than this lists none (``sources_capped``; 0: lists
     #: all, and an update then rewrites lists as long as the collection). Recorded in the state
     #: at a build: a tree keeps the limit it was built with until it is rebuilt.

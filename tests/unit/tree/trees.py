@@ -47,7 +47,7 @@ def new_state(texts: list[str]) -> tuple[TreeState, list[str]]:
     return state, add_leaves(state, texts)
 
 
-def make_builder(make_clusterer: Callable[[], Clusterer], **params: int) -> TreeBuilder:
+def make_builder(make_clusterer: Callable[[], Clusterer], **params: float) -> TreeBuilder:
     return TreeBuilder(
         EMBEDDER,
         EchoSummarizer(),
