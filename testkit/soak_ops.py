@@ -25,6 +25,7 @@ from ingestor.cluster.two_step import TreeClusterer
 from ingestor.pipeline import Pipeline
 from ingestor.tree.build import TreeBuilder, TreeParams
 from ingestor.tree.invariants import violations
+from ingestor.tree.repair import charged
 from models_store import ModelStore
 from retriever import Embedder
 from retriever.edge_store import EdgeNodeStore
@@ -129,7 +130,7 @@ class SoakStats:
     update_cpu: float = 0.0
     check_seconds: float = 0.0
     summaries: int = 0
-    summary_tokens: int = 0  # the updates' (billed, else the children's input tokens)
+    summary_tokens: int = 0  # the updates' (ingestor.tree.repair.charged)
     splits: int = 0
     layers_added: int = 0
     layers_dropped: int = 0
@@ -282,9 +283,7 @@ class Soak:
         assert not report.rebuilt, "drift rebuilds are off: adRAP must carry the tree"
         if report.stats is not None:
             self.stats.summaries += report.stats.summaries_regenerated
-            self.stats.summary_tokens += max(
-                report.stats.summary_tokens, report.stats.summary_input_tokens
-            )
+            self.stats.summary_tokens += charged(report.stats)
             self.stats.splits += report.stats.clusters_split
             self.stats.layers_added += report.stats.layers_added
             self.stats.layers_dropped += report.stats.layers_dropped
