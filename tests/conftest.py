@@ -38,6 +38,61 @@ def pytest_configure(config: pytest.Config) -> None:
         tempfile.tempdir = str(TMPFS)
 
 
+#: What one test marked ``integration`` (daemons, servers, browsers, subprocesses) is reckoned to
+#: cost against one unit test when the suite is spread over workers.
+INTEGRATION_WEIGHT = 40
+
+
+@pytest.hookimpl(trylast=True)  # after ``-m`` has deselected
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, put the heavy test modules at the front of each worker's share.
+
+    ``--dist worksteal`` gives each worker an equal, contiguous run of the collection and lets
+    an idle worker steal the back half of another's queue. In file order every integration
+    module fell in the first worker's run, whose last tests (a daemon with a real LLM, a killed
+    repair: minutes each) could not be stolen and ran alone while the other workers sat idle at
+    the end. :func:`spread` deals the integration modules (kept whole: their module fixtures
+    build trees and start daemons) over the runs, heaviest first, each run's ahead of its unit
+    tests, so what is left to steal at the end is short.
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        items[:] = spread(items, workers)
+
+
+def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """``items`` reordered into ``workers`` runs of xdist's sizes, each starting with its share
+    of the integration modules (by weight, heaviest first), then unit tests in file order;
+    ``items`` unchanged if the heavy modules do not fit."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def weight(module: list[pytest.Item]) -> int:
+        return sum(INTEGRATION_WEIGHT if i.get_closest_marker("integration") else 1 for i in module)
+
+    heavy = [m for m in modules.values() if weight(m) > len(m)]
+    light = [i for m in modules.values() if weight(m) == len(m) for i in m]
+    runs: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    loads = [0] * workers
+    for module in sorted(heavy, key=weight, reverse=True):
+        least = loads.index(min(loads))
+        runs[least] += module
+        loads[least] += weight(module)
+    sizes, left = [], len(items)
+    for i in range(workers):  # worksteal's first split: what is left over the workers left
+        sizes.append(left // (workers - i))
+        left -= sizes[-1]
+    if any(len(run) > size for run, size in zip(runs, sizes, strict=True)):
+        return items
+    start = 0
+    for run, size in zip(runs, sizes, strict=True):
+        take = size - len(run)
+        run += light[start : start + take]
+        start += take
+    return [item for run in runs for item in run]
+
+
 @pytest.fixture(autouse=True)
 def clean_environ(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory

@@ -41,7 +41,6 @@ pytestmark = pytest.mark.skipif(
     reason="needs root and useradd to make the users the kernel is asked about",
 )
 NOBODY = 65534  # in no group of the share: the kernel's answer for an anonymous caller
-STEPS = 80
 
 
 def _kernel_readable(uid: int, root: Path, sources: list[str]) -> set[str]:
@@ -94,8 +93,16 @@ def _step(rng: random.Random, root: Path, uids: list[int]) -> str:
     return f"{op} {f.relative_to(root)} {d.relative_to(root)}"
 
 
+@pytest.mark.parametrize(
+    "steps",
+    [
+        40,
+        pytest.param(200, marks=pytest.mark.slow),
+    ],  # the fast suite's share of its time; the long run
+)
 def test_random_permission_changes_never_leak_and_never_withhold(
     users: dict[str, int],  # noqa: F811
+    steps: int,
 ) -> None:
     rng = random.Random(53)
     # The kernel is asked through the path above the root too: a place every user may pass
@@ -120,7 +127,7 @@ def test_random_permission_changes_never_leak_and_never_withhold(
     }
     could: dict[int, set[str]] = {uid: set() for uid in who}  # words of gone text they could read
     try:
-        for step in range(STEPS):
+        for step in range(steps):
             before = {uid: _kernel_readable(uid, root, sorted(set(marks.values()))) for uid in who}
             was = dict(marks)
             did = _step(rng, root, uids)
