@@ -36,6 +36,34 @@ def layer1_labels(state: TreeState) -> dict[str, str]:
     return {i: min(n.parents) if n.parents else i for i, n in state.nodes.items() if n.layer == 0}
 
 
+def layer1_groups(state: TreeState) -> dict[str, int] | None:
+    """Each leaf's group (the global cluster of layer 0 it was placed in); None when the state
+    was loaded without its layers' models."""
+    if not state.layers:
+        return None
+    placed = state.layers[0].point_of
+    return {i: placed[i][0] for i, n in state.nodes.items() if n.layer == 0}
+
+
+def group_agreement(got: TreeState, ref: TreeState) -> tuple[float, float] | None:
+    """Where two trees' layer-1 clusters part: the ARI of their leaves' groups (global
+    clusters), and the mean ARI of their layer-1 clusters inside each of ``got``'s groups,
+    weighted by its leaves. None without both states' layer models."""
+    ga, gb = layer1_groups(got), layer1_groups(ref)
+    if ga is None or gb is None:
+        return None
+    a, b = layer1_labels(got), layer1_labels(ref)
+    common = sorted(ga)
+    between = adjusted_rand_score([gb[i] for i in common], [ga[i] for i in common])
+    members: dict[int, list[str]] = {}
+    for i in common:
+        members.setdefault(ga[i], []).append(i)
+    within = sum(
+        len(m) * adjusted_rand_score([b[i] for i in m], [a[i] for i in m]) for m in members.values()
+    ) / max(1, len(common))
+    return float(between), float(within)
+
+
 def cluster_sizes(state: TreeState) -> list[int]:
     return sorted((len(n.children) for n in state.nodes.values() if n.layer == 1), reverse=True)
 
@@ -98,6 +126,7 @@ class Comparison:
     ari_reference: float | None = None  # a rebuild against a rebuild with another seed
     origin: str = ""  # where the largest cluster stands against its group's fit
     rebuild_tokens: int = 0  # the rebuild's summary tokens (as a repair is charged: tree.repair)
+    groups: tuple[float, float] | None = None  # group_agreement against the rebuild
 
 
 def compare_with_rebuild(
@@ -179,6 +208,7 @@ def compare_trees(
         answer_recall(ref[1], embedder, tree, questions),
         len(questions),
         origin=largest_cluster_origin(got[0]),
+        groups=group_agreement(got[0], ref[0]),
     )
 
 
@@ -186,6 +216,11 @@ def report(cmp: Comparison, who: str, against: str, reference: str = "") -> None
     """Print a comparison with the targets of issue 8."""
     print(f"against {against} of the final folder:")
     print(f"  ARI of layer-1 memberships {cmp.ari:.3f}{reference}")
+    if cmp.groups is not None:
+        print(
+            f"  where they part: ARI of the leaves' groups (global clusters) {cmp.groups[0]:.3f}; "
+            f"of the clusters inside {who}'s groups {cmp.groups[1]:.3f} (mean by leaves)"
+        )
     print(f"  {cmp.origin}")
     print(f"  layer-1 cluster sizes {who:<7} {_quantiles(cmp.sizes)}")
     print(f"  layer-1 cluster sizes rebuild {_quantiles(cmp.sizes_rebuild)}")

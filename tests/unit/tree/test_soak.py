@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 
 from testkit.fakes import EchoSummarizer, HashEmbedder
-from testkit.soak import compare_with_rebuild
+from testkit.soak import compare_with_rebuild, group_agreement
 from testkit.soak_ops import Corpus, Soak, check, make_pipeline
 
 
@@ -32,5 +32,9 @@ def test_a_short_soak_keeps_every_invariant_after_every_batch(tmp_path: Path) ->
             p, root, tmp_path / "rebuild", corpus, EchoSummarizer(), 100, rng
         )
         assert cmp.largest <= 2 * cmp.largest_rebuild, (cmp.sizes, cmp.sizes_rebuild)
+        assert cmp.groups is not None  # where the two trees part: groups, clusters within
+        assert all(-1.0 <= x <= 1.0 for x in cmp.groups)
+        state = p.require_state()
+        assert group_agreement(state, state) == (1.0, 1.0)
     finally:
         p.context.store.close()
