@@ -421,7 +421,7 @@ def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_re
         "ADRAP_SUMMARY__OPENAI__BASE_URL": proxy.url,
         "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
         "ADRAP_SUMMARY__OPENAI__MAX_RETRIES": "1",
-        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "1200",  # the server's slots hold 2048 tokens
+        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "400",  # short prompts: a fast test
         "ADRAP_SUMMARY__MAX_TOKENS": "32",
         "ADRAP_WATCH__MAX_BACKOFF_SECONDS": "2",
     }
