@@ -60,29 +60,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = spread(items, workers)
 
 
+def first_runs(n: int, workers: int) -> list[int]:
+    """The sizes of the contiguous runs ``--dist worksteal`` first hands ``workers`` workers out
+    of ``n`` tests: what is left, over the workers left."""
+    sizes = []
+    for i in range(workers):
+        sizes.append(n // (workers - i))
+        n -= sizes[-1]
+    return sizes
+
+
 def spread(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """``items`` reordered into ``workers`` runs of xdist's sizes, each starting with its share
-    of the integration modules (by weight, heaviest first), then unit tests in file order;
-    ``items`` unchanged if the heavy modules do not fit."""
+    """``items`` reordered into ``workers`` runs of xdist's sizes (:func:`first_runs`), each
+    starting with its share of the integration modules (by weight, heaviest first), then unit
+    tests in file order; ``items`` unchanged if the heavy modules do not fit."""
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-
-    def weight(module: list[pytest.Item]) -> int:
-        return sum(INTEGRATION_WEIGHT if i.get_closest_marker("integration") else 1 for i in module)
-
-    heavy = [m for m in modules.values() if weight(m) > len(m)]
-    light = [i for m in modules.values() if weight(m) == len(m) for i in m]
+    weighed = [
+        (sum(INTEGRATION_WEIGHT if i.get_closest_marker("integration") else 1 for i in m), m)
+        for m in modules.values()
+    ]
+    light = [i for w, m in weighed if w == len(m) for i in m]
     runs: list[list[pytest.Item]] = [[] for _ in range(workers)]
     loads = [0] * workers
-    for module in sorted(heavy, key=weight, reverse=True):
+    for w, module in sorted((h for h in weighed if h[0] > len(h[1])), key=lambda h: -h[0]):
         least = loads.index(min(loads))
         runs[least] += module
-        loads[least] += weight(module)
-    sizes, left = [], len(items)
-    for i in range(workers):  # worksteal's first split: what is left over the workers left
-        sizes.append(left // (workers - i))
-        left -= sizes[-1]
+        loads[least] += w
+    sizes = first_runs(len(items), workers)
     if any(len(run) > size for run, size in zip(runs, sizes, strict=True)):
         return items
     start = 0

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from tests.conftest import spread
+from tests.conftest import first_runs, spread
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,10 @@ def items(heavy: list[int], light: list[int]) -> list[pytest.Item]:
 
 def runs(order: list[Any], workers: int) -> list[list[Any]]:
     """The contiguous runs worksteal first hands the workers."""
-    out, left, start = [], len(order), 0
-    for i in range(workers):
-        size = left // (workers - i)
+    out, start = [], 0
+    for size in first_runs(len(order), workers):
         out.append(order[start : start + size])
-        start, left = start + size, left - size
+        start += size
     return out
 
 

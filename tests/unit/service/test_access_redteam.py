@@ -93,13 +93,8 @@ def _step(rng: random.Random, root: Path, uids: list[int]) -> str:
     return f"{op} {f.relative_to(root)} {d.relative_to(root)}"
 
 
-@pytest.mark.parametrize(
-    "steps",
-    [
-        40,
-        pytest.param(200, marks=pytest.mark.slow),
-    ],  # the fast suite's share of its time; the long run
-)
+# 40 steps in the fast suite (its share of the suite's time); the long run under slow
+@pytest.mark.parametrize("steps", [40, pytest.param(200, marks=pytest.mark.slow)])
 def test_random_permission_changes_never_leak_and_never_withhold(
     users: dict[str, int],  # noqa: F811
     steps: int,
