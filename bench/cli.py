@@ -5,6 +5,8 @@ processes (wall clock, p50 of --runs) and their peak memory (each child's max RS
 
 - `adrap query` with no daemon (cold: a new process each time; the OS file cache is warm);
 - `adrap status` and `adrap --help`;
+- `adrap add` of one new short file with no daemon (a writer's cold start: the model loaded on
+  torch alone, placed by adRAP; no target);
 - `adrap add` while `adrap watch` holds the state dir (refused: the lock names the daemon);
 - `adrap query` answered by that daemon (for reference).
 
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,11 +49,17 @@ def timed(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
 
 
 def measure(
-    name: str, args: list[str], env: dict[str, str], runs: int, expect: int, out: dict[str, object]
+    name: str,
+    args: list[str] | Callable[[int], list[str]],
+    env: dict[str, str],
+    runs: int,
+    expect: int,
+    out: dict[str, object],
 ) -> None:
+    """Time ``runs`` fresh processes of ``args`` (or ``args(run)``, new arguments each run)."""
     walls, peaks = [], []
-    for _ in range(runs):
-        wall, peak, code = timed(args, env)
+    for run in range(runs):
+        wall, peak, code = timed(args(run) if callable(args) else args, env)
         if code != expect:
             raise SystemExit(f"{name}: `adrap {' '.join(args)}` exited {code}, not {expect}")
         walls.append(wall)
@@ -108,6 +117,13 @@ def main() -> None:
         measure("query (no daemon)", ["query", QUESTION], env, args.runs, 0, out)
         measure("status", ["status"], env, args.runs, 0, out)
         measure("--help", ["--help"], env, args.runs, 0, out)
+
+        def new_file(run: int) -> list[str]:
+            path = docs / f"note-{run}.txt"
+            path.write_text(f"Note {run}: the grapes were sour, said the fox, and walked away.")
+            return ["add", str(path), "--no-progress"]
+
+        measure("add 1 file (no daemon)", new_file, env, args.runs, 0, out)
         daemon = subprocess.Popen(
             [*ADRAP, "watch", str(docs), "--http-port", "0", "--no-progress"],
             env=env,

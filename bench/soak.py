@@ -61,9 +61,9 @@ from testkit.soak_ops import Corpus, Soak, check, make_pipeline, rss_mb
 
 def _embedder(real: bool) -> Embedder:
     if real:
-        from retriever.embedding import SentenceTransformerEmbedder
+        from retriever.embedding import in_process
 
-        return SentenceTransformerEmbedder()
+        return in_process()
     from testkit.fakes import HashEmbedder
 
     return HashEmbedder(dim=384)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from retriever.numpy_bert import NumpyBertEmbedder
     from retriever.qdrant_connect import connect
     from retriever.qdrant_store import QdrantNodeStore
+    from retriever.torch_bert import TorchBertEmbedder
 
 _LAZY = {
     "EdgeNodeStore": "retriever.edge_store",
@@ -57,6 +58,7 @@ _LAZY = {
     "SentenceTransformerEmbedder": "retriever.embedding",
     "OpenAIEmbedder": "retriever.embedding_openai",
     "NumpyBertEmbedder": "retriever.numpy_bert",
+    "TorchBertEmbedder": "retriever.torch_bert",
 }
 
 
@@ -99,6 +101,7 @@ __all__ = [
     "StoreBusyError",
     "StoreError",
     "StoreFullError",
+    "TorchBertEmbedder",
     "answer_json",
     "collapsed_tree",
     "connect",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,55 @@ def _gelu(x: NDArray[np.float32]) -> NDArray[np.float32]:
     return out
 
 
+@dataclass(frozen=True)
+class BertFiles:
+    """A supported model's files read (:func:`supported`): its shape, tokenizer and weights, by
+    their names without the ``bert.`` prefix (read-only views of the weights' memory map)."""
+
+    max_seq_length: int
+    heads: int
+    layers: int
+    eps: float
+    dim: int
+    tokenizer: Any
+    weights: dict[str, NDArray[Any]]
+
+    @classmethod
+    def open(cls, model: str) -> BertFiles:
+        """Read ``model`` (the packaged default or a local directory).
+
+        Raises:
+            EmbeddingError: the model is not installed, or not a supported model.
+        """
+        from tokenizers import Tokenizer
+
+        root = Path(resolve_model_path(model))
+        if not supported(root):
+            raise EmbeddingError(
+                f"{root} is not a BERT + mean pooling sentence-transformers model; use "
+                "SentenceTransformerEmbedder"
+            )
+        config = _json(root / "config.json")
+        st = root / "sentence_bert_config.json"
+        max_len = _json(st).get("max_seq_length") if st.is_file() else None
+        max_seq_length = int(max_len or config.get("max_position_embeddings", 512))
+        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_seq_length)
+        weights = read_safetensors(root / _WEIGHTS)
+        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
+        weights = {k.removeprefix(prefix): v for k, v in weights.items()}
+        return cls(
+            max_seq_length=max_seq_length,
+            heads=int(config["num_attention_heads"]),
+            layers=int(config["num_hidden_layers"]),
+            eps=float(config.get("layer_norm_eps", 1e-12)),
+            dim=int(weights["embeddings.word_embeddings.weight"].shape[1]),
+            tokenizer=tokenizer,
+            weights=weights,
+        )
+
+
 class NumpyBertEmbedder:
     """Embeds texts with a sentence-transformers BERT (see :func:`supported`) in numpy.
 
@@ -134,29 +184,10 @@ class NumpyBertEmbedder:
     """
 
     def __init__(self, model: str = DEFAULT_MODEL) -> None:
-        from tokenizers import Tokenizer
-
-        root = Path(resolve_model_path(model))
-        if not supported(root):
-            raise EmbeddingError(
-                f"{root} is not a BERT + mean pooling sentence-transformers model; use "
-                "SentenceTransformerEmbedder"
-            )
-        self.model_id = model
-        config = _json(root / "config.json")
-        st = root / "sentence_bert_config.json"
-        max_len = _json(st).get("max_seq_length") if st.is_file() else None
-        self.max_seq_length = int(max_len or config.get("max_position_embeddings", 512))
-        self.heads = int(config["num_attention_heads"])
-        self.layers = int(config["num_hidden_layers"])
-        self.eps = float(config.get("layer_norm_eps", 1e-12))
-        self.tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(self.max_seq_length)
-        weights = read_safetensors(root / _WEIGHTS)
-        prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
-        self.w = {k.removeprefix(prefix): v for k, v in weights.items()}
-        self.dim: int = int(self.w["embeddings.word_embeddings.weight"].shape[1])
+        files = BertFiles.open(model)
+        self.model_id, self.max_seq_length, self.dim = model, files.max_seq_length, files.dim
+        self.heads, self.layers, self.eps = files.heads, files.layers, files.eps
+        self.tokenizer, self.w = files.tokenizer, files.weights
 
     def embed_documents(self, texts: Sequence[str]) -> NDArray[np.float32]:
         """Return an ``(n, dim)`` float32 array, rows L2-normalised (one text at a time)."""

@@ -449,11 +449,11 @@ def daemon_vs_rebuild(
     import subprocess
 
     from ingestor.tree.persist import load_state
-    from retriever.embedding import SentenceTransformerEmbedder
+    from retriever.embedding import in_process
 
     cmd = [sys.executable, "-m", "ingestor", "build", str(root)]
     subprocess.run(cmd, env=env | {"ADRAP_STATE_DIR": str(rebuild_dir)}, check=True)
-    embedder = SentenceTransformerEmbedder()
+    embedder = in_process()
     trees: list[tuple[TreeState, NodeStore]] = []
     for d in (state_dir, rebuild_dir):
         state = load_state(ModelStore(d / "models"), "default", readonly=True)

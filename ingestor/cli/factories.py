@@ -31,6 +31,8 @@ MODELS_DIR = "models"
 def make_embedder(settings: Settings) -> Embedder:
     """Return the embedder of ``ADRAP_EMBED__BACKEND``: in process, or an OpenAI-compatible server.
 
+    In process: :func:`retriever.embedding.in_process` (the packaged model on torch alone).
+
     Raises:
         EmbeddingError: the model cannot be loaded / the server cannot be reached.
     """
@@ -60,9 +62,9 @@ def make_embedder(settings: Settings) -> Embedder:
         except BaseException:
             client.close()
             raise
-    from retriever import SentenceTransformerEmbedder
+    from retriever.embedding import in_process
 
-    return SentenceTransformerEmbedder(e.model, batch_size=e.batch_size, device=e.device)
+    return in_process(e.model, batch_size=e.batch_size, device=e.device)
 
 
 def make_query_embedder(settings: Settings) -> Embedder:

@@ -158,7 +158,7 @@ def test_changes_digest_by_the_real_server_cites_the_summaries_that_changed(
         "ADRAP_SUMMARY__BACKEND": "openai",
         "ADRAP_SUMMARY__OPENAI__BASE_URL": llm_server.base_url,
         "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
-        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "1200",  # the server's slots hold 2048
+        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "700",  # short prompts: a fast test
         "ADRAP_ANSWER__MAX_TOKENS": "48",  # the digest's answer too: CPU time, not coverage
     }
     result = adrap("changes", "--digest", "--llm", "--json", state=state, env=env)
@@ -179,7 +179,7 @@ def test_changes_digest_by_the_real_server_cites_the_summaries_that_changed(
 def test_ask_fits_a_model_whose_context_window_is_smaller_than_the_setting(
     built: tuple[Path, Path],
 ) -> None:
-    """A local server with a 1,024-token context and ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS at
+    """A local server with a 512-token context and ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS at
     its 12,000 default: the first answer's prompt is refused as too long (HTTP 400, the server
     naming its window); adrap drops the least relevant parts to fit that window and asks again,
     and the next question fits at once (it answered 502 with the summary setting's advice)."""
@@ -187,7 +187,7 @@ def test_ask_fits_a_model_whose_context_window_is_smaller_than_the_setting(
 
     state, _ = built
     statuses: list[int] = []
-    with running_llm_server(n_ctx=1024, parallel=1) as server:
+    with running_llm_server(n_ctx=512, parallel=1) as server:
         llm, client = real_llm(server, lambda r: statuses.append(r.status_code))
         store = EdgeNodeStore(state / "qdrant")
         try:
@@ -205,7 +205,7 @@ def test_ask_fits_a_model_whose_context_window_is_smaller_than_the_setting(
             assert out["parts_dropped"] > 0
             assert out["parts"], "the parts that fit are kept"
             assert service.answer_input_limit is not None
-            assert service.answer_input_limit < 1024
+            assert service.answer_input_limit < 512
             statuses.clear()
             again = service.ask({"q": "Who was at the ball?", "max_tokens": 2000})
             assert statuses == [200], "the window was kept for the next question"

@@ -413,15 +413,21 @@ class FlakyProxy:
 
 
 def test_a_failing_llm_endpoint_keeps_the_files_pending_and_they_land_when_it_recovers(
-    folder: Path, tmp_path: Path, llm_server
+    tmp_path: Path, llm_server
 ) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "docs"  # the start of two files in short leaves: few summaries to pay
+    folder.mkdir()
+    for name in ["aesops-fables.md", "gettysburg-address.txt"]:
+        (folder / name).write_text((SAMPLE / name).read_text(encoding="utf-8")[:1500])
     proxy = FlakyProxy(llm_server.base_url)
     env = {
         "ADRAP_SUMMARY__BACKEND": "openai",
         "ADRAP_SUMMARY__OPENAI__BASE_URL": proxy.url,
         "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
         "ADRAP_SUMMARY__OPENAI__MAX_RETRIES": "1",
-        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "400",  # short prompts: a fast test
+        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "256",  # short prompts: a fast test
+        "ADRAP_CHUNK__MAX_TOKENS": "100",
+        "ADRAP_CHUNK__OVERLAP": "20",
         "ADRAP_SUMMARY__MAX_TOKENS": "32",
         "ADRAP_WATCH__MAX_BACKOFF_SECONDS": "2",
     }

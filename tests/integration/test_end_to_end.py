@@ -144,13 +144,14 @@ def test_the_llm_path_builds_a_tree_whose_summaries_come_from_a_real_local_serve
     docs = tmp_path / "docs"
     docs.mkdir()
     text = (DATA / "cinderella" / "cinderella.txt").read_text()
-    (docs / "cinderella.txt").write_text(text[:6000])
+    (docs / "cinderella.txt").write_text(text[:3500])
     env = {
         "ADRAP_SUMMARY__BACKEND": "openai",
         "ADRAP_SUMMARY__OPENAI__BASE_URL": llm_server.base_url,
         "ADRAP_SUMMARY__OPENAI__MODEL": llm_server.model,
         "ADRAP_SUMMARY__OPENAI__CONCURRENCY": "2",
         "ADRAP_SUMMARY__MAX_TOKENS": "40",
+        "ADRAP_SUMMARY__OPENAI__MAX_INPUT_TOKENS": "256",  # short prompts: a fast test
         "ADRAP_CHUNK__MAX_TOKENS": "100",
         "ADRAP_CHUNK__OVERLAP": "20",
     }

@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from retriever import SentenceTransformerEmbedder
+from retriever.embedding import in_process
 from retriever.search import candidate_limit
 from tests.integration.test_daemon import SAMPLE, Watch, watching
 
@@ -67,7 +67,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Watch]:
 
 @pytest.fixture(scope="module")
 def vectors() -> dict[str, list[float]]:
-    embedder = SentenceTransformerEmbedder()
+    embedder = in_process()  # what the daemon embeds with
     return {q: embedder.embed_query(q).tolist() for q in QUESTIONS}
 
 
