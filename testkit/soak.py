@@ -449,7 +449,7 @@ def daemon_vs_rebuild(
     import subprocess
 
     from ingestor.tree.persist import load_state
-    from retriever.embedding import in_process
+    from retriever.in_process import in_process
 
     cmd = [sys.executable, "-m", "ingestor", "build", str(root)]
     subprocess.run(cmd, env=env | {"ADRAP_STATE_DIR": str(rebuild_dir)}, check=True)

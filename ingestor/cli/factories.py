@@ -31,7 +31,7 @@ MODELS_DIR = "models"
 def make_embedder(settings: Settings) -> Embedder:
     """Return the embedder of ``ADRAP_EMBED__BACKEND``: in process, or an OpenAI-compatible server.
 
-    In process: :func:`retriever.embedding.in_process` (the packaged model on torch alone).
+    In process: :func:`retriever.in_process.in_process` (the packaged model on torch alone).
 
     Raises:
         EmbeddingError: the model cannot be loaded / the server cannot be reached.
@@ -62,7 +62,7 @@ def make_embedder(settings: Settings) -> Embedder:
         except BaseException:
             client.close()
             raise
-    from retriever.embedding import in_process
+    from retriever.in_process import in_process
 
     return in_process(e.model, batch_size=e.batch_size, device=e.device)
 

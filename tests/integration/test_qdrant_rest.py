@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from retriever.embedding import in_process
+from retriever.in_process import in_process
 from retriever.search import candidate_limit
 from tests.integration.test_daemon import SAMPLE, Watch, watching
 
