@@ -59,9 +59,10 @@ def measure(
     """Time ``runs`` fresh processes of ``args`` (or ``args(run)``, new arguments each run)."""
     walls, peaks = [], []
     for run in range(runs):
-        wall, peak, code = timed(args(run) if callable(args) else args, env)
+        argv = args(run) if callable(args) else args
+        wall, peak, code = timed(argv, env)
         if code != expect:
-            raise SystemExit(f"{name}: `adrap {' '.join(args)}` exited {code}, not {expect}")
+            raise SystemExit(f"{name}: `adrap {' '.join(argv)}` exited {code}, not {expect}")
         walls.append(wall)
         peaks.append(peak)
     p50 = statistics.median(walls)
@@ -121,7 +122,7 @@ def main() -> None:
         def new_file(run: int) -> list[str]:
             path = docs / f"note-{run}.txt"
             path.write_text(f"Note {run}: the grapes were sour, said the fox, and walked away.")
-            return ["add", str(path), "--no-progress"]
+            return ["add", str(path)]
 
         measure("add 1 file (no daemon)", new_file, env, args.runs, 0, out)
         daemon = subprocess.Popen(
